@@ -1,0 +1,36 @@
+"""Shared pytest configuration: deterministic hypothesis profile and common fixtures."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+try:
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(
+        "effth",
+        derandomize=True,
+        deadline=None,
+        max_examples=40,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "effth"))
+except ImportError:  # pragma: no cover
+    pass
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A freshly seeded generator (seed 20261121) for each test."""
+    return np.random.default_rng(20261121)
+
+
+def random_psd(rng: np.random.Generator, k: int, lo: float = 0.2, hi: float = 2.0) -> np.ndarray:
+    """A random k x k covariance with eigenvalues in [lo, hi] (well conditioned)."""
+    q, _ = np.linalg.qr(rng.standard_normal((k, k)))
+    lam = rng.uniform(lo, hi, size=k)
+    out = (q * lam) @ q.T
+    return 0.5 * (out + out.T)
