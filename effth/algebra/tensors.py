@@ -371,6 +371,8 @@ class SampleSum(sp.Expr):
 
     def __new__(cls, expr, *dummies):
         expr = sp.sympify(expr)
+        if len(dummies) == 1 and isinstance(dummies[0], (sp.Tuple, tuple, list)):
+            dummies = tuple(dummies[0])  # rebuilt from .args (func(*args)), or a sequence
         if not dummies:
             return expr
         dummies = tuple(sp.sympify(d) for d in dummies)

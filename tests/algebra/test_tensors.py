@@ -115,3 +115,17 @@ def test_kernel_matrix_label():
     assert KernelMatrix().entry(1, 2) == Kernel(1, 2)
     with pytest.raises(ValueError):
         KernelMatrix("Nonsense")
+
+
+def test_sample_sum_survives_rebuild_subs_and_xreplace():
+    b1, b2 = beta(1), beta(2)
+    s = SampleSum(Kernel(alpha(1), b1) * Kernel(b1, b2), b1, b2)
+    assert s.func(*s.args) == s
+    assert SampleSum(Kernel(b1, b2), [b1, b2]) == SampleSum(Kernel(b1, b2), b1, b2)
+    moved = s.xreplace({alpha(1): 0})
+    assert moved.dummies == (b1, b2)
+    K = np.array([[2.0, 0.3], [0.3, 1.0]])
+    values = {Kernel(i, j): K[i, j] for i in range(2) for j in range(2)}
+    assert float(moved.expand_over([0, 1]).xreplace(values)) == pytest.approx((K @ K).sum(axis=1)[0])
+    assert float(s.subs(alpha(1), 1).expand_over([0, 1]).xreplace(values)) == pytest.approx(
+        (K @ K).sum(axis=1)[1])
