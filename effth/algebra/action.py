@@ -44,7 +44,14 @@ from typing import Any, Sequence
 
 import sympy as sp
 
-from .tensors import Kernel, Propagator, QuarticCoupling, SampleSum, SymmetricQuarticCoupling
+from .tensors import (
+    Kernel,
+    Propagator,
+    QuarticCoupling,
+    SampleSum,
+    SymmetricQuarticCoupling,
+    canonicalize_dummies,
+)
 from .wick.counting import collapse_neurons
 from .wick.graph import Slot, WickExpansion, WickGraph, wick_classes
 
@@ -240,6 +247,7 @@ def diagrams(
         raise ValueError("order must be non-negative")
     ext_slots, samples, neurons = _external_slots(action, externals)
     external = {s.name for s in ext_slots}
+    ext_order = [s.label for s in ext_slots]
     out = []
     for k in range(order if exact_order else 0, order + 1):
         slots, structure, trace = list(ext_slots), [], []
@@ -258,6 +266,7 @@ def diagrams(
         for cls in ex.classes:
             g = cls.representative
             value = cls.multiplicity * _term(action, g, k, samples, neurons, trace)
+            value = canonicalize_dummies(value, ext_order)
             out.append(Diagram(g, cls.multiplicity, k, classify_diagram(g, external), value))
     return out
 

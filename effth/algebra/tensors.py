@@ -47,6 +47,7 @@ False
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -67,6 +68,7 @@ __all__ = [
     "SymmetricQuarticCoupling",
     "KernelMatrix",
     "SampleSum",
+    "canonicalize_dummies",
     "expand_sample_sums",
     "tensor_components",
 ]
@@ -423,3 +425,222 @@ def tensor_components(expr: sp.Expr, cls: type | None = None) -> set:
     """The set of :class:`SampleTensor` components (optionally of class ``cls``) in ``expr``."""
     cls = cls or SampleTensor
     return {a for a in sp.preorder_traversal(expr) if isinstance(a, cls)}
+
+
+# --------------------------------------------------------------------------------------------
+# canonical names for dummy sample indices
+
+_EXHAUSTIVE_MAX = 6  # up to 6! = 720 relabellings per SampleSum; greedy beyond
+
+
+def _natural_key(x) -> tuple:
+    """Sort key of a label by its name with digit runs compared as integers (beta_2 < beta_10)."""
+    parts = re.split(r"(\d+)", str(x))
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts)
+
+
+def _tensor_atoms(expr) -> list:
+    return [a for a in sp.preorder_traversal(expr) if isinstance(a, SampleTensor)]
+
+
+class _Labels:
+    """Ranks of dummies (natural order) and positions of external labels."""
+
+    def __init__(self, dummies, external_order):
+        self.rank = {d: k for k, d in enumerate(dummies)}
+        self.ext = {}
+        for x in external_order or ():
+            self.ext.setdefault(sp.sympify(x), len(self.ext))
+
+    def desc(self, i) -> tuple:
+        if i in self.rank:
+            return (1, self.rank[i], ())
+        if i in self.ext:
+            return (0, self.ext[i], ())
+        return (0, len(self.ext), _natural_key(i))
+
+    def tensor_desc(self, t) -> tuple:
+        name, _, layer, idx = t
+        return (name, tuple(self.desc(i) for i in idx), layer)
+
+    def key(self, tensors) -> tuple:
+        r"""Preference key of a relabelled summand (smaller is preferred).
+
+        1. dummies linked to external indices by two-index tensors are numbered in the order of
+           the externals (first link first): :math:`g_{\alpha_1\beta_1}g_{\alpha_2\beta_2}\cdots`;
+        2. higher-rank tensors (couplings, vertices) with the smallest index pattern, e.g.
+           :math:`v^{(\beta_1\beta_2)(\beta_3\beta_4)}`;
+        3. the smallest numbers for the externally linked dummies;
+        4. the smallest index pattern of all tensors.
+        """
+        links = []
+        for t in tensors:
+            if len(t[3]) == 2:
+                a, b = t[3]
+                if (a in self.rank) != (b in self.rank):
+                    d, x = (a, b) if a in self.rank else (b, a)
+                    links.append((self.desc(x), self.rank[d]))
+        links.sort()
+        seq = []
+        for _, r in links:
+            if r not in seq:
+                seq.append(r)
+        ordered = 0 if all(u < v for u, v in zip(seq, seq[1:])) else 1
+        high = tuple(sorted(self.tensor_desc(t) for t in tensors if len(t[3]) > 2))
+        every = tuple(sorted(self.tensor_desc(t) for t in tensors))
+        return (ordered, high, tuple(seq), every)
+
+
+def _light_canon(symmetry: str, idx: list, sk: dict) -> tuple:
+    """:data:`_SYMMETRIES` with precomputed sort keys."""
+    if symmetry in ("pair", "full"):
+        return tuple(sorted(idx, key=sk.__getitem__))
+    if symmetry == "pairpair":
+        p = sorted(idx[:2], key=sk.__getitem__)
+        q = sorted(idx[2:], key=sk.__getitem__)
+        p, q = sorted((p, q), key=lambda t: (sk[t[0]], sk[t[1]]))
+        return tuple(p + q)
+    return tuple(_SYMMETRIES[symmetry](idx))
+
+
+def _canonical_sum(s: "SampleSum", external_order) -> sp.Expr:
+    dummies = sorted(s.dummies, key=_natural_key)
+    summand = s.summand
+    ext = list(external_order or ())
+    ext += sorted(
+        (x for x in summand.free_symbols - set(dummies) if x not in set(ext)), key=_natural_key
+    )
+    labels = _Labels(dummies, ext)
+    used = [d for d in dummies if summand.has(d)]
+    if len(used) <= _EXHAUSTIVE_MAX:
+        # relabel lightweight copies of the tensors (re-canonicalized like the real ones, by
+        # default_sort_key); build sympy expressions only for the best-scoring relabellings
+        light = [
+            (type(t).__name__, t.symmetry, "" if t.layer is None else sp.srepr(t.layer), t.indices)
+            for t in _tensor_atoms(summand)
+        ]
+        sk = {i: _key(i) for t in light for i in t[3]}
+        best, ties = None, []
+        for perm in itertools.permutations(used):
+            m = dict(zip(used, perm))
+            k = labels.key([(n, sym, lay, _light_canon(sym, [m.get(i, i) for i in idx], sk))
+                            for n, sym, lay, idx in light])
+            if best is None or k < best:
+                best, ties = k, [m]
+            elif k == best:
+                ties.append(m)
+        cands = {summand.xreplace(m) for m in ties}
+        summand = min(cands, key=_key)
+    else:
+        summand = _greedy_relabel(summand, used, labels)
+    return SampleSum(summand, *dummies)
+
+
+def _incidence(t: SampleTensor, pos: int, color) -> tuple:
+    """How index position ``pos`` of ``t`` sees the other indices, up to ``t``'s symmetry."""
+    idx = t.indices
+    others = [color(i) for k, i in enumerate(idx) if k != pos]
+    if t.symmetry == "pairpair":
+        partner = color(idx[pos ^ 1])
+        rest = tuple(sorted(color(i) for k, i in enumerate(idx) if k // 2 != pos // 2))
+        shape = (partner, rest)
+    elif t.symmetry == "none":
+        shape = (pos, tuple(others))
+    else:
+        shape = tuple(sorted(others))
+    layer = "" if t.layer is None else sp.srepr(t.layer)
+    return (type(t).__name__, layer, shape)
+
+
+def _greedy_relabel(summand, used, labels: _Labels) -> sp.Expr:
+    """Number the dummies one at a time (for sums with many dummies).
+
+    Dummies are told apart by colour refinement over the tensors they sit on (external labels and
+    already numbered dummies are fixed colours); the next number goes to the dummy linked to the
+    earliest external, else to the smallest colour; remaining ties (symmetric positions) go by
+    current name.
+    """
+    tensors = _tensor_atoms(summand)
+    where = {d: [(t, k) for t in tensors for k, i in enumerate(t.indices) if i == d] for d in used}
+    links = {}
+    for t in tensors:
+        if len(t.indices) == 2:
+            a, b = t.indices
+            if (a in labels.rank) != (b in labels.rank):
+                d, x = (a, b) if a in labels.rank else (b, a)
+                if d in where:
+                    links[d] = min(links.get(d, (9,)), labels.desc(x))
+    assigned: dict = {}
+    colour = {d: 0 for d in used}
+
+    def col(i):
+        if i in assigned:
+            return ("r", assigned[i])
+        if i in colour:
+            return ("u", colour[i])
+        return ("x", labels.desc(i))
+
+    while len(assigned) < len(used):
+        rest = [d for d in used if d not in assigned]
+        for _ in range(len(rest) + 1):  # refine until stable
+            sig = {d: repr((colour[d], sorted(repr(_incidence(t, k, col)) for t, k in where[d])))
+                   for d in rest}
+            ranks = {v: n for n, v in enumerate(sorted(set(sig.values())))}
+            new = {d: ranks[sig[d]] for d in rest}
+            stable = len(set(new.values())) == len(set(colour[d] for d in rest))
+            colour.update(new)
+            if stable:
+                break
+        def pick(d):
+            first = (0, links[d], colour[d]) if d in links else (1, (), colour[d])
+            return (first, labels.rank[d])
+
+        nxt = min(rest, key=pick)
+        assigned[nxt] = len(assigned)
+        del colour[nxt]
+    targets = sorted(used, key=lambda d: labels.rank[d])
+    return summand.xreplace({d: targets[r] for d, r in assigned.items()})
+
+
+def canonicalize_dummies(expr: sp.Expr, external_order: Sequence | None = None) -> sp.Expr:
+    r"""Rename the dummy indices of every :class:`SampleSum` to a canonical, book-like form.
+
+    The dummies of a sum are interchangeable, so each sum is rewritten with a permutation of its
+    own dummy symbols chosen by these rules, in order of priority:
+
+    1. where a two-index tensor links an external index to a dummy, the dummies are numbered in
+       the order of the externals, so tree-level terms read
+       :math:`g_{\alpha_1\beta_1}g_{\alpha_2\beta_2}\cdots` (PDLT (1.78), (4.48));
+    2. among those, the higher-rank tensors get the smallest index pattern, e.g.
+       :math:`v^{(\beta_1\beta_2)(\beta_3\beta_4)}` (PDLT (4.47));
+    3. then the externally linked dummies get the smallest numbers;
+    4. then the smallest index pattern of all tensors, and finally SymPy's ``default_sort_key``.
+
+    Equal terms written with different dummy names thus become identical and merge.  Tensor
+    components are re-canonicalized under their symmetry when relabelled.  Up to 6 dummies per
+    sum every relabelling is tried; beyond that a greedy numbering (externals first, then tensor
+    patterns, ties by current name) is used.  The result does not depend on ``PYTHONHASHSEED``.
+
+    Parameters
+    ----------
+    expr : sympy expression
+    external_order : sequence, optional
+        The free sample labels in the order that numbers the dummies (default: natural order of
+        their names, ``alpha1 < alpha2 < alpha10``).
+
+    Examples
+    --------
+    >>> from effth.algebra.indices import alpha, beta
+    >>> a1, a2, b1, b2 = alpha(1), alpha(2), beta(1), beta(2)
+    >>> s = SampleSum(Kernel(a1, b2) * Kernel(a2, b1) * Kernel(b1, b2), b1, b2)
+    >>> canonicalize_dummies(s)
+    SampleSum(Kernel(alpha_1, beta_1)*Kernel(alpha_2, beta_2)*Kernel(beta_1, beta_2), beta_1, beta_2)
+    >>> canonicalize_dummies(s + SampleSum(Kernel(a1, b1) * Kernel(a2, b2) * Kernel(b1, b2), b1, b2))
+    2*SampleSum(Kernel(alpha_1, beta_1)*Kernel(alpha_2, beta_2)*Kernel(beta_1, beta_2), beta_1, beta_2)
+    """
+    expr = sp.sympify(expr)
+    if not expr.has(SampleSum):
+        return expr
+    return expr.replace(
+        lambda e: isinstance(e, SampleSum), lambda e: _canonical_sum(e, external_order)
+    )
