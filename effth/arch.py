@@ -1,0 +1,131 @@
+r"""Network specifications: what a theorist describes, with no mathematics attached.
+
+Theories (:mod:`effth.algebra` and, later, the theory modules) and the simulator
+(:mod:`effth.simulation`) both read these specs; that is the only thing they share, so a
+simulation can never reuse the code it checks.
+
+Conventions (PDLT §2.1, spec ``seed-001-pdlt-ch0-4.md`` §1.1–§1.3): ``depth`` is the number of
+weight layers :math:`L` (the output layer counts); hidden widths are
+:math:`n_1,\dots,n_{L-1}`; :math:`n_0` is the input dimension; biases
+:math:`b^{(\ell)}\sim\mathcal N(0, C_b^{(\ell)})` and weights
+:math:`W^{(\ell)}\sim\mathcal N(0, C_W^{(\ell)}/n_{\ell-1})`; the output layer has no activation.
+
+Examples
+--------
+>>> net = MLP("tanh", depth=4, widths=64, c_w=1.0, c_b=0.0)
+>>> net.hidden_widths, net.c_w_at(2)
+((64, 64, 64), 1.0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .activations import Activation, get_activation
+from .errors import DomainError
+
+__all__ = ["MLP"]
+
+
+def _per_layer(value: Any, count: int, name: str, *, positive: bool) -> tuple[float, ...]:
+    if isinstance(value, (int, float)):
+        values = (float(value),) * count
+    else:
+        values = tuple(float(v) for v in value)
+        if len(values) != count:
+            raise DomainError(f"{name} needs one value per weight layer ({count}), got {len(values)}")
+    for v in values:
+        if not (v == v) or v in (float("inf"), float("-inf")):
+            raise DomainError(f"{name} must be finite, got {values}")
+        if v < 0 or (positive and v == 0):
+            raise DomainError(f"{name} must be {'positive' if positive else 'non-negative'}, got {values}")
+    return values
+
+
+@dataclass(frozen=True)
+class MLP:
+    r"""A fully connected network :math:`z^{(\ell+1)} = b^{(\ell+1)} + W^{(\ell+1)}\sigma(z^{(\ell)})`.
+
+    Parameters
+    ----------
+    activation : str or Activation
+        Registered name (see :func:`effth.activations.available_activations`) or an
+        :class:`~effth.activations.Activation`.
+    depth : int
+        Number of weight layers :math:`L\ge1` (output layer included).
+    widths : int or sequence of int, optional
+        Hidden widths :math:`n_1..n_{L-1}` (an int means all equal); ``None`` leaves them
+        symbolic for the theory (a simulation needs them).
+    c_w, c_b : float or sequence of float
+        :math:`C_W^{(\ell)} > 0` and :math:`C_b^{(\ell)} \ge 0`, one value or one per weight layer
+        :math:`\ell = 1..L`.
+    n_out : int
+        Output width :math:`n_L` (default 1).
+
+    Raises
+    ------
+    DomainError
+        Non-positive depth or widths, negative or non-finite variances, wrong lengths.
+    """
+
+    activation: Any
+    depth: int
+    widths: Any = None
+    c_w: Any = 1.0
+    c_b: Any = 0.0
+    n_out: int = 1
+    _act: Activation = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_act", get_activation(self.activation))
+        if not isinstance(self.depth, int) or self.depth < 1:
+            raise DomainError(f"depth must be an int >= 1 (number of weight layers), got {self.depth!r}")
+        if self.widths is not None:
+            if isinstance(self.widths, int):
+                widths = (self.widths,) * (self.depth - 1)
+            else:
+                widths = tuple(self.widths)
+            if len(widths) != self.depth - 1:
+                raise DomainError(
+                    f"widths needs depth-1 = {self.depth - 1} hidden widths, got {len(widths)}")
+            if any((not isinstance(n, int)) or n < 1 for n in widths):
+                raise DomainError(f"hidden widths must be positive ints, got {widths}")
+            object.__setattr__(self, "widths", widths)
+        if not isinstance(self.n_out, int) or self.n_out < 1:
+            raise DomainError(f"n_out must be a positive int, got {self.n_out!r}")
+        object.__setattr__(self, "c_w", _per_layer(self.c_w, self.depth, "c_w", positive=True))
+        object.__setattr__(self, "c_b", _per_layer(self.c_b, self.depth, "c_b", positive=False))
+
+    @property
+    def act(self) -> Activation:
+        """The resolved :class:`~effth.activations.Activation`."""
+        return self._act
+
+    @property
+    def hidden_widths(self) -> tuple[int, ...] | None:
+        """:math:`(n_1, \\dots, n_{L-1})`, or ``None`` if symbolic."""
+        return self.widths
+
+    def layer_widths(self, n_in: int) -> tuple[int, ...]:
+        """:math:`(n_0, n_1, \\dots, n_L)` for input dimension ``n_in``."""
+        if self.widths is None:
+            raise DomainError("this MLP has symbolic widths; pass widths=... to simulate it")
+        return (int(n_in), *self.widths, self.n_out)
+
+    def c_w_at(self, layer: int) -> float:
+        """:math:`C_W^{(\\ell)}` for weight layer ``layer`` in 1..L."""
+        return self.c_w[self._check(layer)]
+
+    def c_b_at(self, layer: int) -> float:
+        """:math:`C_b^{(\\ell)}` for weight layer ``layer`` in 1..L."""
+        return self.c_b[self._check(layer)]
+
+    def _check(self, layer: int) -> int:
+        if not 1 <= layer <= self.depth:
+            raise DomainError(f"layer must be in 1..{self.depth}, got {layer}")
+        return layer - 1
+
+    def with_widths(self, widths: int | Sequence[int]) -> "MLP":
+        """The same network with other hidden widths."""
+        return MLP(self.activation, self.depth, widths, self.c_w, self.c_b, self.n_out)
