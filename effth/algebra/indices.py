@@ -21,7 +21,7 @@ Examples
 alpha_1
 >>> from effth.printing import latex
 >>> latex(width(ell - 1)), latex(c_w(ell + 1))
-('n_{\\ell - 1}', 'C_{W}^{(\\ell + 1)}')
+('n_{\\ell - 1}', '{C_{W}^{(\\ell + 1)}}')
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ class LayerSymbol(sp.Expr):
         layer = printer._print(self.layer)
         if str(self.args[2]) == "sub":
             return rf"{self.stem}_{{{layer}}}"
-        return rf"{self.stem}^{{({layer})}}"
+        # outer braces: a power must print {C_{W}^{(\ell)}}^{2}, never a double superscript
+        return rf"{{{self.stem}^{{({layer})}}}}"
 
     def _sympystr(self, printer) -> str:
         return f"{self.stem.replace('{', '').replace('}', '')}[{printer._print(self.layer)}]"

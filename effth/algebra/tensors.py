@@ -52,6 +52,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import sympy as sp
+from sympy.core.symbol import Str
+
+from ..errors import DomainError
 
 __all__ = [
     "SampleTensor",
@@ -193,9 +196,12 @@ class SampleTensor(sp.Expr):
 def _position(label, samples):
     if samples is None:
         if not getattr(label, "is_Integer", False):
-            raise ValueError(f"sample label {label} is not an integer; pass `samples`")
+            raise DomainError(f"sample label {label} is not an integer; pass `samples`")
         return int(label)
-    return list(samples).index(label)
+    try:
+        return list(samples).index(label)
+    except ValueError:
+        raise DomainError(f"sample label {label} is not among samples={list(samples)}") from None
 
 
 class Kernel(SampleTensor):
@@ -300,7 +306,8 @@ class KernelMatrix(sp.Expr):
     is_commutative = True
 
     def __new__(cls, tensor=Kernel, layer=None):
-        name = sp.Symbol(tensor.__name__) if isinstance(tensor, type) else sp.Symbol(str(tensor))
+        # a Str, not a Symbol: the class name must not show up in free_symbols
+        name = Str(tensor.__name__) if isinstance(tensor, type) else Str(str(tensor))
         if name.name not in _TENSOR_CLASSES:
             raise ValueError(f"unknown tensor class {name}")
         args = (name,) if layer is None else (name, sp.sympify(layer))
