@@ -1,0 +1,246 @@
+r"""Forward passes over a chunk of independent random networks and their running sums.
+
+Private helpers of :mod:`effth.simulation.ensemble`.  NumPy only; nothing here may import a
+theory module of effth (this is the ground truth the theory is checked against).
+
+Layout conventions (all float64):
+
+* ``z`` : preactivations of one layer for a chunk of ``m`` networks, shape ``(m, N_D, n_l)``
+  (network, input, neuron).
+* ``G_hat`` : stochastic metric of that layer, shape ``(m, N_D, N_D)`` (or ``(N_D, N_D)`` for
+  layer 1, where it is deterministic).
+* Sample pairs ``(a, b)`` with ``a <= b`` are packed into ``p = N_D (N_D + 1) / 2`` slots
+  (row-major upper triangle, :func:`pair_index`); four-index sums are stored as ``(p, p)``
+  matrices over (pair, pair) and unpacked at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..errors import DomainError
+
+__all__ = ["Plan", "LayerSums", "pair_index", "run_chunk"]
+
+
+def pair_index(n_inputs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Packing of symmetric sample pairs.
+
+    Returns
+    -------
+    iu, ju : ndarray (p,)
+        Row/column of each packed pair (``iu <= ju``).
+    pid : ndarray (N_D, N_D)
+        Packed slot of pair ``(a, b)``; symmetric.
+    """
+    iu, ju = np.triu_indices(n_inputs)
+    pid = np.empty((n_inputs, n_inputs), dtype=np.intp)
+    pid[iu, ju] = np.arange(iu.size)
+    pid[ju, iu] = np.arange(iu.size)
+    return iu, ju, pid
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a worker needs to simulate a chunk (immutable, shared by threads).
+
+    Attributes
+    ----------
+    widths : tuple of int
+        ``(n_0, n_1, ..., n_L)``.
+    c_w, c_b : tuple of float
+        Per weight layer ``1..L``.
+    sigma : callable
+        Float64 activation, ``ndarray (...) -> ndarray (...)``.
+    X : ndarray (N_D, n_0)
+        Inputs.
+    G1 : ndarray (N_D, N_D)
+        First-layer metric ``C_b + C_W X X^T / n_0`` (deterministic).
+    last : int
+        Deepest layer simulated.
+    layers : frozenset of int
+        Layers whose statistics are accumulated.
+    method : str
+        ``"weights"`` or ``"conditional"``.
+    keep : bool
+        Whether to return the raw samples.
+    """
+
+    widths: tuple[int, ...]
+    c_w: tuple[float, ...]
+    c_b: tuple[float, ...]
+    sigma: Callable[[np.ndarray], np.ndarray]
+    X: np.ndarray
+    G1: np.ndarray
+    last: int
+    layers: frozenset
+    method: str
+    keep: bool
+
+
+@dataclass
+class LayerSums:
+    """Sums over ``count`` networks of per-network statistics of one layer (packed pairs).
+
+    Attributes
+    ----------
+    count : int
+        Number of networks summed.
+    sG : ndarray (p,)
+        :math:`\\sum_m \\hat G_m` (stochastic metric).
+    sGG : ndarray (p, p)
+        :math:`\\sum_m \\hat G_m \\otimes \\hat G_m`.
+    sg : ndarray (p,)
+        :math:`\\sum_m O_m` with :math:`O_{m;ab} = n_\\ell^{-1}\\sum_i z_{i;a} z_{i;b}`.
+    sgg : ndarray (p, p)
+        :math:`\\sum_m O_m \\otimes O_m`.
+    sq : ndarray (p, p)
+        :math:`\\sum_m n_\\ell^{-1}\\sum_i z_{i;a} z_{i;b} z_{i;c} z_{i;d}` (same neuron).
+    """
+
+    count: int
+    sG: np.ndarray
+    sGG: np.ndarray
+    sg: np.ndarray
+    sgg: np.ndarray
+    sq: np.ndarray
+
+    @classmethod
+    def zeros(cls, p: int) -> "LayerSums":
+        return cls(0, np.zeros(p), np.zeros((p, p)), np.zeros(p), np.zeros((p, p)), np.zeros((p, p)))
+
+    def add(self, other: "LayerSums") -> None:
+        """In-place ``self += other``."""
+        self.count += other.count
+        self.sG += other.sG
+        self.sGG += other.sGG
+        self.sg += other.sg
+        self.sgg += other.sgg
+        self.sq += other.sq
+
+
+def _check_finite(arr: np.ndarray, layer: int, what: str) -> None:
+    if not np.isfinite(arr).all():
+        raise DomainError(
+            f"non-finite {what} at layer {layer} (overflow); reduce c_w/c_b, the depth or the "
+            "input scale, or use a bounded activation")
+
+
+def _layer_sums(z: np.ndarray, G_hat: np.ndarray, iu: np.ndarray, ju: np.ndarray) -> LayerSums:
+    """Per-chunk sums for one layer; ``z (m, N, n)``, ``G_hat (m, N, N)`` or ``(N, N)``."""
+    m, _, n = z.shape
+    p = iu.size
+    zt = np.ascontiguousarray(z.transpose(1, 0, 2))      # (N, m, n)
+    zp = np.empty((p, m, n))                             # (p, m, n): z_a z_b per neuron
+    start = 0
+    for a in range(zt.shape[0]):                         # row-major upper triangle = iu, ju
+        np.multiply(zt[a], zt[a:], out=zp[start:start + zt.shape[0] - a])
+        start += zt.shape[0] - a
+    gp = zp.mean(axis=2).T                               # (m, p): O_m packed
+    if G_hat.ndim == 2:
+        Gp1 = G_hat[iu, ju]
+        sG = m * Gp1
+        sGG = m * np.outer(Gp1, Gp1)
+    else:
+        Gp = G_hat[:, iu, ju]                            # (m, p)
+        sG = Gp.sum(axis=0)
+        sGG = Gp.T @ Gp
+    flat = zp.reshape(p, m * n)
+    sq = (flat @ flat.T) / n
+    return LayerSums(m, sG, sGG, gp.sum(axis=0), gp.T @ gp, sq)
+
+
+def _factor(G_hat: np.ndarray) -> np.ndarray:
+    """Square root ``A`` with ``A A^T = G_hat`` for a batch ``(..., N, N)`` of PSD matrices.
+
+    Symmetric eigendecomposition with negative (round-off) eigenvalues clipped to zero, so
+    singular and rank-deficient metrics are handled exactly.
+    """
+    sym = 0.5 * (G_hat + np.swapaxes(G_hat, -1, -2))
+    lam, U = np.linalg.eigh(sym)
+    return U * np.sqrt(np.clip(lam, 0.0, None))[..., None, :]
+
+
+def run_chunk(plan: Plan, rng: np.random.Generator, m: int
+              ) -> tuple[dict[int, LayerSums], dict[int, tuple[np.ndarray, np.ndarray]] | None]:
+    """Simulate ``m`` independent networks and accumulate the per-layer sums.
+
+    Parameters
+    ----------
+    plan : Plan
+    rng : numpy.random.Generator
+        Source of every random draw of this chunk.
+    m : int
+        Number of networks.
+
+    Returns
+    -------
+    sums : dict int -> LayerSums
+        For every layer in ``plan.layers``.
+    samples : dict int -> (z (m, N_D, n_l), G_hat (m, N_D, N_D)) or None
+        Raw samples if ``plan.keep``.
+
+    Raises
+    ------
+    DomainError
+        If preactivations or activations overflow to non-finite values (names the layer).
+    """
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        return _run_chunk(plan, rng, m)
+
+
+def _run_chunk(plan: Plan, rng: np.random.Generator, m: int):
+    widths, X = plan.widths, plan.X
+    N = X.shape[0]
+    iu, ju, _ = pair_index(N)
+    sums: dict[int, LayerSums] = {}
+    samples: dict[int, tuple[np.ndarray, np.ndarray]] | None = {} if plan.keep else None
+
+    # one reusable weight buffer per chunk (avoids page faults of fresh large allocations)
+    wbuf = (np.empty(m * max(widths[k - 1] * widths[k] for k in range(2, plan.last + 1)))
+            if plan.method == "weights" and plan.last >= 2 else None)
+
+    # ---- layer 1 (exactly Gaussian; G_hat^(1) = G^(1) is deterministic)
+    n0, n1 = widths[0], widths[1]
+    G_hat: np.ndarray = plan.G1
+    if plan.method == "weights":
+        W = rng.standard_normal((m, n0, n1))
+        W *= np.sqrt(plan.c_w[0] / n0)
+        z = np.matmul(X, W)                              # (m, N, n1)
+        if plan.c_b[0] > 0.0:
+            z += np.sqrt(plan.c_b[0]) * rng.standard_normal((m, 1, n1))
+    else:
+        A = _factor(plan.G1)
+        z = np.matmul(A, rng.standard_normal((m, N, n1)))
+    _check_finite(z, 1, "preactivations")
+
+    for layer in range(1, plan.last + 1):
+        if layer > 1:
+            n_prev, n_cur = widths[layer - 1], widths[layer]
+            cw, cb = plan.c_w[layer - 1], plan.c_b[layer - 1]
+            s = plan.sigma(z)
+            _check_finite(s, layer - 1, "activations")
+            G_hat = np.matmul(s, np.swapaxes(s, 1, 2))
+            G_hat *= cw / n_prev
+            G_hat += cb
+            _check_finite(G_hat, layer, "stochastic metric")
+            if plan.method == "weights":
+                W = wbuf[:m * n_prev * n_cur].reshape(m, n_prev, n_cur)
+                rng.standard_normal(out=W)               # W / sqrt(C_W / n_prev)
+                s = s * np.sqrt(cw / n_prev)            # scale the small factor, not W
+                z = np.matmul(s, W)                      # (m, N, n_cur)
+                if cb > 0.0:
+                    z += np.sqrt(cb) * rng.standard_normal((m, 1, n_cur))
+            else:
+                z = np.matmul(_factor(G_hat), rng.standard_normal((m, N, n_cur)))
+            del s
+            _check_finite(z, layer, "preactivations")
+        if layer in plan.layers:
+            sums[layer] = _layer_sums(z, G_hat, iu, ju)
+            if samples is not None:
+                Gk = np.broadcast_to(G_hat, (m, N, N)).copy()
+                samples[layer] = (z.copy(), Gk)
+    return sums, samples

@@ -1,0 +1,341 @@
+r"""Monte-Carlo ensembles of finite-width MLPs at initialization: the ground truth.
+
+:func:`simulate_ensemble` draws ``size`` independent networks of an :class:`~effth.arch.MLP`,
+evaluates them on ``N_D`` inputs and returns, for every requested layer
+:math:`\ell = 1..L`, estimates of
+
+* the mean metric :math:`G^{(\ell)}_{\alpha\beta} = \mathbb E[z_{i;\alpha} z_{i;\beta}]`, both
+  directly from the preactivations (``G``) and Rao–Blackwellized as
+  :math:`\mathbb E[\widehat G^{(\ell)}]` (``G_rb``);
+* the four-point vertex defined exactly by PDLT (4.76),
+  :math:`V^{(\ell)} = n_{\ell-1}\,\mathrm{Cov}(\widehat G^{(\ell)}, \widehat G^{(\ell)})`;
+* the connected four-point function of the preactivations, same neuron (``kappa4_same``) and two
+  distinct neurons (``kappa4_cross``), an independent cross-check of ``V`` through (4.77):
+  ``kappa4_cross`` :math:`\to V_{(\alpha_1\alpha_2)(\alpha_3\alpha_4)}/n_{\ell-1}` and
+  ``kappa4_same`` :math:`\to (V_{(12)(34)} + V_{(13)(24)} + V_{(14)(23)})/n_{\ell-1}`;
+* the covariance across networks of the neuron-averaged metric
+  :math:`\mathcal O_{\alpha\beta} = n_\ell^{-1}\sum_i z_{i;\alpha} z_{i;\beta}` (``O_cov``),
+
+each with a standard error from the independence of the networks (delete-one-group jackknife).
+
+This module is NumPy only and never imports effth's theory, algebra, numerics or codegen: it is
+what the theory is checked against.  See ``docs/simulation.md``.
+
+Examples
+--------
+>>> import numpy as np
+>>> from effth.arch import MLP
+>>> net = MLP("relu", depth=2, widths=8, c_w=2.0, c_b=0.0)
+>>> st = simulate_ensemble(net, np.ones((1, 1)), size=2000, seed=1)
+>>> st.G_rb[2].shape, st.V[2].shape
+((1, 1), (1, 1, 1, 1))
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from .._threads import blas_threads
+from ..arch import MLP
+from ..errors import DomainError
+from ._estimators import layer_estimates
+from ._kernels import LayerSums, Plan, pair_index, run_chunk
+
+__all__ = ["EnsembleStatistics", "simulate_ensemble", "ESTIMATORS"]
+
+#: Maximum number of jackknife groups (disjoint blocks of networks).
+MAX_GROUPS = 32
+#: Target number of float64 elements in the largest per-chunk temporary (~32 MB).
+_CHUNK_ELEMENTS = 1 << 22
+
+#: Description of the estimator behind every statistic field of :class:`EnsembleStatistics`.
+ESTIMATORS: Mapping[str, str] = MappingProxyType({
+    "G": "mean over networks and neurons of z_{i;a} z_{i;b} (unbiased for G^(l))",
+    "G_rb": "mean over networks of the stochastic metric G_hat^(l) computed from layer l-1 "
+            "(Rao-Blackwellized, unbiased, lower variance; exact constant for l = 1)",
+    "V": "n_{l-1} times the unbiased sample covariance over networks of G_hat^(l) (PDLT 4.76); "
+         "exactly 0 for l = 1",
+    "kappa4_same": "same-neuron connected 4-pt E[z_a z_b z_c z_d] - 3 pairings of G G: moment "
+                   "averaged over networks and neurons minus an unbiased estimate of G (x) G "
+                   "(G_rb products corrected by Cov(G_hat)/size); unbiased",
+    "kappa4_cross": "distinct-neuron connected 4-pt E[z_{i;a} z_{i;b} z_{j;c} z_{j;d}] - G_ab G_cd "
+                    "(i != j), averaged over all ordered neuron pairs and networks, minus the same "
+                    "unbiased G (x) G; unbiased; NaN if n_l < 2",
+    "O_cov": "unbiased sample covariance over networks of O_ab = (1/n_l) sum_i z_{i;a} z_{i;b}",
+})
+
+
+def _frozen(d: dict | None) -> Mapping | None:
+    return None if d is None else MappingProxyType(d)
+
+
+@dataclass(frozen=True)
+class EnsembleStatistics:
+    r"""Statistics of an ensemble of random networks, per layer.
+
+    Every statistic field is a read-only mapping ``layer -> ndarray`` over :attr:`layers`; its
+    ``*_err`` twin holds the standard errors (same shapes; NaN if ``size < 4``).  ``N = N_D``.
+    The estimator behind each field is described in :data:`ESTIMATORS` (also :attr:`estimators`).
+
+    Attributes
+    ----------
+    layers : tuple of int
+        Layers reported, increasing, in ``1..L``.
+    widths : tuple of int
+        ``(n_0, n_1, ..., n_L)``.
+    size : int
+        Number of independent networks.
+    method : str
+        ``"weights"`` or ``"conditional"``.
+    n_groups : int
+        Number of disjoint groups of networks used by the jackknife.
+    G, G_err : mapping int -> ndarray (N, N)
+        Mean metric :math:`G^{(\ell)}_{\alpha\beta}` estimated from the preactivations.
+    G_rb, G_rb_err : mapping int -> ndarray (N, N)
+        The same, Rao–Blackwellized: :math:`\mathbb E[\widehat G^{(\ell)}]`.
+    V, V_err : mapping int -> ndarray (N, N, N, N)
+        Four-point vertex ``V[l][a1, a2, a3, a4]`` :math:`= V^{(\ell)}_{(\alpha_1\alpha_2)(\alpha_3\alpha_4)}`
+        :math:`= n_{\ell-1}\mathrm{Cov}(\widehat G_{\alpha_1\alpha_2}, \widehat G_{\alpha_3\alpha_4})`;
+        exactly symmetric under the 8 pair symmetries.
+    kappa4_same, kappa4_same_err : mapping int -> ndarray (N, N, N, N)
+        Same-neuron connected four-point function (fully symmetric).
+    kappa4_cross, kappa4_cross_err : mapping int -> ndarray (N, N, N, N)
+        Distinct-neuron connected four-point function, ``[a1, a2, a3, a4]`` pairs neuron ``i``
+        with ``(a1, a2)`` and ``j != i`` with ``(a3, a4)``; NaN for a layer of width 1.
+    O_cov, O_cov_err : mapping int -> ndarray (N, N, N, N)
+        Covariance across networks of :math:`\mathcal O_{\alpha\beta}=n_\ell^{-1}\sum_i z_{i;\alpha}z_{i;\beta}`.
+    samples : mapping int -> ndarray (size, N, n_l) or None
+        Raw preactivations ``z[m, alpha, i]`` if ``keep_samples``.
+    G_hat_samples : mapping int -> ndarray (size, N, N) or None
+        Stochastic metrics of every network if ``keep_samples``.
+    estimators : mapping str -> str
+        :data:`ESTIMATORS`.
+    """
+
+    layers: tuple[int, ...]
+    widths: tuple[int, ...]
+    size: int
+    method: str
+    n_groups: int
+    G: Mapping[int, np.ndarray]
+    G_err: Mapping[int, np.ndarray]
+    G_rb: Mapping[int, np.ndarray]
+    G_rb_err: Mapping[int, np.ndarray]
+    V: Mapping[int, np.ndarray]
+    V_err: Mapping[int, np.ndarray]
+    kappa4_same: Mapping[int, np.ndarray]
+    kappa4_same_err: Mapping[int, np.ndarray]
+    kappa4_cross: Mapping[int, np.ndarray]
+    kappa4_cross_err: Mapping[int, np.ndarray]
+    O_cov: Mapping[int, np.ndarray]
+    O_cov_err: Mapping[int, np.ndarray]
+    samples: Mapping[int, np.ndarray] | None = None
+    G_hat_samples: Mapping[int, np.ndarray] | None = None
+    estimators: Mapping[str, str] = field(default_factory=lambda: ESTIMATORS, repr=False)
+
+    def V_from_cross(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        r"""Vertex from the distinct-neuron cumulant, :math:`n_{\ell-1}\,\kappa_4^{\rm cross}`.
+
+        Returns
+        -------
+        V, err : ndarray (N, N, N, N)
+            Independent estimate of :math:`V^{(\ell)}` (exact relation (4.77)) and its error.
+        """
+        n_prev = self.widths[layer - 1]
+        return n_prev * self.kappa4_cross[layer], n_prev * self.kappa4_cross_err[layer]
+
+
+def _n_workers() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        cores = os.cpu_count() or 1
+    env = os.environ.get("EFFTH_SIM_WORKERS")
+    if env is not None:
+        try:
+            return max(1, int(env))
+        except ValueError as exc:
+            raise DomainError(f"EFFTH_SIM_WORKERS must be a positive integer, got {env!r}") from exc
+    return max(1, min(cores, 8))
+
+
+def _validate(net: Any, X: Any, size: Any, method: str, layers: Iterable[int] | None,
+              batch: int | None) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]:
+    if not isinstance(net, MLP):
+        raise DomainError(f"net must be an effth.arch.MLP, got {type(net).__name__}")
+    if net.hidden_widths is None:
+        raise DomainError("the MLP has symbolic widths (widths=None); pass widths=... to simulate")
+    try:
+        Xa = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DomainError(f"X must be a real array of shape (N_D, n_0): {exc}") from None
+    if Xa.ndim != 2 or Xa.shape[0] < 1 or Xa.shape[1] < 1:
+        raise DomainError(f"X must be 2-D with shape (N_D, n_0), N_D, n_0 >= 1; got shape {Xa.shape}")
+    if not np.isfinite(Xa).all():
+        raise DomainError("X contains NaN or infinite entries")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2:
+        raise DomainError(f"size must be an int >= 2 (a covariance needs two networks), got {size!r}")
+    if method not in ("weights", "conditional"):
+        raise DomainError(f"method must be 'weights' or 'conditional', got {method!r}")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, (int, np.integer))
+                              or batch < 1):
+        raise DomainError(f"batch must be a positive int or None, got {batch!r}")
+    widths = net.layer_widths(Xa.shape[1])
+    if layers is None:
+        lay = tuple(range(1, net.depth + 1))
+    else:
+        try:
+            lay = tuple(sorted({int(k) for k in layers}))
+        except (TypeError, ValueError):
+            raise DomainError(f"layers must be an iterable of ints in 1..{net.depth}, got {layers!r}") from None
+        if not lay or lay[0] < 1 or lay[-1] > net.depth:
+            raise DomainError(f"layers must be non-empty, in 1..{net.depth}; got {layers!r}")
+    return Xa, widths, lay
+
+
+def _default_batch(widths: tuple[int, ...], last: int, N: int) -> int:
+    p = N * (N + 1) // 2
+    per_net = max(max(widths[k - 1] * widths[k] for k in range(1, last + 1)),
+                  max(p * widths[k] for k in range(1, last + 1)))
+    return max(1, _CHUNK_ELEMENTS // per_net)
+
+
+def _units(size: int, batch: int) -> tuple[int, list[tuple[int, int, int]]]:
+    """Split ``size`` networks into groups and chunks: ``(n_groups, [(group, start, m), ...])``."""
+    K = min(MAX_GROUPS, size // 2) if size >= 4 else 1
+    bounds = np.linspace(0, size, K + 1).round().astype(int)
+    units = []
+    for k in range(K):
+        g0, g1 = int(bounds[k]), int(bounds[k + 1])
+        nchunks = -(-(g1 - g0) // batch)
+        cb = np.linspace(g0, g1, nchunks + 1).round().astype(int)
+        units.extend((k, int(cb[j]), int(cb[j + 1] - cb[j])) for j in range(nchunks))
+    return K, units
+
+
+def simulate_ensemble(net: MLP, X: Any, *, size: int,
+                      seed: int | np.random.SeedSequence | np.random.Generator | None,
+                      batch: int | None = None, method: str = "weights",
+                      layers: Iterable[int] | None = None,
+                      keep_samples: bool = False) -> EnsembleStatistics:
+    r"""Simulate ``size`` independent random networks and estimate G, V and 4-pt cumulants.
+
+    Parameters
+    ----------
+    net : MLP
+        Architecture with numeric hidden widths; ``net.depth`` weight layers, activation
+        ``net.act``, per-layer ``c_w``, ``c_b``; output width ``net.n_out``.
+    X : array_like (N_D, n_0)
+        Inputs, one per row, finite.
+    size : int
+        Number of independent networks (>= 2; >= 4 for standard errors).
+    seed : int, SeedSequence, Generator or None
+        Every random draw comes from ``numpy.random.default_rng(seed)`` (a Generator is used
+        as is): one child generator per chunk (``Generator.spawn``), so results are exactly
+        reproducible for the same ``(seed, size, batch)`` whatever the number of threads.
+    batch : int, optional
+        Networks simulated at once (bounds memory: about ``batch * max(n_{l-1} n_l)`` floats
+        for the weights); default targets ~32 MB per temporary.
+    method : {"weights", "conditional"}
+        ``"weights"``: literal networks, ``W ~ N(0, C_W/n_{l-1})``, ``b ~ N(0, C_b)``, batched
+        matrix products.  ``"conditional"``: the exactly equivalent conditional sampling
+        ``z^(l)_i | z^(l-1) ~ N(0, G_hat^(l))`` i.i.d. over neurons, through a clipped
+        eigen-factorization of ``G_hat`` (singular metrics allowed); much cheaper when
+        ``N_D << n``.
+    layers : iterable of int, optional
+        Layers in ``1..L`` to report (default all); the pass runs up to the deepest one.
+    keep_samples : bool
+        Also return the raw preactivations and stochastic metrics (memory:
+        ``size * N_D * (n_l + N_D)`` floats per layer).
+
+    Returns
+    -------
+    EnsembleStatistics
+
+    Raises
+    ------
+    DomainError
+        Bad input (``X`` not 2-D or non-finite, symbolic widths, ``size < 2``, unknown method,
+        bad layers or batch), or preactivations/activations overflowing to non-finite values
+        (the message names the layer).
+
+    Notes
+    -----
+    Standard errors: the networks are split into ``K = min(32, size // 2)`` disjoint groups and
+    every estimator is recomputed with one group left out (delete-one-group jackknife); this
+    handles the nonlinear estimators (covariances, cumulants) without a delta-method formula.
+    Work is spread over ``$EFFTH_SIM_WORKERS`` threads (default: available cores, at most 8),
+    each with BLAS limited by :func:`effth._threads.blas_threads`.
+    """
+    Xa, widths, lay = _validate(net, X, size, method, layers, batch)
+    size = int(size)
+    N, n0 = Xa.shape
+    last = lay[-1]
+    c_w = tuple(net.c_w_at(k) for k in range(1, net.depth + 1))
+    c_b = tuple(net.c_b_at(k) for k in range(1, net.depth + 1))
+    G1 = c_b[0] + c_w[0] * (Xa @ Xa.T) / n0
+    sigma = net.act.numpy(0)
+    plan = Plan(widths=widths, c_w=c_w, c_b=c_b, sigma=sigma, X=Xa, G1=G1, last=last,
+                layers=frozenset(lay), method=method, keep=bool(keep_samples))
+    bsz = int(batch) if batch is not None else _default_batch(widths, last, N)
+    K, units = _units(size, bsz)
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    children = _spawn(rng, len(units))
+
+    p = N * (N + 1) // 2
+    group_sums = [{k: LayerSums.zeros(p) for k in lay} for _ in range(K)]
+    kept = ({k: (np.empty((size, N, widths[k])), np.empty((size, N, N))) for k in lay}
+            if keep_samples else None)
+
+    def work(i: int):
+        _, _, m = units[i]
+        return run_chunk(plan, children[i], m)
+
+    workers = min(_n_workers(), len(units))
+    with blas_threads(1):
+        if workers > 1:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                results = pool.map(work, range(len(units)))
+                _collect(results, units, group_sums, kept)
+        else:
+            _collect(map(work, range(len(units))), units, group_sums, kept)
+
+    _, _, pid = pair_index(N)
+    out: dict[str, dict[int, np.ndarray]] = {}
+    for k in lay:
+        est, err = layer_estimates([g[k] for g in group_sums], n_prev=widths[k - 1],
+                                   n_cur=widths[k], first=(k == 1), pid=pid)
+        for name, val in est.items():
+            out.setdefault(name, {})[k] = val
+            out.setdefault(name + "_err", {})[k] = err[name]
+    return EnsembleStatistics(
+        layers=lay, widths=widths, size=size, method=method, n_groups=K,
+        **{name: MappingProxyType(d) for name, d in out.items()},
+        samples=_frozen({k: v[0] for k, v in kept.items()}) if kept else None,
+        G_hat_samples=_frozen({k: v[1] for k, v in kept.items()}) if kept else None,
+    )
+
+
+def _spawn(rng: np.random.Generator, count: int) -> list[np.random.Generator]:
+    """``count`` independent child generators, deterministic given ``rng``'s state."""
+    if hasattr(rng, "spawn"):                          # numpy >= 1.25
+        return rng.spawn(count)
+    root = np.random.SeedSequence(int(rng.integers(2**63)))  # pragma: no cover - old numpy
+    return [np.random.Generator(type(rng.bit_generator)(s)) for s in root.spawn(count)]
+
+
+def _collect(results, units, group_sums, kept) -> None:
+    """Add chunk results (in unit order, hence deterministically) into their groups."""
+    for (group, start, m), (sums, samples) in zip(units, results):
+        for k, s in sums.items():
+            group_sums[group][k].add(s)
+        if kept is not None and samples is not None:
+            for k, (z, Gh) in samples.items():
+                kept[k][0][start:start + m] = z
+                kept[k][1][start:start + m] = Gh
