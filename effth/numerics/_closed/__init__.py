@@ -1,0 +1,1 @@
+"""Implementation of :mod:`effth.numerics.closed_forms` (Isserlis moments, orthant moments, family planners)."""

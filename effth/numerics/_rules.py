@@ -1,0 +1,104 @@
+"""One-dimensional quadrature rules and integrand evaluation (private helpers)."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any, Sequence
+
+import numpy as np
+from scipy.special import roots_hermitenorm, roots_legendre
+
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+@lru_cache(maxsize=128)
+def gauss_hermite(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights for E[f(x)], x ~ N(0, 1) (exact for deg <= 2n-1)."""
+    if n == 1:
+        return np.zeros(1), np.ones(1)
+    x, w = roots_hermitenorm(n)
+    w = w / w.sum()
+    return x, w
+
+
+@lru_cache(maxsize=256)
+def trapezoid(h: float, X: float) -> tuple[np.ndarray, np.ndarray]:
+    """Truncated trapezoidal rule for E[f(x)], x ~ N(0, 1): nodes i*h, |i*h| <= X."""
+    m = int(math.floor(X / h))
+    x = h * np.arange(-m, m + 1, dtype=np.float64)
+    w = h * INV_SQRT_2PI * np.exp(-0.5 * x * x)
+    return x, w
+
+
+@lru_cache(maxsize=64)
+def gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes/weights on [-1, 1]."""
+    t, w = roots_legendre(n)
+    return t, w
+
+
+def log_inv_tol(rtol: float) -> float:
+    """L = ln(1/rtol) + ln 10 (one digit of margin)."""
+    return math.log(1.0 / max(rtol, 1e-16)) + math.log(10.0)
+
+
+def truncation(rtol: float, growth: int) -> float:
+    """Half-width X in standard-normal units with X^growth phi(X) <~ rtol/10."""
+    L = log_inv_tol(rtol) + 2.0
+    X = math.sqrt(2.0 * L)
+    for _ in range(8):
+        X = math.sqrt(2.0 * (L + max(growth - 1, 0) * math.log(max(X, 1.0))))
+    return X + 0.25
+
+
+def group_factors(factors: Sequence[tuple], k: int) -> list[list[tuple[str, int]]]:
+    """[(kind, order), ...] per slot."""
+    out: list[list[tuple[str, int]]] = [[] for _ in range(k)]
+    for s, kind, order in factors:
+        out[s].append((kind, order))
+    return out
+
+
+def eval_product(by_slot: list, activation: Any, z: Sequence) -> np.ndarray:
+    """Product of the (regular) factors; z[s] is the (broadcastable) array of slot s."""
+    out: np.ndarray | None = None
+    for s, facs in enumerate(by_slot):
+        if not facs:
+            continue
+        zs = z[s]
+        for kind, order in facs:
+            if kind == "z":
+                if order == 0:
+                    continue
+                v = zs ** order
+            else:
+                v = activation.numpy(order)(zs)
+            out = v if out is None else out * v
+    if out is None:
+        shapes = [np.shape(v) for v in z if v is not None]
+        return np.ones(np.broadcast_shapes(*shapes) if shapes else ())
+    return out
+
+
+def factor_degrees(factors: Sequence[tuple], activation: Any) -> tuple[int | None, int, int]:
+    """(polynomial degree or None, growth degree, number of non-polynomial sigma factors)."""
+    poly_deg: int | None = 0
+    growth = 0
+    m = 0
+    pdeg = activation.polynomial_degree if activation is not None else None
+    linear_growth = activation is not None and activation.family in (
+        "piecewise_linear", "softplus", "swish", "gelu", "user")
+    for _, kind, order in factors:
+        if kind == "z":
+            poly_deg = None if poly_deg is None else poly_deg + order
+            growth += order
+        elif pdeg is not None:
+            d = max(pdeg - order, 0)
+            poly_deg = None if poly_deg is None else poly_deg + d
+            growth += d
+        else:
+            poly_deg = None
+            m += 1
+            growth += 1 if (linear_growth and order == 0) else 0
+    return poly_deg, growth, m

@@ -1,0 +1,130 @@
+"""Dispatcher: distributional (Dirac) parts, method selection, closed-form fallback."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from effth.activations import get_activation
+from effth.errors import ClosedFormUnavailableWarning, DomainError, NotDerivedError
+from effth.numerics import gaussian_expectation
+
+K2 = np.array([[1.3, 0.5], [0.5, 0.9]])
+
+
+def _phi(x, var):
+    return math.exp(-0.5 * x * x / var) / math.sqrt(2 * math.pi * var)
+
+
+@pytest.mark.parametrize("method", ["quadrature", "auto"])
+def test_relu_second_derivative_is_delta(method):
+    # <sigma''(z1) sigma(z2)> = <delta(z1) relu(z2)> = phi_K11(0) sqrt(Kc / 2 pi)
+    Kc = K2[1, 1] - K2[0, 1] ** 2 / K2[0, 0]
+    ref = _phi(0, K2[0, 0]) * math.sqrt(Kc / (2 * math.pi))
+    v = gaussian_expectation([(0, "sigma", 2), (1, "sigma", 0)], K2, "relu", method=method)
+    assert float(v) == pytest.approx(ref, rel=1e-12)
+
+
+def test_relu_third_derivative_is_delta_prime():
+    # <delta'(z1) relu(z2)> = -d/dc [phi(c) E(relu(z2)|z1=c)]_{c=0} = -phi(0) (K12/K11) P(z2>0|z1=0)
+    ref = -_phi(0, K2[0, 0]) * (K2[0, 1] / K2[0, 0]) * 0.5
+    v = gaussian_expectation([(0, "sigma", 3), (1, "sigma", 0)], K2, "relu", method="quadrature")
+    assert float(v) == pytest.approx(ref, rel=1e-12)
+    # one slot with a mean: E[delta'(z)] = -(mu/K) phi_K(mu);  E[delta'(z) z] = -phi_K(mu)
+    mu, K = 0.4, 0.7
+    v1 = gaussian_expectation([(0, "sigma", 3)], [[K]], "relu", mean=[mu])
+    assert float(v1) == pytest.approx(-mu / K * _phi(mu, K), rel=1e-12)
+    v2 = gaussian_expectation([(0, "sigma", 3), (0, "z", 1)], [[K]], "relu", mean=[mu])
+    assert float(v2) == pytest.approx(-_phi(mu, K), rel=1e-12)
+
+
+def test_step_first_derivative():
+    # <Theta'(z1) Theta(z2)> = phi_K11(0) P(z2 > 0 | z1 = 0) = phi_K11(0) / 2
+    v = gaussian_expectation([(0, "sigma", 1), (1, "sigma", 0)], K2, "step", method="quadrature")
+    assert float(v) == pytest.approx(0.5 * _phi(0, K2[0, 0]), rel=1e-12)
+    v = gaussian_expectation([(0, "sigma", 1), (1, "sigma", 1)], K2, "step")
+    Kc = np.linalg.det(K2)
+    assert float(v) == pytest.approx(1 / (2 * math.pi * math.sqrt(Kc)), rel=1e-12)
+
+
+def test_abs_and_sign_deltas_with_mean():
+    mu = np.array([0.3, -0.2])
+    v = gaussian_expectation([(0, "sigma", 2)], [[0.8]], "abs", mean=mu[:1])
+    assert float(v) == pytest.approx(2 * _phi(0.3, 0.8), rel=1e-12)
+    v = gaussian_expectation([(0, "sigma", 1), (1, "z", 1)], K2, "sign", mean=mu)
+    cond_mean = mu[1] + K2[0, 1] / K2[0, 0] * (0 - mu[0])
+    assert float(v) == pytest.approx(2 * _phi(-mu[0], K2[0, 0]) * cond_mean, rel=1e-12)
+
+
+def test_stein_with_kinks():
+    # <z1 relu(z1) relu(z2)> = K11 <relu'(z1) relu(z2)> + K12 <relu(z1) relu'(z2)>  (Theta parts; delta terms vanish)
+    lhs = gaussian_expectation([(0, "z", 1), (0, "sigma", 0), (1, "sigma", 0)], K2, "relu", method="quadrature")
+    rhs = (K2[0, 0] * gaussian_expectation([(0, "sigma", 1), (1, "sigma", 0)], K2, "relu", method="quadrature")
+           + K2[0, 1] * gaussian_expectation([(0, "sigma", 0), (1, "sigma", 1)], K2, "relu", method="quadrature"))
+    assert float(lhs) == pytest.approx(float(rhs), rel=1e-11)
+    # <z1 relu'(z1) relu(z2)> = K11 <relu''(z1) relu(z2)> + K12 <relu'(z1) relu'(z2)>, relu'' = delta
+    lhs = gaussian_expectation([(0, "z", 1), (0, "sigma", 1), (1, "sigma", 0)], K2, "relu", method="quadrature")
+    rhs = (K2[0, 0] * gaussian_expectation([(0, "sigma", 2), (1, "sigma", 0)], K2, "relu", method="quadrature")
+           + K2[0, 1] * gaussian_expectation([(0, "sigma", 1), (1, "sigma", 1)], K2, "relu", method="quadrature"))
+    assert float(lhs) == pytest.approx(float(rhs), rel=1e-11)
+
+
+def test_delta_prime_stein_three_slots():
+    K = np.array([[1.0, 0.3, -0.2], [0.3, 0.8, 0.25], [-0.2, 0.25, 1.1]])
+    # <z2 relu''(z0) relu(z1)> = K20 <relu'''(z0) relu(z1)> + K21 <relu''(z0) relu'(z1)>
+    lhs = gaussian_expectation([(0, "sigma", 2), (1, "sigma", 0), (2, "z", 1)], K, "relu", method="quadrature")
+    rhs = (K[2, 0] * gaussian_expectation([(0, "sigma", 3), (1, "sigma", 0)], K[:2, :2], "relu", method="quadrature")
+           + K[2, 1] * gaussian_expectation([(0, "sigma", 2), (1, "sigma", 1)], K[:2, :2], "relu",
+                                            method="quadrature"))
+    assert float(lhs) == pytest.approx(float(rhs), rel=1e-11)
+
+
+def test_not_derived_cases():
+    with pytest.raises(NotDerivedError, match="same sample"):
+        gaussian_expectation([(0, "sigma", 2), (0, "sigma", 2)], [[1.0]], "relu")
+    with pytest.raises(NotDerivedError, match="order > 1"):
+        gaussian_expectation([(0, "sigma", 4), (1, "sigma", 0)], K2, "relu")
+    with pytest.raises(NotDerivedError):
+        gaussian_expectation([(0, "sigma", 3), (1, "sigma", 3)], K2, "relu")
+    with pytest.raises(NotDerivedError, match="jumps"):
+        gaussian_expectation([(0, "sigma", 2), (0, "sigma", 1)], [[1.0]], "relu")
+    with pytest.raises(DomainError, match="non-degenerate"):
+        gaussian_expectation([(0, "sigma", 2), (1, "sigma", 2)], np.ones((2, 2)), "relu")
+
+
+def test_smooth_activations_have_no_delta_terms():
+    v = gaussian_expectation([(0, "sigma", 2), (1, "sigma", 0)], K2, "tanh", method="quadrature")
+    w = gaussian_expectation([(0, "sigma", 2), (1, "sigma", 0)], K2, "tanh", method="auto")
+    assert float(v) == pytest.approx(float(w), rel=1e-10)
+
+
+def test_auto_matches_quadrature_and_closed_warns():
+    F = [(0, "sigma", 0), (1, "sigma", 0)]
+    for name in ["relu", "erf", "sin", "tanh", "gelu", "step"]:
+        a = gaussian_expectation(F, K2, name)
+        q = gaussian_expectation(F, K2, name, method="quadrature")
+        assert float(a) == pytest.approx(float(q), rel=1e-10), name
+    with pytest.warns(ClosedFormUnavailableWarning, match="used quadrature"):
+        v = gaussian_expectation(F, K2, "softplus", method="closed")
+    assert np.isfinite(v)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gaussian_expectation(F, K2, "softplus")          # auto: silent fallback
+
+
+def test_activation_object_and_no_sigma():
+    act = get_activation("leaky_relu", slope=0.2)
+    v = gaussian_expectation([(0, "sigma", 0), (0, "sigma", 0)], [[2.0]], act)
+    assert float(v) == pytest.approx((1 + 0.04) / 2 * 2.0, rel=1e-12)
+    v = gaussian_expectation([(0, "z", 2), (1, "z", 2)], K2, None)
+    assert float(v) == pytest.approx(K2[0, 0] * K2[1, 1] + 2 * K2[0, 1] ** 2, rel=1e-14)
+
+
+def test_return_error_shapes():
+    K = np.stack([K2, 2 * K2])
+    v, e = gaussian_expectation([(0, "sigma", 2), (1, "sigma", 0)], K, "relu", method="quadrature",
+                                return_error=True)
+    assert v.shape == e.shape == (2,) and np.all(e >= 0) and np.all(e < 1e-9)

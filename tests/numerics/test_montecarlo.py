@@ -1,0 +1,58 @@
+"""Monte-Carlo backend: reproducibility, explicit RNG, agreement within standard errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from effth.activations import get_activation
+from effth.errors import DomainError
+from effth.numerics import gaussian_expectation
+from effth.numerics.montecarlo import mc_expectation
+
+K2 = np.array([[1.0, 0.4], [0.4, 0.8]])
+
+
+@pytest.mark.mc
+@pytest.mark.parametrize("name", ["tanh", "relu", "gelu"])
+def test_mc_agrees_with_quadrature(name):
+    F = [(0, "sigma", 0), (1, "sigma", 0), (1, "z", 2)]
+    q = gaussian_expectation(F, K2, name, method="quadrature")
+    v, se = gaussian_expectation(F, K2, name, method="mc", rng=11, n_samples=100_000, return_error=True)
+    assert 0 < float(se) < 0.01
+    assert abs(float(v) - float(q)) < 5 * float(se)
+
+
+@pytest.mark.mc
+def test_mc_delta_terms_conditioned_exactly():
+    # relu'' = delta: conditioning is exact, MC only on the remaining factor
+    F = [(0, "sigma", 2), (1, "sigma", 0)]
+    q = gaussian_expectation(F, K2, "relu", method="quadrature")
+    v, se = gaussian_expectation(F, K2, "relu", method="mc", rng=5, n_samples=50_000, return_error=True)
+    assert abs(float(v) - float(q)) < 5 * float(se)
+
+
+def test_reproducible_and_no_global_state():
+    F = [(0, "sigma", 0), (0, "sigma", 0)]
+    np.random.seed(123)
+    before = np.random.random()
+    np.random.seed(123)
+    a = gaussian_expectation(F, [[1.0]], "tanh", method="mc", n_samples=2000)
+    b = gaussian_expectation(F, [[1.0]], "tanh", method="mc", n_samples=2000, rng=0)
+    c = gaussian_expectation(F, [[1.0]], "tanh", method="mc", n_samples=2000, rng=np.random.default_rng(0))
+    d = gaussian_expectation(F, [[1.0]], "tanh", method="mc", n_samples=2000, rng=1)
+    assert np.random.random() == before          # global state untouched
+    assert a == b == c and a != d
+
+
+def test_antithetic_exact_for_odd_and_batch():
+    # odd integrands are exactly zero with antithetic pairs
+    v, se = mc_expectation([(0, "sigma", 0)], np.array([[1.0]]), get_activation("tanh"), rng=0,
+                           n_samples=1000, return_error=True)
+    assert float(v) == 0.0 and float(se) == 0.0
+    K = np.stack([K2, 0.5 * K2, np.ones((2, 2))])
+    v = mc_expectation([(0, "z", 1), (1, "z", 1)], K, None, rng=2, n_samples=20_000)
+    assert v.shape == (3,)
+    np.testing.assert_allclose(v, K[:, 0, 1], atol=0.05)
+    with pytest.raises(DomainError):
+        mc_expectation([(0, "z", 1)], np.eye(1), None, n_samples=1)
