@@ -22,8 +22,11 @@ Available closed forms (see ``docs/closed_forms.md`` for the full table):
   derivative factors absorbed into the covariance, then the orthant machinery; available
   whenever at most three Heaviside-bearing factors (erf; gelu, gelu') appear.
 
-Zero-variance convention: a Heaviside factor evaluated on a zero-variance variable counts
-as :math:`\Theta(0)=1/2` (the limit :math:`K_{ss}\to0^+`).
+Zero-variance convention: internally a Heaviside factor evaluated on a zero-variance variable
+counts as :math:`\Theta(0)=1/2` (the limit :math:`K_{ss}\to0^+`).  The dispatcher
+(:func:`effth.numerics.gaussian_expectation`) does not call these closed forms for such
+batches: at exactly zero variance the expectation is the point-mass value
+:math:`\sigma(0)` (PDLT (2.9): :math:`\Theta(0)=1`), which quadrature evaluates.
 """
 
 from __future__ import annotations

@@ -64,10 +64,31 @@ class _Backend:
                               return_error=True)
 
 
+def _jump_on_point_mass(act: Any, factors: tuple, K: np.ndarray) -> bool:
+    """Whether a factor whose regular part jumps at 0 sits on a slot of exactly zero variance.
+
+    There z = 0 almost surely and the expectation is the activation's value at the kink
+    (PDLT (2.9): Theta(0) = 1), not the K -> 0+ limit (1/2) that the orthant closed forms
+    give; such batches go to quadrature, which evaluates the point mass.
+    """
+    if not getattr(act, "kinks", ()) or 0.0 not in act.kinks:
+        return False
+    diag = np.diagonal(K, axis1=-2, axis2=-1)
+    for s, kind, order in factors:
+        if kind != "sigma" or not np.any(diag[..., s] == 0.0):
+            continue
+        for c, jumps in act.jumps(max_order=max(order, 1)):
+            if c == 0.0 and order < len(jumps) and jumps[order] != 0:
+                return True
+    return False
+
+
 def _try_closed(act: Any, factors: tuple, K: np.ndarray) -> np.ndarray | None:
     try:
         from .closed_forms import closed_form
     except ImportError:
+        return None
+    if _jump_on_point_mass(act, factors, K):
         return None
     res = closed_form(act, list(factors), K)
     if res is None:

@@ -128,3 +128,17 @@ def test_return_error_shapes():
     v, e = gaussian_expectation([(0, "sigma", 2), (1, "sigma", 0)], K, "relu", method="quadrature",
                                 return_error=True)
     assert v.shape == e.shape == (2,) and np.all(e >= 0) and np.all(e < 1e-9)
+
+
+@pytest.mark.parametrize("act,order,value", [("step", 0, 1.0), ("sign", 0, 1.0), ("relu", 1, 1.0),
+                                             ("abs", 1, 1.0), ("relu", 0, 0.0)])
+def test_point_mass_value_is_the_same_for_every_method(act, order, value):
+    """At exactly zero variance z = 0 a.s.: every method returns sigma^(a)(0) (PDLT (2.9))."""
+    for method in ("auto", "closed", "quadrature", "mc"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ClosedFormUnavailableWarning)
+            got = gaussian_expectation([(0, "sigma", order)], [[0.0]], act, method=method, rng=0)
+        assert float(got) == value, (method, got)
+    # two slots, one degenerate: <Theta(z1) Theta(z2)> with z2 = 0 is <Theta(z1)> * 1
+    K = np.array([[1.0, 0.0], [0.0, 0.0]])
+    assert float(gaussian_expectation([(0, "sigma", 0), (1, "sigma", 0)], K, "step")) == pytest.approx(0.5, abs=1e-12)
