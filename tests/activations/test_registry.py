@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import numpy as np
@@ -50,7 +52,7 @@ def test_aliases_and_identity():
     assert get_activation("leaky_relu", slope=0.1) != get_activation("leaky_relu", slope=0.2)
     assert get_activation("leaky_relu", slope=0.1) == get_activation("leaky_relu", slope=0.1)
     assert len({get_activation("tanh"), get_activation("tanh"), get_activation("sin")}) == 2
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         a.name = "x"  # frozen
 
 
