@@ -46,6 +46,9 @@ def validate_covariance(K: Any, k: int | None = None) -> np.ndarray:
     >>> validate_covariance([[1.0, 0.5], [0.5, 1.0]]).shape
     (2, 2)
     """
+    if np.iscomplexobj(K):
+        raise DomainError("covariance must be real; got a complex array (a Gaussian covariance of "
+                          "real preactivations is real symmetric)")
     try:
         K = np.array(K, dtype=np.float64)
     except (TypeError, ValueError) as exc:

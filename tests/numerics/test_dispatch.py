@@ -142,3 +142,21 @@ def test_point_mass_value_is_the_same_for_every_method(act, order, value):
     # two slots, one degenerate: <Theta(z1) Theta(z2)> with z2 = 0 is <Theta(z1)> * 1
     K = np.array([[1.0, 0.0], [0.0, 0.0]])
     assert float(gaussian_expectation([(0, "sigma", 0), (1, "sigma", 0)], K, "step")) == pytest.approx(0.5, abs=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-150, 1e-8, 1e8, 1e150, 1e200])
+def test_piecewise_linear_is_homogeneous_at_extreme_scales(scale):
+    """<sigma sigma>_{lambda K} = lambda <sigma sigma>_K for ReLU/leaky ReLU: no overflow, no silent
+    change of correlation (K ~ 1e200 once turned an uncorrelated pair into a duplicated one)."""
+    pair = [(0, "sigma", 0), (1, "sigma", 0)]
+    for r in (0.0, 0.3, -0.7, 1.0):
+        K = np.array([[1.0, r], [r, 2.0 if r == 0.0 else 1.0]])
+        for act in ("relu", "leaky_relu"):
+            base = float(gaussian_expectation(pair, K, act))
+            got = float(gaussian_expectation(pair, K * scale, act))
+            assert got == pytest.approx(base * scale, rel=1e-13), (act, r, scale)
+
+
+def test_complex_kernel_is_rejected():
+    with pytest.raises(DomainError, match="real"):
+        gaussian_expectation([(0, "sigma", 0)], [[1.0 + 1.0j]], "tanh")

@@ -42,11 +42,15 @@ def _angle(s11: np.ndarray, s12: np.ndarray, s22: np.ndarray) -> np.ndarray:
     zero given the rounding of the entries) is set to zero, so that duplicated samples give the
     exact :math:`\rho=\pm1` limit rather than an :math:`O(\sqrt{\epsilon})` error.
     """
-    prod = s11 * s22
-    det = prod - s12 * s12
-    det = np.where(det <= 8 * np.finfo(float).eps * prod, 0.0, det)
-    psi = np.arctan2(np.sqrt(det), -s12)
-    return np.where((s11 > 0) & (s22 > 0), psi, 0.5 * np.pi)
+    # Work with the correlation, never with s11*s22: the product overflows for large kernels
+    # (K ~ 1e200 silently turned an uncorrelated pair into a duplicated one).
+    ok = (s11 > 0) & (s22 > 0)
+    scale = np.sqrt(np.where(ok, s11, 1.0)) * np.sqrt(np.where(ok, s22, 1.0))
+    rho = np.clip(np.where(ok, s12, 0.0) / scale, -1.0, 1.0)
+    det = (1.0 - rho) * (1.0 + rho)
+    det = np.where(det <= 8 * np.finfo(float).eps, 0.0, det)
+    psi = np.arctan2(np.sqrt(det), -rho)
+    return np.where(ok, psi, 0.5 * np.pi)
 
 
 def _sincos_integrals(x: np.ndarray):
