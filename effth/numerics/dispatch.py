@@ -112,14 +112,19 @@ def _condition(K: np.ndarray, mean: np.ndarray | None, S: list[int], c: np.ndarr
     KSS = K[:, S][:, :, S]
     mu = np.zeros((B, k)) if mean is None else mean
     dc = c[None, :] - mu[:, S]
-    eig = np.linalg.eigvalsh(KSS)
-    scale = np.maximum(np.max(np.abs(np.diagonal(K, axis1=1, axis2=2)), axis=1), np.finfo(float).tiny)
-    if np.any(eig[:, 0] <= 1e-13 * scale):
-        b = int(np.argmin(eig[:, 0] / scale))
+    # Degeneracy is judged on the correlation matrix of K[S,S], so slots of very different scales
+    # (variance 1e-8 next to 1e8) are not mistaken for duplicated ones.
+    dS = np.sqrt(np.clip(np.diagonal(KSS, axis1=1, axis2=2), 0.0, None))
+    dSz = np.where(dS > 0.0, dS, 1.0)
+    eig = np.linalg.eigvalsh(KSS / (dSz[:, :, None] * dSz[:, None, :]))
+    bad = (eig[:, 0] <= 1e-13) | np.any(dS == 0.0, axis=1)
+    if np.any(bad):
+        b = int(np.argmax(bad))
         raise DomainError(
             f"Dirac delta(s) on slot(s) {S} need a non-degenerate marginal covariance, but batch entry {b} "
-            f"has minimum eigenvalue {float(eig[b, 0]):.3g} of K[S,S] (zero variance or duplicated samples): "
-            "the product of deltas is not a function there; merge duplicated samples first")
+            f"has a zero variance or a correlation matrix of K[S,S] with minimum eigenvalue "
+            f"{float(eig[b, 0]):.3g} (duplicated samples): the product of deltas is not a function "
+            "there; merge duplicated samples first")
     a = np.linalg.solve(KSS, dc[..., None])[..., 0]                         # (B,|S|)
     logdet = np.linalg.slogdet(KSS)[1]
     p = np.exp(-0.5 * np.sum(dc * a, axis=1) - 0.5 * logdet - 0.5 * len(S) * math.log(2 * math.pi))

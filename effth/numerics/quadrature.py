@@ -166,11 +166,12 @@ def _tensor_sum(rules: list, which: int, A: np.ndarray, mean: np.ndarray | None,
 def _smooth(factors: Sequence, K: np.ndarray, mean: np.ndarray | None, activation: Any, rtol: float,
             max_nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     B, k = K.shape[0], K.shape[-1]
-    w, V = np.linalg.eigh(K)
+    d, R = _correlation(K)
+    w, V = np.linalg.eigh(R)
     w, V = w[:, ::-1], V[:, :, ::-1]
     wmax = np.maximum(w[:, :1], 0.0)
     w = np.where(w > _EIG_DROP * wmax, w, 0.0)
-    A = V * np.sqrt(w)[:, None, :]
+    A = d[:, :, None] * (V * np.sqrt(w)[:, None, :])
     by_slot = group_factors(factors, k)
     sig_slots = np.array([any(kd == "sigma" for kd, _ in fs) for fs in by_slot])
     used = np.array([any(not (kd == "z" and o == 0) for kd, o in fs) for fs in by_slot])
@@ -213,6 +214,19 @@ def _smooth(factors: Sequence, K: np.ndarray, mean: np.ndarray | None, activatio
     return value, err, nodes, absval
 
 
+def _correlation(K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-slot standard deviations d (B, k) and the correlation matrix R (B, k, k).
+
+    Rank decisions (dropped eigenvalues, dead pivots) are made on R, so they do not depend on
+    how different the slots' scales are: K = diag(1e-8, 1e8) with correlation 0.25 once lost
+    its small direction relative to lambda_max.  Zero-variance slots get a zero row in R.
+    """
+    d = np.sqrt(np.clip(np.diagonal(K, axis1=-2, axis2=-1), 0.0, None))
+    dz = np.where(d > 0.0, d, 1.0)
+    R = K / (dz[:, :, None] * dz[:, None, :])
+    return d, R
+
+
 # ------------------------------------------------------- piecewise-smooth path
 def _pivoted_cholesky(K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """z = A u with A (B, k, r<=k) columns from pivoted Cholesky; returns (A, level per slot)."""
@@ -244,8 +258,25 @@ def _pivoted_cholesky(K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return A, level
 
 
+def _grading_depth(A_R: np.ndarray, level: np.ndarray) -> int:
+    """Decades of geometric grading needed at split points for nearly singular kernels.
+
+    A slot introduced at level j >= 1 has conditional standard deviation (in correlation units)
+    equal to its own entry in column j.  After the inner integrals, the outer integrand has a
+    feature of that width at the split point; Gauss-Legendre on [0, X] resolves widths down to
+    about 1e-2, so finer ones get sub-intervals at distances X*10^-m, m = 1..M.
+    """
+    B, k, r = A_R.shape
+    widths = [np.abs(A_R[:, :, j])[level == j] for j in range(1, r)]
+    widths = [w[w > 0.0] for w in widths if w.size]
+    if not widths or not any(w.size for w in widths):
+        return 0
+    smallest = float(min(w.min() for w in widths if w.size))
+    return int(np.clip(np.ceil(np.log10(1e-2 / smallest)), 0, 10))
+
+
 def _nested(A: np.ndarray, level: np.ndarray, mean: np.ndarray | None, by_slot: list, activation: Any,
-            kink_slots: np.ndarray, n_gl: int, X: float) -> tuple[np.ndarray, np.ndarray, int]:
+            kink_slots: np.ndarray, n_gl: int, X: float, grade: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
     B, k = A.shape[0], A.shape[1]
     kinks = np.asarray(activation.kinks, dtype=np.float64) if activation is not None else np.zeros(0)
     r = int(np.max(level)) + 1 if level.size else 0
@@ -271,6 +302,11 @@ def _nested(A: np.ndarray, level: np.ndarray, mean: np.ndarray | None, by_slot: 
             sp = np.where(ends[:, None, :, None], sp, np.inf).reshape(zpart.shape[0], zpart.shape[1], -1)
             sp = np.sort(sp, axis=-1)[..., :nsplit]
             sp = np.clip(sp, -X, X)
+            if grade:
+                offs = X * 10.0 ** -np.arange(1, grade + 1)
+                offs = np.concatenate([-offs, offs])
+                graded = (sp[..., :, None] + offs).reshape(sp.shape[:2] + (-1,))
+                sp = np.sort(np.clip(np.concatenate([sp, graded], axis=-1), -X, X), axis=-1)
         else:
             sp = np.zeros(zpart.shape[:2] + (1,))
         edges = np.concatenate([np.full(sp.shape[:2] + (1,), -X), sp, np.full(sp.shape[:2] + (1,), X)], axis=-1)
@@ -309,7 +345,10 @@ def _nested(A: np.ndarray, level: np.ndarray, mean: np.ndarray | None, by_slot: 
 def _kinked(factors: Sequence, K: np.ndarray, mean: np.ndarray | None, activation: Any, rtol: float,
             max_nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     B, k = K.shape[0], K.shape[-1]
-    A, level = _pivoted_cholesky(K)
+    d, R = _correlation(K)
+    A_R, level = _pivoted_cholesky(R)
+    A = d[:, :, None] * A_R
+    grade = _grading_depth(A_R, level)
     by_slot = group_factors(factors, k)
     kink_slots = np.array([any(kd == "sigma" for kd, _ in fs) for fs in by_slot])
     _, growth, _ = factor_degrees(factors, activation)
@@ -331,9 +370,10 @@ def _kinked(factors: Sequence, K: np.ndarray, mean: np.ndarray | None, activatio
             break
         first = False
         mean_t = None if mean is None else mean[todo]
-        fine, absf, nf = _nested(A[todo], level[todo], mean_t, by_slot, activation, kink_slots, n, X)
+        fine, absf, nf = _nested(A[todo], level[todo], mean_t, by_slot, activation, kink_slots, n, X,
+                                 grade)
         coarse, _, _ = _nested(A[todo], level[todo], mean_t, by_slot, activation, kink_slots,
-                               max(2, int(round(n / _COARSE))), X)
+                               max(2, int(round(n / _COARSE))), X, grade)
         e = _extrapolated_error(fine, coarse, absf)
         value[todo], err[todo], nodes[todo], absval[todo] = fine, e, nf, absf
         ok = _accept(fine, e, absf, rtol)

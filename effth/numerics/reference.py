@@ -50,6 +50,10 @@ def _mp_pivoted_cholesky(K: Any, k: int, tol: Any) -> tuple[list, int]:
     return A, r
 
 
+_MP_DEGREE_START = 6   # mpmath Gauss-Legendre degree m uses 3*2**(m-1) nodes per interval
+_MP_DEGREE_MAX = 10
+
+
 def _one(factors: Sequence, K: np.ndarray, mean: np.ndarray | None, act: Any, dps: int) -> tuple:
     k = K.shape[-1]
     with mpmath.workdps(dps):
@@ -88,6 +92,9 @@ def _one(factors: Sequence, K: np.ndarray, mean: np.ndarray | None, act: Any, dp
             pts = sorted(p for p in pts if -T < p < T)
             return [-T] + pts + [T]
 
+        target = mpmath.mpf(10) ** (-(dps - 8))
+        worst = [mpmath.mpf(0)]  # largest relative error estimate of any quad call
+
         def nest(j: int, us: list) -> Any:
             if j == r:
                 return mpmath.mpf(1)
@@ -95,10 +102,24 @@ def _one(factors: Sequence, K: np.ndarray, mean: np.ndarray | None, act: Any, dp
             def g(u: Any) -> Any:
                 uu = us + [u]
                 return norm * mpmath.exp(-u * u / 2) * prod_level(j, uu) * nest(j + 1, uu)
-            return mpmath.quad(g, breaks(j, us), method="gauss-legendre")
+
+            pts = breaks(j, us)
+            # mpmath.quad returns its best value silently when it does not converge: check its
+            # error estimate and raise the degree (each step doubles the nodes) until it does.
+            for degree in range(_MP_DEGREE_START, _MP_DEGREE_MAX + 1):
+                v, e = mpmath.quad(g, pts, method="gauss-legendre", error=True, maxdegree=degree)
+                rel = e / max(abs(v), target)
+                if rel <= target:
+                    break
+            else:
+                raise ConvergenceError(
+                    f"mpmath reference did not converge: relative error estimate {float(rel):.2g} "
+                    f"at Gauss-Legendre degree {_MP_DEGREE_MAX} (target {float(target):.1g}); lower dps")
+            worst[0] = max(worst[0], rel)
+            return v
 
         val = prod_level(-1, []) * nest(0, [])
-        return val, mpmath.mpf(10) ** (-(dps - 5)) * abs(val)
+        return val, max(worst[0], mpmath.mpf(10) ** (-(dps - 5))) * abs(val)
 
 
 def _gh_cholesky(factors: Sequence, K: np.ndarray, mean: np.ndarray | None, act: Any,

@@ -253,3 +253,25 @@ def test_loose_rtol_uses_fewer_nodes():
     v1, _, n1 = quadrature_expectation(F, K, act, rtol=1e-6, return_info=True)
     v2, _, n2 = quadrature_expectation(F, K, act, rtol=1e-12, return_info=True)
     assert n1 < n2 and abs(v1 - v2) <= 1e-6 * abs(v2)
+
+
+def test_anisotropic_kernel_keeps_its_small_direction():
+    """Slot scales 1e-8 and 1e8 with correlation 0.25: rank decisions are made on the correlation
+    matrix (once the small eigenvalue was dropped relative to lambda_max: ReLU gave 0.125)."""
+    K = np.array([[1e-8, 0.25], [0.25, 1e8]])
+    for factors in ([(0, "sigma", 0), (1, "sigma", 0)], [(0, "sigma", 1), (1, "sigma", 1)]):
+        for act in ("relu", "step"):
+            q = float(gaussian_expectation(factors, K, act, method="quadrature"))
+            c = float(gaussian_expectation(factors, K, act, method="closed"))
+            assert q == pytest.approx(c, rel=1e-10), (act, factors)
+
+
+@pytest.mark.parametrize("eps", [1e-6, 1e-9, 1e-12])
+def test_nearly_duplicated_inputs_with_kinks(eps):
+    """rho = 1 - eps: the orthant probability has infinite slope at rho = 1, so a missed inner
+    feature of width sqrt(eps) once cost 2e-7; graded sub-intervals resolve it."""
+    K = np.array([[1.0, 1.0 - eps], [1.0 - eps, 1.0]])
+    for factors in ([(0, "sigma", 1), (1, "sigma", 1)], [(0, "sigma", 0), (1, "sigma", 0)]):
+        q = float(gaussian_expectation(factors, K, "relu", method="quadrature"))
+        c = float(gaussian_expectation(factors, K, "relu", method="closed"))
+        assert abs(q - c) < 1e-10, (eps, factors, q, c)
