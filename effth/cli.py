@@ -29,6 +29,9 @@ import sympy as sp
 __all__ = ["main", "build_parser"]
 
 DERIVE_TARGETS = {
+    "K": "kernel recursion K^{(l+1)} from the forward equation (PDLT (4.118))",
+    "V": "four-point vertex recursion V^{(l+1)} to O(1/n) (PDLT (4.119); Edgeworth form)",
+    "G1": "NLO-metric recursion G^{{1}(l+1)} (PDLT (4.115); Edgeworth form)",
     "connected-four-point": "connected four-point function at first order in the quartic coupling "
     "(PDLT (1.78) for ch1, (4.48) for ch4)",
     "two-point": "two-point function with its first-order correction (PDLT (1.74) / (4.47))",
@@ -55,6 +58,16 @@ def _derive(args: argparse.Namespace, out) -> int:
 
     t0 = time.perf_counter()
     target = args.target
+    if target in ("K", "V", "G1"):
+        from .theories.pdlt import derive_initialization
+
+        rec = derive_initialization(target, form=args.form)
+        elapsed = time.perf_counter() - t0
+        print(rec.latex() if args.format == "latex" else sp.sstr(rec.expr), file=out)
+        print(f"% {rec.provenance}", file=out)
+        if args.timing:
+            print(f"% derived in {elapsed:.3f} s", file=out)
+        return 0
     if target in ("connected-four-point", "two-point", "partition-function"):
         action = QuarticAction(args.convention)
         npts = 4 if target == "connected-four-point" else 2
@@ -182,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="coupling order (actions; default 1), number of variables (cumulant/moment; "
                    "default 4) or m (c2m; default 2)")
     d.add_argument("--parity-even", action="store_true", help="drop odd moments/cumulants")
+    d.add_argument("--form", choices=("edgeworth", "book"), default="edgeworth",
+                   help="K/V/G1: derivative atoms (no inverse kernel) or the book's K^-1 form")
     d.add_argument("--format", choices=("latex", "text"), default="latex")
     d.add_argument("--timing", action="store_true", help="print the derivation time")
 

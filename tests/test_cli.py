@@ -85,3 +85,11 @@ def test_console_script_runs_as_subprocess():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert r"\frac{2}{n}" in proc.stdout
+
+
+def test_derive_vertex_recursion_prints_book_symbols():
+    code, text = run("derive", "V")
+    assert code == 0
+    assert r"{V^{(\ell + 1)}_{(\alpha_{1}\alpha_{2})(\alpha_{3}\alpha_{4})}}" in text
+    assert r"\left\langle \sigma_{\alpha_{1}} \sigma_{\alpha_{2}} \sigma_{\alpha_{3}} \sigma_{\alpha_{4}} \right\rangle_{K^{(\ell)}}" in text
+    assert r"\frac{n_{\ell}}{n_{\ell-1}}" in text and "PDLT (4.119)" in text
