@@ -15,7 +15,7 @@ PSD_RTOL = 1e-10
 
 
 def _where(idx: tuple) -> str:
-    return f"batch entry {idx}" if idx else "the covariance"
+    return f" at batch entry {idx}" if idx else ""
 
 
 def validate_covariance(K: Any, k: int | None = None) -> np.ndarray:
@@ -73,7 +73,7 @@ def validate_covariance(K: Any, k: int | None = None) -> np.ndarray:
     rel = np.max(asym / scale, axis=(-1, -2))
     if np.any(rel > SYM_RTOL):
         idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(rel)), rel.shape))
-        raise DomainError(f"covariance is not symmetric at {_where(idx)}: relative asymmetry "
+        raise DomainError(f"covariance is not symmetric{_where(idx)}: relative asymmetry "
                           f"{float(rel[idx]):.3g} > {SYM_RTOL:g}; pass (K + K.T)/2 if this is round-off")
     K = 0.5 * (K + np.swapaxes(K, -1, -2))
     eig = np.linalg.eigvalsh(K)
@@ -82,7 +82,7 @@ def validate_covariance(K: Any, k: int | None = None) -> np.ndarray:
     if np.any(lam_min < tol):
         viol = lam_min - tol
         idx = tuple(int(i) for i in np.unravel_index(int(np.argmin(viol)), viol.shape))
-        raise DomainError(f"covariance is not positive semi-definite at {_where(idx)}: minimum "
+        raise DomainError(f"covariance is not positive semi-definite{_where(idx)}: minimum "
                           f"eigenvalue {float(lam_min[idx]):.6g} (tolerance {float(tol[idx]):.3g}); "
                           "a covariance must be PSD — check the kernel recursion or clip negative "
                           "eigenvalues (V diag(max(w, 0)) V^T)")
