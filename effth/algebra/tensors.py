@@ -73,6 +73,7 @@ __all__ = [
     "canonicalize_dummies",
     "expand_sample_sums",
     "tensor_components",
+    "sample_position",
 ]
 
 _key = sp.default_sort_key
@@ -188,19 +189,24 @@ class SampleTensor(sp.Expr):
 
         ``samples`` maps sample labels to array positions (default: labels are 0-based ints).
         """
-        pos = [_position(i, samples) for i in self.indices]
+        pos = [sample_position(i, samples) for i in self.indices]
         return np.asarray(array)[(Ellipsis, *pos)]
 
 
-def _position(label, samples):
+def sample_position(label, samples=None) -> int:
+    """Array position of a sample label: the label itself if it is a non-negative integer and
+    ``samples`` is None, else its index in ``samples``; DomainError otherwise."""
     if samples is None:
-        if not getattr(label, "is_Integer", False):
-            raise DomainError(f"sample label {label} is not an integer; pass `samples`")
+        if not (getattr(label, "is_Integer", False) and int(label) >= 0):
+            raise DomainError(
+                f"sample label {label} is not a non-negative integer; pass samples=[...] mapping "
+                "labels to array positions"
+            )
         return int(label)
     try:
         return list(samples).index(label)
     except ValueError:
-        raise DomainError(f"sample label {label} is not among samples={list(samples)}") from None
+        raise DomainError(f"sample label {label} is not in samples={list(samples)}") from None
 
 
 class Kernel(SampleTensor):

@@ -43,7 +43,13 @@ import sympy as sp
 
 from effth.algebra.expectation import GaussianExpectation, atoms_of, expand_expectations
 from effth.algebra.indices import LayerSymbol
-from effth.algebra.tensors import KernelMatrix, SampleSum, SampleTensor, expand_sample_sums
+from effth.algebra.tensors import (
+    KernelMatrix,
+    SampleSum,
+    SampleTensor,
+    expand_sample_sums,
+    sample_position,
+)
 from effth.errors import DomainError, NotDerivedError
 
 __all__ = [
@@ -168,20 +174,6 @@ def _normalize_inputs(inputs) -> list[_Input]:
     return out
 
 
-def _position(label, samples) -> int:
-    if samples is None:
-        if not (getattr(label, "is_Integer", False) and int(label) >= 0):
-            raise DomainError(
-                f"sample label {label} is not a non-negative integer; pass samples=[...] mapping "
-                "labels to array positions"
-            )
-        return int(label)
-    try:
-        return samples.index(label)
-    except ValueError:
-        raise DomainError(f"sample label {label} is not in samples={list(samples)}") from None
-
-
 def _flatten_outputs(expr) -> tuple[list[sp.Expr], tuple[int, ...] | None]:
     """A scalar expression or a matrix (sympy Matrix / nested list) as a flat list + shape."""
     if isinstance(expr, (sp.MatrixBase, list, tuple)) or (
@@ -267,7 +259,7 @@ class CompiledStep:
             if self.inputs[k].rank != 2:
                 raise DomainError(f"atom {a}: the covariance input {self.inputs[k].argname} must be rank 2")
             slots, factors = a.to_numeric()
-            atoms.append(_AtomPlan(a, k, tuple(_position(s, samples) for s in slots), factors))
+            atoms.append(_AtomPlan(a, k, tuple(sample_position(s, samples) for s in slots), factors))
         if atoms and self.activation is None:
             raise DomainError("the expression contains Gaussian-expectation atoms; pass activation=...")
         atom_syms = [sp.Symbol(f"E{j}", real=True) for j in range(len(atoms))]
@@ -283,7 +275,7 @@ class CompiledStep:
                     f"component {c} has no input array; inputs are "
                     f"{[i.describe() for i in self.inputs]}"
                 )
-            pos = tuple(_position(x, samples) for x in c.indices)
+            pos = tuple(sample_position(x, samples) for x in c.indices)
             comp_plans.append(_ComponentPlan(c, k, pos))
             comp_syms.append(sp.Symbol(f"{self.inputs[k].argname}_{'_'.join(map(str, pos))}", real=True))
         exprs = [e.xreplace(dict(zip(comps, comp_syms))) for e in exprs]

@@ -151,15 +151,15 @@ def test_expand_linearity():
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("exps", [(6,), (4, 2), (3, 3, 2), (1, 1, 1, 1, 2), (5, 3), (2, 2, 2, 2)])
 def test_isserlis_multiplicity_form_equals_pairings(exps):
-    """The multiplicity form used for many slots agrees with explicit enumerate_pairings."""
-    from effth.algebra.expectation._isserlis import _isserlis_terms
+    """The multiplicity form (one term per distinct monomial) agrees with explicit pairings."""
+    from effth.algebra.wick.isserlis import isserlis_terms
     from effth.algebra.wick.pairings import enumerate_pairings
 
     slots = [i for i, p in enumerate(exps) for _ in range(p)]
     by_pairing = sp.Add(*[sp.Mul(*[Kernel(slots[a], slots[b]) for a, b in pairing])
                           for pairing in enumerate_pairings(range(len(slots)))])
-    by_mult = sp.Add(*[c * sp.Mul(*[Kernel(i, j) ** m for (i, j), m in mult])
-                       for c, mult in _isserlis_terms(exps)])
+    by_mult = sp.Add(*[c * sp.Mul(*[Kernel(i, j) ** m for i, j, m in mult])
+                       for c, mult in isserlis_terms(exps)])
     assert sp.expand(by_pairing - by_mult) == 0
     assert wick(GaussianExpectation(sp.Mul(*[z(i) ** p for i, p in enumerate(exps)]), K0)) == by_mult
 

@@ -5,16 +5,14 @@ See :mod:`effth.algebra.expectation` for the conventions.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import sympy as sp
 
 from effth.algebra.tensors import KernelMatrix
-from effth.algebra.wick.pairings import enumerate_pairings
 from effth.errors import DomainError, NotDerivedError
 
-from ._isserlis import _PAIRING_LIMIT, _isserlis_terms
+from ..wick.isserlis import isserlis_terms
 from .variables import (
     ActivationFactor,
     GaussianVariable,
@@ -159,23 +157,9 @@ class GaussianExpectation(sp.Expr):
         n = [exps[a] for a in labels]
         if sum(n) % 2:
             return sp.S.Zero
-        if sum(n) <= _PAIRING_LIMIT:
-            # few slots: enumerate the (2m-1)!! pairings and merge equal terms
-            slots = [i for i, p in enumerate(n) for _ in range(p)]
-            counts: Counter = Counter()
-            for pairing in enumerate_pairings(range(len(slots))):
-                counts[tuple(sorted(tuple(sorted((slots[i], slots[j]))) for i, j in pairing))] += 1
-            entry = {}
-            for t in counts:
-                for i, j in t:
-                    if (i, j) not in entry:
-                        entry[i, j] = self.kernel.entry(labels[i], labels[j])
-            terms = [c * sp.Mul(*[entry[ij] for ij in t]) for t, c in counts.items()]
-        else:
-            # many slots: multiplicity form of Isserlis' theorem (no (2m-1)!! enumeration)
-            entry = {(i, j): self.kernel.entry(labels[i], labels[j])
-                     for i in range(len(labels)) for j in range(i, len(labels))}
-            terms = [c * sp.Mul(*[entry[ij] ** m for ij, m in mult]) for c, mult in _isserlis_terms(tuple(n))]
+        # multiplicity form of Isserlis' theorem: each distinct term once, with its pairing count
+        terms = [c * sp.Mul(*[self.kernel.entry(labels[i], labels[j]) ** m for i, j, m in mult])
+                 for c, mult in isserlis_terms(tuple(n))]
         return sp.Add(*terms)
 
     # -- Stein -------------------------------------------------------------------------------

@@ -19,12 +19,14 @@ from .graph import (
     structure_generators,
     wick_classes,
 )
+from .isserlis import isserlis_terms
 from .pairings import count_pairings, double_factorial, enumerate_pairings
 
 __all__ = [
     "count_pairings",
     "double_factorial",
     "enumerate_pairings",
+    "isserlis_terms",
     "Slot",
     "WickGraph",
     "WickClass",

@@ -13,6 +13,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from ...algebra.wick.isserlis import isserlis_terms
+
 __all__ = [
     "wick_terms",
     "gaussian_moment",
@@ -27,58 +29,17 @@ Poly = dict
 
 @lru_cache(maxsize=4096)
 def wick_terms(n: tuple[int, ...]) -> tuple[tuple[float, tuple[tuple[int, int, int], ...]], ...]:
-    r"""Terms of :math:`\mathbb E[\prod_i z_i^{n_i}]` for :math:`z\sim\mathcal N(0,K)`.
+    r"""Terms of :math:`\mathbb E[\prod_i z_i^{n_i}]` for :math:`z\sim\mathcal N(0,K)`, float coefficients.
 
-    Uses the multiplicity form of Isserlis' theorem,
-
-    .. math::
-        \mathbb E\Big[\prod_i z_i^{n_i}\Big] = \prod_i n_i!\sum_{m}
-        \prod_i \frac{(K_{ii}/2)^{m_{ii}}}{m_{ii}!}\prod_{i<j}\frac{K_{ij}^{m_{ij}}}{m_{ij}!},
-
-    the sum running over symmetric non-negative integer matrices :math:`m` with
-    :math:`2m_{ii}+\sum_{j\ne i}m_{ij}=n_i` (Isserlis 1918; Wick 1950).
+    The exact generator is :func:`effth.algebra.wick.isserlis.isserlis_terms` (multiplicity form
+    of Isserlis' theorem); its integer pairing counts become floats here.
 
     Returns
     -------
     tuple
         ``((coefficient, ((i, j, m_ij), ...)), ...)`` with ``i <= j`` and ``m_ij > 0``.
     """
-    k = len(n)
-    if sum(n) % 2:
-        return ()
-    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
-    pref = math.prod(math.factorial(x) for x in n)
-    out: list = []
-
-    def rec(idx: int, rem: list[int], chosen: list[tuple[int, int, int]]) -> None:
-        if idx == len(pairs):
-            if any(r % 2 for r in rem):
-                return
-            coef = float(pref)
-            entries = list(chosen)
-            for i, r in enumerate(rem):
-                if r:
-                    mii = r // 2
-                    coef /= (2.0**mii) * math.factorial(mii)
-                    entries.append((i, i, mii))
-            for (i, j, m) in chosen:
-                coef /= math.factorial(m)
-            out.append((coef, tuple(entries)))
-            return
-        i, j = pairs[idx]
-        for m in range(min(rem[i], rem[j]) + 1):
-            rem[i] -= m
-            rem[j] -= m
-            if m:
-                chosen.append((i, j, m))
-            rec(idx + 1, rem, chosen)
-            if m:
-                chosen.pop()
-            rem[i] += m
-            rem[j] += m
-
-    rec(0, list(n), [])
-    return tuple(out)
+    return tuple((float(c), entries) for c, entries in isserlis_terms(tuple(int(x) for x in n)))
 
 
 def gaussian_moment(n: tuple[int, ...], K: np.ndarray) -> np.ndarray:
