@@ -8,7 +8,6 @@ from typing import Any, Callable
 
 import numpy as np
 import sympy as sp
-from numpy.polynomial import hermite as _H
 from numpy.polynomial import hermite_e as _HE
 from numpy.polynomial import polynomial as _P
 from scipy import special as _sps
