@@ -1,11 +1,13 @@
-"""Ground-truth Monte-Carlo simulation of finite-width networks at initialization.
+"""Ground-truth simulation of finite-width networks: ensembles at initialization and training.
 
 NumPy only: this package never imports effth's theory, algebra, numerics or codegen modules,
-so that the theory can be checked against it.  See :func:`simulate_ensemble`.
+so that the theory can be checked against it.  See :func:`simulate_ensemble` (initialization)
+and :func:`simulate_training` (full-batch gradient descent in the DMFT parameterization).
 """
 
 from __future__ import annotations
 
 from .ensemble import ESTIMATORS, EnsembleStatistics, simulate_ensemble
+from .training import TrainingRun, simulate_training
 
-__all__ = ["simulate_ensemble", "EnsembleStatistics", "ESTIMATORS"]
+__all__ = ["simulate_ensemble", "EnsembleStatistics", "ESTIMATORS", "simulate_training", "TrainingRun"]

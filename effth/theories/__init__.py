@@ -1,1 +1,2 @@
-"""Theories built on the algebra: ``pdlt`` (Roberts & Yaida, the book's effective theory)."""
+"""Theories built on the algebra: ``pdlt`` (Roberts & Yaida, the book's effective theory) and
+``dmft`` (Bordelon & Pehlevan, dynamical mean-field theory of feature learning)."""

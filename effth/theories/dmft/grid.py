@@ -1,0 +1,148 @@
+"""Discrete time grid, training data and input validation for the DMFT solvers.
+
+The DMFT of Bordelon & Pehlevan (seed 000) is solved on the grid of full-batch gradient
+descent, ``t_i = i * eta`` for ``i = 0 .. steps-1`` (seed App. M, eq. (132); spec §3.2): sums over
+earlier times are left-Riemann sums and are *exactly* the infinite-width limit of GD with parameter
+learning rate ``eta * gamma0**2 * N``.  Arrays over (time, sample) are flattened time-major,
+index ``i * P + mu``.
+
+Test points ride along as extra samples with error signal ``Delta = 0`` (spec §2.4): they enter
+every kernel but never drive the dynamics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import DomainError
+
+__all__ = ["TimeGrid", "TrainingData", "prepare_data", "causal_mask"]
+
+
+@dataclass(frozen=True)
+class TimeGrid:
+    """Uniform grid ``t_i = i * eta``, ``i = 0 .. steps-1`` of full-batch gradient descent.
+
+    Parameters
+    ----------
+    eta : float
+        Step size (per-step time increment; the network's parameter learning rate is
+        ``eta * gamma0**2 * N``, spec §1.2).
+    steps : int
+        Number of grid points ``T`` (``T - 1`` GD updates).
+    """
+
+    eta: float
+    steps: int
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.eta) and self.eta > 0):
+            raise DomainError(f"step size eta={self.eta!r} must be a positive finite number")
+        if int(self.steps) != self.steps or self.steps < 1:
+            raise DomainError(f"steps={self.steps!r} must be a positive integer")
+
+    @property
+    def times(self) -> np.ndarray:
+        """The grid ``(steps,)``: ``t_i = i * eta``."""
+        return self.eta * np.arange(self.steps)
+
+
+def causal_mask(steps: int, strict: bool = True) -> np.ndarray:
+    """Boolean ``(steps, steps)`` mask of ``j < i`` (``strict``) or ``j <= i`` (spec §3.2)."""
+    return np.tril(np.ones((steps, steps), dtype=bool), k=-1 if strict else 0)
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """Input kernel and targets, with optional test points appended after the training points.
+
+    Attributes
+    ----------
+    kx : ndarray, shape (P + Q, P + Q)
+        Input Gram matrix ``K^x = x_mu . x_alpha / D`` (seed eq. (18), ``Phi^0``), training points
+        first, then the ``Q`` test points.
+    y : ndarray, shape (P,)
+        Training targets (loss ``1/2 sum_mu (f_mu - y_mu)^2``, spec §1.3).
+    n_train : int
+        ``P``.
+    """
+
+    kx: np.ndarray
+    y: np.ndarray
+    n_train: int
+
+    @property
+    def n_all(self) -> int:
+        """``P + Q``: number of training plus test points."""
+        return self.kx.shape[0]
+
+    def pad(self, delta: np.ndarray) -> np.ndarray:
+        """Extend a training-point array ``(..., P)`` by zeros for the test points."""
+        out = np.zeros(delta.shape[:-1] + (self.n_all,))
+        out[..., : self.n_train] = delta
+        return out
+
+
+def _check_kernel(kx: np.ndarray, name: str) -> np.ndarray:
+    if kx.ndim != 2 or kx.shape[0] != kx.shape[1]:
+        raise DomainError(f"{name} must be a square matrix, got shape {kx.shape}")
+    if not np.all(np.isfinite(kx)):
+        raise DomainError(f"{name} has non-finite entries")
+    scale = max(1.0, float(np.max(np.abs(kx))))
+    if np.max(np.abs(kx - kx.T)) > 1e-10 * scale:
+        raise DomainError(f"{name} is not symmetric (max asymmetry {np.max(np.abs(kx - kx.T)):.3g})")
+    lam_min = float(np.linalg.eigvalsh(0.5 * (kx + kx.T))[0])
+    if lam_min < -1e-10 * scale:
+        raise DomainError(
+            f"{name} is not positive semi-definite (smallest eigenvalue {lam_min:.3g}); "
+            "pass inputs X or a Gram matrix X X^T / D")
+    return 0.5 * (kx + kx.T)
+
+
+def prepare_data(X=None, y=None, *, X_test=None, kernel=None) -> TrainingData:
+    """Validate the training data and build the input kernel ``K^x`` (train, then test points).
+
+    Parameters
+    ----------
+    X : array_like, shape (P, D), optional
+        Training inputs; ``K^x = X X^T / D`` (seed eq. (1), first layer ``W^0 x / sqrt(D)``).
+    y : array_like, shape (P,)
+        Training targets.
+    X_test : array_like, shape (Q, D), optional
+        Test inputs (not trained on).
+    kernel : array_like, shape (P + Q, P + Q), optional
+        The Gram matrix itself instead of ``X`` (and ``X_test``); must be symmetric PSD.
+
+    Raises
+    ------
+    DomainError
+        Mismatched shapes, non-finite values, or a kernel that is not symmetric PSD.
+    """
+    if y is None:
+        raise DomainError("targets y are required")
+    y = np.asarray(y, dtype=float)
+    if y.ndim != 1 or y.size == 0 or not np.all(np.isfinite(y)):
+        raise DomainError(f"y must be a finite 1-D array of targets, got shape {y.shape}")
+    if kernel is not None:
+        if X is not None or X_test is not None:
+            raise DomainError("pass either inputs X (and X_test) or kernel, not both")
+        kx = _check_kernel(np.asarray(kernel, dtype=float), "kernel")
+        if kx.shape[0] < y.size:
+            raise DomainError(f"kernel has {kx.shape[0]} points but y has {y.size} targets")
+        return TrainingData(kx, y, y.size)
+    if X is None:
+        raise DomainError("pass inputs X or a kernel")
+    X = np.asarray(X, dtype=float)
+    if X.ndim != 2 or X.shape[0] != y.size:
+        raise DomainError(f"X must have shape (P, D) with P = len(y) = {y.size}, got {X.shape}")
+    if X_test is not None:
+        X_test = np.asarray(X_test, dtype=float)
+        if X_test.ndim != 2 or X_test.shape[1] != X.shape[1]:
+            raise DomainError(f"X_test must have shape (Q, {X.shape[1]}), got {X_test.shape}")
+        X = np.vstack([X, X_test])
+    if not np.all(np.isfinite(X)):
+        raise DomainError("inputs contain non-finite values")
+    kx = _check_kernel(X @ X.T / X.shape[1], "K^x")
+    return TrainingData(kx, y, y.size)

@@ -1,0 +1,84 @@
+"""Ground truth: finite-width networks trained by GD in the seed's parameterization."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import numpy as np
+import pytest
+
+from effth.errors import DomainError
+from effth.simulation.training import simulate_training
+
+KX = np.array([[1.0, 0.5], [0.5, 1.0]])
+X = np.linalg.cholesky(2 * KX)
+Y = np.array([1.0, -0.5])
+
+
+def test_imports_no_theory():
+    src = (pathlib.Path(__file__).parents[2] / "effth" / "simulation" / "training.py").read_text()
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.ImportFrom):
+            assert "theories" not in (node.module or "") and node.module != "effth.numerics"
+        if isinstance(node, ast.Import):
+            assert all(not a.name.startswith("effth") for a in node.names)
+
+
+@pytest.mark.parametrize("activation,depth", [("tanh", 2), ("linear", 3), ("relu", 1)])
+def test_mup_equals_mean_field_exactly(activation, depth):
+    """Spec §1.7: the muP parameterization with learning rate eta gamma0^2 gives the same
+    trajectories as the seed's (learning rate eta gamma0^2 N), at any finite N."""
+    kw = dict(depth=depth, width=64, gamma0=1.3, eta=0.05, steps=15, activation=activation,
+              seeds=(3,))
+    a = simulate_training(X, Y, parameterization="mean_field", **kw)
+    b = simulate_training(X, Y, parameterization="mup", **kw)
+    for name in ("f", "phi", "g", "ntk"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), atol=1e-10, rtol=1e-10)
+
+
+def test_shapes_and_kernel_structure():
+    r = simulate_training(X, Y, X_test=[[0.2, 0.3]], depth=2, width=50, gamma0=1.0, eta=0.1,
+                          steps=5, activation="tanh", seeds=(0, 1))
+    S, L, T, n = 2, 2, 5, 3
+    assert r.f.shape == (S, T, n) and r.phi.shape == (S, L, T, n, T, n) and r.ntk.shape == (S, T, n, n)
+    M = r.phi.reshape(S, L, T * n, T * n)
+    np.testing.assert_allclose(M, np.swapaxes(M, -1, -2), atol=1e-12)
+    assert np.linalg.eigvalsh(M).min() > -1e-10
+    np.testing.assert_allclose(r.f[:, 0], 0.0)                      # centred outputs
+    np.testing.assert_allclose(r.loss[:, 0], 0.5 * np.sum(Y ** 2))
+    assert r.mean("f").shape == (T, n) and r.stderr("f").shape == (T, n)
+
+
+def test_first_step_is_ntk_step_to_order_eta_squared():
+    """Exact finite-N identity: f(t_1) - f(t_0) = eta K(t_0) Delta_0 + O(eta^2)."""
+    errs = []
+    for eta in (0.02, 0.01):
+        r = simulate_training(X, Y, depth=2, width=80, gamma0=1.0, eta=eta, steps=2,
+                              activation="tanh", seeds=(7,))
+        step = r.f[0, 1] - r.f[0, 0]
+        errs.append(np.max(np.abs(step - eta * r.ntk[0, 0] @ Y)))
+    assert errs[0] < 1e-2 and 3.5 < errs[0] / errs[1] < 4.5
+
+
+def test_lazy_limit_small_gamma0():
+    """gamma0 -> 0: the NTK stays at its initial value and outputs follow its Euler map;
+    the initial NTK of a wide linear net is (L+1) K^x."""
+    r = simulate_training(X, Y, depth=2, width=2000, gamma0=1e-3, eta=0.1, steps=10,
+                          activation="linear", seeds=(0,))
+    K = r.ntk[0]
+    assert np.max(np.abs(K - K[0])) < 1e-3
+    f = np.zeros((10, 2))
+    for i in range(9):
+        f[i + 1] = f[i] + 0.1 * K[0] @ (Y - f[i])
+    assert np.max(np.abs(r.f[0] - f)) < 1e-3
+    np.testing.assert_allclose(K[0], 3 * KX, atol=0.15)
+
+
+def test_bad_input():
+    with pytest.raises(DomainError):
+        simulate_training(X, Y, depth=1, width=10, gamma0=0.0, eta=0.1, steps=3)
+    with pytest.raises(DomainError):
+        simulate_training(X, Y, depth=1, width=10, gamma0=1.0, eta=0.1, steps=3, activation="foo")
+    with pytest.raises(DomainError):
+        simulate_training(X, Y[:1], depth=1, width=10, gamma0=1.0, eta=0.1, steps=3)
