@@ -72,7 +72,9 @@ from .errors import (
 from .numerics import gaussian_expectation, validate_covariance
 from .numerics.closed_forms import has_closed_form
 from .printing import init_printing, latex
-from .simulation import EnsembleStatistics, simulate_ensemble
+from .simulation import EnsembleStatistics, TrainingRun, simulate_ensemble, simulate_training
+from .theories import dmft, pdlt
+from .theories.pdlt import Flow, derive_initialization, flow
 
 __all__ = [
     "__version__",
@@ -92,7 +94,8 @@ __all__ = [
     "partition_function",
     "GaussianExpectation", "z", "sigma", "expect",
     # networks and their simulation (ground truth)
-    "MLP", "simulate_ensemble", "EnsembleStatistics",
+    "MLP", "simulate_ensemble", "EnsembleStatistics", "simulate_training", "TrainingRun",
+    "pdlt", "dmft", "flow", "Flow", "derive_initialization",
     # numerics, codegen, printing
     "gaussian_expectation", "validate_covariance", "has_closed_form", "compile_expression", "compile_step",
     "latex", "init_printing",

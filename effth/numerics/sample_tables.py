@@ -1,0 +1,444 @@
+r"""Gaussian expectations over *every* subset of samples of one kernel matrix, on shared nodes.
+
+A layer step of the initialization recursions needs, for one kernel :math:`K` (:math:`N\times N`):
+
+* the two-point derivative atoms :math:`\langle\sigma^{(p)}_{\alpha}\sigma^{(q)}_{\beta}\rangle_K`
+  for all ordered pairs and a few :math:`(p,q)` (:func:`pair_tables`);
+* the four-point atom :math:`\langle\sigma_{\alpha_1}\sigma_{\alpha_2}\sigma_{\alpha_3}\sigma_{\alpha_4}\rangle_K`
+  for all :math:`\binom{N+3}{4}` multisets (:func:`four_point_table`).
+
+Calling :func:`effth.gaussian_expectation` once per entry costs a full 4-D tensor grid per
+multiset.  Here one dimension is integrated out first: of the :math:`k` distinct variables of a
+multiset, the one with the largest conditional variance :math:`s^2` given the others is written
+:math:`z_k=\mu(x)+s\,y` with :math:`y\perp x`, so
+
+.. math::
+    \Big\langle \prod_{i<k}\sigma(z_i)^{p_i}\,\sigma(z_k)^{p_k}\Big\rangle
+    = \mathbb E_x\Big[\prod_{i<k}\sigma(z_i(x))^{p_i}\; S_{p_k}(\mu(x); s)\Big],\qquad
+    S_p(m;s)=\mathbb E_y\big[\sigma(m+sy)^p\big].
+
+The outer :math:`(k-1)`-dimensional Gaussian is rotated so that :math:`\mu` depends on the first
+coordinate only and :math:`z_1` on the first two; then :math:`S_p` is needed at :math:`n_1`
+points only and :math:`\sigma(z_1)` at :math:`n_1n_2`.  A 4-D integral costs about two
+activation evaluations per node of a 3-D grid instead of one per node of a 4-D grid.
+
+All rules are truncated trapezoids in standard-normal coordinates (spectrally convergent for
+activations analytic in a strip, like the smooth path of :mod:`effth.numerics.quadrature`), shared
+by every subset of a batch; the error is estimated from the same nodes with every other node
+dropped (step :math:`2h`), using :math:`e(h)\approx e(2h)^2/\lvert I\rvert`, and the step is
+refined until the estimate is below ``rtol``.  Kinked activations are not handled here (their
+integrands are not smooth in the rotated coordinates): callers fall back to
+:func:`effth.gaussian_expectation`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from ..errors import AccuracyWarning, DomainError
+from ._rules import INV_SQRT_2PI, gauss_hermite, log_inv_tol, truncation
+
+__all__ = ["pair_tables", "four_point_table", "multiset_index", "supports"]
+
+_MAX_REFINE = 4
+_DROP = 1e-13          # conditional variances <= this * max diagonal are zero
+_CHUNK = 2 ** 17       # integrand elements evaluated at once (cache-sized: np.tanh is 3x slower on big arrays)
+
+
+def supports(activation: Any) -> bool:
+    """Whether the shared-node tables apply (smooth, non-polynomial-free activation)."""
+    return bool(activation.is_smooth)
+
+
+# ------------------------------------------------------------------------------------ rules
+def _step(scale: float, activation: Any, rtol: float, nfac: int) -> float:
+    """Trapezoid step in standard-normal units for a direction of the given scale."""
+    L = log_inv_tol(rtol)
+    if scale <= 0.0:
+        return math.inf
+    strip = activation.strip
+    if math.isinf(strip):
+        W = math.sqrt(2.0 * L * (1.0 + 2.0 * nfac * scale * scale)) + 1.0
+    else:
+        W = max((L + 3.0) * scale / strip, math.sqrt(2.0 * L)) + 1.0
+    return 2.0 * math.pi / W
+
+
+def _order(scales: Any, activation: Any, rtol: float) -> int:
+    """Convergence order q of the step-2h comparison: e(h) ~ e(2h)^q / |I|^(q-1).
+
+    A direction whose step is set by the strip of analyticity converges like exp(-2 pi a/h)
+    (q = 2); one whose step is set by the Gaussian floor (or an entire activation) like
+    exp(-2 pi^2/h^2) (q = 4).  The slowest direction decides.
+    """
+    if math.isinf(activation.strip):
+        return 4
+    L = log_inv_tol(rtol)
+    pole = any((L + 3.0) * float(sc) / activation.strip > math.sqrt(2.0 * L) for sc in scales)
+    return 2 if pole else 4
+
+
+def _rules_for(scale: float, act: Any, rtol: float, nfac: int, mult: float,
+               X: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(nodes, fine weights, coarse weights) for one direction.
+
+    Polynomial activations get the exact Gauss-Hermite rule (coarse = fine: no error).
+    """
+    if act.is_polynomial:
+        x, w = gauss_hermite(act.polynomial_degree * nfac // 2 + 1)
+        return x, w, w
+    x, w = _rule(_step(scale, act, rtol, nfac) / mult, X)
+    return x, w, _coarse(w)
+
+
+@lru_cache(maxsize=256)
+def _rule(h: float, X: float) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights (fine); 1 node if h is infinite (direction absent)."""
+    if math.isinf(h):
+        return np.zeros(1), np.ones(1)
+    m = max(int(math.floor(X / h)), 1)
+    x = h * np.arange(-m, m + 1, dtype=np.float64)
+    w = h * INV_SQRT_2PI * np.exp(-0.5 * x * x)
+    return x, w
+
+
+@lru_cache(maxsize=64)
+def parity(activation: Any) -> int:
+    """+1 if sigma is even, -1 if odd, 0 otherwise (exact, from the SymPy expression)."""
+    import sympy as sp
+
+    from ..activations.registry import Z
+
+    e = activation.expr
+    if sp.simplify(e.subs(Z, -Z) - e) == 0:
+        return 1
+    if sp.simplify(e.subs(Z, -Z) + e) == 0:
+        return -1
+    return 0
+
+
+def _fold(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Half rule (x >= 0) for integrands even in x: nodes, fine and coarse weights."""
+    wc = _coarse(w)
+    m = x.size // 2
+    xf, wf, wcf = x[m:].copy(), 2.0 * w[m:], 2.0 * wc[m:]
+    wf[0], wcf[0] = w[m], wc[m]
+    return xf, wf, wcf
+
+
+def _coarse(w: np.ndarray) -> np.ndarray:
+    """Weights of the step-2h rule on the same nodes (zeros on the dropped ones)."""
+    if w.size == 1:
+        return w.copy()
+    c = np.zeros_like(w)
+    c[::2] = 2.0 * w[::2]
+    return c
+
+
+# ---------------------------------------------------------------------- geometry of a subset
+def _split_last(K: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For a batch of k x k kernels, choose the variable to integrate out.
+
+    Returns ``order`` (B, k) with the smoothed variable last, the outer factor ``A`` (B, k-1, k-1)
+    with ``z_outer = A x`` (rotated: ``mu = c x_1``, ``z_outer[0]`` in span(x_1, x_2)),
+    ``c`` (B,) and ``s`` (B,), the conditional standard deviation of the last variable.
+    """
+    B, k = K.shape[0], K.shape[-1]
+    diag = np.diagonal(K, axis1=1, axis2=2)
+    dmax = np.max(diag, axis=1)
+    # conditional variance of each variable given the others (pseudo-inverse: singular K allowed)
+    cond = np.empty((B, k))
+    for v in range(k):
+        rest = [u for u in range(k) if u != v]
+        Kr = K[:, rest][:, :, rest]
+        kv = K[:, rest, v]
+        beta = np.einsum("bij,bj->bi", np.linalg.pinv(Kr, rcond=1e-13, hermitian=True), kv)
+        cond[:, v] = diag[:, v] - np.einsum("bi,bi->b", kv, beta)
+    cond = np.where(cond > _DROP * dmax[:, None], cond, 0.0)
+    last = np.argmax(cond, axis=1)
+    order = np.array([[u for u in range(k) if u != l] + [l] for l in last])
+    bidx = np.arange(B)[:, None]
+    Ko = K[bidx[:, :, None], order[:, :, None], order[:, None, :]]
+    s = np.sqrt(cond[np.arange(B), last])
+    Kr, kv = Ko[:, :-1, :-1], Ko[:, :-1, -1]
+    beta = np.einsum("bij,bj->bi", np.linalg.pinv(Kr, rcond=1e-13, hermitian=True), kv)
+    A = _psd_factor(Kr)
+    cvec = np.einsum("bij,bi->bj", A, beta)          # mu = beta . z_outer = (A^T beta) . x
+    A, cnorm = _rotate(A, cvec)
+    return order, A, cnorm, s
+
+
+def _psd_factor(C: np.ndarray) -> np.ndarray:
+    """A with A A^T = C for PSD C (eigen-factor; exact for singular C)."""
+    w, U = np.linalg.eigh(C)
+    w = np.where(w > _DROP * np.maximum(w[:, -1:], 1e-300), w, 0.0)
+    return U * np.sqrt(w)[:, None, :]
+
+
+def _rotate(A: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rotate x so that c -> c_1 e_1 and row 0 of A lies in span(e_1, e_2); returns (A Q, c_1).
+
+    Q is the orthogonal factor of the QR decomposition of [c, A_0, A_1, ...] (Householder: Q is
+    orthogonal even when the columns are dependent, e.g. c = 0).
+    """
+    B, r = c.shape
+    if r == 1:
+        return A, c[:, 0]
+    M = np.concatenate([c[:, :, None], np.swapaxes(A, 1, 2)], axis=2)[:, :, :r]
+    Q, _ = np.linalg.qr(M)
+    return np.einsum("bij,bjk->bik", A, Q), np.einsum("bj,bj->b", Q[:, :, 0], c)
+
+
+# ------------------------------------------------------------------------------- integrands
+def _powers(act: Any, z: np.ndarray, p: int, order: int = 0) -> np.ndarray:
+    v = act.numpy(order)(z)
+    return v if p == 1 else v ** p
+
+
+def _smoothed(act: Any, m: np.ndarray, s: np.ndarray, p: np.ndarray, order: int,
+              y: np.ndarray, wy: np.ndarray) -> np.ndarray:
+    """S(m; s) = E_y[(sigma^(order)(m + s y))^p], m (B, n), s (B,), p (B,): returns (B, n)."""
+    arg = m[..., None] + s[:, None, None] * y
+    vals = act.numpy(order)(arg)
+    if np.any(p != 1):
+        vals = vals ** p[:, None, None]
+    return vals @ wy
+
+
+def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
+                      mult: float) -> tuple:
+    """E[prod_i sigma(z_i)^{P_i}] for a batch of k x k kernels (k = 1..4); (value, error, E|f|)."""
+    B, k = P.shape
+    X = truncation(rtol, 0)
+    nfac = int(P.sum(axis=1).max())
+    even = parity(act) != 0 and np.all(P.sum(axis=1) % 2 == 0) or parity(act) == 1
+    if k == 1:
+        sd = np.sqrt(np.clip(K[:, 0, 0], 0.0, None))
+        x, w, wc = _rules_for(float(sd.max()), act, rtol, nfac, mult, X)
+        if even and not act.is_polynomial:
+            x, w, wc = _fold(x, w)
+        f = act.numpy(0)(sd[:, None] * x) ** P[:, :1]
+        return _finish(f @ w, f @ wc, np.abs(f) @ w, _order([sd.max()], act, rtol))
+    order, A, c, s = _split_last(K)
+    Po = np.take_along_axis(P, order, axis=1)
+    r = k - 1
+    # one set of rules for the batch, from the largest scale of each direction (bucketing the
+    # subsets by their own scales was measured slower: more, smaller array operations)
+    scales = [float(np.max(np.abs(A[:, :, 0]), initial=0.0)), float(np.max(np.abs(c), initial=0.0))]
+    scales = [max(scales)] + [float(np.max(np.abs(A[:, :, j]))) for j in range(1, r)]
+    rules = [_rules_for(v, act, rtol, nfac, mult, X) for v in scales]
+    if even and not act.is_polynomial:     # f(-x) = f(x): half of the x_1 line
+        rules[0] = _fold(*rules[0][:2])
+    y, wy, wyc = _rules_for(float(s.max()), act, rtol, nfac, mult, X)
+    per = 2 * int(np.prod([len(rule[0]) for rule in rules]))
+    chunk = max(1, _CHUNK // per)
+    parts = [_outer_sum(A[i:i + chunk], c[i:i + chunk], s[i:i + chunk], Po[i:i + chunk], act, rules,
+                        y, wy, wyc) for i in range(0, B, chunk)]
+    q = _order(scales + [float(s.max())], act, rtol)
+    return _finish(*(np.concatenate(v) for v in zip(*parts)), q)
+
+
+def _outer_sum(A: np.ndarray, c: np.ndarray, s: np.ndarray, Po: np.ndarray, act: Any, rules: list,
+               y: np.ndarray, wy: np.ndarray, wyc: np.ndarray) -> tuple:
+    """(fine, coarse, E|f|) of E_x[prod_i sigma(z_i)^p_i S(c x_1)] on the given rules."""
+    r = len(rules)
+    x1, w1, c1 = rules[0]
+    S = _smoothed(act, c[:, None] * x1, s, Po[:, -1], 0, y, wy)            # (B, n1)
+    Sc = _smoothed(act, c[:, None] * x1, s, Po[:, -1], 0, y, wyc)
+    sig = act.numpy(0)
+    if r == 1:
+        f1 = sig(A[:, 0, 0][:, None] * x1) ** Po[:, :1]
+        inner, inner_c, inner_a = f1, f1, np.abs(f1)
+    elif r == 2:
+        x2, w2, c2 = rules[1]
+        z0 = A[:, 0, 0][:, None, None] * x1[:, None] + A[:, 0, 1][:, None, None] * x2
+        z1 = A[:, 1, 0][:, None, None] * x1[:, None] + A[:, 1, 1][:, None, None] * x2
+        f = sig(z0) ** Po[:, 0, None, None] * sig(z1) ** Po[:, 1, None, None]
+        inner, inner_c, inner_a = f @ w2, f @ c2, np.abs(f) @ w2
+    else:
+        (x2, w2, c2), (x3, w3, c3) = rules[1], rules[2]
+        z0 = A[:, 0, 0][:, None, None] * x1[:, None] + A[:, 0, 1][:, None, None] * x2   # (B,n1,n2)
+        g = sig(z0)
+        if np.any(Po[:, 0] != 1):
+            g = g ** Po[:, 0, None, None]
+        base = (A[:, 1:, 0, None, None] * x1[:, None] + A[:, 1:, 1, None, None] * x2)  # (B,2,n1,n2)
+        v = sig(base[..., None] + A[:, 1:, 2, None, None, None] * x3)                  # (B,2,n1,n2,n3)
+        if np.any(Po[:, 1:] != 1):
+            v = v ** Po[:, 1:, None, None, None]
+        prod = v[:, 0] * v[:, 1]
+        t, tc, ta = prod @ w3, prod @ c3, np.abs(prod) @ w3
+        inner, inner_c, inner_a = (g * t) @ w2, (g * tc) @ c2, (np.abs(g) * ta) @ w2
+    return (inner * S) @ w1, (inner_c * Sc) @ c1, (inner_a * np.abs(S)) @ w1
+
+
+def _finish(fine: np.ndarray, coarse: np.ndarray, absval: np.ndarray, q: int = 2) -> tuple:
+    """(value, error estimate, E|integrand|) from the fine and step-2h sums (see :func:`_order`)."""
+    scale = np.maximum(absval, 1e-300)
+    d = np.abs(fine - coarse)
+    err = np.minimum(d, scale * (d / scale) ** q) + 1e-15 * absval
+    return fine, err, absval
+
+
+# ---------------------------------------------------------------------------- public tables
+@lru_cache(maxsize=32)
+def multiset_index(N: int) -> tuple[np.ndarray, list]:
+    """(index tensor (N,)*4 -> multiset id, list of sorted multisets) for N samples."""
+    sets = list(itertools.combinations_with_replacement(range(N), 4))
+    pos = {m: i for i, m in enumerate(sets)}
+    idx = np.empty((N,) * 4, dtype=np.intp)
+    for t in itertools.product(range(N), repeat=4):
+        idx[t] = pos[tuple(sorted(t))]
+    idx.setflags(write=False)
+    return idx, sets
+
+
+def _check(K: Any, activation: Any) -> np.ndarray:
+    K = np.asarray(K, dtype=float)
+    if K.ndim != 2 or K.shape[0] != K.shape[1]:
+        raise DomainError(f"K must be a square (N, N) matrix, got shape {K.shape}")
+    if not activation.is_smooth:
+        raise DomainError(f"shared-node tables need a smooth activation; {activation.name!r} has kinks")
+    return K
+
+
+def _refined(fn, n: int, rtol: float, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Run ``fn(mult, members)`` on all n entries, then again with finer steps on those whose
+    error estimate is above rtol (relative to max(|value|, 1e-3 E|f|))."""
+    val, err = np.empty(n), np.empty(n)
+    todo = np.arange(n)
+    mult = 1.0
+    for _ in range(_MAX_REFINE + 1):
+        v, e, a = fn(mult, todo)
+        val[todo], err[todo] = v, e
+        bad = e > rtol * np.maximum(np.abs(v), 1e-3 * a) + 1e-300
+        if not bad.any():
+            return val, err
+        todo = todo[bad]
+        mult *= 1.5
+    warnings.warn(f"{what}: estimated error {float(np.max(err)):.2e} above rtol={rtol:g} after "
+                  f"{_MAX_REFINE} refinements", AccuracyWarning, stacklevel=3)
+    return val, err
+
+
+def four_point_table(K: Any, activation: Any, *, rtol: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
+    r""":math:`\langle\sigma_{\alpha_1}\sigma_{\alpha_2}\sigma_{\alpha_3}\sigma_{\alpha_4}\rangle_K` for all index 4-tuples.
+
+    Parameters
+    ----------
+    K : ndarray (N, N)
+        Symmetric PSD kernel (validated by the caller).
+    activation : Activation
+        Smooth activation.
+    rtol : float
+        Target relative accuracy of each entry (floor :math:`10^{-3}\langle|\cdot|\rangle`).
+
+    Returns
+    -------
+    (ndarray (N, N, N, N), ndarray (N, N, N, N))
+        Values and estimated absolute errors (symmetric under all permutations).
+    """
+    K = _check(K, activation)
+    N = K.shape[0]
+    idx, sets = multiset_index(N)
+    vals = np.empty(len(sets))
+    errs = np.empty(len(sets))
+    groups: dict[int, list] = {}
+    for i, m in enumerate(sets):
+        distinct = sorted(set(m))
+        groups.setdefault(len(distinct), []).append((i, distinct, [m.count(d) for d in distinct]))
+    for k, members in groups.items():
+        ids = np.array([i for i, _, _ in members])
+        var = np.array([d for _, d, _ in members])
+        P = np.array([p for _, _, p in members])
+        Kb = K[var[:, :, None], var[:, None, :]]
+
+        def run(mult: float, sel: np.ndarray, Kb=Kb, P=P) -> tuple:
+            return _four_point_group(Kb[sel], P[sel], activation, rtol, mult)
+
+        v, e = _refined(run, len(ids), rtol, f"four-point table ({k} distinct samples)")
+        vals[ids], errs[ids] = v, e
+    return vals[idx], errs[idx]
+
+
+def pair_tables(K: Any, activation: Any, orders: Any, *, rtol: float = 1e-10) -> tuple[dict, dict]:
+    r""":math:`T_{pq}[\alpha,\beta]=\langle\sigma^{(p)}_{\alpha}\sigma^{(q)}_{\beta}\rangle_K` for all ordered pairs.
+
+    Parameters
+    ----------
+    K : ndarray (N, N)
+    activation : Activation
+        Smooth activation.
+    orders : iterable of (p, q)
+        Derivative orders wanted; :math:`T_{qp}=T_{pq}^\top` is returned too.
+    rtol : float
+
+    Returns
+    -------
+    (dict, dict)
+        ``{(p, q): (N, N) values}`` and the estimated absolute errors.
+    """
+    K = _check(K, activation)
+    N = K.shape[0]
+    orders = sorted({tuple(o) for o in orders} | {tuple(o)[::-1] for o in orders})
+    R = max(max(o) for o in orders)
+    X = truncation(rtol, 0)
+    iu = np.triu_indices(N, 1)
+    diag = np.clip(np.diag(K), 0.0, None)
+
+    def run(mult: float, sel: np.ndarray) -> tuple:
+        return tuple(x.ravel()[sel] for x in run_all(mult))
+
+    def run_all(mult: float) -> tuple:
+        out, crs, ab = {}, {}, {}
+        # diagonal: 1-D
+        sd = np.sqrt(diag)
+        x, w, wc = _rules_for(float(sd.max()), activation, rtol, 2, mult, X)
+        D = [activation.numpy(r)(sd[:, None] * x) for r in range(R + 1)]
+        for (p, q) in orders:
+            f = D[p] * D[q]
+            out[p, q] = np.zeros((N, N))
+            crs[p, q] = np.zeros((N, N))
+            ab[p, q] = np.zeros((N, N))
+            out[p, q][np.diag_indices(N)] = f @ w
+            crs[p, q][np.diag_indices(N)] = f @ wc
+            ab[p, q][np.diag_indices(N)] = np.abs(f) @ w
+        if N > 1:
+            a, b = iu
+            Kb = np.stack([np.stack([K[a, a], K[a, b]], -1), np.stack([K[a, b], K[b, b]], -1)], -2)
+            order, A, c, s = _split_last(Kb)
+            sc1 = float(np.max(np.maximum(np.abs(A[:, 0, 0]), np.abs(c))))
+            x1, w1, w1c = _rules_for(sc1, activation, rtol, 2, mult, X)
+            y, wy, wyc = _rules_for(float(s.max()), activation, rtol, 2, mult, X)
+            first = np.where(order[:, 0] == 0, a, b)
+            z = A[:, 0, 0][:, None] * x1
+            m = c[:, None] * x1
+            Z = [activation.numpy(r)(z) for r in range(R + 1)]
+            arg = m[..., None] + s[:, None, None] * y
+            Sm = [activation.numpy(r)(arg) for r in range(R + 1)]
+            S, Sc = [v @ wy for v in Sm], [v @ wyc for v in Sm]
+            second = np.where(first == a, b, a)
+            for (p, q) in orders:
+                f = Z[p] * S[q]
+                fc = Z[p] * Sc[q]
+                out[p, q][first, second] = f @ w1
+                crs[p, q][first, second] = fc @ w1c
+                ab[p, q][first, second] = np.abs(f) @ w1
+            for (p, q) in orders:      # the transposed entries: (second, first) of (p, q) = (q, p)
+                out[p, q][second, first] = out[q, p][first, second]
+                crs[p, q][second, first] = crs[q, p][first, second]
+                ab[p, q][second, first] = ab[q, p][first, second]
+        keys = list(out)
+        fine = np.stack([out[o] for o in keys])
+        q = _order([sd.max(), sc1, s.max()] if N > 1 else [sd.max()], activation, rtol)
+        return _finish(fine, np.stack([crs[o] for o in keys]), np.stack([ab[o] for o in keys]), q)
+
+    shape = (len(orders), N, N)
+    fine, errs = _refined(run, int(np.prod(shape)), rtol, "pair tables")
+    fine, errs = fine.reshape(shape), errs.reshape(shape)
+    return ({o: fine[i] for i, o in enumerate(orders)}, {o: errs[i] for i, o in enumerate(orders)})

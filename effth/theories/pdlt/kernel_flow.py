@@ -1,0 +1,450 @@
+r"""Fast layer-by-layer evaluation of the derived :math:`K, V, G^{\{1\}}` recursions on a batch of inputs.
+
+:func:`flow` compiles the recursions *derived* by :func:`~effth.theories.pdlt.derive_initialization`
+(Edgeworth form, spec §4.8) into array programs over the whole sample index space:
+
+* every atom of the derived expressions is a table over samples:
+  :math:`\langle\sigma^{(p)}_{\alpha}\sigma^{(q)}_{\beta}\rangle_K` (an :math:`N\times N` table per
+  :math:`(p,q)`), and :math:`\langle\sigma_{\alpha_1}\sigma_{\alpha_2}\sigma_{\alpha_3}\sigma_{\alpha_4}\rangle_K`
+  (an :math:`N^4` table filled from the :math:`\binom{N+3}{4}` multisets — the 8-element symmetry
+  of :math:`V` and more);
+* every tensor component with repeated labels, e.g. :math:`V_{(\alpha_1\alpha_1)(\alpha_3\alpha_4)}`,
+  is a fancy-indexed view of the full tensor;
+* the derived expression, with atoms and tensor components replaced by array symbols, is
+  lambdified with common-subexpression elimination and evaluated once per layer on broadcast
+  index grids.
+
+The tables come from :mod:`effth.numerics.sample_tables` (shared nodes, one dimension integrated
+out) for smooth activations, and from :func:`effth.gaussian_expectation` batched over all
+entries otherwise (closed forms for the piecewise-linear family).  For kinked activations the
+Edgeworth form of :math:`G^{\{1\}}` needs :math:`\sigma''''`, which is not a function; it is then
+evaluated in the Stein-equivalent book form, entry by entry.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable
+
+import numpy as np
+import sympy as sp
+
+from effth._threads import blas_threads
+from effth.activations import get_activation
+from effth.algebra.expectation import GaussianExpectation
+from effth.algebra.tensors import FourPointVertex, NLOMetric
+from effth.errors import DomainError, NotDerivedError
+from effth.numerics import gaussian_expectation, validate_covariance
+from effth.numerics.sample_tables import four_point_table, multiset_index, pair_tables
+
+from ._derive import CB, CW
+from .initialization import RATIO, derive_initialization
+
+__all__ = ["flow", "Flow", "LayerStep", "KernelScaleWarning", "WidthWarning"]
+
+
+class KernelScaleWarning(UserWarning):
+    """The kernel grows or shrinks by many orders of magnitude with depth (not critical)."""
+
+
+class WidthWarning(UserWarning):
+    r"""Depth-to-width ratio :math:`\ell/n` or :math:`V/(nK^2)` not small: the 1/n expansion is unreliable."""
+
+
+# --------------------------------------------------------------------------- compilation
+@dataclass(frozen=True)
+class _Atom:
+    kind: str            # "pair" | "four"
+    orders: tuple        # (p, q) for pairs
+    labels: tuple        # label positions (indices into the recursion's labels)
+
+
+class LayerStep:
+    r"""One derived recursion compiled into an array program over all sample labels.
+
+    Parameters
+    ----------
+    statistic : {"K", "V", "G1"}
+
+    Attributes
+    ----------
+    recursion : Recursion
+        The derived recursion (Edgeworth form) this step evaluates.
+    pair_orders : set of (p, q)
+        Derivative orders of the two-point atoms it needs.
+    needs_four_point : bool
+    """
+
+    def __init__(self, statistic: str) -> None:
+        rec = derive_initialization(statistic)
+        self.recursion = rec
+        self.statistic = statistic
+        labels = rec.labels
+        pos = {lab: i for i, lab in enumerate(labels)}
+        expr = sp.expand(rec.expr)
+        reps: dict = {}
+        self._inputs: list[tuple[sp.Symbol, Any]] = []
+
+        def sym_for(key: Any) -> sp.Symbol:
+            s = sp.Symbol(f"_a{len(self._inputs)}")
+            self._inputs.append((s, key))
+            return s
+
+        for atom in expr.atoms(GaussianExpectation):
+            samples, factors = atom.to_numeric()
+            labs = [pos[samples[s]] for s, _, _ in factors]
+            if any(kind != "sigma" for _, kind, _ in factors):
+                raise NotDerivedError(f"unexpected z factor in {atom}")
+            if len(factors) == 2:
+                key = _Atom("pair", (factors[0][2], factors[1][2]), tuple(labs))
+            elif len(factors) == 4 and all(o == 0 for _, _, o in factors):
+                key = _Atom("four", (), tuple(labs))
+            else:
+                raise NotDerivedError(f"no sample table for atom {atom}")
+            reps[atom] = sym_for(key)
+        for t in expr.atoms(FourPointVertex) | expr.atoms(NLOMetric):
+            name = "V" if isinstance(t, FourPointVertex) else "G1"
+            reps[t] = sym_for((name, tuple(pos[a] for a in t.args[:-1])))
+        self.params = (sp.Symbol("C_W"), sp.Symbol("C_b"), sp.Symbol("ratio"))
+        body = expr.xreplace(reps).xreplace(dict(zip((CW, CB, RATIO), self.params)))
+        leftover = body.free_symbols - set(self.params) - {s for s, _ in self._inputs}
+        if leftover:
+            raise NotDerivedError(f"{statistic}: symbols not mapped to arrays: {leftover}")
+        self._fn: Callable = sp.lambdify([s for s, _ in self._inputs] + list(self.params), body,
+                                         modules="numpy", cse=True)
+        self.rank = len(labels)
+        self.pair_orders = {k.orders for _, k in self._inputs if isinstance(k, _Atom) and k.kind == "pair"}
+        self.needs_four_point = any(isinstance(k, _Atom) and k.kind == "four" for _, k in self._inputs)
+
+    def __call__(self, N: int, tables: dict, V: np.ndarray, G1: np.ndarray, c_w: float, c_b: float,
+                 ratio: float) -> np.ndarray:
+        """Evaluate on all labels: returns an array of shape ``(N,) * rank``."""
+        grids = _grids(N, self.rank)
+        args = []
+        for _, key in self._inputs:
+            if isinstance(key, _Atom):
+                table = tables["four"] if key.kind == "four" else tables[key.orders]
+                args.append(table[tuple(grids[i] for i in key.labels)])
+            else:
+                name, labs = key
+                args.append((V if name == "V" else G1)[tuple(grids[i] for i in labs)])
+        with np.errstate(over="ignore", invalid="ignore"):     # overflow is reported by the caller
+            out = self._fn(*args, np.float64(c_w), np.float64(c_b), np.float64(ratio))
+        return np.broadcast_to(out, (N,) * self.rank).copy()
+
+
+@lru_cache(maxsize=64)
+def _grids(N: int, rank: int) -> tuple:
+    return tuple(np.arange(N).reshape([N if i == j else 1 for i in range(rank)]) for j in range(rank))
+
+
+@lru_cache(maxsize=None)
+def layer_steps() -> dict:
+    """The three compiled steps ``{"K", "V", "G1"}`` (compiled once per process)."""
+    return {s: LayerStep(s) for s in ("K", "V", "G1")}
+
+
+# ------------------------------------------------------------------------------ tables
+def _generic_pairs(K: np.ndarray, act: Any, orders: set, rtol: float) -> dict:
+    """Pair tables through gaussian_expectation (closed forms / quadrature), batched."""
+    N = K.shape[0]
+    a, b = np.triu_indices(N, 1)
+    Kb = np.stack([np.stack([K[a, a], K[a, b]], -1), np.stack([K[a, b], K[b, b]], -1)], -2)
+    out = {}
+    for (p, q) in orders:
+        T = np.empty((N, N))
+        T[np.diag_indices(N)] = gaussian_expectation([(0, "sigma", p), (0, "sigma", q)],
+                                                     np.diag(K)[:, None, None], act, rtol=rtol)
+        if N > 1:
+            T[a, b] = gaussian_expectation([(0, "sigma", p), (1, "sigma", q)], Kb, act, rtol=rtol)
+            T[b, a] = gaussian_expectation([(0, "sigma", q), (1, "sigma", p)], Kb, act, rtol=rtol)
+        out[p, q] = T
+    return out
+
+
+def _generic_four(K: np.ndarray, act: Any, rtol: float) -> np.ndarray:
+    """Four-point table through gaussian_expectation, batched by multiplicity pattern."""
+    idx, sets = multiset_index(K.shape[0])
+    vals = np.empty(len(sets))
+    groups: dict = {}
+    for i, m in enumerate(sets):
+        distinct = sorted(set(m))
+        pattern = tuple(m.count(d) for d in distinct)
+        groups.setdefault(pattern, []).append((i, distinct))
+    for pattern, members in groups.items():
+        factors = [(s, "sigma", 0) for s, p in enumerate(pattern) for _ in range(p)]
+        var = np.array([d for _, d in members])
+        Kb = K[var[:, :, None], var[:, None, :]]
+        vals[[i for i, _ in members]] = gaussian_expectation(factors, Kb, act, rtol=rtol)
+    return vals[idx]
+
+
+def _tables(K: np.ndarray, act: Any, orders: set, four: bool, rtol: float) -> tuple[dict, float]:
+    """All tables for one layer and the largest estimated relative error."""
+    if act.is_smooth:
+        tabs, errs = pair_tables(K, act, orders, rtol=rtol)
+        err = max(float(np.max(e / np.maximum(np.abs(tabs[o]), 1e-300))) for o, e in errs.items())
+        if four:
+            F, FE = four_point_table(K, act, rtol=rtol)
+            tabs["four"] = F
+            err = max(err, float(np.max(FE / np.maximum(np.abs(F), 1e-300))))
+        return tabs, err
+    tabs = _generic_pairs(K, act, orders, rtol)
+    if four:
+        tabs["four"] = _generic_four(K, act, rtol)
+    return tabs, rtol
+
+
+# ----------------------------------------------------------------------------- results
+@dataclass
+class Flow:
+    r"""Layer-by-layer :math:`K^{(\ell)}, V^{(\ell)}, G^{\{1\}(\ell)}` on a batch of inputs.
+
+    Attributes
+    ----------
+    K : ndarray (L, N, N)
+    V : ndarray (L, N, N, N, N)
+        :math:`V^{(\ell)}_{(\alpha_1\alpha_2)(\alpha_3\alpha_4)}` (full tensor, all 8 symmetries).
+    G1 : ndarray (L, N, N)
+    layers : ndarray (L,)
+        Layer numbers :math:`1..L`.
+    activation : Activation
+    c_w, c_b : ndarray (L,)
+        :math:`C_W^{(\ell)}, C_b^{(\ell)}` used to reach layer :math:`\ell` (entry 0: first layer).
+    ratios : ndarray (L,)
+        :math:`n_\ell/n_{\ell-1}` used in the step out of layer :math:`\ell`.
+    widths : tuple or None
+        Hidden widths :math:`n_1..n_{L-1}` when known.
+    table_error : ndarray (L,)
+        Largest estimated relative error of the Gaussian-expectation tables used to *reach*
+        layer :math:`\ell` (0 for layer 1).
+    """
+
+    K: np.ndarray
+    V: np.ndarray
+    G1: np.ndarray
+    layers: np.ndarray
+    activation: Any
+    c_w: np.ndarray
+    c_b: np.ndarray
+    ratios: np.ndarray
+    widths: tuple | None = None
+    table_error: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def kernel_at_width(self, widths: Any = None) -> np.ndarray:
+        r""":math:`K^{(\ell)}+G^{\{1\}(\ell)}/n_{\ell-1}` for every layer (PDLT (4.104)).
+
+        Parameters
+        ----------
+        widths : int or sequence of hidden widths :math:`n_1..n_{L-1}`, optional
+            Defaults to the network's widths.
+        """
+        n = _prev_widths(self, widths)
+        return self.K + self.G1 / n[:, None, None]
+
+    def four_point_at_width(self, widths: Any = None) -> np.ndarray:
+        r""":math:`V^{(\ell)}/n_{\ell-1}`: the connected four-point function across two neurons."""
+        n = _prev_widths(self, widths)
+        return self.V / n[:, None, None, None, None]
+
+    def __repr__(self) -> str:
+        return (f"Flow({self.activation.name}, layers 1..{int(self.layers[-1])}, "
+                f"N={self.K.shape[-1]} inputs)")
+
+
+def _prev_widths(fl: Flow, widths: Any) -> np.ndarray:
+    """n_{l-1} per layer (inf for layer 1: exactly Gaussian)."""
+    w = fl.widths if widths is None else widths
+    if w is None:
+        raise DomainError("widths unknown: pass widths= (hidden widths n_1..n_{L-1}, or one int)")
+    L = len(fl.layers)
+    w = [int(w)] * (L - 1) if np.isscalar(w) else list(w)
+    if len(w) < L - 1:
+        raise DomainError(f"need {L - 1} hidden widths, got {len(w)}")
+    return np.array([np.inf] + [float(x) for x in w[:L - 1]])
+
+
+# ------------------------------------------------------------------------------- driver
+def flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None = None,
+         activation: Any = None, c_w: Any = 1.0, c_b: Any = 0.0, ratios: Any = 1.0,
+         rtol: float = 1e-8, require_critical: bool = False) -> Flow:
+    r"""Iterate the derived recursions for :math:`K, V, G^{\{1\}}` through every layer.
+
+    Either an MLP and its inputs, ``flow(net, X)``, or a first-layer kernel,
+    ``flow(K1=..., depth=..., activation=..., c_w=..., c_b=..., ratios=...)``.
+
+    Parameters
+    ----------
+    net : effth.MLP, optional
+        Activation, depth, per-layer :math:`C_W, C_b` and (if numeric) widths.
+    X : array_like (N, n_0), optional
+        Inputs; :math:`K^{(1)}=C_b^{(1)}+C_W^{(1)}XX^\top/n_0` (PDLT (4.8)).
+    K1 : array_like (N, N), optional
+        First-layer kernel (instead of ``net, X``).
+    depth : int
+        Number of layers :math:`L` (with ``K1``).
+    activation : str or Activation
+        With ``K1``.
+    c_w, c_b : float or sequence
+        :math:`C_W^{(\ell+1)}, C_b^{(\ell+1)}` for :math:`\ell=1..L-1` (with ``K1``).
+    ratios : float or sequence
+        :math:`n_\ell/n_{\ell-1}` for :math:`\ell=1..L-1` (with ``K1``; from ``net`` otherwise).
+    rtol : float
+        Target relative accuracy of every Gaussian expectation (default 1e-8).
+    require_critical : bool
+        If true, warn (:class:`~effth.theories.pdlt.criticality.NonCriticalWarning`) when the
+        hyperparameters are not critical (PDLT (5.55)–(5.57)).
+
+    Returns
+    -------
+    Flow
+
+    Warns
+    -----
+    KernelScaleWarning
+        When :math:`K` grows or shrinks by more than :math:`10^{6}` relative to layer 1 (the layer
+        is named).
+    WidthWarning
+        When the widths are known and :math:`\ell/n` or :math:`V/(nK^2)` exceeds 0.5.
+
+    Raises
+    ------
+    DomainError
+        Non-PSD or non-finite kernel, bad hyperparameters, or a kernel that overflows (the layer
+        is named).
+    """
+    spec = _resolve(net, X, K1, depth, activation, c_w, c_b, ratios)
+    K, L, act, cws, cbs, rats, widths = spec
+    if require_critical:
+        from .criticality import check_critical
+
+        for c_b_, c_w_ in sorted({(float(b), float(w)) for b, w in zip(cbs[1:], cws[1:])}):
+            check_critical(act, c_b_, c_w_, action="warn")
+    steps = layer_steps()
+    # kinked sigma: the fourth derivative (and sigma''(z)^2 at one sample) are not functions, so
+    # G1 is evaluated in the Stein-equivalent book form of the same derivation
+    g1_book = None if act.is_smooth else derive_initialization("G1", form="book")
+    use = ("K", "V") if g1_book is not None else ("K", "V", "G1")
+    orders = set().union(*(steps[s].pair_orders for s in use))
+    N = K.shape[0]
+    Ks, Vs, Gs, errs = [K], [np.zeros((N,) * 4)], [np.zeros((N, N))], [0.0]
+    scale0 = float(np.max(np.abs(np.diag(K))))
+    warned = False
+    with blas_threads():
+        for layer in range(1, L):
+            K, V, G1 = Ks[-1], Vs[-1], Gs[-1]
+            c_w_, c_b_, r_ = cws[layer], cbs[layer], rats[layer - 1]
+            with np.errstate(over="ignore", invalid="ignore"):   # reported below with the layer
+                tabs, err = _tables(K, act, orders, True, rtol)
+                Kn = steps["K"](N, tabs, V, G1, c_w_, c_b_, r_)
+                Vn = steps["V"](N, tabs, V, G1, c_w_, c_b_, r_)
+                if g1_book is None:
+                    Gn = steps["G1"](N, tabs, V, G1, c_w_, c_b_, r_)
+                else:
+                    Gn = g1_book.evaluate(K, V, G1, activation=act, c_w=c_w_, c_b=c_b_, ratio=r_,
+                                          rtol=rtol)
+            if not (np.all(np.isfinite(Vn)) and np.all(np.isfinite(Gn))):
+                Kn = Kn * np.nan
+            _check_layer(Kn, layer + 1, scale0, warned)
+            warned = warned or _scale_off(Kn, scale0)
+            Ks.append(Kn)
+            Vs.append(Vn)
+            Gs.append(Gn)
+            errs.append(err)
+    out = Flow(np.array(Ks), np.array(Vs), np.array(Gs), np.arange(1, L + 1), act,
+               np.asarray(cws, float), np.asarray(cbs, float), np.asarray(rats, float), widths,
+               np.asarray(errs))
+    if widths is not None:
+        _check_widths(out)
+    return out
+
+
+def _resolve(net, X, K1, depth, activation, c_w, c_b, ratios) -> tuple:
+    """Normalize the two calling conventions to (K1, L, act, c_w[L], c_b[L], ratios[L-1], widths)."""
+    if net is not None:
+        if X is None:
+            raise DomainError("flow(net, X): inputs X are required with a network")
+        if K1 is not None:
+            raise DomainError("give either (net, X) or K1, not both")
+        X = np.asarray(X, dtype=float)
+        if X.ndim != 2:
+            raise DomainError(f"X must be (N_inputs, n_0), got shape {X.shape}")
+        if not np.all(np.isfinite(X)):
+            raise DomainError("X contains NaN or inf")
+        L = net.depth
+        n0 = X.shape[1]
+        K = net.c_b_at(1) + net.c_w_at(1) * (X @ X.T) / n0
+        act = net.act
+        cws = [net.c_w_at(k) for k in range(1, L + 1)]
+        cbs = [net.c_b_at(k) for k in range(1, L + 1)]
+        widths = net.hidden_widths
+        if widths is None:
+            rats = [1.0] * max(L - 1, 1)
+        else:
+            full = (n0, *widths)
+            rats = [full[k] / full[k - 1] for k in range(1, len(full))] or [1.0]
+            rats[0] = 1.0          # V^(1) = G1^(1) = 0: n_1/n_0 never enters
+    else:
+        if K1 is None or depth is None or activation is None:
+            raise DomainError("flow needs (net, X) or K1=, depth= and activation=")
+        L = int(depth)
+        if L != depth or L < 1:
+            raise DomainError(f"depth must be a positive integer, got {depth!r}")
+        K = np.asarray(K1, dtype=float)
+        act = get_activation(activation)
+
+        def per_layer(x: Any, n: int, name: str) -> list:
+            if np.isscalar(x):
+                return [float(x)] * n
+            x = [float(v) for v in x]
+            if len(x) < n:
+                raise DomainError(f"{name}: need {n} values (one per layer transition), got {len(x)}")
+            return x[:n]
+
+        cws = [math.nan] + per_layer(c_w, L - 1, "c_w")
+        cbs = [math.nan] + per_layer(c_b, L - 1, "c_b")
+        rats = per_layer(ratios, max(L - 1, 1), "ratios")
+        widths = None
+        for r in rats:
+            if not (r > 0 and math.isfinite(r)):
+                raise DomainError(f"width ratios must be positive and finite, got {r}")
+    for w, b in zip(cws[1:], cbs[1:]):
+        if not (w >= 0 and b >= 0 and math.isfinite(w) and math.isfinite(b)):
+            raise DomainError(f"need finite C_W >= 0 and C_b >= 0, got C_W={w}, C_b={b}")
+    if K.ndim != 2 or K.shape[0] != K.shape[1]:
+        raise DomainError(f"the first-layer kernel must be (N, N), got shape {K.shape}")
+    validate_covariance(K)
+    return K, L, act, cws, cbs, rats, widths
+
+
+def _scale_off(K: np.ndarray, scale0: float) -> bool:
+    d = float(np.max(np.abs(np.diag(K))))
+    return scale0 > 0 and (d > 1e6 * scale0 or d < 1e-6 * scale0)
+
+
+def _check_layer(K: np.ndarray, layer: int, scale0: float, warned: bool) -> None:
+    """Raise on overflow; warn once when K has moved by more than 1e6 from layer 1."""
+    if not np.all(np.isfinite(K)):
+        raise DomainError(f"the kernel overflows at layer {layer} (not critical: C_W chi > 1)")
+    d = float(np.max(np.abs(np.diag(K))))
+    if not warned and _scale_off(K, scale0):
+        word = "blows up" if d > scale0 else "vanishes"
+        warnings.warn(f"the kernel {word} with depth: max K_aa = {d:.3g} at layer {layer} against "
+                      f"{scale0:.3g} at layer 1 (hyperparameters are not critical)",
+                      KernelScaleWarning, stacklevel=3)
+
+
+def _check_widths(fl: Flow) -> None:
+    n = _prev_widths(fl, None)
+    L = len(fl.layers)
+    ratio = L / float(np.min(n[1:])) if L > 1 else 0.0
+    d = np.einsum("laa->la", fl.K)
+    vn = np.einsum("laaaa->la", fl.V) / np.maximum(d * d, 1e-300) / n[:, None]
+    worst = float(np.max(vn))
+    if ratio > 0.5 or worst > 0.5:
+        warnings.warn(f"depth/width L/n = {ratio:.2f} and max V/(n K^2) = {worst:.2f}: the 1/n "
+                      f"expansion is not reliable (want both << 1)", WidthWarning, stacklevel=3)

@@ -1,0 +1,103 @@
+"""Shared-node tables of Gaussian expectations over all sample subsets (effth.numerics.sample_tables).
+
+Corners: exact Wick sums for sigma = z (published: Isserlis), the per-entry quadrature of
+``gaussian_expectation`` at rtol 1e-12 (independent rules in another basis), symmetry and
+singular kernels.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from effth import get_activation, gaussian_expectation
+from effth.errors import DomainError
+from effth.numerics.sample_tables import four_point_table, pair_tables, parity
+
+SMOOTH = ["tanh", "erf", "gelu", "swish", "softplus", "sin"]
+
+
+def _kernel(N, seed, scale=1.0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((N, N + 2))
+    return scale * X @ X.T / (N + 2) + 0.05
+
+
+def _reference_four(K, act, m):
+    d = sorted(set(m))
+    f = [(d.index(i), "sigma", 0) for i in m]
+    return float(gaussian_expectation(f, K[np.ix_(d, d)], act, method="quadrature", rtol=1e-12))
+
+
+def test_linear_is_isserlis():
+    """sigma = z: <z_a z_b z_c z_d> = K_ab K_cd + K_ac K_bd + K_ad K_bc exactly (Wick)."""
+    K = _kernel(5, 0)
+    F, _ = four_point_table(K, get_activation("linear"), rtol=1e-10)
+    W = (np.einsum("ab,cd->abcd", K, K) + np.einsum("ac,bd->abcd", K, K)
+         + np.einsum("ad,bc->abcd", K, K))
+    np.testing.assert_allclose(F, W, rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("act", SMOOTH)
+def test_four_point_against_per_entry_quadrature(act):
+    a = get_activation(act)
+    K = _kernel(5, 1, scale=1.5)
+    F, E = four_point_table(K, a, rtol=1e-9)
+    worst = 0.0
+    for m in [(0, 1, 2, 3), (1, 2, 3, 4), (0, 0, 1, 2), (2, 3, 3, 4), (0, 0, 1, 1), (4, 4, 4, 1), (3, 3, 3, 3)]:
+        ref = _reference_four(K, a, m)
+        worst = max(worst, abs(F[m] - ref) / max(abs(ref), 1e-3))
+    assert worst < 1e-8
+
+
+def test_four_point_full_symmetry_and_singular_kernel():
+    a = get_activation("tanh")
+    K = _kernel(4, 2)
+    K = np.pad(K, ((0, 1), (0, 1)))
+    K[4, :], K[:, 4] = K[1, :], K[:, 1]
+    K[4, 4] = K[1, 1]                          # sample 4 duplicates sample 1 (rank-deficient)
+    F, _ = four_point_table(K, a, rtol=1e-9)
+    for p in itertools.permutations(range(4)):
+        np.testing.assert_array_equal(F, F.transpose(p))
+    assert F[0, 1, 2, 3] == pytest.approx(F[0, 4, 2, 3], rel=1e-9)
+    assert F[0, 1, 4, 3] == pytest.approx(_reference_four(K[:4, :4], a, (0, 1, 1, 3)), rel=1e-9)
+
+
+@pytest.mark.parametrize("act", ["tanh", "gelu"])
+def test_pair_tables_against_per_entry(act):
+    a = get_activation(act)
+    K = _kernel(4, 3)
+    orders = [(0, 0), (1, 1), (2, 0), (2, 2), (3, 1), (4, 0)]
+    T, E = pair_tables(K, a, orders, rtol=1e-10)
+    assert set(T) >= {(0, 2), (1, 3), (0, 4)}                 # transposes come along
+    for (p, q) in orders:
+        for (i, j) in [(0, 1), (2, 1), (3, 3)]:
+            sub = K[np.ix_([i, j], [i, j])]
+            ref = gaussian_expectation([(0, "sigma", p), (1, "sigma", q)], sub, a, rtol=1e-12)
+            assert T[p, q][i, j] == pytest.approx(float(ref), rel=1e-9, abs=1e-12)
+            assert T[q, p][j, i] == T[p, q][i, j]
+
+
+def test_small_kernels_deep_layers():
+    """Kernels that shrink with depth (tanh at criticality) stay accurate: the Gaussian floor."""
+    a = get_activation("tanh")
+    K = _kernel(4, 4, scale=0.03)
+    F, _ = four_point_table(K, a, rtol=1e-8)
+    for m in [(0, 1, 2, 3), (0, 0, 1, 2)]:
+        ref = _reference_four(K, a, m)
+        assert F[m] == pytest.approx(ref, rel=1e-8)
+
+
+def test_parity():
+    assert parity(get_activation("tanh")) == -1
+    assert parity(get_activation("cos")) == 1
+    assert parity(get_activation("gelu")) == 0
+
+
+def test_kinked_rejected():
+    with pytest.raises(DomainError, match="smooth"):
+        four_point_table(np.eye(2), get_activation("relu"))
+    with pytest.raises(DomainError, match="square"):
+        pair_tables(np.ones(3), get_activation("tanh"), [(0, 0)])
