@@ -110,7 +110,7 @@ def test_bad_input():
         et.flow(et.MLP("tanh", 3, 10))
     with pytest.raises(DomainError, match="overflows at layer 2"):
         et.flow(K1=[[1.0]], depth=6, activation="linear", c_w=1e200)
-    with pytest.warns(KernelScaleWarning, match="blows up.*layer 8"):
+    with pytest.warns(KernelScaleWarning, match="blows up.*layer 7"):
         et.flow(K1=[[1.0]], depth=10, activation="linear", c_w=10.0)
     with pytest.warns(KernelScaleWarning, match="vanishes"):
         et.flow(K1=[[1.0]], depth=10, activation="linear", c_w=0.1)
