@@ -53,8 +53,8 @@ def main() -> None:
             ref = initialization_flow(fl.K[0], m + 1, args.act, c_w=1.0, c_b=0.0, rtol=args.rtol)
             t_naive = (time.perf_counter() - t0) / m * (args.depth - 1)
             dev = max(float(np.max(np.abs(np.asarray(ref[k]) - getattr(fl, k)[:m + 1])
-                                / np.max(np.abs(getattr(fl, k)[1:m + 1]))))
-                      for k in ("K", "V", "G1"))
+                                / max(np.max(np.abs(getattr(fl, k)[1:m + 1])), 1e-300)))
+                      for k in ("K", "V", "G1") if np.any(getattr(fl, k)[1:m + 1]))
             print(f"  naive (per entry)   : {t_naive:8.1f} s  (timed on {m} layer steps, "
                   f"extrapolated to {args.depth - 1})")
             print(f"  ratio naive/flow    : {t_naive / t_fast:8.0f}x ;  max |flow - naive| / max|.|"

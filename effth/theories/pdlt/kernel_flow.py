@@ -251,6 +251,12 @@ class Flow:
         n = _prev_widths(self, widths)
         return self.V / n[:, None, None, None, None]
 
+    def __getitem__(self, key: str) -> np.ndarray:
+        """``flow["K"]`` etc., like the dict returned by :func:`initialization_flow`."""
+        if key not in ("K", "V", "G1"):
+            raise KeyError(key)
+        return getattr(self, key)
+
     def __repr__(self) -> str:
         return (f"Flow({self.activation.name}, layers 1..{int(self.layers[-1])}, "
                 f"N={self.K.shape[-1]} inputs)")
