@@ -57,17 +57,33 @@ def supports(activation: Any) -> bool:
 
 
 # ------------------------------------------------------------------------------------ rules
-def _step(scale: float, activation: Any, rtol: float, nfac: int) -> float:
-    """Trapezoid step in standard-normal units for a direction of the given scale."""
-    L = log_inv_tol(rtol)
+_STEP_FACTOR = 1.0     # calibration of the pole-limited step (see tests/numerics/test_sample_tables.py)
+
+
+def _step(scale: float, activation: Any, rtol: float, nfac: int, pmax: int = 1) -> float:
+    """Trapezoid step in standard-normal units for a direction of the given scale.
+
+    ``pmax`` is the largest power of one activation factor: sigma^p has poles of order p, whose
+    trapezoid error carries an extra h^(1-p), paid for with ~2(p-1) more units of exponent.
+    """
+    L = log_inv_tol(rtol) + 2.0 * _growth(activation, nfac)
     if scale <= 0.0:
         return math.inf
     strip = activation.strip
     if math.isinf(strip):
         W = math.sqrt(2.0 * L * (1.0 + 2.0 * nfac * scale * scale)) + 1.0
     else:
-        W = max((L + 3.0) * scale / strip, math.sqrt(2.0 * L)) + 1.0
+        W = max(_STEP_FACTOR * (L + 3.0 + 2.0 * (pmax - 1)) * scale / strip, math.sqrt(2.0 * L)) + 1.0
     return 2.0 * math.pi / W
+
+
+def _growth(activation: Any, nfac: int) -> int:
+    """Polynomial growth degree of a product of nfac activations (linear-growth families)."""
+    if activation.family in ("piecewise_linear", "softplus", "swish", "gelu", "user"):
+        return nfac
+    if activation.is_polynomial:
+        return nfac * activation.polynomial_degree
+    return 0
 
 
 def _order(scales: Any, activation: Any, rtol: float) -> int:
@@ -85,7 +101,7 @@ def _order(scales: Any, activation: Any, rtol: float) -> int:
 
 
 def _rules_for(scale: float, act: Any, rtol: float, nfac: int, mult: float,
-               X: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               X: float, pmax: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(nodes, fine weights, coarse weights) for one direction.
 
     Polynomial activations get the exact Gauss-Hermite rule (coarse = fine: no error).
@@ -93,7 +109,7 @@ def _rules_for(scale: float, act: Any, rtol: float, nfac: int, mult: float,
     if act.is_polynomial:
         x, w = gauss_hermite(act.polynomial_degree * nfac // 2 + 1)
         return x, w, w
-    x, w = _rule(_step(scale, act, rtol, nfac) / mult, X)
+    x, w = _rule(_step(scale, act, rtol, nfac, pmax) / mult, X)
     return x, w, _coarse(w)
 
 
@@ -215,12 +231,13 @@ def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
                       mult: float) -> tuple:
     """E[prod_i sigma(z_i)^{P_i}] for a batch of k x k kernels (k = 1..4); (value, error, E|f|)."""
     B, k = P.shape
-    X = truncation(rtol, 0)
     nfac = int(P.sum(axis=1).max())
+    X = truncation(rtol, _growth(act, nfac))
+    pmax = int(P.max())
     even = parity(act) != 0 and np.all(P.sum(axis=1) % 2 == 0) or parity(act) == 1
     if k == 1:
         sd = np.sqrt(np.clip(K[:, 0, 0], 0.0, None))
-        x, w, wc = _rules_for(float(sd.max()), act, rtol, nfac, mult, X)
+        x, w, wc = _rules_for(float(sd.max()), act, rtol, nfac, mult, X, pmax)
         if even and not act.is_polynomial:
             x, w, wc = _fold(x, w)
         f = act.numpy(0)(sd[:, None] * x) ** P[:, :1]
@@ -232,10 +249,10 @@ def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
     # subsets by their own scales was measured slower: more, smaller array operations)
     scales = [float(np.max(np.abs(A[:, :, 0]), initial=0.0)), float(np.max(np.abs(c), initial=0.0))]
     scales = [max(scales)] + [float(np.max(np.abs(A[:, :, j]))) for j in range(1, r)]
-    rules = [_rules_for(v, act, rtol, nfac, mult, X) for v in scales]
+    rules = [_rules_for(v, act, rtol, nfac, mult, X, pmax) for v in scales]
     if even and not act.is_polynomial:     # f(-x) = f(x): half of the x_1 line
         rules[0] = _fold(*rules[0][:2])
-    y, wy, wyc = _rules_for(float(s.max()), act, rtol, nfac, mult, X)
+    y, wy, wyc = _rules_for(float(s.max()), act, rtol, nfac, mult, X, pmax)
     per = 2 * int(np.prod([len(rule[0]) for rule in rules]))
     chunk = max(1, _CHUNK // per)
     parts = [_outer_sum(A[i:i + chunk], c[i:i + chunk], s[i:i + chunk], Po[i:i + chunk], act, rules,
@@ -271,9 +288,12 @@ def _outer_sum(A: np.ndarray, c: np.ndarray, s: np.ndarray, Po: np.ndarray, act:
         v = sig(base[..., None] + A[:, 1:, 2, None, None, None] * x3)                  # (B,2,n1,n2,n3)
         if np.any(Po[:, 1:] != 1):
             v = v ** Po[:, 1:, None, None, None]
-        prod = v[:, 0] * v[:, 1]
-        t, tc, ta = prod @ w3, prod @ c3, np.abs(prod) @ w3
-        inner, inner_c, inner_a = (g * t) @ w2, (g * tc) @ c2, (np.abs(g) * ta) @ w2
+        prod = v[:, 0]
+        prod *= v[:, 1]
+        tt = prod @ np.stack([w3, c3], axis=1)       # fine and coarse x_3 sums in one pass
+        t, tc = tt[..., 0], tt[..., 1]
+        # E|f| is bounded below by |E_x3 f| (a smaller scale only makes the estimate stricter)
+        inner, inner_c, inner_a = (g * t) @ w2, (g * tc) @ c2, (np.abs(g * t)) @ w2
     return (inner * S) @ w1, (inner_c * Sc) @ c1, (inner_a * np.abs(S)) @ w1
 
 
@@ -387,7 +407,7 @@ def pair_tables(K: Any, activation: Any, orders: Any, *, rtol: float = 1e-10) ->
     N = K.shape[0]
     orders = sorted({tuple(o) for o in orders} | {tuple(o)[::-1] for o in orders})
     R = max(max(o) for o in orders)
-    X = truncation(rtol, 0)
+    X = truncation(rtol, _growth(activation, 2))
     iu = np.triu_indices(N, 1)
     diag = np.clip(np.diag(K), 0.0, None)
 
