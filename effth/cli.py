@@ -61,7 +61,15 @@ def _derive(args: argparse.Namespace, out) -> int:
     if target in ("K", "V", "G1"):
         from .theories.pdlt import derive_initialization
 
-        rec = derive_initialization(target, form=args.form)
+        if args.single_input or args.second_layer:
+            from .theories.pdlt.reductions import second_layer, single_input
+
+            if args.single_input and args.second_layer:
+                print("effth: error: give --single-input or --second-layer, not both", file=sys.stderr)
+                return 2
+            rec = (single_input if args.single_input else second_layer)(target)
+        else:
+            rec = derive_initialization(target, form=args.form)
         elapsed = time.perf_counter() - t0
         print(rec.latex() if args.format == "latex" else sp.sstr(rec.expr), file=out)
         print(f"% {rec.provenance}", file=out)
@@ -197,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--parity-even", action="store_true", help="drop odd moments/cumulants")
     d.add_argument("--form", choices=("edgeworth", "book"), default="edgeworth",
                    help="K/V/G1: derivative atoms (no inverse kernel) or the book's K^-1 form")
+    d.add_argument("--single-input", action="store_true",
+                   help="K/V/G1: single-input form in chi_parallel and j/K^2 (PDLT ch. 5)")
+    d.add_argument("--second-layer", action="store_true",
+                   help="K/V/G1: the exact layer-2 form (V(1) = G1(1) = 0)")
     d.add_argument("--format", choices=("latex", "text"), default="latex")
     d.add_argument("--timing", action="store_true", help="print the derivation time")
 
