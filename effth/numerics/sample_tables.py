@@ -57,23 +57,30 @@ def supports(activation: Any) -> bool:
 
 
 # ------------------------------------------------------------------------------------ rules
-_STEP_FACTOR = 1.0     # calibration of the pole-limited step (see tests/numerics/test_sample_tables.py)
-
-
 def _step(scale: float, activation: Any, rtol: float, nfac: int, pmax: int = 1) -> float:
-    """Trapezoid step in standard-normal units for a direction of the given scale.
+    r"""Trapezoid step in standard-normal units for a direction of the given scale.
 
-    ``pmax`` is the largest power of one activation factor: sigma^p has poles of order p, whose
-    trapezoid error carries an extra h^(1-p), paid for with ~2(p-1) more units of exponent.
+    For an activation analytic in a strip of half-width ``strip``, the factors of the integrand
+    have poles at distance :math:`a=	ext{strip}/	ext{scale}` from the real axis; up to ``nfac``
+    of them can coincide (nearly collinear samples), giving a pole of that order.  With the
+    Gaussian weight the trapezoid error is about :math:`W^{p-1}e^{-aW+a^2/2}` for
+    :math:`W=2\pi/h`, as long as the pole lies inside the saddle :math:`a<W`; beyond it the
+    Gaussian term :math:`e^{-W^2/2}` dominates.  ``pmax`` is kept for the caller's bookkeeping.
     """
-    L = log_inv_tol(rtol) + 2.0 * _growth(activation, nfac)
+    L = log_inv_tol(rtol) + 2.0 * _growth(activation, nfac) + 3.0
     if scale <= 0.0:
         return math.inf
     strip = activation.strip
     if math.isinf(strip):
-        W = math.sqrt(2.0 * L * (1.0 + 2.0 * nfac * scale * scale)) + 1.0
-    else:
-        W = max(_STEP_FACTOR * (L + 3.0 + 2.0 * (pmax - 1)) * scale / strip, math.sqrt(2.0 * L)) + 1.0
+        # entire sigma of Gaussian type: |sigma(i s y)| ~ exp(g s^2 y^2 / 2) per factor (g = 1 for
+        # GELU's Phi, 2 for erf; 2 is kept for the rest as an upper bound); the saddle of
+        # exp(-W y + (1 + g nfac s^2) y^2 / 2) gives the error exp(-W^2 / (2 (1 + g nfac s^2)))
+        g = 1.0 if activation.family == "gelu" else 2.0
+        return 2.0 * math.pi / (math.sqrt(2.0 * L * (1.0 + g * nfac * scale * scale)) + 1.0)
+    L += 2.0 * (nfac - 1)
+    W_gauss = math.sqrt(2.0 * L) + 1.0
+    a = strip / scale
+    W = W_gauss if a >= W_gauss else max(W_gauss, L / a + a / 2.0 + 1.0)
     return 2.0 * math.pi / W
 
 
@@ -86,18 +93,22 @@ def _growth(activation: Any, nfac: int) -> int:
     return 0
 
 
-def _order(scales: Any, activation: Any, rtol: float) -> int:
-    """Convergence order q of the step-2h comparison: e(h) ~ e(2h)^q / |I|^(q-1).
+def _order(scales: Any, activation: Any, rtol: float, nfac: int = 2) -> tuple[int, float]:
+    """Error model of the step-2h comparison: e(h) ~ f * e(2h)^q / |I|^(q-1); returns (q, f).
 
-    A direction whose step is set by the strip of analyticity converges like exp(-2 pi a/h)
-    (q = 2); one whose step is set by the Gaussian floor (or an entire activation) like
-    exp(-2 pi^2/h^2) (q = 4).  The slowest direction decides.
+    A pole at distance a inside the saddle gives e(h) ~ exp(-aW + a^2/2), so
+    e(h) = e(2h)^2 exp(-a^2/2) / C (q = 2, f = exp(-a^2/2) for the nearest pole); a direction set
+    by the Gaussian term (or an entire activation) converges like exp(-W^2/2) (q = 4, f = 1).
     """
     if math.isinf(activation.strip):
-        return 4
-    L = log_inv_tol(rtol)
-    pole = any((L + 3.0) * float(sc) / activation.strip > math.sqrt(2.0 * L) for sc in scales)
-    return 2 if pole else 4
+        return 4, 1.0
+    L = log_inv_tol(rtol) + 2.0 * _growth(activation, nfac) + 3.0 + 2.0 * (nfac - 1)
+    W_gauss = math.sqrt(2.0 * L) + 1.0
+    dist = [activation.strip / float(sc) for sc in scales if float(sc) > 0]
+    inside = [a for a in dist if a < W_gauss]
+    if not inside:
+        return 4, 1.0
+    return 2, math.exp(-0.5 * min(inside) ** 2)
 
 
 def _rules_for(scale: float, act: Any, rtol: float, nfac: int, mult: float,
@@ -241,7 +252,7 @@ def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
         if even and not act.is_polynomial:
             x, w, wc = _fold(x, w)
         f = act.numpy(0)(sd[:, None] * x) ** P[:, :1]
-        return _finish(f @ w, f @ wc, np.abs(f) @ w, _order([sd.max()], act, rtol))
+        return _finish(f @ w, f @ wc, np.abs(f) @ w, _order([sd.max()], act, rtol, nfac))
     order, A, c, s = _split_last(K)
     Po = np.take_along_axis(P, order, axis=1)
     r = k - 1
@@ -257,7 +268,7 @@ def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
     chunk = max(1, _CHUNK // per)
     parts = [_outer_sum(A[i:i + chunk], c[i:i + chunk], s[i:i + chunk], Po[i:i + chunk], act, rules,
                         y, wy, wyc) for i in range(0, B, chunk)]
-    q = _order(scales + [float(s.max())], act, rtol)
+    q = _order(scales + [float(s.max())], act, rtol, nfac)
     return _finish(*(np.concatenate(v) for v in zip(*parts)), q)
 
 
@@ -297,11 +308,12 @@ def _outer_sum(A: np.ndarray, c: np.ndarray, s: np.ndarray, Po: np.ndarray, act:
     return (inner * S) @ w1, (inner_c * Sc) @ c1, (inner_a * np.abs(S)) @ w1
 
 
-def _finish(fine: np.ndarray, coarse: np.ndarray, absval: np.ndarray, q: int = 2) -> tuple:
+def _finish(fine: np.ndarray, coarse: np.ndarray, absval: np.ndarray, model: tuple = (2, 1.0)) -> tuple:
     """(value, error estimate, E|integrand|) from the fine and step-2h sums (see :func:`_order`)."""
+    q, f = model
     scale = np.maximum(absval, 1e-300)
     d = np.abs(fine - coarse)
-    err = np.minimum(d, scale * (d / scale) ** q) + 1e-15 * absval
+    err = np.minimum(d, f * scale * (d / scale) ** q) + 1e-15 * absval
     return fine, err, absval
 
 
