@@ -12,7 +12,6 @@ References (written independently of the implementation):
 from __future__ import annotations
 
 import math
-import os
 
 import mpmath as mp
 import numpy as np
@@ -477,10 +476,8 @@ def test_mpmath_two_slot_default():
         ("poly", ((0, S, 0), (0, S, 0), (1, S, 1))),
     ],
 )
-def test_two_slot_vs_mpmath_slow(aname, fs, request):
-    markexpr = request.config.getoption("markexpr", default="") or ""
-    if not (("slow" in markexpr and "not slow" not in markexpr) or os.environ.get("EFFTH_SLOW") == "1"):
-        pytest.skip("nested 2-D mpmath reference (minutes); run with -m slow or EFFTH_SLOW=1")
+def test_two_slot_vs_mpmath_slow(aname, fs, opt_in_slow):
+    """Nested 2-D mpmath reference (minutes each)."""
     a = ACTS[aname]()
     K = random_K(2, 7)
     assert_close(closed_form(a, fs, K), mp_ref2(product_fn(a, fs, "mp"), K))

@@ -23,7 +23,6 @@ evaluated in the Stein-equivalent book form, entry by entry.
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
 from dataclasses import dataclass, field
