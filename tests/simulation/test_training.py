@@ -82,3 +82,45 @@ def test_bad_input():
         simulate_training(X, Y, depth=1, width=10, gamma0=1.0, eta=0.1, steps=3, activation="foo")
     with pytest.raises(DomainError):
         simulate_training(X, Y[:1], depth=1, width=10, gamma0=1.0, eta=0.1, steps=3)
+
+
+def test_weight_decay_step():
+    """weight_decay multiplies every parameter by (1 - eta lambda) per step: lambda = 0 is the plain
+    run; muP equals mean field exactly; for the 2-homogeneous linear L = 1 net (raw outputs) the
+    first step changes by -2 eta lambda f(theta_0) + O(eta^2)."""
+    kw = dict(depth=1, width=64, gamma0=1.0, steps=2, activation="linear", seeds=(0,),
+              center=False)
+    np.testing.assert_allclose(simulate_training(X, Y, eta=0.05, **kw).f,
+                               simulate_training(X, Y, eta=0.05, weight_decay=0.0, **kw).f, atol=0)
+    a = simulate_training(X, Y, eta=0.05, weight_decay=0.7, **kw)
+    b = simulate_training(X, Y, eta=0.05, weight_decay=0.7, parameterization="mup", **kw)
+    np.testing.assert_allclose(a.f, b.f, atol=1e-10)
+    errs = []
+    for eta in (0.01, 0.005):
+        wd = simulate_training(X, Y, eta=eta, weight_decay=0.7, **kw).f[0]
+        no = simulate_training(X, Y, eta=eta, weight_decay=0.0, **kw).f[0]
+        errs.append(np.max(np.abs((wd[1] - no[1]) - (-2 * eta * 0.7 * wd[0]))))
+    assert errs[0] < 1e-3 and 3.0 < errs[0] / errs[1] < 5.0
+    with pytest.raises(DomainError, match="weight_decay"):
+        simulate_training(X, Y, eta=0.05, weight_decay=40.0, **kw)
+
+
+def test_multiple_outputs_and_bias_shapes_and_first_step():
+    """C outputs: the first GD step is f_1 = eta K Delta_0 with K^{cc'} = delta_{cc'} * NTK at
+    initialization up to O(eta^2) and 1/sqrt(N); muP equals mean field with biases."""
+    Y2 = np.array([[1.0, 0.3], [-0.5, 0.8]])
+    kw = dict(depth=2, width=64, gamma0=1.0, eta=0.05, steps=3, activation="tanh", seeds=(0, 1))
+    a = simulate_training(X, Y2, bias=True, **kw)
+    b = simulate_training(X, Y2, bias=True, parameterization="mup", **kw)
+    assert a.f.shape == (2, 3, 2, 2) and a.g.shape == (2, 2, 3, 2, 3, 2, 2, 2)
+    assert a.ntk.shape == (2, 3, 2, 2, 2, 2) and a.loss.shape == (2, 3)
+    np.testing.assert_allclose(a.f, b.f, atol=1e-10)
+    np.testing.assert_allclose(a.ntk, b.ntk, atol=1e-9)
+    # exact one-step identity for the linear readout part at any width: f_1 - f_0 = eta K_0 Delta_0
+    # holds to O(eta^2); compare the step with the recorded initial NTK
+    for eta in (0.01,):
+        r = simulate_training(X, Y2, depth=1, width=256, gamma0=1.0, eta=eta, steps=2,
+                              activation="tanh", seeds=(0,), bias=True)
+        K0 = r.ntk[0, 0]                                  # (n, n, C, C)
+        pred = eta * np.einsum("mace,ae->mc", K0, Y2)
+        assert np.max(np.abs(r.f[0, 1] - pred)) < 5 * eta ** 2 * np.max(np.abs(K0)) ** 2 + 1e-12

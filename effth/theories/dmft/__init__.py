@@ -6,16 +6,37 @@ full-batch gradient descent (spec ``seed-000-dmft.md`` §2-§3):
 * :func:`solve_deep_linear` -- closed matrix equations of deep linear networks (no sampling);
 * :func:`solve_monte_carlo` -- the alternating Monte-Carlo solver (seed Algorithm 1) for any
   activation;
-* :func:`static_ntk_solve` -- the lazy ``gamma0 = 0`` limit (static NTK).
+* :func:`solve_two_layer` -- ``L = 1`` by one forward pass in time (Gauss-Hermite quadrature
+  or Monte Carlo), with weight decay;
+* :func:`static_ntk_solve` -- the lazy ``gamma0 = 0`` limit (static NTK);
+* :func:`kernel_alignment`, :func:`target_alignment`, :func:`layer_alignment` -- the seed's
+  alignment metric ``A(K1, K2)``.
 """
 
 from __future__ import annotations
 
 from .deep_linear import solve_deep_linear
 from .grid import TimeGrid, TrainingData, prepare_data
-from .nonlinear import solve_monte_carlo
 from .lazy import check_stability, lazy_kernels, static_ntk_dynamics, static_ntk_solve
+from .metrics import kernel_alignment, layer_alignment, target_alignment
+from .nonlinear import solve_monte_carlo
 from .result import Diagnostics, DMFTResult
+from .two_layer import solve_two_layer
 
-__all__ = ["solve_deep_linear", "solve_monte_carlo", "TimeGrid", "TrainingData", "prepare_data", "check_stability",
-           "lazy_kernels", "static_ntk_dynamics", "static_ntk_solve", "Diagnostics", "DMFTResult"]
+__all__ = [
+           "DMFTResult",
+           "Diagnostics",
+           "TimeGrid",
+           "TrainingData",
+           "check_stability",
+           "kernel_alignment",
+           "layer_alignment",
+           "lazy_kernels",
+           "prepare_data",
+           "solve_deep_linear",
+           "solve_monte_carlo",
+           "solve_two_layer",
+           "static_ntk_dynamics",
+           "static_ntk_solve",
+           "target_alignment",
+]

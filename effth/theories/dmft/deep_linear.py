@@ -33,7 +33,7 @@ import numpy as np
 from ...errors import ConvergenceError, DomainError
 from .grid import TimeGrid, causal_mask, prepare_data
 from .lazy import check_stability, lazy_kernels, static_ntk_dynamics
-from .result import DMFTResult, Diagnostics
+from .result import Diagnostics, DMFTResult
 
 __all__ = ["solve_deep_linear"]
 
@@ -41,8 +41,8 @@ __all__ = ["solve_deep_linear"]
 def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, steps: int,
                       X_test=None, kernel=None, closure: str | None = None, damping: float = 1.0,
                       tol: float = 1e-10, max_iter: int = 500,
-                      gradient_independent: bool = False, window: int | None = None
-                      ) -> DMFTResult:
+                      gradient_independent: bool = False, window: int | None = None,
+                      method: str = "march") -> DMFTResult:
     """Solve the deep linear DMFT of seed 000 on the discrete-GD grid.
 
     Parameters
@@ -70,7 +70,15 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     gradient_independent : bool
         Set ``A = B = 0`` (the gradient-independence ansatz, spec §2.7).
     window : int, optional
-        Number of grid points added per continuation stage (default 10).
+        ``method='sweep'`` only: grid points added per continuation stage (default 10).
+    method : {'march', 'sweep'}
+        ``'march'`` (default): exact forward recursion in time -- by causality the time-``t``
+        rows of every order parameter follow from earlier rows in one upward pass over layers
+        (``H``, ``A``) and one downward pass (``G``, ``B``, ``M_g``), with no iteration; the
+        result is then checked by one sweep of the fixed-point map (``diagnostics.residuals``;
+        ``ConvergenceError`` if that residual exceeds ``tol`` times the largest kernel entry).
+        ``'sweep'``: damped Gauss-Seidel sweeps of the whole-window fixed point, continued over
+        growing time windows (``damping``, ``max_iter``, ``window`` apply).
 
     Returns
     -------
@@ -93,6 +101,8 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         raise DomainError(f"closure={closure!r} must be 'exact' or 'ntk'")
     if not (0.0 < damping <= 1.0):
         raise DomainError(f"damping={damping!r} must lie in (0, 1]")
+    if method not in ("march", "sweep"):
+        raise DomainError(f"method={method!r} must be 'march' or 'sweep'")
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)
     grid = TimeGrid(float(eta), int(steps))
     L, T, n, P = int(depth), grid.steps, data.n_all, data.n_train
@@ -106,17 +116,34 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     # extended by holding the last time).  This avoids the transient growth of a Picard iteration
     # of the Volterra-type equations over the whole horizon (spec §2.7: undamped iteration from a
     # cold start can diverge).
-    width = window if window else 10
-    stages = list(range(min(width, T), T, width)) + [T]
-    state = _initial_state(data, L, stages[0], grid.eta, ntk0)
-    for k, Tk in enumerate(stages):
-        if k:
-            state = _extend(state, stages[k - 1], Tk, n)
-        # intermediate stages only need to bring the new window close: the prefix keeps
-        # converging in every later stage (the final stage enforces ``tol`` everywhere)
-        stage_tol = tol if Tk == T else max(tol, 1e-4)
-        state, f = _iterate(state, data, L, Tk, grid.eta, g2, closure, damping, stage_tol, max_iter,
-                            gradient_independent, diag)
+    if method == "march":
+        state, f = _march(data, L, T, grid.eta, g2, closure, gradient_independent)
+        # a-posteriori check: one undamped sweep of the fixed-point map from the marched state
+        check = Diagnostics(tol=tol)
+        _, _ = _iterate([list(x) if isinstance(x, list) else x.copy() for x in state], data, L, T,
+                        grid.eta, g2, closure, 1.0, np.inf, 1, gradient_independent, check)
+        diag.iterations = 1
+        diag.residuals = check.residuals
+        # the check is limited by rounding: relative to the kernels' magnitude
+        scale = max(1.0, max(float(np.max(np.abs(x))) for x in state[0] + state[1]))
+        diag.converged = check.residuals[-1] < tol * scale
+        if not diag.converged:
+            raise ConvergenceError(
+                f"marched deep linear DMFT fails its fixed-point check: residual "
+                f"{check.residuals[-1]:.3g} > tol {tol:.3g} x kernel scale {scale:.3g} on {T} grid "
+                "points (kernels too large for double precision? lower gamma0 or eta)")
+    else:
+        width = window if window else 10
+        stages = list(range(min(width, T), T, width)) + [T]
+        state = _initial_state(data, L, stages[0], grid.eta, ntk0)
+        for k, Tk in enumerate(stages):
+            if k:
+                state = _extend(state, stages[k - 1], Tk, n)
+            # intermediate stages only need to bring the new window close: the prefix keeps
+            # converging in every later stage (the final stage enforces ``tol`` everywhere)
+            stage_tol = tol if Tk == T else max(tol, 1e-4)
+            state, f = _iterate(state, data, L, Tk, grid.eta, g2, closure, damping, stage_tol,
+                                max_iter, gradient_independent, diag)
     diag.seconds = time.perf_counter() - t0
     H, G, A, B, _ = state
     return DMFTResult(
@@ -126,6 +153,104 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         A=np.stack([a.reshape(T, n, T, 1) for a in A]) if L > 1 else np.zeros((0, T, n, T, 1)),
         B=np.stack([b.reshape(T, 1, T, n) for b in B]) if L > 1 else np.zeros((0, T, 1, T, n)),
         f=f, delta=data.y - f[:, :P], method="deep_linear", closure=closure, diagnostics=diag)
+
+
+def _march(data, L, T, eta, g2, closure, gradient_independent):
+    """Exact forward recursion in time of the closed equations (module docstring).
+
+    Row ``t`` of ``C^ell`` needs ``A^{ell-1}``, ``H^{ell-1}`` at row ``t`` and ``Delta`` before ``t``;
+    row ``t`` of ``A^ell = C^ell M_g^ell`` and ``H^ell = H^{ell-1} + gamma0^2 [C Y + (C Y)^T]`` need
+    ``M_g``, ``G^ell``, ``M_g D`` only at earlier rows (``C`` is strictly causal), so an upward pass
+    over layers gives them.  Row ``t`` of ``D^ell`` needs ``B^ell = M_g^{ell+1} D^{ell+1}`` and
+    ``G^{ell+1}`` at row ``t``; ``M_g = 1 + gamma0^2 D (C M_g)``, ``M_g D`` and
+    ``G^ell = M_g [G^{ell+1} + gamma0^2 D H^{ell-1} D^T] M_g^T`` at row ``t`` then follow in a
+    downward pass.  ``f(t)`` (exact closure) uses row ``t`` only and ``Delta(t)`` enters later rows.
+    ``Y = M_g D H^{ell-1} + G^ell C^T / 2`` is filled column block ``t`` (rows ``< t``, upward) and
+    row ``t`` (columns ``<= t``, downward).
+    """
+    n, P = data.n_all, data.n_train
+    Tn = T * n
+    kx = data.kx
+    H0 = np.tile(kx, (T, T))
+    H = [np.zeros((Tn, Tn)) for _ in range(L)]
+    G = [np.zeros((T, T)) for _ in range(L)]
+    C = [np.zeros((Tn, T)) for _ in range(L)]
+    D = [np.zeros((T, Tn)) for _ in range(L)]
+    Af = [np.zeros((Tn, T)) for _ in range(L)]       # C M_g
+    MD = [np.zeros((T, Tn)) for _ in range(L)]       # M_g D
+    Mg = [np.zeros((T, T)) for _ in range(L)]
+    Y = [np.zeros((T, Tn)) for _ in range(L)]
+    Z = [np.zeros((T, T)) for _ in range(L)]          # G^{ell+1} + gamma0^2 D H^{ell-1} D^T
+    delta = np.zeros((T, n))
+    f = np.zeros((T, n))
+    ones = np.ones((T, T))
+    K_prev = None                                    # K(t-1, t-1)[:, :P] for the NTK closure
+    with np.errstate(over="ignore", invalid="ignore"):
+        for t in range(T):
+            rt = slice(t * n, (t + 1) * n)
+            m = (t + 1) * n
+            # ---------------- upward: C, A, Y column block t, H row t
+            for ell in range(1, L + 1):
+                Hp = H0 if ell == 1 else H[ell - 2]
+                c = C[ell - 1]
+                if t:
+                    c[rt, :t] = eta * (Hp[rt, : t * n].reshape(n, t, n) * delta[:t][None]).sum(axis=2)
+                    if ell >= 2 and not gradient_independent:
+                        c[rt, :t] += Af[ell - 2][rt, :t]
+                    Af[ell - 1][rt, :t] = c[rt, :t] @ Mg[ell - 1][:t, :t]
+                    Yl = Y[ell - 1]
+                    Yl[:t, rt] = MD[ell - 1][:t, : t * n] @ Hp[: t * n, rt] \
+                        + 0.5 * G[ell - 1][:t, :t] @ c[rt, :t].T
+                    cy_row = c[rt, :t] @ Yl[:t, :m]                   # (C Y)[t, s <= t]
+                    cy_col = c[:m, :t] @ Yl[:t, rt]                   # (C Y)[s <= t, t]
+                    Hrow = Hp[rt, :m] + g2 * (cy_row + cy_col.T)
+                else:
+                    Hrow = Hp[rt, :m].copy()
+                Hl = H[ell - 1]
+                Hl[rt, :m] = Hrow
+                Hl[:m, rt] = Hrow.T
+            # ---------------- downward: D, M_g, M_g D, G, Y row t
+            for ell in range(L, 0, -1):
+                Hp = H0 if ell == 1 else H[ell - 2]
+                Gn = ones if ell == L else G[ell]
+                d = D[ell - 1]
+                if t:
+                    d[t, : t * n] = eta * (Gn[t, :t][:, None] * delta[:t]).reshape(-1)
+                if ell <= L - 1 and not gradient_independent:
+                    d[t, :m] += MD[ell][t, :m]
+                mg = Mg[ell - 1]
+                mg[t, : t + 1] = g2 * d[t, :m] @ Af[ell - 1][:m, : t + 1]
+                mg[t, t] += 1.0
+                MD[ell - 1][t, :m] = mg[t, : t + 1] @ d[: t + 1, :m]
+                # Z = G^{ell+1} + gamma0^2 D H^{ell-1} D^T (symmetric), row and column t;
+                # G row t = (M_g Z M_g^T)[t, <= t]
+                Zl = Z[ell - 1]
+                zrow = Gn[t, : t + 1] + g2 * (d[t, :m] @ Hp[:m, :m]) @ d[: t + 1, :m].T
+                Zl[t, : t + 1] = zrow
+                Zl[: t + 1, t] = zrow
+                Grow = (mg[t, : t + 1] @ Zl[: t + 1, : t + 1]) @ mg[: t + 1, : t + 1].T
+                Gl = G[ell - 1]
+                Gl[t, : t + 1] = Grow
+                Gl[: t + 1, t] = Grow
+                Y[ell - 1][t, :m] = MD[ell - 1][t, :m] @ Hp[:m, :m] \
+                    + 0.5 * Gl[t, :t] @ C[ell - 1][:m, :t].T
+            # ---------------- predictions and error signal at time t
+            if closure == "exact":
+                HpL = H0 if L == 1 else H[L - 2]
+                f[t] = MD[L - 1][t, :m] @ HpL[:m, rt] + C[L - 1][rt, :t] @ G[L - 1][:t, t]
+            elif t:
+                f[t] = f[t - 1] + eta * K_prev @ delta[t - 1, :P]
+            if closure == "ntk":
+                K_prev = G[0][t, t] * kx[:, :P]
+                for ell in range(1, L + 1):
+                    gnext = G[ell][t, t] if ell < L else 1.0
+                    K_prev = K_prev + gnext * H[ell - 1][rt, t * n: t * n + P]
+            delta[t, :P] = data.y - f[t, :P]
+            if not (np.all(np.isfinite(f[t])) and abs(G[0][t, t]) < 1e12):
+                raise ConvergenceError(
+                    f"deep linear DMFT diverged at time step {t} of {T} (kernels not finite or "
+                    "above 1e12); lower gamma0 or eta")
+    return (H, G, Af[: L - 1], MD[1:], delta), f
 
 
 def _initial_state(data, L, T, eta, ntk0):

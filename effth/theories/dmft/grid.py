@@ -18,7 +18,7 @@ import numpy as np
 
 from ...errors import DomainError
 
-__all__ = ["TimeGrid", "TrainingData", "prepare_data", "causal_mask"]
+__all__ = ["TimeGrid", "TrainingData", "causal_mask", "prepare_data"]
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ import numpy as np
 from ...errors import DomainError
 from ...numerics import gaussian_expectation
 from .grid import TimeGrid, TrainingData
-from .result import DMFTResult, Diagnostics
+from .result import Diagnostics, DMFTResult
 
-__all__ = ["lazy_kernels", "static_ntk_dynamics", "check_stability", "static_ntk_solve"]
+__all__ = ["check_stability", "lazy_kernels", "static_ntk_dynamics", "static_ntk_solve"]
 
 _LINEAR = ("linear", "identity", "id")
 

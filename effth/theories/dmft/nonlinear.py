@@ -33,7 +33,7 @@ from ...activations import get_activation
 from ...errors import ConvergenceError, DomainError
 from .grid import TimeGrid, causal_mask, prepare_data
 from .lazy import check_stability, lazy_kernels, static_ntk_dynamics, static_ntk_solve
-from .result import DMFTResult, Diagnostics
+from .result import Diagnostics, DMFTResult
 
 __all__ = ["solve_monte_carlo"]
 

@@ -124,7 +124,7 @@ class DMFTResult:
     @property
     def loss(self) -> np.ndarray:
         """``(T,)`` training loss ``1/2 sum_mu Delta_mu(t)^2`` (spec §1.3)."""
-        return 0.5 * np.sum(self.delta ** 2, axis=1)
+        return 0.5 * np.sum(self.delta.reshape(self.delta.shape[0], -1) ** 2, axis=1)
 
     @property
     def phi0(self) -> np.ndarray:
@@ -135,7 +135,13 @@ class DMFTResult:
     @property
     def ntk(self) -> np.ndarray:
         """``(T, n, T, n)`` NTK ``K(t, s) = sum_{ell=0}^{L} G^{ell+1} Phi^ell`` (seed eq. (19)),
-        with ``Phi^0 = K^x`` and ``G^{L+1} = 1``."""
+        with ``Phi^0 = K^x`` and ``G^{L+1} = 1``; ``(T, n, T, n, C, C)`` for ``C`` outputs."""
+        if self.g.ndim == 7:                       # C outputs: K^{cc'} (seed eq. (95))
+            C = self.g.shape[-1]
+            out = self.g[0] * self.phi0[..., None, None]
+            for ell in range(1, self.depth):
+                out = out + self.g[ell] * self.phi[ell - 1][..., None, None]
+            return out + self.phi[self.depth - 1][..., None, None] * np.eye(C)
         out = self.g[0] * self.phi0
         for ell in range(1, self.depth):
             out = out + self.g[ell] * self.phi[ell - 1]
@@ -143,7 +149,7 @@ class DMFTResult:
 
     @property
     def ntk_diag(self) -> np.ndarray:
-        """``(T, n, n)`` equal-time NTK ``K(t_i, t_i)``."""
+        """``(T, n, n)`` (or ``(T, n, n, C, C)``) equal-time NTK ``K(t_i, t_i)``."""
         K = self.ntk
         idx = np.arange(self.grid.steps)
         return K[idx, :, idx, :]
@@ -152,4 +158,4 @@ class DMFTResult:
         """Equal-time diagonal ``X(t_i, t_i)`` of ``'phi'`` or ``'g'``: shape ``(L, T, n, n)``."""
         X = getattr(self, name)
         idx = np.arange(self.grid.steps)
-        return X[:, idx, :, idx, :].transpose(1, 0, 2, 3)
+        return np.moveaxis(X[:, idx, :, idx, :], 0, 1)

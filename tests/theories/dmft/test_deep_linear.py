@@ -128,6 +128,26 @@ def test_bad_input():
     with pytest.raises(DomainError):
         solve_deep_linear(kernel=KX, y=[1.0, 2.0, 3.0], depth=2, gamma0=1.0, eta=0.05, steps=10)
     with pytest.raises(ConvergenceError, match="iteration"):
-        solve_deep_linear(kernel=KX, y=Y, depth=3, gamma0=1.0, eta=0.05, steps=41, max_iter=3)
+        solve_deep_linear(kernel=KX, y=Y, depth=3, gamma0=1.0, eta=0.05, steps=41, max_iter=3,
+                          method="sweep")
     with pytest.raises(ConvergenceError, match="diverged at iteration"):
-        solve_deep_linear(kernel=KX, y=10 * Y, depth=4, gamma0=3.0, eta=0.05, steps=40, window=40)
+        solve_deep_linear(kernel=KX, y=10 * Y, depth=4, gamma0=3.0, eta=0.05, steps=40, window=40,
+                          method="sweep")
+    with pytest.raises(ConvergenceError, match="diverged at time step"):
+        solve_deep_linear(kernel=KX, y=10 * Y, depth=4, gamma0=3.0, eta=0.05, steps=40)
+    with pytest.raises(DomainError, match="method"):
+        solve_deep_linear(kernel=KX, y=Y, depth=2, gamma0=1.0, eta=0.05, steps=10, method="newton")
+
+
+@pytest.mark.parametrize("kw", [dict(depth=1), dict(depth=3), dict(depth=2, closure="ntk"),
+                                dict(depth=3, gradient_independent=True),
+                                dict(depth=2, gradient_independent=True, closure="exact")])
+def test_march_equals_sweep(kw):
+    """The exact forward recursion in time equals the converged whole-window fixed point."""
+    X = np.linalg.cholesky(2 * KX)
+    xt = np.array([[0.3, -0.8]])
+    a = solve_deep_linear(X, Y, X_test=xt, gamma0=1.3, eta=0.05, steps=25, **kw)
+    b = solve_deep_linear(X, Y, X_test=xt, gamma0=1.3, eta=0.05, steps=25, method="sweep", **kw)
+    assert a.diagnostics.converged and a.diagnostics.residuals[-1] < 1e-12
+    for name in ("phi", "g", "A", "B", "f"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), atol=1e-9, err_msg=name)

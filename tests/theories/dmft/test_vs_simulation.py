@@ -62,3 +62,13 @@ def test_tanh_width_scaling(depth, samples, seeds):
                            **kw)
     print(f"tanh L={depth}: D(N) =", d, "slope", slope)
     assert abs(slope + 1.0) < 0.3, (d, slope)
+
+
+def test_tanh_L1_quadrature_width_scaling():
+    """Deterministic two-layer DMFT (Gauss-Hermite, no MC floor) vs networks: D(N) ~ 1/N."""
+    from effth.theories.dmft import solve_two_layer
+    kw = dict(gamma0=1.0, eta=0.1, steps=11)
+    theory = solve_two_layer(X, Y, activation="tanh", **kw)
+    d, slope = width_study(theory, [250, 500, 1000, 2000], seeds=range(64), activation="tanh",
+                           depth=1, **kw)
+    assert abs(slope + 1.0) < 0.25, (d, slope)

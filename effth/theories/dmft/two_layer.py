@@ -1,0 +1,196 @@
+"""Two-layer (L = 1) DMFT by forward marching in time: deterministic quadrature or Monte Carlo.
+
+For one hidden layer the kernels that drive the single-site process are fixed, ``Phi^0 = K^x`` and
+``G^2 = 1``, and there are no responses ``A``, ``B`` (spec §2.6).  On the discrete-GD grid
+(spec §3.2; seed App. M) with weight decay ``lambda`` (``theta <- (1 - eta lambda) theta + ...``,
+seed App. J in discrete time, ``rho = 1 - eta lambda``) the single-site fields are
+
+``h_mu(t_i) = rho^i u_mu + gamma0 eta sum_alpha K^x_{mu alpha} a_alpha(i)``,
+``z(t_i) = rho^i r + gamma0 eta sum_alpha b_alpha(i)``,  ``g = phi'(h) z``,
+
+``a(i+1) = rho a(i) + Delta(t_i) g(t_i)``, ``b(i+1) = rho b(i) + Delta(t_i) phi(h(t_i))``,
+
+with ``u ~ N(0, K^x)`` constant in time and ``r ~ N(0, 1)`` one scalar, and the predictions are the
+exact single-site average ``f_mu(t_i) = gamma0^-1 <z(t_i) phi(h_mu(t_i))>`` (spec §2.4), which
+needs fields at ``t_i`` only.  ``Delta(t_i) = y - f(t_i)`` enters later times only, so the whole
+DMFT is one forward pass: no fixed-point iteration at all.  The average over ``(u, r)`` -- a
+``rank(K^x) + 1``-dimensional Gaussian -- is done by a tensor Gauss-Hermite rule (deterministic,
+for small ``P``) or by antithetic Monte Carlo.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from numpy.polynomial.hermite_e import hermegauss
+
+from ...activations import get_activation
+from ...errors import DomainError
+from .grid import TimeGrid, TrainingData, prepare_data
+from .lazy import check_stability, lazy_kernels, static_ntk_solve
+from .result import Diagnostics, DMFTResult
+
+__all__ = ["solve_two_layer"]
+
+
+def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
+                    activation: str = "tanh", X_test=None, kernel=None,
+                    method: str = "quadrature", nodes: int | None = None, max_nodes: int = 30_000,
+                    samples: int = 20_000, seed=0, weight_decay: float = 0.0,
+                    two_time: bool = True, bias: bool = False) -> DMFTResult:
+    """Solve the two-layer (``L = 1``) DMFT, optionally with weight decay, in one pass over time.
+
+    Parameters
+    ----------
+    X, y, X_test, kernel
+        Training data (see :func:`effth.theories.dmft.grid.prepare_data`).  ``y`` of shape
+        ``(P, C)`` gives ``C`` outputs (seed App. I): ``z, g`` carry an output index, ``r ~ N(0, I_C)``,
+        ``f_{mu c} = gamma0^-1 <z_c phi(h_mu)>``; then ``f`` is ``(T, n, C)``, ``delta`` ``(T, P, C)`` and
+        ``g`` ``(1, T, n, T, n, C, C)``.
+    gamma0, eta, steps
+        Feature-learning strength, GD step (grid ``t_i = i eta``) and number of grid points.
+    activation : str
+        Registry name (``effth.get_activation``).
+    method : {'quadrature', 'monte_carlo'}
+        ``'quadrature'``: tensor Gauss-Hermite rule over the ``rank(K^x) + 1`` Gaussian
+        coordinates of ``(u, r)`` (exact for polynomial activations of low degree; for smooth
+        activations exponentially accurate in ``nodes``; kinks such as ReLU converge slowly).
+        ``'monte_carlo'``: ``samples`` antithetic draws ``(u, r), (u, -r)``.
+    nodes : int, optional
+        Gauss-Hermite nodes per dimension; default the largest with ``nodes**d <= max_nodes``
+        (at most 80; ``DomainError`` if that is fewer than 5).
+    weight_decay : float
+        ``lambda >= 0``: every parameter is multiplied by ``1 - eta lambda`` at each GD step
+        (the discrete form of ``d theta/dt = -gamma^2 grad L - lambda theta``, seed App. J).
+    bias : bool
+        Trainable bias on the hidden preactivation, ``h = W^0 x / sqrt(D) + b``, ``b(0) ~ N(0, 1)``,
+        ``db/dt = gamma0 sum_mu Delta_mu g_mu`` (seed App. H): exactly the input kernel
+        ``K^x + 1`` (the returned ``data.kx`` and hence the NTK include the ``+1``).
+    two_time : bool
+        Form the two-time kernels (memory ``S T n`` for the field history); else only the
+        equal-time blocks ``Phi(t, t)``, ``G(t, t)`` are filled (other entries zero).
+
+    Returns
+    -------
+    DMFTResult
+        ``method`` is ``'two_layer_quadrature'`` or ``'two_layer_monte_carlo'``; ``A``, ``B`` are
+        empty (no responses at ``L = 1``).
+
+    Raises
+    ------
+    DomainError
+        Bad input, too many quadrature dimensions, or ``eta lambda_max(K_NTK) >= 2``.
+    """
+    if method not in ("quadrature", "monte_carlo"):
+        raise DomainError(f"method={method!r} must be 'quadrature' or 'monte_carlo'")
+    if not (np.isfinite(weight_decay) and weight_decay >= 0):
+        raise DomainError(f"weight_decay={weight_decay!r} must be a finite number >= 0")
+    act = get_activation(activation)
+    y_arr = np.asarray(y, dtype=float) if y is not None else None
+    multi = y_arr is not None and y_arr.ndim == 2
+    if multi and (y_arr.shape[1] < 1 or not np.all(np.isfinite(y_arr))):
+        raise DomainError(f"y of shape {y_arr.shape} must be (P,) or (P, C) with C >= 1, finite")
+    data = prepare_data(X, y_arr[:, 0] if multi else y, X_test=X_test, kernel=kernel)
+    Y = y_arr if multi else data.y[:, None]
+    if bias:
+        data = TrainingData(data.kx + 1.0, data.y, data.n_train)
+    grid = TimeGrid(float(eta), int(steps))
+    T, n, P, C = grid.steps, data.n_all, data.n_train, Y.shape[1]
+    rho = 1.0 - grid.eta * float(weight_decay)
+    if not (0.0 < rho <= 1.0):
+        raise DomainError(f"eta * weight_decay = {grid.eta * weight_decay:.3g} must lie in [0, 1)")
+    if gamma0 == 0 and weight_decay == 0 and not multi:
+        return static_ntk_solve(data, grid, 1, act.name)
+    if gamma0 == 0:
+        raise DomainError("gamma0 = 0 with weight decay (trivial fixed point f = K = 0) or several "
+                          "outputs is not solved here (output factor 1/gamma0); use gamma0 > 0")
+    _, _, _, ntk0 = lazy_kernels(data.kx, 1, act.name)
+    check_stability(ntk0[:P, :P], grid.eta)
+    phi_f, dphi_f = act.numpy(0), act.numpy(1)
+    gam = float(gamma0)
+    t0 = time.perf_counter()
+    u, r, w = _nodes(data.kx, method, nodes, max_nodes, samples, seed, C)
+    S = w.size
+    Kx_tr = data.kx[:, :P]                                  # (n, P): only training points drive
+    a = np.zeros((S, P))                                    # sum_c Delta_c g_c, decayed
+    b = np.zeros((S, C))
+    if two_time:
+        ph_hist = np.empty((T, S, n))
+        g_hist = np.empty((T, S, n, C))
+    phi = np.zeros((T, n, T, n))
+    gg = np.zeros((T, n, C, T, n, C))
+    f = np.zeros((T, n, C))
+    delta = np.zeros((T, P, C))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(T):
+            decay = rho ** i
+            h = decay * u + gam * grid.eta * a @ Kx_tr.T
+            z = decay * r + gam * grid.eta * b                              # (S, C)
+            ph = phi_f(h)
+            g = dphi_f(h)[:, :, None] * z[:, None, :]                       # (S, n, C)
+            if two_time:
+                ph_hist[i], g_hist[i] = ph, g
+            else:
+                phi[i, :, i, :] = (ph.T * w) @ ph
+                gi = g.reshape(S, n * C)
+                gg[i, :, :, i, :, :] = ((gi.T * w) @ gi).reshape(n, C, n, C)
+            f[i] = (ph.T * w) @ z / gam
+            if not np.all(np.isfinite(f[i])):
+                raise DomainError(f"two-layer DMFT diverged at time step {i}; lower gamma0 or eta")
+            delta[i] = Y - f[i, :P]
+            a = rho * a + np.einsum("sac,ac->sa", g[:, :P], delta[i])
+            b = rho * b + ph[:, :P] @ delta[i]
+    if two_time:
+        Phm = ph_hist.transpose(1, 0, 2).reshape(S, T * n)
+        Gm = g_hist.transpose(1, 0, 2, 3).reshape(S, T * n * C)
+        phi = ((Phm.T * w) @ Phm).reshape(T, n, T, n)
+        gg = ((Gm.T * w) @ Gm).reshape(T, n, C, T, n, C)
+    gg = gg.transpose(0, 1, 3, 4, 2, 5)                                     # (T, n, T, n, C, C)
+    if not multi:
+        f, delta, gg = f[..., 0], delta[..., 0], gg[..., 0, 0]
+    diag = Diagnostics(iterations=1, residuals=[0.0], converged=True, tol=0.0,
+                       seconds=time.perf_counter() - t0)
+    empty = np.zeros((0, T, n, T, n))
+    return DMFTResult(grid=grid, data=data, depth=1, gamma0=gam, activation=act.name,
+                      phi=phi[None], g=gg[None], A=empty,
+                      B=empty.copy(), f=f, delta=delta, method=f"two_layer_{method}",
+                      closure="exact", diagnostics=diag)
+
+
+def _nodes(kx, method, nodes, max_nodes, samples, seed, C=1):
+    """Points ``u`` (S, n), ``r`` (S, C) and weights ``w`` (S,) of the Gaussian average over ``(u, r)``."""
+    lam, V = np.linalg.eigh(kx)
+    keep = lam > 1e-12 * max(1.0, lam[-1])
+    root = V[:, keep] * np.sqrt(lam[keep])                  # u = root @ xi, xi ~ N(0, I_k)
+    k = root.shape[1]
+    if method == "monte_carlo":
+        if int(samples) < 2:
+            raise DomainError(f"samples={samples!r} must be >= 2")
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        half = (int(samples) + 1) // 2
+        xi = rng.standard_normal((half, k))
+        rr = rng.standard_normal((half, C))
+        u = np.concatenate([xi, xi]) @ root.T
+        r = np.concatenate([rr, -rr])
+        return u, r, np.full(2 * half, 1.0 / (2 * half))
+    d = k + C
+    if nodes is None:
+        nodes = min(80, int(np.floor(max_nodes ** (1.0 / d) + 1e-9)))
+        if nodes < 5:
+            raise DomainError(
+                f"quadrature over {d} Gaussian dimensions (rank K^x + C) allows only {nodes} "
+                f"nodes each within max_nodes={max_nodes} points; use method='monte_carlo' "
+                "for larger P (or raise max_nodes)")
+    elif int(nodes) < 2 or int(nodes) ** d > 5_000_000:
+        raise DomainError(f"nodes={nodes!r}: need >= 2 and nodes**{d} <= 5e6 points")
+    x, wx = hermegauss(int(nodes))
+    wx = wx / np.sqrt(2 * np.pi)
+    grids = np.meshgrid(*([x] * d), indexing="ij")
+    pts = np.stack([gr.ravel() for gr in grids], axis=1)
+    wts = np.ones(pts.shape[0])
+    for gr in np.meshgrid(*([wx] * d), indexing="ij"):
+        wts = wts * gr.ravel()
+    good = wts > 1e-300
+    pts, wts = pts[good], wts[good]
+    return pts[:, :k] @ root.T, pts[:, k:], wts / wts.sum()
