@@ -149,18 +149,68 @@ def layer_steps() -> dict:
 
 # ------------------------------------------------------------------------------ tables
 def _generic_pairs(K: np.ndarray, act: Any, orders: set, rtol: float) -> dict:
-    """Pair tables through gaussian_expectation (closed forms / quadrature), batched."""
+    r"""Pair tables through gaussian_expectation (closed forms / quadrature), batched.
+
+    Kinked :math:`\sigma`: :math:`\sigma^{(p)}` may be a distribution the numerics cannot
+    reduce (:math:`\delta''`, or :math:`\delta^2` at one sample).
+
+    * Off the diagonal, two derivatives on sample :math:`a` are traded for the Hermite weight
+      by Stein's identity on the pair, :math:`\langle\partial_a^2F\rangle=
+      \langle F\,[(K^{-1}z)_a^2-(K^{-1})_{aa}]\rangle`.
+    * On the diagonal the derived recursions only use the symmetric combinations
+      :math:`\sum_p\binom{m}{p}T_{p,m-p}[a,a]=\langle(\sigma^2)^{(m)}\rangle` (all labels of a
+      tensor coincide there, so every term of the Price sum carries the same tensor entry), which
+      Stein gives without derivatives: :math:`\langle\sigma^2He_m(z;K)\rangle/K^m`; each
+      :math:`T_{p,m-p}[a,a]` is set to that value over :math:`2^m`.
+    """
     N = K.shape[0]
     a, b = np.triu_indices(N, 1)
     Kb = np.stack([np.stack([K[a, a], K[a, b]], -1), np.stack([K[a, b], K[b, b]], -1)], -2)
+    d = np.diag(K)[:, None, None]
+    kinked = not act.is_smooth
+    Kinv = np.linalg.inv(Kb) if (kinked and N > 1) else None
+
+    def E(factors: list, kern: np.ndarray) -> np.ndarray:
+        return gaussian_expectation(factors, kern, act, rtol=rtol)
+
+    def off(p: int, q: int) -> np.ndarray:
+        """<sigma^(p)(z_0) sigma^(q)(z_1)> over the pairs (slot 0 = a, slot 1 = b)."""
+        try:
+            return E([(0, "sigma", p), (1, "sigma", q)], Kb)
+        except NotDerivedError:
+            if not kinked or max(p, q) < 2:
+                raise
+        # Stein twice on the slot t with the higher order: H = (A z_t + B z_u)^2 - A,
+        # A = Kinv_tt, B = Kinv_tu
+        t, u = (0, 1) if p >= q else (1, 0)
+        A, B = Kinv[:, t, t], Kinv[:, t, u]
+        orders_ = {0: p, 1: q}
+        orders_[t] -= 2
+        base = [(0, "sigma", orders_[0]), (1, "sigma", orders_[1])]
+        return (A * A * E(base + [(t, "z", 2)], Kb) + 2 * A * B * E(base + [(0, "z", 1), (1, "z", 1)], Kb)
+                + B * B * E(base + [(u, "z", 2)], Kb) - A * E(base, Kb))
+
+    def diag(p: int, q: int) -> np.ndarray:
+        if not kinked or p + q == 0:
+            return E([(0, "sigma", p), (0, "sigma", q)], d)
+        k = d[:, 0, 0]
+        m = p + q
+        s2 = [(0, "sigma", 0), (0, "sigma", 0)]
+        if m == 2:
+            val = (E(s2 + [(0, "z", 2)], d) - k * E(s2, d)) / k**2
+        elif m == 4:
+            val = (E(s2 + [(0, "z", 4)], d) - 6 * k * E(s2 + [(0, "z", 2)], d) + 3 * k**2 * E(s2, d)) / k**4
+        else:
+            raise NotDerivedError(f"no diagonal rule for derivative order {m}")
+        return val / 2**m
+
     out = {}
     for (p, q) in orders:
         T = np.empty((N, N))
-        T[np.diag_indices(N)] = gaussian_expectation([(0, "sigma", p), (0, "sigma", q)],
-                                                     np.diag(K)[:, None, None], act, rtol=rtol)
+        T[np.diag_indices(N)] = diag(p, q)
         if N > 1:
-            T[a, b] = gaussian_expectation([(0, "sigma", p), (1, "sigma", q)], Kb, act, rtol=rtol)
-            T[b, a] = gaussian_expectation([(0, "sigma", q), (1, "sigma", p)], Kb, act, rtol=rtol)
+            T[a, b] = off(p, q)
+            T[b, a] = off(q, p)
         out[p, q] = T
     return out
 
@@ -330,11 +380,16 @@ def flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None = 
         for c_b_, c_w_ in sorted({(float(b), float(w)) for b, w in zip(cbs[1:], cws[1:])}):
             check_critical(act, c_b_, c_w_, action="warn")
     steps = layer_steps()
-    # kinked sigma: the fourth derivative (and sigma''(z)^2 at one sample) are not functions, so
-    # G1 is evaluated in the Stein-equivalent book form of the same derivation
-    g1_book = None if act.is_smooth else derive_initialization("G1", form="book")
-    use = ("K", "V") if g1_book is not None else ("K", "V", "G1")
-    orders = set().union(*(steps[s].pair_orders for s in use))
+    # kinked sigma: pair tables of distributional derivatives come from Stein's identity (see
+    # _generic_pairs); if even that fails, G1 is evaluated in the book form entry by entry
+    g1_book = None
+    orders = set().union(*(steps[s].pair_orders for s in ("K", "V", "G1")))
+    if not act.is_smooth:
+        try:
+            _generic_pairs(np.eye(2), act, orders, 1e-6)
+        except NotDerivedError:
+            g1_book = derive_initialization("G1", form="book")
+            orders = set().union(*(steps[s].pair_orders for s in ("K", "V")))
     N = K.shape[0]
     Ks, Vs, Gs, errs = [K], [np.zeros((N,) * 4)], [np.zeros((N, N))], [0.0]
     scale0 = float(np.max(np.abs(np.diag(K))))

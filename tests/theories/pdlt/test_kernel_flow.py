@@ -121,3 +121,15 @@ def test_bad_input():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         et.flow(K1=[[1.0]], depth=3, activation="tanh", c_w=1.0, require_critical=True)
+
+
+def test_kinked_tables_by_stein_equal_book_form():
+    """Kinked sigma: G1 from Stein-reduced pair tables (symmetric diagonal split) equals the
+    book-form (K^-1) evaluation entry by entry."""
+    K1 = _K1(2, 3)
+    kw = dict(c_w=[1.3, 0.9], c_b=[0.1, 0.05], ratios=[1.0, 2.0])
+    fl = et.flow(K1=K1, depth=3, activation="leaky_relu", rtol=1e-10, **kw)
+    ref = initialization_flow(K1, 3, "leaky_relu", rtol=1e-11, **kw)
+    for k in ("K", "V", "G1"):
+        r = np.asarray(ref[k])
+        np.testing.assert_allclose(fl[k], r, rtol=0, atol=1e-9 * np.abs(r).max())
