@@ -74,7 +74,7 @@ from .numerics.closed_forms import has_closed_form
 from .printing import init_printing, latex
 from .simulation import EnsembleStatistics, TrainingRun, simulate_ensemble, simulate_training
 from .theories import dmft, pdlt
-from .theories.pdlt import Flow, derive_initialization, flow
+from .theories.pdlt import Flow, derive, derive_initialization, flow
 
 __all__ = [
     "__version__",
@@ -95,7 +95,7 @@ __all__ = [
     "GaussianExpectation", "z", "sigma", "expect",
     # networks and their simulation (ground truth)
     "MLP", "simulate_ensemble", "EnsembleStatistics", "simulate_training", "TrainingRun",
-    "pdlt", "dmft", "flow", "Flow", "derive_initialization",
+    "pdlt", "dmft", "flow", "Flow", "derive", "derive_initialization",
     # numerics, codegen, printing
     "gaussian_expectation", "validate_covariance", "has_closed_form", "compile_expression", "compile_step",
     "latex", "init_printing",

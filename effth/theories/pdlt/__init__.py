@@ -11,9 +11,9 @@ from . import deep_linear
 from .deep_linear import deep_linear_flow, layer_factor, single_input_moment
 from .kernel_flow import Flow, KernelScaleWarning, LayerStep, WidthWarning, flow
 from .initialization import RATIO, Recursion, derive_initialization, initialization_flow, mlp_flow
-from .reductions import second_layer, single_input
+from .reductions import derive, second_layer, single_input
 
 __all__ = ["Recursion", "derive_initialization", "initialization_flow", "mlp_flow", "RATIO",
            "flow", "Flow", "LayerStep", "KernelScaleWarning", "WidthWarning",
            "deep_linear", "deep_linear_flow", "layer_factor", "single_input_moment",
-           "second_layer", "single_input"]
+           "second_layer", "single_input", "derive"]

@@ -29,7 +29,7 @@ from effth.algebra.tensors import FourPointVertex, NLOMetric
 from ._derive import CW, KMAT
 from .initialization import derive_initialization
 
-__all__ = ["second_layer", "single_input", "Reduction", "CHI_PARALLEL", "J_OVER_K2"]
+__all__ = ["derive", "second_layer", "single_input", "Reduction", "CHI_PARALLEL", "J_OVER_K2"]
 
 #: :math:`\chi_\parallel^{(\ell)}`
 CHI_PARALLEL = sp.Symbol(r"\chi_{\parallel}^{(\ell)}")
@@ -104,3 +104,41 @@ def single_input(statistic: str) -> Reduction:
     return Reduction(statistic, lhs, sp.collect(out, [CHI_PARALLEL, J_OVER_K2]),
                      f"{rec.provenance}; single input, Stein: chi_par = C_W<s's' + s s''>, "
                      f"j/K^2 = C_W<(s^2)''''>")
+
+
+def derive(statistic: str, *, special: str | None = None, form: str = "edgeworth", net=None):
+    r"""Derive a layer recursion of the initialization ensemble (``effth.derive``).
+
+    Parameters
+    ----------
+    statistic : {"K", "V", "G1"}
+        Kernel (PDLT (4.118)), four-point vertex (4.119), NLO metric (4.115).
+    special : {None, "second-layer", "single-input"}
+        The general recursion, the exact layer-2 form, or the single-input
+        :math:`\chi_\parallel` form.
+    form : {"edgeworth", "book"}
+        For the general recursion: derivative atoms or the book's :math:`K^{-1}` form.
+    net : effth.MLP, optional
+        Default activation for :meth:`Recursion.evaluate`.
+
+    Returns
+    -------
+    Recursion or Reduction
+        Both print LaTeX (``.latex()``, ``_repr_latex_``); a ``Recursion`` compiles and evaluates
+        (``.evaluate``; all layers at once with :func:`effth.flow`).
+
+    Examples
+    --------
+    >>> import effth as et
+    >>> print(et.derive("G1", special="second-layer").expr)
+    0
+    """
+    from effth.errors import DomainError
+
+    if special is None:
+        return derive_initialization(statistic, net=net, form=form)
+    if special == "second-layer":
+        return second_layer(statistic)
+    if special == "single-input":
+        return single_input(statistic)
+    raise DomainError(f"special must be None, 'second-layer' or 'single-input', got {special!r}")

@@ -75,3 +75,14 @@ def test_cli_flags(capsys):
     assert main(["derive", "V", "--second-layer", "--format", "text"]) == 0
     assert "FourPointVertex" not in capsys.readouterr().out
     assert main(["derive", "V", "--second-layer", "--single-input"]) == 2
+
+
+def test_effth_derive_dispatch():
+    import effth as et
+    from effth.errors import DomainError
+
+    assert et.derive("V").expr == et.derive_initialization("V").expr
+    assert et.derive("G1", special="second-layer").expr == 0
+    assert et.derive("V", special="single-input").expr == single_input("V").expr
+    with pytest.raises(DomainError, match="special"):
+        et.derive("V", special="third-layer")
