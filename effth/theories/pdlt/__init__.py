@@ -4,10 +4,12 @@ r"""The effective theory of wide networks of PDLT (Roberts & Yaida), derived by 
   (:func:`derive_initialization`, and their fast evaluation over inputs and layers, :func:`flow`);
 * exact finite-width deep linear networks (:mod:`.deep_linear`, chapter 3);
 * the exact second layer and the single-input chi forms (:mod:`.reductions`);
+* the couplings g, v of the quartic action from K, V, G1 (:mod:`.couplings`);
 * criticality and universality classes (:mod:`.criticality`, chapter 5).
 """
 
 from . import deep_linear
+from .couplings import couplings
 from .deep_linear import deep_linear_flow, layer_factor, single_input_moment
 from .kernel_flow import Flow, KernelScaleWarning, LayerStep, WidthWarning, flow
 from .initialization import RATIO, Recursion, derive_initialization, initialization_flow, mlp_flow
@@ -16,4 +18,4 @@ from .reductions import derive, second_layer, single_input
 __all__ = ["Recursion", "derive_initialization", "initialization_flow", "mlp_flow", "RATIO",
            "flow", "Flow", "LayerStep", "KernelScaleWarning", "WidthWarning",
            "deep_linear", "deep_linear_flow", "layer_factor", "single_input_moment",
-           "second_layer", "single_input", "derive"]
+           "second_layer", "single_input", "derive", "couplings"]
