@@ -44,20 +44,15 @@ import numpy as np
 from ..errors import AccuracyWarning, DomainError
 from ._rules import INV_SQRT_2PI, gauss_hermite, log_inv_tol, truncation
 
-__all__ = ["pair_tables", "four_point_table", "multiset_index", "supports"]
+__all__ = ["pair_tables", "four_point_table", "multiset_index", "parity"]
 
 _MAX_REFINE = 4
 _DROP = 1e-13          # conditional variances <= this * max diagonal are zero
 _CHUNK = 2 ** 17       # integrand elements evaluated at once (cache-sized: np.tanh is 3x slower on big arrays)
 
 
-def supports(activation: Any) -> bool:
-    """Whether the shared-node tables apply (smooth, non-polynomial-free activation)."""
-    return bool(activation.is_smooth)
-
-
 # ------------------------------------------------------------------------------------ rules
-def _step(scale: float, activation: Any, rtol: float, nfac: int, pmax: int = 1) -> float:
+def _step(scale: float, activation: Any, rtol: float, nfac: int) -> float:
     r"""Trapezoid step in standard-normal units for a direction of the given scale.
 
     For an activation analytic in a strip of half-width ``strip``, the factors of the integrand
@@ -65,7 +60,7 @@ def _step(scale: float, activation: Any, rtol: float, nfac: int, pmax: int = 1) 
     of them can coincide (nearly collinear samples), giving a pole of that order.  With the
     Gaussian weight the trapezoid error is about :math:`W^{p-1}e^{-aW+a^2/2}` for
     :math:`W=2\pi/h`, as long as the pole lies inside the saddle :math:`a<W`; beyond it the
-    Gaussian term :math:`e^{-W^2/2}` dominates.  ``pmax`` is kept for the caller's bookkeeping.
+    Gaussian term :math:`e^{-W^2/2}` dominates.
     """
     L = log_inv_tol(rtol) + 2.0 * _growth(activation, nfac) + 3.0
     if scale <= 0.0:
@@ -112,7 +107,7 @@ def _order(scales: Any, activation: Any, rtol: float, nfac: int = 2) -> tuple[in
 
 
 def _rules_for(scale: float, act: Any, rtol: float, nfac: int, mult: float,
-               X: float, pmax: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               X: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(nodes, fine weights, coarse weights) for one direction.
 
     Polynomial activations get the exact Gauss-Hermite rule (coarse = fine: no error).
@@ -120,7 +115,7 @@ def _rules_for(scale: float, act: Any, rtol: float, nfac: int, mult: float,
     if act.is_polynomial:
         x, w = gauss_hermite(act.polynomial_degree * nfac // 2 + 1)
         return x, w, w
-    x, w = _rule(_step(scale, act, rtol, nfac, pmax) / mult, X)
+    x, w = _rule(_step(scale, act, rtol, nfac) / mult, X)
     return x, w, _coarse(w)
 
 
@@ -223,11 +218,6 @@ def _rotate(A: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ------------------------------------------------------------------------------- integrands
-def _powers(act: Any, z: np.ndarray, p: int, order: int = 0) -> np.ndarray:
-    v = act.numpy(order)(z)
-    return v if p == 1 else v ** p
-
-
 def _smoothed(act: Any, m: np.ndarray, s: np.ndarray, p: np.ndarray, order: int,
               y: np.ndarray, wy: np.ndarray) -> np.ndarray:
     """S(m; s) = E_y[(sigma^(order)(m + s y))^p], m (B, n), s (B,), p (B,): returns (B, n)."""
@@ -244,11 +234,10 @@ def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
     B, k = P.shape
     nfac = int(P.sum(axis=1).max())
     X = truncation(rtol, _growth(act, nfac))
-    pmax = int(P.max())
     even = parity(act) != 0 and np.all(P.sum(axis=1) % 2 == 0) or parity(act) == 1
     if k == 1:
         sd = np.sqrt(np.clip(K[:, 0, 0], 0.0, None))
-        x, w, wc = _rules_for(float(sd.max()), act, rtol, nfac, mult, X, pmax)
+        x, w, wc = _rules_for(float(sd.max()), act, rtol, nfac, mult, X)
         if even and not act.is_polynomial:
             x, w, wc = _fold(x, w)
         f = act.numpy(0)(sd[:, None] * x) ** P[:, :1]
@@ -260,10 +249,10 @@ def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
     # subsets by their own scales was measured slower: more, smaller array operations)
     scales = [float(np.max(np.abs(A[:, :, 0]), initial=0.0)), float(np.max(np.abs(c), initial=0.0))]
     scales = [max(scales)] + [float(np.max(np.abs(A[:, :, j]))) for j in range(1, r)]
-    rules = [_rules_for(v, act, rtol, nfac, mult, X, pmax) for v in scales]
+    rules = [_rules_for(v, act, rtol, nfac, mult, X) for v in scales]
     if even and not act.is_polynomial:     # f(-x) = f(x): half of the x_1 line
         rules[0] = _fold(*rules[0][:2])
-    y, wy, wyc = _rules_for(float(s.max()), act, rtol, nfac, mult, X, pmax)
+    y, wy, wyc = _rules_for(float(s.max()), act, rtol, nfac, mult, X)
     per = 2 * int(np.prod([len(rule[0]) for rule in rules]))
     chunk = max(1, _CHUNK // per)
     parts = [_outer_sum(A[i:i + chunk], c[i:i + chunk], s[i:i + chunk], Po[i:i + chunk], act, rules,
