@@ -399,6 +399,7 @@ def flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None = 
         except NotDerivedError:
             g1_book = derive_initialization("G1", form="book")
             orders = set().union(*(steps[s].pair_orders for s in ("K", "V")))
+    four = any(step.needs_four_point for step in steps.values())
     N = K.shape[0]
     Ks, Vs, Gs, errs = [K], [np.zeros((N,) * 4)], [np.zeros((N, N))], [0.0]
     scale0 = float(np.max(np.abs(np.diag(K))))
@@ -408,7 +409,7 @@ def flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None = 
             K, V, G1 = Ks[-1], Vs[-1], Gs[-1]
             c_w_, c_b_, r_ = cws[layer], cbs[layer], rats[layer - 1]
             with np.errstate(over="ignore", invalid="ignore"):   # reported below with the layer
-                tabs, err = _tables(K, act, orders, True, rtol)
+                tabs, err = _tables(K, act, orders, four, rtol)
                 Kn = steps["K"](N, tabs, V, G1, c_w_, c_b_, r_)
                 Vn = steps["V"](N, tabs, V, G1, c_w_, c_b_, r_)
                 if g1_book is None:
