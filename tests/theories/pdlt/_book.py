@@ -90,8 +90,8 @@ def book_G1(K, V, G1, act, c_w, ratio):
     return out
 
 
-def chi_forms(K: float, V: float, G1: float, act, c_w, c_b, ratio):
-    r"""Single-input χ forms (spec §4.7): returns :math:`(K', V', G^{\{1\}\prime})`."""
+def single_input_atoms(K: float, act, c_w):
+    r"""Book definitions (spec §4.7): :math:`\chi_\parallel`, :math:`j`, and :math:`e(s, p)=\langle\sigma^sz^p\rangle_K`."""
     k = np.array([[K]])
 
     def e(s, p=0):
@@ -100,6 +100,12 @@ def chi_forms(K: float, V: float, G1: float, act, c_w, c_b, ratio):
 
     chi = c_w / (2 * K**2) * (e(2, 2) - K * e(2))
     j = c_w * (e(2, 4) / K**2 - 6 * e(2, 2) / K + 3 * e(2))
+    return chi, j, e
+
+
+def chi_forms(K: float, V: float, G1: float, act, c_w, c_b, ratio):
+    r"""Single-input χ forms (spec §4.7): returns :math:`(K', V', G^{\{1\}\prime})`."""
+    chi, j, e = single_input_atoms(K, act, c_w)
     Kn = c_b + c_w * e(2)
     Vn = ratio * chi**2 * V + c_w**2 * (e(4) - e(2) ** 2)
     Gn = ratio * (chi * G1 + j * V / (8 * K**2))

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import sympy as sp
 
-from effth import gaussian_expectation
 from effth.algebra.expectation import GaussianExpectation, sigma
 from effth.algebra.indices import alpha
 from effth.algebra.tensors import FourPointVertex, NLOMetric
@@ -14,7 +12,7 @@ from effth.theories.pdlt import RATIO
 from effth.theories.pdlt._derive import CB, CW, KMAT
 from effth.theories.pdlt.reductions import CHI_PARALLEL, J_OVER_K2, second_layer, single_input
 
-from ._book import chi_forms
+from ._book import chi_forms, single_input_atoms
 
 a = alpha(1)
 
@@ -39,14 +37,7 @@ def test_single_input_is_the_book_chi_form_symbolically():
 def test_single_input_numbers_against_spec_chi_forms(act):
     """chi_par and j from their book definitions (z-weighted atoms) reproduce spec §4.7 numbers."""
     K, V, G1, cw, cb, rho = 0.8, 0.4, -0.1, 1.4, 0.05, 2.0
-    k = np.array([[K]])
-
-    def e(s, p=0):
-        f = [(0, "sigma", 0)] * s + ([(0, "z", p)] if p else [])
-        return float(gaussian_expectation(f, k, act))
-
-    chi = cw / (2 * K**2) * (e(2, 2) - K * e(2))
-    j = cw * (e(2, 4) / K**2 - 6 * e(2, 2) / K + 3 * e(2))
+    chi, j, e = single_input_atoms(K, act, cw)
     Kn, Vn, Gn = chi_forms(K, V, G1, act, cw, cb, rho)
     rv = single_input("V").expr
     vals = {CHI_PARALLEL: chi, J_OVER_K2: j / K**2, RATIO: rho, CW: cw, CB: cb,
