@@ -2,12 +2,16 @@
 
 NumPy only: this package never imports effth's theory, algebra, numerics or codegen modules,
 so that the theory can be checked against it.  See :func:`simulate_ensemble` (initialization)
-and :func:`simulate_training` (full-batch gradient descent in the DMFT parameterization).
+and :func:`simulate_training` (full-batch gradient descent in the DMFT parameterization);
+:func:`simulate_ntk_ensemble` gives the empirical NTK, dNTK and ddNTKs (PDLT ch. 7-11, inf).
 """
 
 from __future__ import annotations
 
 from .ensemble import ESTIMATORS, EnsembleStatistics, simulate_ensemble
+from .ntk import NTK_ESTIMATORS, NTKEnsembleStatistics, NTKResult, empirical_ntk, init_params, simulate_ntk_ensemble
 from .training import TrainingRun, simulate_training
 
-__all__ = ["simulate_ensemble", "EnsembleStatistics", "ESTIMATORS", "simulate_training", "TrainingRun"]
+__all__ = ["simulate_ensemble", "EnsembleStatistics", "ESTIMATORS", "simulate_training", "TrainingRun",
+           "empirical_ntk", "simulate_ntk_ensemble", "init_params", "NTKResult", "NTKEnsembleStatistics",
+           "NTK_ESTIMATORS"]

@@ -44,6 +44,7 @@ import numpy as np
 from .._threads import blas_threads
 from ..arch import MLP
 from ..errors import DomainError
+from ._inputs import check_inputs
 from ._estimators import layer_estimates
 from ._kernels import LayerSums, Plan, pair_index, run_chunk
 
@@ -171,14 +172,7 @@ def _validate(net: Any, X: Any, size: Any, method: str, layers: Iterable[int] | 
         raise DomainError(f"net must be an effth.arch.MLP, got {type(net).__name__}")
     if net.hidden_widths is None:
         raise DomainError("the MLP has symbolic widths (widths=None); pass widths=... to simulate")
-    try:
-        Xa = np.asarray(X, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise DomainError(f"X must be a real array of shape (N_D, n_0): {exc}") from None
-    if Xa.ndim != 2 or Xa.shape[0] < 1 or Xa.shape[1] < 1:
-        raise DomainError(f"X must be 2-D with shape (N_D, n_0), N_D, n_0 >= 1; got shape {Xa.shape}")
-    if not np.isfinite(Xa).all():
-        raise DomainError("X contains NaN or infinite entries")
+    Xa = check_inputs(X)
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2:
         raise DomainError(f"size must be an int >= 2 (a covariance needs two networks), got {size!r}")
     if method not in ("weights", "conditional"):

@@ -1,0 +1,756 @@
+r"""Empirical NTK, dNTK and ddNTKs of finite-width MLPs, and their ensemble statistics.
+
+Ground truth for issue 4.  NumPy only; like :mod:`effth.simulation.ensemble` this module never
+imports effth's theory, algebra, numerics or codegen (only ``arch``, ``activations`` via the
+:class:`~effth.arch.MLP`, ``errors`` and ``_threads``).
+
+Conventions (PDLT, Roberts & Yaida).  Network (2.x)/(4.x):
+:math:`z^{(1)}_{i;\delta}=b^{(1)}_i+\sum_k W^{(1)}_{ik}x_{k;\delta}`,
+:math:`z^{(\ell+1)}_{i;\delta}=b^{(\ell+1)}_i+\sum_j W^{(\ell+1)}_{ij}\sigma(z^{(\ell)}_{j;\delta})`,
+:math:`b\sim\mathcal N(0,C_b^{(\ell)})`, :math:`W^{(\ell)}\sim\mathcal N(0,C_W^{(\ell)}/n_{\ell-1})`.
+Learning-rate tensor (8.6): diagonal, :math:`\lambda_b^{(\ell)}` for every bias of layer
+:math:`\ell` and :math:`\lambda_W^{(\ell)}/n_{\ell-1}` for every weight of layer :math:`\ell`.
+
+Per-network objects, all of the output layer :math:`L` (``v_{k;\delta}=\lambda\nabla_\theta
+z_{k;\delta}`` is an "NTK direction"):
+
+* NTK (7.17)/(8.5): :math:`\hat H_{i_1i_2;\delta_1\delta_2}=\sum_{\mu\nu}\lambda_{\mu\nu}
+  \partial_\mu z_{i_1;\delta_1}\partial_\nu z_{i_2;\delta_2}`;
+* dNTK (11.8): :math:`\widehat{dH}_{i_0i_1i_2;\delta_0\delta_1\delta_2}=D^2z_{i_0;\delta_0}
+  [v_{i_1;\delta_1},v_{i_2;\delta_2}]`;
+* first ddNTK (∞.5): :math:`\widehat{dd_IH}_{i_0i_1i_2i_3}=D^3z_{i_0;\delta_0}[v_1,v_2,v_3]`;
+* second ddNTK (∞.7): :math:`\widehat{dd_{II}H}_{i_1i_2i_3i_4}=\langle\nabla^2z_{i_1;\delta_1}
+  v_{i_3;\delta_3},\lambda\,\nabla^2z_{i_2;\delta_2}v_{i_4;\delta_4}\rangle`.
+
+All derivatives are exact (no finite differences): backpropagation (8.16)–(8.18) gives
+:math:`g^{(\ell)}_{i;\delta}=dz^{(L)}_{i;\delta}/dz^{(\ell)}_{\cdot;\delta}`; forward-mode
+tangents along the rank-one NTK directions (the mixed-layer NTK
+:math:`\sum\lambda\,\partial z^{(\ell)}\partial z^{(L)}`) and their second-order tangents are
+propagated layer by layer; the last order is closed by a backward contraction with
+:math:`g`; the ddNTK-II uses forward-over-reverse Hessian-vector products.  Everything is batched
+over a leading axis of independent networks.  See ``docs/ntk_simulation.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from .._threads import blas_threads
+from ..arch import MLP
+from ..errors import DomainError
+from ._inputs import check_inputs
+
+__all__ = [
+    "NTK_ESTIMATORS",
+    "NTKEnsembleStatistics",
+    "NTKResult",
+    "empirical_ntk",
+    "init_params",
+    "simulate_ntk_ensemble",
+]
+
+#: Maximum number of jackknife groups.
+MAX_GROUPS = 32
+#: Target number of float64 elements in the largest per-chunk temporary.
+_CHUNK_ELEMENTS = 1 << 22
+
+
+# ----------------------------------------------------------------------------- helpers
+def _per_layer(value: Any, L: int, name: str) -> tuple[float, ...]:
+    if np.ndim(value) == 0:
+        vals = (float(value),) * L
+    else:
+        vals = tuple(float(v) for v in value)
+    if len(vals) != L:
+        raise DomainError(f"{name} needs one value or {L} (one per weight layer), got {len(vals)}")
+    if not all(np.isfinite(v) and v >= 0 for v in vals):
+        raise DomainError(f"{name} must be finite and non-negative, got {vals}")
+    return vals
+
+
+def _activation_derivs(activation: Any, order: int) -> tuple[Callable, ...]:
+    """``(sigma, sigma', ..., sigma^(order))`` as float64 NumPy callables."""
+    if isinstance(activation, (tuple, list)):
+        fs = tuple(activation)
+        if len(fs) < order + 1 or not all(callable(f) for f in fs[:order + 1]):
+            raise DomainError(f"activation as a sequence needs {order + 1} callables "
+                              "(sigma and its derivatives)")
+        return fs[:order + 1]
+    if isinstance(activation, MLP):
+        act = activation.act
+    else:
+        act = MLP(activation, 1).act          # raises DomainError for unknown names
+    return tuple(act.numpy(k) for k in range(order + 1))
+
+
+@dataclass
+class _Net:
+    """Forward/backward state of a batch of networks (internal)."""
+
+    Ws: list            # Ws[l] (B, n_l, n_{l-1}), l = 1..L (index 0 unused)
+    s: list             # s[l] (B, N, n_l) activations, s[0] = inputs
+    d: dict             # d[k][l] (B, N, n_l): sigma^(k)(z^(l)), l = 1..L-1
+    zL: np.ndarray      # (B, N, n_L)
+    g: list             # g[l] (B, M, n_l) = dz^(L)_a / dz^(l)_{., delta_a}
+    h: list             # h[l] (B, M, n_l) = W^(l+1)^T g^(l+1)
+    ssd: list           # ssd[l] (B, N, N) = s^(l)_d . s^(l)_e
+    gam: list           # gam[l] (B, M, M) = g^(l)_a . g^(l)_b
+    dd: np.ndarray      # (M,) input of direction a
+    do: np.ndarray      # (M,) output neuron of direction a
+
+
+def _forward_backward(Ws, bs, X, fs, outputs) -> _Net:
+    L = len(Ws) - 1
+    B = Ws[1].shape[0]
+    N = X.shape[0]
+    s = [np.broadcast_to(X, (B,) + X.shape)]
+    d = {k: [None] * L for k in range(1, len(fs))}
+    z = np.einsum("bkj,dj->bdk", Ws[1], X) + bs[1][:, None, :]
+    for ell in range(1, L):
+        if not np.isfinite(z).all():
+            raise DomainError(f"non-finite preactivations in layer {ell}")
+        s.append(fs[0](z))
+        for k, lst in d.items():
+            lst[ell] = fs[k](z)
+        z = np.matmul(s[ell], np.swapaxes(Ws[ell + 1], 1, 2)) + bs[ell + 1][:, None, :]
+    if not np.isfinite(z).all():
+        raise DomainError(f"non-finite preactivations in layer {L}")
+    m = len(outputs)
+    dd = np.tile(np.arange(N), m)
+    do = np.repeat(np.asarray(outputs, dtype=np.intp), N)
+    M = dd.size
+    nL = Ws[L].shape[1]
+    g = [None] * (L + 1)
+    h = [None] * (L + 1)
+    gL = np.zeros((B, M, nL))
+    gL[:, np.arange(M), do] = 1.0
+    g[L] = gL
+    for ell in range(L - 1, 0, -1):
+        h[ell] = np.matmul(g[ell + 1], Ws[ell + 1])
+        g[ell] = h[ell] * d[1][ell][:, dd, :]
+    ssd = [np.matmul(sl, np.swapaxes(sl, 1, 2)) for sl in s]
+    gam = [None] + [np.matmul(g[ell], np.swapaxes(g[ell], 1, 2)) for ell in range(1, L + 1)]
+    return _Net(Ws=Ws, s=s, d=d, zL=z, g=g, h=h, ssd=ssd, gam=gam, dd=dd, do=do)
+
+
+def _ntk(net: _Net, lb, lw, widths) -> np.ndarray:
+    """H[b, a1, a2] over directions (8.7)."""
+    L = len(net.Ws) - 1
+    dd = net.dd
+    H = 0.0
+    for ell in range(1, L + 1):
+        coef = lb[ell - 1] + lw[ell - 1] / widths[ell - 1] * net.ssd[ell - 1][:, dd[:, None], dd[None, :]]
+        H = H + net.gam[ell] * coef
+    return H
+
+
+def _tangents(net: _Net, lb, lw, widths, fs) -> tuple[list, list, list]:
+    """First-order tangents Z1[l] (B, M, N, n_l) = d z^(l)_{.;delta0} along v_a, l = 1..L.
+
+    Also S1[l] = sigma'(z^(l)) Z1[l] (activation tangents, S1[0] = 0) and
+    X1[l] (B, N, M, N) = s^(l)_delta . S1[l]_{a; delta0}.
+    """
+    L = len(net.Ws) - 1
+    dd = net.dd
+    B, M, _ = net.g[1].shape
+    N = net.s[0].shape[1]
+    Z1 = [None] * (L + 1)
+    S1 = [None] * (L + 1)
+    X1 = [None] * (L + 1)
+    coef = lb[0] + lw[0] / widths[0] * net.ssd[0][:, dd, :]              # (B, M, N)
+    Z1[1] = net.g[1][:, :, None, :] * coef[..., None]
+    for ell in range(1, L):
+        S1[ell] = net.d[1][ell][:, None, :, :] * Z1[ell]
+        # X1[b, d, a, z] = s_{d} . S1_{a; z}
+        X1[ell] = np.moveaxis(np.matmul(S1[ell].reshape(B, M * N, -1),
+                                        np.swapaxes(net.s[ell], 1, 2)).reshape(B, M, N, N), 3, 1)
+        coef = lb[ell] + lw[ell] / widths[ell] * net.ssd[ell][:, dd, :]
+        n_next = net.Ws[ell + 1].shape[1]
+        prop = np.matmul(S1[ell].reshape(B, M * N, -1), np.swapaxes(net.Ws[ell + 1], 1, 2))
+        Z1[ell + 1] = net.g[ell + 1][:, :, None, :] * coef[..., None] + prop.reshape(B, M, N, n_next)
+    return Z1, S1, X1
+
+
+def _gather_delta0(A: np.ndarray, dd: np.ndarray, axis_delta: int) -> np.ndarray:
+    """Select, for every direction c0, the input delta(c0) on ``axis_delta``; the new axis
+    (c0, size M) replaces it."""
+    return np.take(A, dd, axis=axis_delta)
+
+
+def _dntk(net: _Net, Z1, X1, lw, widths) -> np.ndarray:
+    """dH[b, c0, a1, a2] (11.8), by the backward closing of the second-order tangent."""
+    L = len(net.Ws) - 1
+    dd = net.dd
+    B, M, _ = net.g[1].shape
+    out = np.zeros((B, M, M, M))
+    for ell in range(1, L):
+        c = lw[ell] / widths[ell]
+        # X1g[b, a, a', c0] = s_{delta_a} . S1_{a'; delta(c0)}
+        X1g = _gather_delta0(X1[ell][:, dd, :, :], dd, 3)
+        t1 = net.gam[ell + 1][:, :, :, None] * np.transpose(X1g, (0, 3, 1, 2))   # [c0,a,a']
+        out += c * (t1 + np.swapaxes(t1, 2, 3))
+        hd2 = net.h[ell] * net.d[2][ell][:, dd, :]                               # (B, c0, n)
+        Zc = np.moveaxis(_gather_delta0(Z1[ell], dd, 2), 2, 1)                   # (B, c0, a, n)
+        out += np.matmul(hd2[:, :, None, :] * Zc, np.swapaxes(Zc, 2, 3))
+    return out
+
+
+def _second_tangents(net: _Net, Z1, S1, X1, lw, widths) -> tuple[list, list]:
+    """Z2[l] (B, M, M, N, n_l): second-order tangents along (v_a, v_a'), l = 1..L-1, and
+    S2[l] = sigma'' Z1_a Z1_a' + sigma' Z2 (activation second tangents)."""
+    L = len(net.Ws) - 1
+    dd = net.dd
+    B, M, _ = net.g[1].shape
+    N = net.s[0].shape[1]
+    Z2 = [None] * L
+    S2 = [None] * L
+    for ell in range(1, L):
+        d2 = net.d[2][ell][:, None, None, :, :]
+        S = d2 * Z1[ell][:, :, None] * Z1[ell][:, None, :]
+        if Z2[ell] is not None:
+            S = S + net.d[1][ell][:, None, None, :, :] * Z2[ell]
+        S2[ell] = S
+        if ell + 1 < L:
+            c = lw[ell] / widths[ell]
+            n_next = net.Ws[ell + 1].shape[1]
+            g1 = net.g[ell + 1]                                         # (B, M, n')
+            X1a = X1[ell][:, dd, :, :]                                  # (B, a, a', delta0)
+            src = c * (g1[:, :, None, None, :] * X1a[..., None]
+                       + g1[:, None, :, None, :] * np.swapaxes(X1a, 1, 2)[..., None])
+            prop = np.matmul(S.reshape(B, M * M * N, -1), np.swapaxes(net.Ws[ell + 1], 1, 2))
+            Z2[ell + 1] = src + prop.reshape(B, M, M, N, n_next)
+    return Z2, S2
+
+
+def _ddntk_I(net: _Net, Z1, Z2, S2, lw, widths) -> np.ndarray:
+    """ddIH[b, c0, a1, a2, a3] (∞.5), backward closing of the third-order tangent."""
+    L = len(net.Ws) - 1
+    dd = net.dd
+    B, M, _ = net.g[1].shape
+    N = net.s[0].shape[1]
+    out = np.zeros((B, M, M, M, M))
+    for ell in range(1, L):
+        c = lw[ell] / widths[ell]
+        # Y[b, delta, a', a'', delta0] = s_delta . S2_{a'a''; delta0}
+        Y = np.matmul(S2[ell].reshape(B, M * M * N, -1), np.swapaxes(net.s[ell], 1, 2))
+        Y = np.moveaxis(Y.reshape(B, M, M, N, N), 4, 1)
+        Yg = _gather_delta0(Y[:, dd], dd, 4)                 # (B, a, a', a'', c0)
+        Yg = np.moveaxis(Yg, 4, 1)                           # (B, c0, a, a', a'')
+        gam = net.gam[ell + 1][:, :, :, None, None]          # [c0, a]
+        t = gam * Yg                                         # Gamma[c0,a] Y[d_a, a', a'', d0]
+        out += c * (t + np.transpose(t, (0, 1, 3, 2, 4)) + np.transpose(t, (0, 1, 3, 4, 2)))
+        Zc = np.moveaxis(_gather_delta0(Z1[ell], dd, 2), 2, 1)          # (B, c0, a, n)
+        n_l = Zc.shape[-1]
+        hd3 = net.h[ell] * net.d[3][ell][:, dd, :]
+        AD = (hd3[:, :, None, None, :] * Zc[:, :, :, None, :] * Zc[:, :, None, :, :])
+        out += np.matmul(AD.reshape(B, M, M * M, n_l),
+                         np.swapaxes(Zc, 2, 3)).reshape(B, M, M, M, M)
+        if Z2[ell] is not None:
+            hd2 = net.h[ell] * net.d[2][ell][:, dd, :]
+            Z2c = np.moveaxis(_gather_delta0(Z2[ell], dd, 3), 3, 1)     # (B, c0, a', a'', n)
+            T = np.matmul(hd2[:, :, None, :] * Zc,
+                          np.swapaxes(Z2c.reshape(B, M, M * M, n_l), 2, 3)).reshape(B, M, M, M, M)
+            out += T + np.transpose(T, (0, 1, 3, 2, 4)) + np.transpose(T, (0, 1, 3, 4, 2))
+    return out
+
+
+def _ddntk_II(net: _Net, Z1, S1, X1, lb, lw, widths) -> np.ndarray:
+    """ddIIH[b, r1, r2, c3, c4] (∞.7) as inner products of Hessian-vector products."""
+    L = len(net.Ws) - 1
+    dd = net.dd
+    B, M, _ = net.g[1].shape
+    N = net.s[0].shape[1]
+    # gdot[l] (B, r, c, n_l): tangent of g^(l)_r along v_c.
+    gdot = [None] * (L + 1)
+    gdot[L] = np.zeros((B, M, M, net.Ws[L].shape[1]))
+    for ell in range(L - 1, 0, -1):
+        c = lw[ell] / widths[ell]
+        n_l = net.Ws[ell + 1].shape[2]
+        hdot = (c * net.gam[ell + 1][..., None] * net.s[ell][:, dd, :][:, None, :, :]
+                + np.matmul(gdot[ell + 1].reshape(B, M * M, -1), net.Ws[ell + 1]).reshape(B, M, M, n_l))
+        Z1r = np.swapaxes(_gather_delta0(Z1[ell], dd, 2), 1, 2)          # (B, r, c, n)
+        gdot[ell] = (net.d[2][ell][:, dd, :][:, :, None, :] * Z1r * net.h[ell][:, :, None, :]
+                     + net.d[1][ell][:, dd, :][:, :, None, :] * hdot)
+    out = np.zeros((B, M, M, M, M))
+    for ell in range(1, L + 1):
+        gd = gdot[ell].reshape(B, M * M, -1)
+        GG = np.matmul(gd, np.swapaxes(gd, 1, 2)).reshape(B, M, M, M, M)   # [r1,c3,r2,c4]
+        GG = np.transpose(GG, (0, 1, 3, 2, 4))                              # [r1,r2,c3,c4]
+        ssd = net.ssd[ell - 1][:, dd[:, None], dd[None, :]]                 # [r1, r2]
+        term = (lb[ell - 1] + lw[ell - 1] / widths[ell - 1] * ssd[..., None, None]) * GG
+        if ell >= 2:
+            cw = lw[ell - 1] / widths[ell - 1]
+            # Gg[r1, c3, r2] = gdot[r1,c3] . g[r2]
+            Gg = np.matmul(gd, np.swapaxes(net.g[ell], 1, 2)).reshape(B, M, M, M)
+            X1p = X1[ell - 1]                                               # (B, N, M, N)
+            # X1[delta_r1, c4, delta_r2] -> [r1, c4, r2]
+            Xr = X1p[:, dd][:, :, :, dd]
+            # (gdot[r1,c3].g[r2]) * X1[d_r1, c4, d_r2] -> [r1,r2,c3,c4]
+            t2 = np.einsum("bxcy,bxdy->bxycd", Gg, Xr)
+            # (g[r1].gdot[r2,c4]) * X1[d_r2, c3, d_r1]
+            t3 = np.einsum("bydx,bycx->bxycd", Gg, Xr)
+            S1f = S1[ell - 1].reshape(B, M * N, -1)
+            SS = np.matmul(S1f, np.swapaxes(S1f, 1, 2)).reshape(B, M, N, M, N)
+            SSg = SS[:, :, dd][:, :, :, :, dd]                              # [c3, r1, c4, r2]
+            t4 = net.gam[ell][:, :, :, None, None] * np.transpose(SSg, (0, 2, 4, 1, 3))
+            term = term + cw * (t2 + t3 + t4)
+        out += term
+    return out
+
+
+# ----------------------------------------------------------------------------- public API
+@dataclass(frozen=True)
+class NTKResult:
+    r"""Empirical NTK hierarchy of one network (or a batch, with a leading axis).
+
+    Neural indices run over the selected ``outputs`` (positions ``0..m-1``), sample indices over
+    the selected inputs.  Index layout follows the book's subscripts, neurons first:
+
+    Attributes
+    ----------
+    outputs : tuple of int
+        Output neurons selected.
+    z : ndarray (m, N)
+        Output preactivations :math:`z^{(L)}_{i;\delta}`.
+    H : ndarray (m, m, N, N)
+        ``H[i1, i2, d1, d2]`` :math:`=\hat H_{i_1i_2;\delta_1\delta_2}` (8.5).
+    dH : ndarray (m, m, m, N, N, N) or None
+        ``dH[i0, i1, i2, d0, d1, d2]`` :math:`=\widehat{dH}_{i_0i_1i_2;\delta_0\delta_1\delta_2}` (11.8).
+    ddIH : ndarray (m,)*4 + (N,)*4 or None
+        :math:`\widehat{dd_IH}_{i_0i_1i_2i_3;\delta_0\delta_1\delta_2\delta_3}` (∞.5).
+    ddIIH : ndarray (m,)*4 + (N,)*4 or None
+        :math:`\widehat{dd_{II}H}_{i_1i_2i_3i_4;\delta_1\delta_2\delta_3\delta_4}` (∞.7).
+    """
+
+    outputs: tuple[int, ...]
+    z: np.ndarray
+    H: np.ndarray
+    dH: np.ndarray | None = None
+    ddIH: np.ndarray | None = None
+    ddIIH: np.ndarray | None = None
+
+
+def _unflatten(T: np.ndarray, m: int, N: int, k: int) -> np.ndarray:
+    """(B, M, ..., M) over k direction axes -> (B, m, ..., m, N, ..., N)."""
+    B = T.shape[0]
+    T = T.reshape((B,) + (m, N) * k)
+    perm = (0,) + tuple(1 + 2 * j for j in range(k)) + tuple(2 + 2 * j for j in range(k))
+    return np.transpose(T, perm)
+
+
+def _check_finite(arrays) -> None:
+    for name, a in zip(("z", "H", "dH", "ddIH", "ddIIH"), arrays):
+        if a is not None and not np.isfinite(a).all():
+            raise DomainError(f"non-finite values in {name} (overflowing network or activation "
+                              "derivative)")
+
+
+def _compute(Ws, bs, X, fs, lb, lw, widths, outputs, order: int, ddII: bool):
+    net = _forward_backward(Ws, bs, X, fs, outputs)
+    m, N = len(outputs), X.shape[0]
+    z = np.transpose(net.zL[:, :, list(outputs)], (0, 2, 1))
+    H = _unflatten(_ntk(net, lb, lw, widths), m, N, 2)
+    dH = ddI = ddIIr = None
+    if order >= 2 or ddII:
+        Z1, S1, X1 = _tangents(net, lb, lw, widths, fs)
+        if order >= 2:
+            dH = _unflatten(_dntk(net, Z1, X1, lw, widths), m, N, 3)
+        if order >= 3:
+            Z2, S2 = _second_tangents(net, Z1, S1, X1, lw, widths)
+            ddI = _unflatten(_ddntk_I(net, Z1, Z2, S2, lw, widths), m, N, 4)
+        if ddII:
+            ddIIr = _unflatten(_ddntk_II(net, Z1, S1, X1, lb, lw, widths), m, N, 4)
+    return z, H, dH, ddI, ddIIr
+
+
+def _check_params(params, X):
+    if not isinstance(params, (list, tuple)) or len(params) < 1:
+        raise DomainError("params must be a non-empty sequence of (W, b) pairs, one per layer")
+    Ws, bs = [None], [None]
+    batched = None
+    for ell, pair in enumerate(params, start=1):
+        try:
+            W, b = pair
+        except (TypeError, ValueError):
+            raise DomainError(f"params[{ell - 1}] must be a (W, b) pair") from None
+        W = np.asarray(W, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+        if batched is None:
+            batched = W.ndim == 3
+        if W.ndim != (3 if batched else 2) or b.ndim != W.ndim - 1:
+            raise DomainError(f"layer {ell}: W must be (n_l, n_l-1) and b (n_l,) "
+                              "(with one leading batch axis on all or none)")
+        if not batched:
+            W, b = W[None], b[None]
+        if b.shape[-1] != W.shape[1] or b.shape[0] != W.shape[0]:
+            raise DomainError(f"layer {ell}: b has shape {b.shape[1:]}, expected ({W.shape[1]},)")
+        prev = X.shape[1] if ell == 1 else Ws[-1].shape[1]
+        if W.shape[2] != prev:
+            raise DomainError(f"layer {ell}: W has {W.shape[2]} columns, expected {prev}")
+        if W.shape[0] != (Ws[1].shape[0] if ell > 1 else W.shape[0]):
+            raise DomainError("all layers must have the same batch size")
+        Ws.append(W)
+        bs.append(b)
+    return Ws, bs, bool(batched)
+
+
+def _check_outputs(outputs, n_out) -> tuple[int, ...]:
+    if outputs is None:
+        outputs = range(min(3, n_out))
+    try:
+        out = tuple(int(o) for o in outputs)
+    except (TypeError, ValueError):
+        raise DomainError(f"outputs must be an iterable of ints, got {outputs!r}") from None
+    if not out or len(set(out)) != len(out) or min(out) < 0 or max(out) >= n_out:
+        raise DomainError(f"outputs must be distinct ints in 0..{n_out - 1}, got {outputs!r}")
+    return out
+
+
+def empirical_ntk(params: Sequence, X: Any, activation: Any, *, lambda_b: Any = 1.0,
+                  lambda_w: Any = 1.0, outputs: Iterable[int] | None = None,
+                  inputs: Iterable[int] | None = None, order: int = 3,
+                  ddntk_II: bool | None = None) -> NTKResult:
+    r"""Exact NTK, dNTK and ddNTKs of one network (or a batch of networks).
+
+    Parameters
+    ----------
+    params : sequence of (W, b)
+        ``W^(l)`` of shape ``(n_l, n_{l-1})`` and ``b^(l)`` of shape ``(n_l,)``, l = 1..L, in the
+        book's parameterization (no explicit width factors: ``z = b + W sigma``).  A leading
+        batch axis on every array (``(B, n_l, n_{l-1})``, ``(B, n_l)``) treats ``B`` networks at
+        once; the results then carry the same leading axis.
+    X : array_like (N_D, n_0)
+        Inputs, one per row.
+    activation : str, Activation, MLP or sequence of callables
+        A registered activation name (or :class:`~effth.arch.MLP` whose activation is used), or
+        ``(sigma, sigma', sigma'', sigma''')`` as vectorized callables.
+    lambda_b, lambda_w : float or sequence of L floats
+        :math:`\lambda_b^{(\ell)}` and the width-rescaled :math:`\lambda_W^{(\ell)}` of (8.6);
+        the per-weight rate is :math:`\lambda_W^{(\ell)}/n_{\ell-1}`.
+    outputs : iterable of int, optional
+        Output neurons to keep (default ``0..min(3, n_L)-1``).
+    inputs : iterable of int, optional
+        Rows of ``X`` to use (default all).
+    order : {1, 2, 3}
+        1: NTK only; 2: plus dNTK; 3: plus both ddNTKs.
+    ddntk_II : bool, optional
+        Compute the second ddNTK (default ``order >= 3``).
+
+    Returns
+    -------
+    NTKResult
+
+    Notes
+    -----
+    Cost per network with ``M = m N_D`` directions: NTK :math:`O(L n^2 M)`; dNTK adds the
+    first-order tangents :math:`O(L n^2 M N_D)` and an :math:`O(L n M^3)` contraction; ddNTK-I
+    the second-order tangents :math:`O(L n^2 M^2 N_D)` and :math:`O(L n M^4)`; ddNTK-II
+    :math:`O(L n^2 M^2 + L n M^4)`.
+    """
+    Xa = check_inputs(X)
+    if inputs is not None:
+        idx = np.asarray(list(inputs), dtype=np.intp)
+        if idx.ndim != 1 or idx.size == 0 or idx.min() < 0 or idx.max() >= Xa.shape[0]:
+            raise DomainError(f"inputs must index rows of X (0..{Xa.shape[0] - 1}), got {inputs!r}")
+        Xa = Xa[idx]
+    if order not in (1, 2, 3):
+        raise DomainError(f"order must be 1, 2 or 3, got {order!r}")
+    Ws, bs, batched = _check_params(params, Xa)
+    L = len(Ws) - 1
+    widths = (Xa.shape[1],) + tuple(W.shape[1] for W in Ws[1:])
+    out = _check_outputs(outputs, widths[-1])
+    lb = _per_layer(lambda_b, L, "lambda_b")
+    lw = _per_layer(lambda_w, L, "lambda_w")
+    do_II = (order >= 3) if ddntk_II is None else bool(ddntk_II)
+    fs = _activation_derivs(activation, 3 if (order >= 3 or do_II) else 2)
+    z, H, dH, ddI, ddII = _compute(Ws, bs, Xa, fs, lb, lw, widths, out, order, do_II)
+    _check_finite((z, H, dH, ddI, ddII))
+    if not batched:
+        z, H = z[0], H[0]
+        dH = None if dH is None else dH[0]
+        ddI = None if ddI is None else ddI[0]
+        ddII = None if ddII is None else ddII[0]
+    return NTKResult(outputs=out, z=z, H=H, dH=dH, ddIH=ddI, ddIIH=ddII)
+
+
+def init_params(net: MLP, n_in: int, rng: np.random.Generator | int | None = None,
+                size: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    r"""Draw parameters of ``net`` at initialization (book's parameterization).
+
+    ``b^(l) ~ N(0, C_b^(l))``, ``W^(l) ~ N(0, C_W^(l)/n_{l-1})``; with ``size`` a leading batch
+    axis of independent networks.  Returns ``[(W1, b1), ..., (WL, bL)]``.
+    """
+    if not isinstance(net, MLP):
+        raise DomainError(f"net must be an effth.arch.MLP, got {type(net).__name__}")
+    rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    widths = net.layer_widths(int(n_in))
+    lead = () if size is None else (int(size),)
+    out = []
+    for ell in range(1, net.depth + 1):
+        W = rng.standard_normal(lead + (widths[ell], widths[ell - 1]))
+        W *= np.sqrt(net.c_w_at(ell) / widths[ell - 1])
+        b = rng.standard_normal(lead + (widths[ell],)) * np.sqrt(net.c_b_at(ell))
+        out.append((W, b))
+    return out
+
+
+# ----------------------------------------------------------------------------- ensemble
+#: Estimator behind each statistic of :class:`NTKEnsembleStatistics`.  ``n = n_{L-1}``;
+#: ``i != j`` are two distinct selected output neurons (all ordered pairs averaged).
+NTK_ESTIMATORS: Mapping[str, str] = MappingProxyType({
+    "G": "mean of z_{i;a} z_{i;b} (output metric)",
+    "H": "mean of H_hat_{ii;a b} (NTK mean, (8.58)); -> Theta + O(1/n)",
+    "H_offdiag": "mean of H_hat_{ij;a b}, i != j (exactly 0 in expectation)",
+    "A": "n Cov(H_hat_{ii;12}, H_hat_{jj;34}), i != j, unbiased (8.82)",
+    "B": "B[a,b,c,d] = B_{a1 a3 a2 a4} = n E[H_hat_{ij;a1a2} H_hat_{ij;a3a4}], i != j (8.82)",
+    "H_var_same": "n Cov(H_hat_{ii;12}, H_hat_{ii;34}) = A_(12)(34) + B_1324 + B_1423 (8.82)",
+    "D": "n Cov(z_{i;1} z_{i;2}, H_hat_{jj;34}), i != j, unbiased (8.67)",
+    "F": "F[a,b,c,d] = F_{a1 a3 a2 a4} = n E[z_{i;a1} z_{j;a2} H_hat_{ij;a3a4}], i != j (8.67)",
+    "P": "n E[dH_{ijj;d0d1d2} z_{i;d3}], i != j (11.45)",
+    "Q": "n E[dH_{iij;d0d1d2} z_{j;d3}], i != j (11.45)",
+    "PQ_same": "n E[dH_{iii;d0d1d2} z_{i;d3}] = P_0123 + Q_0123 + Q_0213 (11.45)",
+    "R": "n E[ddIH_{iijj;d0d1d2d3}], i != j (∞.11)",
+    "S": "n E[ddIIH_{iijj;d1d2d3d4}], i != j (∞.12)",
+    "T": "T[a,b,c,d] = T_{d1 d3 d4 d2} = n E[ddIIH_{ijij;d1d2d3d4}], i != j (∞.12)",
+    "U": "U[a,b,c,d] = U_{d1 d4 d2 d3} = n E[ddIIH_{ijji;d1d2d3d4}], i != j (∞.12)",
+})
+
+
+@dataclass(frozen=True)
+class NTKEnsembleStatistics:
+    r"""Ensemble statistics of the output-layer NTK hierarchy, with jackknife standard errors.
+
+    Every statistic is an ndarray over sample indices (``(N, N)`` for ``G``, ``H``,
+    ``H_offdiag``; ``(N, N, N, N)`` otherwise) stored in :attr:`stats` and reachable as an
+    attribute (``st.A``); its standard error is ``st.err["A"]`` (also ``st.A_err``).  The
+    finite-width tensors are normalized with :math:`n=n_{L-1}` as in the book (spec §0.3) and
+    stored with the book's slot order, e.g. ``B[a,b,c,d]`` :math:`=B_{abcd}` where
+    :math:`(a,c)` are the sample indices of the first NTK and :math:`(b,d)` of the second.
+    Cross-neuron statistics need at least two selected outputs (NaN otherwise); dNTK and
+    ddNTK statistics are NaN when not computed.
+
+    Attributes
+    ----------
+    widths : tuple of int
+        ``(n_0, ..., n_L)``.
+    size, n_groups : int
+        Number of networks, jackknife groups.
+    outputs : tuple of int
+        Output neurons used.
+    lambda_b, lambda_w : tuple of float
+        Learning rates per layer.
+    stats, err : mapping str -> ndarray
+        Estimates and standard errors; the estimators are described in :data:`NTK_ESTIMATORS`.
+    """
+
+    widths: tuple[int, ...]
+    size: int
+    n_groups: int
+    outputs: tuple[int, ...]
+    lambda_b: tuple[float, ...]
+    lambda_w: tuple[float, ...]
+    stats: Mapping[str, np.ndarray]
+    err: Mapping[str, np.ndarray]
+    estimators: Mapping[str, str] = field(default_factory=lambda: NTK_ESTIMATORS, repr=False)
+
+    def __getattr__(self, name: str):
+        stats = object.__getattribute__(self, "stats")
+        if name in stats:
+            return stats[name]
+        if name.endswith("_err") and name[:-4] in stats:
+            return object.__getattribute__(self, "err")[name[:-4]]
+        raise AttributeError(name)
+
+
+_SUM_KEYS = ("zz", "Hd", "Hoff", "Hsame", "HdHd", "HHcross", "Bm", "Dm", "zzHd", "Fm",
+             "Pm", "Qm", "PQs", "Rm", "Sm", "Tm", "Um")
+
+
+def _features(z, H, dH, ddI, ddII) -> dict[str, np.ndarray]:
+    """Per-chunk sums over networks of the per-network features (see NTK_ESTIMATORS)."""
+    _B, m, _N = z.shape
+    f: dict[str, np.ndarray] = {}
+    diag = np.arange(m)
+    Hii = H[:, diag, diag]                                    # (B, m, N, N)
+    zz_i = np.einsum("Zia,Zic->Ziac", z, z)
+    Hd = Hii.mean(1)
+    zz = zz_i.mean(1)
+    f["zz"] = zz.sum(0)
+    f["Hd"] = Hd.sum(0)
+    f["Hsame"] = np.einsum("Ziab,Zicd->abcd", Hii, Hii) / m
+    f["HdHd"] = np.einsum("Zab,Zcd->abcd", Hd, Hd)
+    f["zzHd"] = np.einsum("Zab,Zcd->abcd", zz, Hd)
+    if dH is not None:
+        f["PQs"] = np.einsum("Ziabc,Zid->abcd", dH[:, diag, diag, diag], z) / m
+    pairs = [(i, j) for i in range(m) for j in range(m) if i != j]
+    if pairs:
+        I = np.array([p[0] for p in pairs])
+        J = np.array([p[1] for p in pairs])
+        npairs = len(pairs)
+        f["Hoff"] = H[:, I, J].sum((0, 1)) / npairs
+        f["HHcross"] = np.einsum("Zpab,Zpcd->abcd", Hii[:, I], Hii[:, J]) / npairs
+        Hij = H[:, I, J]                                        # (B, p, N, N)
+        f["Bm"] = np.einsum("Zpab,Zpcd->abcd", Hij, Hij) / npairs
+        f["Dm"] = np.einsum("Zpab,Zpcd->abcd", zz_i[:, I], Hii[:, J]) / npairs
+        # F[a1, a3, a2, a4] = z_{i;a1} z_{j;a2} H_{ij;a3a4}
+        f["Fm"] = np.einsum("Zpa,Zpc,Zpbd->abcd", z[:, I], z[:, J], Hij) / npairs
+        if dH is not None:
+            f["Pm"] = np.einsum("Zpxyz,Zpw->xyzw", dH[:, I, J, J], z[:, I]) / npairs
+            f["Qm"] = np.einsum("Zpxyz,Zpw->xyzw", dH[:, I, I, J], z[:, J]) / npairs
+        if ddI is not None:
+            f["Rm"] = ddI[:, I, I, J, J].sum((0, 1)) / npairs
+        if ddII is not None:
+            f["Sm"] = ddII[:, I, I, J, J].sum((0, 1)) / npairs
+            f["Tm"] = ddII[:, I, J, I, J].sum((0, 1)) / npairs
+            f["Um"] = ddII[:, I, J, J, I].sum((0, 1)) / npairs
+    return f
+
+
+def _estimates(S: dict[str, np.ndarray], count: int, n: int, N: int) -> dict[str, np.ndarray]:
+    nan2 = np.full((N, N), np.nan)
+    nan4 = np.full((N, N, N, N), np.nan)
+
+    def mean(k, shape4=True):
+        return S[k] / count if k in S else (nan4 if shape4 else nan2)
+
+    def ustat(ka, kb, kab):   # unbiased E[a] (x) E[b] from independent networks
+        return (np.multiply.outer(S[ka], S[kb]) - S[kab]) / (count * (count - 1))
+
+    out = {"G": S["zz"] / count, "H": S["Hd"] / count, "H_offdiag": mean("Hoff", False)}
+    HH = ustat("Hd", "Hd", "HdHd")
+    out["H_var_same"] = n * (S["Hsame"] / count - HH)
+    out["A"] = n * (S["HHcross"] / count - HH) if "HHcross" in S else nan4
+    out["B"] = n * np.einsum("acbd->abcd", mean("Bm"))
+    out["D"] = n * (S["Dm"] / count - ustat("zz", "Hd", "zzHd")) if "Dm" in S else nan4
+    out["F"] = n * mean("Fm")
+    out["P"] = n * mean("Pm")
+    out["Q"] = n * mean("Qm")
+    out["PQ_same"] = n * mean("PQs")
+    out["R"] = n * mean("Rm")
+    out["S"] = n * mean("Sm")
+    out["T"] = n * np.einsum("adbc->abcd", mean("Tm"))
+    out["U"] = n * np.einsum("acdb->abcd", mean("Um"))
+    return out
+
+
+def _validate_net(net, X, size, batch):
+    if not isinstance(net, MLP):
+        raise DomainError(f"net must be an effth.arch.MLP, got {type(net).__name__}")
+    if net.hidden_widths is None:
+        raise DomainError("the MLP has symbolic widths (widths=None); pass widths=... to simulate")
+    Xa = check_inputs(X)
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2:
+        raise DomainError(f"size must be an int >= 2, got {size!r}")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, (int, np.integer))
+                              or batch < 1):
+        raise DomainError(f"batch must be a positive int or None, got {batch!r}")
+    return Xa
+
+
+def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
+                          seed: int | np.random.SeedSequence | np.random.Generator | None,
+                          lambda_b: Any = 1.0, lambda_w: Any = 1.0,
+                          outputs: Iterable[int] | None = None, order: int = 3,
+                          ddntk_II: bool | None = None,
+                          batch: int | None = None) -> NTKEnsembleStatistics:
+    r"""Simulate ``size`` random networks and estimate the NTK hierarchy statistics.
+
+    For the output layer :math:`L` of ``net`` (so ``n = n_{L-1}``), estimates with
+    delete-one-group jackknife standard errors:
+
+    * ``H``: NTK mean :math:`H_{\delta_1\delta_2}` (8.58), ``G``: output metric;
+    * ``A``, ``B``: NTK variance decomposition (8.82) (``H_var_same``: same-neuron variance);
+    * ``D``, ``F``: NTK–preactivation cross-correlation (8.67)/(8.37);
+    * ``P``, ``Q``: dNTK–preactivation decomposition (11.45)/(11.30) (``order >= 2``);
+    * ``R`` (∞.11) and ``S``, ``T``, ``U`` (∞.12): ddNTK means (``order >= 3``).
+
+    See :data:`NTK_ESTIMATORS` for every estimator.
+
+    Parameters
+    ----------
+    net : MLP
+        Architecture with numeric widths; cross-neuron statistics need ``n_out >= 2``.
+    X : array_like (N_D, n_0)
+        Inputs.
+    size : int
+        Number of networks (>= 2; >= 4 for standard errors).
+    seed : int, SeedSequence, Generator or None
+        Seed of ``numpy.random.default_rng``; one spawned child generator per chunk, so
+        results are reproducible for the same ``(seed, size, batch)``.
+    lambda_b, lambda_w : float or sequence
+        Learning rates (8.6) per weight layer.
+    outputs : iterable of int, optional
+        Output neurons used (default ``0..min(2, n_out)-1``: two neurons suffice for every
+        decomposition; more neurons average more pairs at a cost ~ ``m^4``).
+    order : {1, 2, 3}
+        1: NTK statistics; 2: plus P, Q; 3: plus R, S, T, U.
+    ddntk_II : bool, optional
+        Compute S, T, U (default ``order >= 3``).
+    batch : int, optional
+        Networks per chunk (default targets ~32 MB temporaries).
+
+    Raises
+    ------
+    DomainError
+        Bad arguments or overflowing networks.
+    """
+    Xa = _validate_net(net, X, size, batch)
+    if order not in (1, 2, 3):
+        raise DomainError(f"order must be 1, 2 or 3, got {order!r}")
+    size = int(size)
+    widths = net.layer_widths(Xa.shape[1])
+    L = net.depth
+    N = Xa.shape[0]
+    out = _check_outputs(outputs if outputs is not None else range(min(2, net.n_out)), net.n_out)
+    lb = _per_layer(lambda_b, L, "lambda_b")
+    lw = _per_layer(lambda_w, L, "lambda_w")
+    do_II = (order >= 3) if ddntk_II is None else bool(ddntk_II)
+    fs = _activation_derivs(net, 3 if (order >= 3 or do_II) else 2)
+    M = len(out) * N
+    nmax = max(widths)
+    per_net = max(max(widths[k] * widths[k - 1] for k in range(1, L + 1)), M * N * nmax,
+                  (M * M * N * nmax if order >= 3 else 0), (M * M * nmax if do_II else 0),
+                  (M ** 4 if order >= 3 or do_II else M ** 3))
+    bsz = int(batch) if batch is not None else max(1, _CHUNK_ELEMENTS // per_net)
+    K = min(MAX_GROUPS, size // 2) if size >= 4 else 1
+    bounds = np.linspace(0, size, K + 1).round().astype(int)
+    units = []
+    for k in range(K):
+        g0, g1 = int(bounds[k]), int(bounds[k + 1])
+        nch = -(-(g1 - g0) // bsz)
+        cb = np.linspace(g0, g1, nch + 1).round().astype(int)
+        units.extend((k, int(cb[j + 1] - cb[j])) for j in range(nch))
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    children = rng.spawn(len(units))
+    groups: list[dict[str, np.ndarray]] = [{} for _ in range(K)]
+    counts = np.zeros(K, dtype=np.int64)
+    with blas_threads():
+        for (k, mnet), child in zip(units, children):
+            params = init_params(net, Xa.shape[1], child, size=mnet)
+            Ws = [None] + [p[0] for p in params]
+            bs = [None] + [p[1] for p in params]
+            res = _compute(Ws, bs, Xa, fs, lb, lw, widths, out, order, do_II)
+            _check_finite(res)
+            for name, v in _features(*res).items():
+                groups[k][name] = groups[k].get(name, 0.0) + v
+            counts[k] += mnet
+    total = {name: sum(g[name] for g in groups) for name in groups[0]}
+    n = widths[L - 1]
+    est = _estimates(total, size, n, N)
+    if K >= 2:
+        loo = [_estimates({nm: total[nm] - groups[k][nm] for nm in total}, size - int(counts[k]), n, N)
+               for k in range(K)]
+        err = {}
+        for name in est:
+            arr = np.stack([e[name] for e in loo])
+            err[name] = np.sqrt((K - 1) / K * ((arr - arr.mean(0)) ** 2).sum(0))
+    else:
+        err = {name: np.full_like(v, np.nan) for name, v in est.items()}
+    return NTKEnsembleStatistics(widths=widths, size=size, n_groups=K, outputs=out,
+                                 lambda_b=lb, lambda_w=lw, stats=MappingProxyType(est),
+                                 err=MappingProxyType(err))
