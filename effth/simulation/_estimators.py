@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._jackknife import jackknife_error
 from ._kernels import LayerSums
 
 __all__ = ["layer_estimates"]
@@ -109,6 +110,5 @@ def layer_estimates(groups: list[LayerSums], *, n_prev: int, n_cur: int, first: 
         if k == "kappa4_cross" and n_cur < 2:
             err[k] = np.full_like(est[k], np.nan)
             continue
-        dev = v - v.mean(axis=0)
-        err[k] = np.sqrt((K - 1) / K * np.sum(dev * dev, axis=0))
+        err[k] = jackknife_error(v)
     return est, err

@@ -45,13 +45,12 @@ from .._threads import blas_threads
 from ..arch import MLP
 from ..errors import DomainError
 from ._inputs import check_inputs
+from ._jackknife import group_units
 from ._estimators import layer_estimates
 from ._kernels import LayerSums, Plan, pair_index, run_chunk
 
 __all__ = ["EnsembleStatistics", "simulate_ensemble", "ESTIMATORS"]
 
-#: Maximum number of jackknife groups (disjoint blocks of networks).
-MAX_GROUPS = 32
 #: Target number of float64 elements in the largest per-chunk temporary (~32 MB).
 _CHUNK_ELEMENTS = 1 << 22
 
@@ -200,19 +199,6 @@ def _default_batch(widths: tuple[int, ...], last: int, N: int) -> int:
     return max(1, _CHUNK_ELEMENTS // per_net)
 
 
-def _units(size: int, batch: int) -> tuple[int, list[tuple[int, int, int]]]:
-    """Split ``size`` networks into groups and chunks: ``(n_groups, [(group, start, m), ...])``."""
-    K = min(MAX_GROUPS, size // 2) if size >= 4 else 1
-    bounds = np.linspace(0, size, K + 1).round().astype(int)
-    units = []
-    for k in range(K):
-        g0, g1 = int(bounds[k]), int(bounds[k + 1])
-        nchunks = -(-(g1 - g0) // batch)
-        cb = np.linspace(g0, g1, nchunks + 1).round().astype(int)
-        units.extend((k, int(cb[j]), int(cb[j + 1] - cb[j])) for j in range(nchunks))
-    return K, units
-
-
 def simulate_ensemble(net: MLP, X: Any, *, size: int,
                       seed: int | np.random.SeedSequence | np.random.Generator | None,
                       batch: int | None = None, method: str = "weights",
@@ -278,7 +264,7 @@ def simulate_ensemble(net: MLP, X: Any, *, size: int,
     plan = Plan(widths=widths, c_w=c_w, c_b=c_b, sigma=sigma, X=Xa, G1=G1, last=last,
                 layers=frozenset(lay), method=method, keep=bool(keep_samples))
     bsz = int(batch) if batch is not None else _default_batch(widths, last, N)
-    K, units = _units(size, bsz)
+    K, units = group_units(size, bsz)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     children = _spawn(rng, len(units))
 

@@ -44,6 +44,7 @@ from .._threads import blas_threads
 from ..arch import MLP
 from ..errors import DomainError
 from ._inputs import check_inputs
+from ._jackknife import group_units, jackknife_error
 
 __all__ = [
     "NTK_ESTIMATORS",
@@ -54,8 +55,6 @@ __all__ = [
     "simulate_ntk_ensemble",
 ]
 
-#: Maximum number of jackknife groups.
-MAX_GROUPS = 32
 #: Target number of float64 elements in the largest per-chunk temporary.
 _CHUNK_ELEMENTS = 1 << 22
 
@@ -717,20 +716,13 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
                   (M * M * N * nmax if order >= 3 else 0), (M * M * nmax if do_II else 0),
                   (M ** 4 if order >= 3 or do_II else M ** 3))
     bsz = int(batch) if batch is not None else max(1, _CHUNK_ELEMENTS // per_net)
-    K = min(MAX_GROUPS, size // 2) if size >= 4 else 1
-    bounds = np.linspace(0, size, K + 1).round().astype(int)
-    units = []
-    for k in range(K):
-        g0, g1 = int(bounds[k]), int(bounds[k + 1])
-        nch = -(-(g1 - g0) // bsz)
-        cb = np.linspace(g0, g1, nch + 1).round().astype(int)
-        units.extend((k, int(cb[j + 1] - cb[j])) for j in range(nch))
+    K, units = group_units(size, bsz)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     children = rng.spawn(len(units))
     groups: list[dict[str, np.ndarray]] = [{} for _ in range(K)]
     counts = np.zeros(K, dtype=np.int64)
     with blas_threads():
-        for (k, mnet), child in zip(units, children):
+        for (k, _, mnet), child in zip(units, children):
             params = init_params(net, Xa.shape[1], child, size=mnet)
             Ws = [None] + [p[0] for p in params]
             bs = [None] + [p[1] for p in params]
@@ -745,10 +737,7 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
     if K >= 2:
         loo = [_estimates({nm: total[nm] - groups[k][nm] for nm in total}, size - int(counts[k]), n, N)
                for k in range(K)]
-        err = {}
-        for name in est:
-            arr = np.stack([e[name] for e in loo])
-            err[name] = np.sqrt((K - 1) / K * ((arr - arr.mean(0)) ** 2).sum(0))
+        err = {name: jackknife_error(np.stack([e[name] for e in loo])) for name in est}
     else:
         err = {name: np.full_like(v, np.nan) for name, v in est.items()}
     return NTKEnsembleStatistics(widths=widths, size=size, n_groups=K, outputs=out,
