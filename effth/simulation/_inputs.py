@@ -6,9 +6,10 @@ from typing import Any
 
 import numpy as np
 
+from ..arch import MLP
 from ..errors import DomainError
 
-__all__ = ["check_inputs"]
+__all__ = ["check_inputs", "check_ensemble"]
 
 
 def check_inputs(X: Any) -> np.ndarray:
@@ -21,4 +22,19 @@ def check_inputs(X: Any) -> np.ndarray:
         raise DomainError(f"X must be 2-D with shape (N_D, n_0), N_D, n_0 >= 1; got shape {Xa.shape}")
     if not np.isfinite(Xa).all():
         raise DomainError("X contains NaN or infinite entries")
+    return Xa
+
+
+def check_ensemble(net: Any, X: Any, size: Any, batch: Any) -> np.ndarray:
+    """Validate the arguments every ensemble simulator takes; returns the checked inputs."""
+    if not isinstance(net, MLP):
+        raise DomainError(f"net must be an effth.arch.MLP, got {type(net).__name__}")
+    if net.hidden_widths is None:
+        raise DomainError("the MLP has symbolic widths (widths=None); pass widths=... to simulate")
+    Xa = check_inputs(X)
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2:
+        raise DomainError(f"size must be an int >= 2 (a covariance needs two networks), got {size!r}")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, (int, np.integer))
+                              or batch < 1):
+        raise DomainError(f"batch must be a positive int or None, got {batch!r}")
     return Xa

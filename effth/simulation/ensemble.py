@@ -44,7 +44,7 @@ import numpy as np
 from .._threads import blas_threads
 from ..arch import MLP
 from ..errors import DomainError
-from ._inputs import check_inputs
+from ._inputs import check_ensemble
 from ._jackknife import group_units
 from ._estimators import layer_estimates
 from ._kernels import LayerSums, Plan, pair_index, run_chunk
@@ -167,18 +167,9 @@ def _n_workers() -> int:
 
 def _validate(net: Any, X: Any, size: Any, method: str, layers: Iterable[int] | None,
               batch: int | None) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]:
-    if not isinstance(net, MLP):
-        raise DomainError(f"net must be an effth.arch.MLP, got {type(net).__name__}")
-    if net.hidden_widths is None:
-        raise DomainError("the MLP has symbolic widths (widths=None); pass widths=... to simulate")
-    Xa = check_inputs(X)
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2:
-        raise DomainError(f"size must be an int >= 2 (a covariance needs two networks), got {size!r}")
+    Xa = check_ensemble(net, X, size, batch)
     if method not in ("weights", "conditional"):
         raise DomainError(f"method must be 'weights' or 'conditional', got {method!r}")
-    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, (int, np.integer))
-                              or batch < 1):
-        raise DomainError(f"batch must be a positive int or None, got {batch!r}")
     widths = net.layer_widths(Xa.shape[1])
     if layers is None:
         lay = tuple(range(1, net.depth + 1))

@@ -43,7 +43,7 @@ import numpy as np
 from .._threads import blas_threads
 from ..arch import MLP
 from ..errors import DomainError
-from ._inputs import check_inputs
+from ._inputs import check_ensemble, check_inputs
 from ._jackknife import group_units, jackknife_error
 
 __all__ = [
@@ -637,20 +637,6 @@ def _estimates(S: dict[str, np.ndarray], count: int, n: int, N: int) -> dict[str
     return out
 
 
-def _validate_net(net, X, size, batch):
-    if not isinstance(net, MLP):
-        raise DomainError(f"net must be an effth.arch.MLP, got {type(net).__name__}")
-    if net.hidden_widths is None:
-        raise DomainError("the MLP has symbolic widths (widths=None); pass widths=... to simulate")
-    Xa = check_inputs(X)
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2:
-        raise DomainError(f"size must be an int >= 2, got {size!r}")
-    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, (int, np.integer))
-                              or batch < 1):
-        raise DomainError(f"batch must be a positive int or None, got {batch!r}")
-    return Xa
-
-
 def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
                           seed: int | np.random.SeedSequence | np.random.Generator | None,
                           lambda_b: Any = 1.0, lambda_w: Any = 1.0,
@@ -698,7 +684,7 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
     DomainError
         Bad arguments or overflowing networks.
     """
-    Xa = _validate_net(net, X, size, batch)
+    Xa = check_ensemble(net, X, size, batch)
     if order not in (1, 2, 3):
         raise DomainError(f"order must be 1, 2 or 3, got {order!r}")
     size = int(size)
