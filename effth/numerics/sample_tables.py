@@ -44,7 +44,7 @@ import numpy as np
 from ..errors import AccuracyWarning, DomainError
 from ._rules import INV_SQRT_2PI, gauss_hermite, log_inv_tol, truncation
 
-__all__ = ["pair_tables", "four_point_table", "multiset_index", "parity"]
+__all__ = ["pair_tables", "four_point_table", "multiset_index", "multiset_groups", "parity"]
 
 _MAX_REFINE = 4
 _DROP = 1e-13          # conditional variances <= this * max diagonal are zero
@@ -319,6 +319,22 @@ def multiset_index(N: int) -> tuple[np.ndarray, list]:
     return idx, sets
 
 
+@lru_cache(maxsize=32)
+def multiset_groups(N: int) -> dict:
+    """Multisets of 4 sample indices grouped by multiplicity pattern.
+
+    ``{pattern: (ids, samples)}``: ``pattern`` the multiplicities of the distinct samples (in
+    increasing sample order), ``ids`` positions in :func:`multiset_index`'s list, ``samples``
+    (B, k) the distinct samples of each multiset.
+    """
+    _, sets = multiset_index(N)
+    groups: dict = {}
+    for i, m in enumerate(sets):
+        distinct = sorted(set(m))
+        groups.setdefault(tuple(m.count(d) for d in distinct), []).append((i, distinct))
+    return {p: (np.array([i for i, _ in g]), np.array([d for _, d in g])) for p, g in groups.items()}
+
+
 def _check(K: Any, activation: Any) -> np.ndarray:
     K = np.asarray(K, dtype=float)
     if K.ndim != 2 or K.shape[0] != K.shape[1]:
@@ -369,20 +385,14 @@ def four_point_table(K: Any, activation: Any, *, rtol: float = 1e-9) -> tuple[np
     idx, sets = multiset_index(N)
     vals = np.empty(len(sets))
     errs = np.empty(len(sets))
-    groups: dict[int, list] = {}
-    for i, m in enumerate(sets):
-        distinct = sorted(set(m))
-        groups.setdefault(len(distinct), []).append((i, distinct, [m.count(d) for d in distinct]))
-    for k, members in groups.items():
-        ids = np.array([i for i, _, _ in members])
-        var = np.array([d for _, d, _ in members])
-        P = np.array([p for _, _, p in members])
+    for pattern, (ids, var) in multiset_groups(N).items():
+        P = np.tile(pattern, (len(ids), 1))
         Kb = K[var[:, :, None], var[:, None, :]]
 
         def run(mult: float, sel: np.ndarray, Kb=Kb, P=P) -> tuple:
             return _four_point_group(Kb[sel], P[sel], activation, rtol, mult)
 
-        v, e = _refined(run, len(ids), rtol, f"four-point table ({k} distinct samples)")
+        v, e = _refined(run, len(ids), rtol, f"four-point table (multiplicities {pattern})")
         vals[ids], errs[ids] = v, e
     return vals[idx], errs[idx]
 

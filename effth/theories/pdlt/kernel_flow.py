@@ -38,7 +38,7 @@ from effth.algebra.expectation import GaussianExpectation
 from effth.algebra.tensors import FourPointVertex, NLOMetric
 from effth.errors import DomainError, NotDerivedError
 from effth.numerics import gaussian_expectation, validate_covariance
-from effth.numerics.sample_tables import four_point_table, multiset_index, pair_tables
+from effth.numerics.sample_tables import four_point_table, multiset_groups, multiset_index, pair_tables
 
 from ._derive import CB, CW
 from .initialization import RATIO, derive_initialization
@@ -218,17 +218,11 @@ def _generic_pairs(K: np.ndarray, act: Any, orders: set, rtol: float) -> dict:
 def _generic_four(K: np.ndarray, act: Any, rtol: float) -> np.ndarray:
     """Four-point table through gaussian_expectation, batched by multiplicity pattern."""
     idx, sets = multiset_index(K.shape[0])
-    vals = np.empty(len(sets))
-    groups: dict = {}
-    for i, m in enumerate(sets):
-        distinct = sorted(set(m))
-        pattern = tuple(m.count(d) for d in distinct)
-        groups.setdefault(pattern, []).append((i, distinct))
-    for pattern, members in groups.items():
+    vals = np.empty(len(sets))                     # every multiset belongs to one pattern group
+    for pattern, (ids, var) in multiset_groups(K.shape[0]).items():
         factors = [(s, "sigma", 0) for s, p in enumerate(pattern) for _ in range(p)]
-        var = np.array([d for _, d in members])
         Kb = K[var[:, :, None], var[:, None, :]]
-        vals[[i for i, _ in members]] = gaussian_expectation(factors, Kb, act, rtol=rtol)
+        vals[ids] = gaussian_expectation(factors, Kb, act, rtol=rtol)
     return vals[idx]
 
 
