@@ -45,6 +45,7 @@ False
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from typing import Iterable, Sequence
@@ -103,6 +104,34 @@ _SYMMETRIES = {
 }
 
 
+def _canonicalizer(symmetry):
+    """The canonicalizing map of a symmetry: a name of :data:`_SYMMETRIES`, or a tuple of
+    generating permutations (each a tuple of slot positions) of a finite group; the canonical
+    component is the smallest of its orbit under ``default_sort_key``."""
+    if isinstance(symmetry, str):
+        return _SYMMETRIES[symmetry]
+    return _group_canon(tuple(map(tuple, symmetry)))
+
+
+@functools.lru_cache(maxsize=None)
+def _group_canon(generators: tuple):
+    rank = len(generators[0])
+    group = {tuple(range(rank))}
+    frontier = list(group)
+    while frontier:                                   # close the group under the generators
+        g = frontier.pop()
+        for h in generators:
+            gh = tuple(g[i] for i in h)
+            if gh not in group:
+                group.add(gh)
+                frontier.append(gh)
+    perms = sorted(group)
+
+    def canon(indices):
+        return min((tuple(indices[i] for i in p) for p in perms), key=lambda t: tuple(map(_key, t)))
+    return canon
+
+
 class SampleTensor(sp.Expr):
     r"""Base class: one component of a sample-indexed tensor, optionally at a layer.
 
@@ -136,7 +165,7 @@ class SampleTensor(sp.Expr):
             )
         args = [sp.sympify(a) for a in args]
         indices, layer = args[: cls.rank], args[cls.rank :]
-        indices = _SYMMETRIES[cls.symmetry](indices)
+        indices = _canonicalizer(cls.symmetry)(indices)
         return super().__new__(cls, *indices, *layer)
 
     # -- accessors -------------------------------------------------------------------------
