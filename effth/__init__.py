@@ -74,7 +74,7 @@ from .numerics.closed_forms import has_closed_form
 from .printing import init_printing, latex
 from .simulation import EnsembleStatistics, TrainingRun, simulate_ensemble, simulate_training
 from .theories import dmft, pdlt
-from .theories.pdlt import Flow, derive, derive_initialization, flow
+from .theories.pdlt import Flow, NTKFlow, derive, derive_initialization, derive_ntk, flow, ntk_flow
 
 __all__ = [
     "__version__",
@@ -96,6 +96,7 @@ __all__ = [
     # networks and their simulation (ground truth)
     "MLP", "simulate_ensemble", "EnsembleStatistics", "simulate_training", "TrainingRun",
     "pdlt", "dmft", "flow", "Flow", "derive", "derive_initialization",
+    "derive_ntk", "ntk_flow", "NTKFlow",
     # numerics, codegen, printing
     "gaussian_expectation", "validate_covariance", "has_closed_form", "compile_expression", "compile_step",
     "latex", "init_printing",

@@ -5,7 +5,9 @@ r"""The effective theory of wide networks of PDLT (Roberts & Yaida), derived by 
 * exact finite-width deep linear networks (:mod:`.deep_linear`, chapter 3);
 * the exact second layer and the single-input chi forms (:mod:`.reductions`);
 * the couplings g, v of the quartic action from K, V, G1 (:mod:`.couplings`);
-* criticality and universality classes (:mod:`.criticality`, chapter 5).
+* criticality and universality classes (:mod:`.criticality`, chapter 5);
+* the NTK hierarchy :math:`\Theta, H^{\{1\}}, A, B, D, F, P, Q, R, S, T, U` (:func:`derive_ntk`,
+  chapters 8, 9, 11, ∞) and its compiled evaluation (:func:`ntk_flow`, :func:`learning_rates`).
 """
 
 from . import deep_linear
@@ -13,9 +15,12 @@ from .couplings import couplings
 from .deep_linear import deep_linear_flow, layer_factor, single_input_moment
 from .kernel_flow import Flow, KernelScaleWarning, LayerStep, WidthWarning, flow
 from .initialization import RATIO, Recursion, derive_initialization, initialization_flow, mlp_flow
+from .ntk import NTK_STATISTICS, NTKRecursion, derive_ntk
+from .ntk_flow import NTKFlow, learning_rates, ntk_flow
 from .reductions import derive, second_layer, single_input
 
 __all__ = ["Recursion", "derive_initialization", "initialization_flow", "mlp_flow", "RATIO",
            "flow", "Flow", "LayerStep", "KernelScaleWarning", "WidthWarning",
            "deep_linear", "deep_linear_flow", "layer_factor", "single_input_moment",
-           "second_layer", "single_input", "derive", "couplings"]
+           "second_layer", "single_input", "derive", "couplings",
+           "derive_ntk", "NTKRecursion", "NTK_STATISTICS", "ntk_flow", "NTKFlow", "learning_rates"]

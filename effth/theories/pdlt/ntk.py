@@ -37,7 +37,7 @@ import sympy as sp
 
 from effth.algebra.indices import alpha, ell
 from effth.algebra.ntk_tensors import NTK_TENSORS, NLONTK
-from effth.algebra.tensors import FourPointVertex, NLOMetric, SampleTensor
+from effth.algebra.tensors import FourPointVertex, Kernel, NLOMetric, SampleTensor
 from effth.errors import DomainError
 
 from ._derive import N_L, order_coefficient
@@ -102,7 +102,7 @@ class NTKRecursion:
 
     def tensors(self) -> set:
         """Layer-ℓ tensor classes the recursion reads."""
-        return {type(t) for t in self.expr.atoms(SampleTensor)}
+        return {type(t) for t in self.expr.atoms(SampleTensor) if not isinstance(t, Kernel)}
 
 
 def _labels(statistic: str) -> tuple:

@@ -296,24 +296,24 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         if X is None:
             raise DomainError("ntk_flow(net, X): inputs X are required with a network")
         X = np.asarray(X, dtype=float)
-        kern = flow(net, X, rtol=rtol)
+        if X.ndim != 2:
+            raise DomainError(f"X must be (N_inputs, n_0), got shape {X.shape}")
         L = net.depth
         lb = _per_layer(lambda_b, L, "lambda_b")
         lw = _per_layer(lambda_w, L, "lambda_w")
         Th = lb[0] + lw[0] * (X @ X.T) / X.shape[1]
+        _check_theta(Th, X.shape[0])
+        kern = flow(net, X, rtol=rtol)
     else:
         if Theta1 is None:
             raise DomainError("ntk_flow with K1= needs Theta1= (the first-layer NTK)")
-        kern = flow(K1=K1, depth=depth, activation=activation, c_w=c_w, c_b=c_b, ratios=ratios, rtol=rtol)
-        L = int(depth)
+        L = int(depth) if depth is not None else 0
         lb = _per_layer(lambda_b, L, "lambda_b")
         lw = _per_layer(lambda_w, L, "lambda_w")
         Th = np.asarray(Theta1, dtype=float)
+        _check_theta(Th, np.shape(K1)[0] if np.ndim(K1) == 2 else -1)
+        kern = flow(K1=K1, depth=depth, activation=activation, c_w=c_w, c_b=c_b, ratios=ratios, rtol=rtol)
     N = kern.K.shape[1]
-    if Th.shape != (N, N) or not np.all(np.isfinite(Th)):
-        raise DomainError(f"Theta1 must be a finite ({N}, {N}) matrix")
-    if not np.allclose(Th, Th.T) or np.linalg.eigvalsh(Th).min() < -1e-9 * max(1.0, abs(Th).max()):
-        raise DomainError("the first-layer NTK Theta1 is not symmetric positive semi-definite")
     wanted = tuple(NTK_STATISTICS) if statistics is None else tuple(statistics)
     for s in wanted:
         if s not in NTK_STATISTICS:
@@ -352,6 +352,13 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
             errs.append(getattr(tables, "max_error", 0.0))
     tensors = {s: np.stack(v) for s, v in out.items()}
     return NTKFlow(kern, tensors, lb, lw, np.arange(1, L + 1), np.asarray(errs))
+
+
+def _check_theta(Th: np.ndarray, N: int) -> None:
+    if Th.shape != (N, N) or not np.all(np.isfinite(Th)):
+        raise DomainError(f"Theta1 must be a finite ({N}, {N}) matrix matching K1, got shape {Th.shape}")
+    if not np.allclose(Th, Th.T) or np.linalg.eigvalsh(Th).min() < -1e-9 * max(1.0, abs(Th).max()):
+        raise DomainError("the first-layer NTK Theta1 is not symmetric positive semi-definite")
 
 
 class _KinkedTables:
