@@ -108,17 +108,29 @@ def _two_point(s1, s2):
     return NLOMetric(a1, a2, ell) / N_PREV if b1 == b2 else sp.S.Zero
 
 
+#: The three neuron pairings of a four-slot decomposition, as slot orders (p, q, r, s):
+#: the channel :math:`\delta_{i_pi_q}\delta_{i_ri_s}` carries the tensor at samples (p, q, r, s).
+PAIRINGS = ((0, 1, 2, 3), (0, 2, 1, 3), (0, 3, 1, 2))
+
+
+def pair_channels(neurons, samples, channels) -> sp.Expr:
+    r"""Sum over neuron-pairing channels with the deltas evaluated on neuron identities.
+
+    ``channels`` is a sequence of ``(slot order, tensor)``; a channel contributes
+    ``tensor(*samples in slot order)`` when neurons ``p = q`` and ``r = s``.  E.g. the connected
+    four-point function (4.117) is ``[(P, V) for P in PAIRINGS]``.
+    """
+    out = sp.S.Zero
+    for (p, q, r, t), T in channels:
+        if neurons[p] == neurons[q] and neurons[r] == neurons[t]:
+            out += T(samples[p], samples[q], samples[r], samples[t], ell)
+    return out
+
+
 def _four_point(s1, s2, s3, s4):
     r"""Connected four-point function of layer :math:`\ell` (PDLT (4.117)), neuron deltas evaluated."""
     (b1, a1), (b2, a2), (b3, a3), (b4, a4) = s1, s2, s3, s4
-    out = sp.S.Zero
-    if b1 == b2 and b3 == b4:
-        out += FourPointVertex(a1, a2, a3, a4, ell)
-    if b1 == b3 and b2 == b4:
-        out += FourPointVertex(a1, a3, a2, a4, ell)
-    if b1 == b4 and b2 == b3:
-        out += FourPointVertex(a1, a4, a2, a3, ell)
-    return out / N_PREV
+    return pair_channels((b1, b2, b3, b4), (a1, a2, a3, a4), [(P, FourPointVertex) for P in PAIRINGS]) / N_PREV
 
 
 #: Non-Gaussian data of layer ℓ at O(1/n_{ℓ-1}): (rank, cumulant function).  Odd cumulants

@@ -43,7 +43,8 @@ from effth.algebra.ntk_tensors import (DDNTKR, DDNTKS, DDNTKT, DDNTKU, DNTKP, DN
                                        NTKPreactD, NTKPreactF, NTKVarianceA, NTKVarianceB)
 from effth.algebra.wick import enumerate_pairings
 
-from ._derive import CB, CW, KMAT, N_L, N_PREV, _derivative_atom, _labels_of, layer_expectation, truncate
+from ._derive import (CB, CW, KMAT, N_L, N_PREV, PAIRINGS, _derivative_atom, _labels_of, layer_expectation,
+                      pair_channels, truncate)
 from ._ntk_forward import Obj, Term, forward_terms
 
 __all__ = ["NTKLeg", "ntk_moment", "ntk_layer_expectation"]
@@ -84,24 +85,10 @@ def _mean(obj: tuple, nlo: bool) -> sp.Expr:
         return out + NLONTK(s[0], s[1], ell) / N_PREV if nlo else out
     if kind == "dH":
         return sp.S.Zero
-    if kind == "ddI":
-        out = sp.S.Zero
-        if b[0] == b[1] and b[2] == b[3]:
-            out += DDNTKR(s[0], s[1], s[2], s[3], ell)
-        if b[0] == b[2] and b[3] == b[1]:
-            out += DDNTKR(s[0], s[2], s[3], s[1], ell)
-        if b[0] == b[3] and b[1] == b[2]:
-            out += DDNTKR(s[0], s[3], s[1], s[2], ell)
-        return out / N_PREV
-    if kind == "ddII":
-        out = sp.S.Zero
-        if b[0] == b[1] and b[2] == b[3]:
-            out += DDNTKS(s[0], s[1], s[2], s[3], ell)
-        if b[0] == b[2] and b[3] == b[1]:
-            out += DDNTKT(s[0], s[2], s[3], s[1], ell)
-        if b[0] == b[3] and b[1] == b[2]:
-            out += DDNTKU(s[0], s[3], s[1], s[2], ell)
-        return out / N_PREV
+    if kind == "ddI":       # (∞.11)
+        return pair_channels(b, s, [((0, 1, 2, 3), DDNTKR), ((0, 2, 3, 1), DDNTKR), ((0, 3, 1, 2), DDNTKR)]) / N_PREV
+    if kind == "ddII":      # (∞.12)
+        return pair_channels(b, s, [((0, 1, 2, 3), DDNTKS), ((0, 2, 3, 1), DDNTKT), ((0, 3, 1, 2), DDNTKU)]) / N_PREV
     raise ValueError(kind)
 
 
@@ -122,16 +109,9 @@ def _delta_h_with_z(blocks, obj) -> sp.Expr:
 
 def _two_delta_h(o1, o2) -> sp.Expr:
     r""":math:`\mathbb E[\widehat{\Delta H}\widehat{\Delta H}]` (PDLT (8.82))."""
-    _, (j1, j2), (a1, a2) = o1
-    _, (j3, j4), (a3, a4) = o2
-    out = sp.S.Zero
-    if j1 == j2 and j3 == j4:
-        out += NTKVarianceA(a1, a2, a3, a4, ell)
-    if j1 == j3 and j2 == j4:
-        out += NTKVarianceB(a1, a3, a2, a4, ell)
-    if j1 == j4 and j2 == j3:
-        out += NTKVarianceB(a1, a4, a2, a3, ell)
-    return out / N_PREV
+    (_, (j1, j2), (a1, a2)), (_, (j3, j4), (a3, a4)) = o1, o2
+    chans = [(PAIRINGS[0], NTKVarianceA), (PAIRINGS[1], NTKVarianceB), (PAIRINGS[2], NTKVarianceB)]
+    return pair_channels((j1, j2, j3, j4), (a1, a2, a3, a4), chans) / N_PREV
 
 
 def _dh_with_z(blocks, obj) -> sp.Expr:

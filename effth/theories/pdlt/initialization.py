@@ -89,19 +89,7 @@ class Recursion:
 
     def latex(self) -> str:
         r"""LaTeX of ``lhs = rhs`` in the book's notation (:math:`\langle\cdot\rangle_{K^{(\ell)}}`)."""
-        from effth.printing import latex
-
-        e = sp.expand(self.expr)
-        lead = e.subs(RATIO, 0)
-        rest = sp.expand((e - lead) / RATIO)
-        ratio = rf"\frac{{n_{{\ell}}}}{{n_{{\ell-1}}}}\Big[{latex(rest)}\Big]"
-        if rest == 0:
-            rhs = latex(lead)
-        elif lead == 0:
-            rhs = ratio
-        else:
-            rhs = f"{latex(lead)} + {ratio}"
-        return f"{latex(self.lhs())} = {rhs}"
+        return ratio_latex(self.lhs(), self.expr)
 
     def _repr_latex_(self) -> str:
         return f"$${self.latex()}$$"
@@ -175,6 +163,19 @@ class Recursion:
         for idx in itertools.product(range(N), repeat=len(self.labels)):
             out[idx] = canon[self.tensor(*idx).args]
         return out
+
+
+def ratio_latex(lhs: sp.Expr, expr: sp.Expr) -> str:
+    r"""``lhs = rhs`` as LaTeX with the :math:`n_\ell/n_{\ell-1}` terms grouped in one bracket."""
+    from effth.printing import latex
+
+    e = sp.expand(expr)
+    lead = e.subs(RATIO, 0)
+    rest = sp.expand((e - lead) / RATIO)
+    parts = [latex(lead)] if lead != 0 else []
+    if rest != 0:
+        parts.append(rf"\frac{{n_{{\ell}}}}{{n_{{\ell-1}}}}\Big[{latex(rest)}\Big]")
+    return f"{latex(lhs)} = {' + '.join(parts) or '0'}"
 
 
 def _ratio_form(expr: sp.Expr, statistic: str) -> sp.Expr:

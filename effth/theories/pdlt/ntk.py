@@ -42,7 +42,7 @@ from effth.errors import DomainError
 
 from ._derive import N_L, order_coefficient
 from ._ntk_derive import NTKLeg, ntk_moment
-from .initialization import RATIO, _ratio_form
+from .initialization import RATIO, _ratio_form, ratio_latex
 
 __all__ = ["NTKRecursion", "derive_ntk", "NTK_STATISTICS"]
 
@@ -85,17 +85,7 @@ class NTKRecursion:
 
     def latex(self) -> str:
         r"""LaTeX of ``lhs = rhs`` in the book's notation; the :math:`n_\ell/n_{\ell-1}` terms are grouped."""
-        from effth.printing import latex
-
-        e = sp.expand(self.expr)
-        lead = e.subs(RATIO, 0)
-        rest = sp.expand((e - lead) / RATIO)
-        parts = []
-        if lead != 0:
-            parts.append(latex(lead))
-        if rest != 0:
-            parts.append(rf"\frac{{n_{{\ell}}}}{{n_{{\ell-1}}}}\Big[{latex(rest)}\Big]")
-        return f"{latex(self.lhs())} = {' + '.join(parts) or '0'}"
+        return ratio_latex(self.lhs(), self.expr)
 
     def _repr_latex_(self) -> str:
         return f"$${self.latex()}$$"
