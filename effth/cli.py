@@ -14,6 +14,11 @@ Evaluate :math:`\langle\sigma(z_1)\sigma(z_2)\rangle_K` for tanh by quadrature::
 List the Wick classes of :math:`\langle z_a z_a z_b z_b\rangle`-type contractions::
 
     effth wick 8
+
+Print the :math:`\gamma_0^2` NTK correction of a deep linear network with three hidden layers
+(DMFT of seed 000, spec §4.3)::
+
+    effth gamma0 --order 2 --depth 3 --linear --quantity ntk
 """
 
 from __future__ import annotations
@@ -225,7 +230,45 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("slots", type=int)
 
     sub.add_parser("activations", help="list the registered activations")
+
+    g = sub.add_parser("gamma0", help="print a coefficient of the DMFT gamma0-series as LaTeX",
+                       description="Coefficient of gamma0^ORDER of a DMFT order parameter "
+                       "(seed 000 §5.2; spec seed-000-dmft.md §4). Order 2 prints the closed form "
+                       "(deep linear: §4.3, two-layer: §4.4 Gaussian atoms).")
+    g.add_argument("--order", type=int, default=2, help="power of gamma0 (even; odd ones vanish)")
+    g.add_argument("--depth", type=int, default=None,
+                   help="number of hidden layers L (default: symbolic L, linear only)")
+    g.add_argument("--layer", type=int, default=None, help="layer ell for phi/g (default symbolic)")
+    kind = g.add_mutually_exclusive_group()
+    kind.add_argument("--linear", action="store_true", help="deep linear network (default)")
+    kind.add_argument("--activation", default=None, help="nonlinear activation (depth 1)")
+    g.add_argument("--quantity", default="ntk",
+                   choices=("ntk", "phi", "g", "f", "delta", "loss", "A", "B"))
+    g.add_argument("--gradient-independent", action="store_true",
+                   help="expand the gradient-independence ansatz A = B = 0 (the seed's eq. (12))")
     return p
+
+
+def _gamma0(args, out) -> int:
+    from .errors import EffthError
+    from .theories.dmft.gamma_series import latex_coefficient
+
+    activation = args.activation or "linear"
+    depth = args.depth
+    try:
+        if args.order < 0:
+            raise EffthError(f"--order must be a non-negative integer, got {args.order}")
+        if depth is not None and depth < 1:
+            raise EffthError(f"--depth must be a positive integer, got {depth}")
+        if args.layer is not None and (args.layer < 1 or (depth is not None and args.layer > depth)):
+            raise EffthError(f"--layer must lie in 1..depth, got {args.layer}")
+        text = latex_coefficient(args.order, args.quantity, depth=depth, activation=activation,
+                                 layer=args.layer, gradient_independent=args.gradient_independent)
+    except EffthError as exc:
+        print(f"effth: {exc}", file=sys.stderr)
+        return 2
+    print(text, file=out)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None, out=None) -> int:
@@ -243,6 +286,8 @@ def main(argv: Sequence[str] | None = None, out=None) -> int:
         return _expect(args, out)
     if args.command == "wick":
         return _wick(args, out)
+    if args.command == "gamma0":
+        return _gamma0(args, out)
     return _activations(args, out)
 
 

@@ -93,3 +93,28 @@ def test_derive_vertex_recursion_prints_book_symbols():
     assert r"{V^{(\ell + 1)}_{(\alpha_{1}\alpha_{2})(\alpha_{3}\alpha_{4})}}" in text
     assert r"\left\langle \sigma_{\alpha_{1}} \sigma_{\alpha_{2}} \sigma_{\alpha_{3}} \sigma_{\alpha_{4}} \right\rangle_{K^{(\ell)}}" in text
     assert r"\frac{n_{\ell}}{n_{\ell-1}}" in text and "PDLT (4.119)" in text
+
+
+def test_gamma0_prints_the_corrected_deep_linear_ntk_prefactor():
+    """Spec §4.3: the gamma0^2 NTK prefactor is L(L+1)^2(L+2)/12 = 20 at L = 3 (seed's eq. (12): 6)."""
+    code, text = run("gamma0", "--order", "2", "--depth", "3", "--linear", "--quantity", "ntk")
+    assert code == 0
+    assert text.startswith(r"K_{2,\mu\nu}(t,s) = 20 ")
+    code, text = run("gamma0", "--order", "2", "--depth", "3", "--gradient-independent")
+    assert code == 0 and text.startswith(r"K_{2,\mu\nu}(t,s) = 6 ")
+    code, text = run("gamma0", "--quantity", "ntk")
+    assert code == 0 and r"L \left(L + 1\right)^{2} \left(L + 2\right)" in text
+
+
+def test_gamma0_two_layer_atoms_and_odd_orders():
+    code, text = run("gamma0", "--order", "2", "--depth", "1", "--activation", "tanh",
+                     "--quantity", "phi")
+    assert code == 0 and r"\left\langle" in text and r"\sigma''_{\mu}" in text
+    code, text = run("gamma0", "--order", "3", "--depth", "2")
+    assert code == 0 and text.strip().endswith("= 0")
+
+
+def test_gamma0_bad_input_exits_2(capsys):
+    assert run("gamma0", "--order", "2", "--depth", "3", "--activation", "tanh")[0] == 2
+    assert "effth:" in capsys.readouterr().err
+    assert run("gamma0", "--order", "-2")[0] == 2

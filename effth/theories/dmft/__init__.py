@@ -15,7 +15,9 @@ full-batch gradient descent (spec ``seed-000-dmft.md`` §2-§3):
 
 from __future__ import annotations
 
+from ._series_compare import ApproximationComparison, compare_approximations
 from .deep_linear import solve_deep_linear
+from .gamma_series import Gamma0Series, gamma0_leading_order, gamma0_series
 from .grid import TimeGrid, TrainingData, prepare_data
 from .lazy import check_stability, lazy_kernels, static_ntk_dynamics, static_ntk_solve
 from .metrics import kernel_alignment, layer_alignment, target_alignment
@@ -24,11 +26,16 @@ from .result import Diagnostics, DMFTResult
 from .two_layer import solve_two_layer
 
 __all__ = [
+           "ApproximationComparison",
            "DMFTResult",
            "Diagnostics",
+           "Gamma0Series",
            "TimeGrid",
            "TrainingData",
            "check_stability",
+           "compare_approximations",
+           "gamma0_leading_order",
+           "gamma0_series",
            "kernel_alignment",
            "layer_alignment",
            "lazy_kernels",

@@ -1,0 +1,152 @@
+r"""Two-layer (``L = 1``) DMFT of any activation to any order in :math:`\gamma_0`, field by field.
+
+The single-site process of one hidden layer on the discrete-GD grid (spec §2.6, §3.2) is
+
+.. math::
+   h_\mu(t_i) = u_\mu + \gamma_0\eta\sum_{j<i}\sum_\alpha K^x_{\mu\alpha}\Delta_\alpha(t_j)\dot\phi(h_\alpha(t_j))z(t_j),
+   \qquad z(t_i) = r + \gamma_0\eta\sum_{j<i}\sum_\alpha\Delta_\alpha(t_j)\phi(h_\alpha(t_j)),
+
+with :math:`u\sim\mathcal N(0,K^x)`, :math:`r\sim\mathcal N(0,1)` (the lazy process) and
+:math:`f_\mu(t_i)=\gamma_0^{-1}\langle z(t_i)\phi(h_\mu(t_i))\rangle`, :math:`\Delta=y-f`.
+Expanding :math:`h=u+\sum_{n\ge1}\gamma_0^nh^{(n)}`, :math:`z=r+\sum_n\gamma_0^nz^{(n)}` (spec §4.1)
+and Taylor-expanding :math:`\phi(u+\delta)=\sum_k\phi^{(k)}(u)\delta^k/k!` makes every field
+coefficient a polynomial in :math:`r` and in :math:`\phi^{(k)}(u_\alpha)` with time functions built
+from :math:`\Delta^0` (and, from :math:`\gamma_0^3` on, :math:`\Delta_2,\dots`).  Every kernel
+coefficient is then a Gaussian expectation over the lazy process :math:`(u,r)`.
+
+Here the expansion is carried out *per point* of a tensor Gauss-Hermite rule for the lazy
+Gaussian :math:`(u,r)` (``rank K^x + 1`` dimensions), in truncated power-series arithmetic in
+:math:`\gamma_0` (forward-mode Taylor arithmetic), and the averages are the rule's weighted sums:
+the order-:math:`n` kernel coefficient is the rule's value of the Gaussian atoms of order
+:math:`n`.  Odd orders of every kernel vanish by :math:`r\to-r` symmetry (exactly on the symmetric
+rule, up to rounding).  This module does not import the solver (:mod:`.two_layer`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.polynomial.hermite_e import hermegauss
+
+from ...activations import get_activation
+from ...errors import DomainError
+from ._series_arith import TruncatedSeries as S
+from ._series_arith import compose
+
+__all__ = ["TwoLayerSeriesArrays", "gauss_hermite_lazy_nodes", "two_layer_series_arrays"]
+
+
+@dataclass
+class TwoLayerSeriesArrays:
+    """Taylor coefficients in ``gamma0`` (odd ones included, for the parity check).
+
+    Attributes (order axis first, ``M`` = truncation order in ``gamma0``)
+    ----------
+    phi : ndarray, shape (M+1, T, n, n)
+        Equal-time feature kernel ``Phi(t_i, t_i)``.
+    g : ndarray, shape (M+1, T, n, n)
+        Equal-time gradient kernel ``G(t_i, t_i)``.
+    f : ndarray, shape (M+1, T, n)
+        Predictions.
+    delta : ndarray, shape (M+1, T, P)
+        Error signal.
+    ntk : ndarray, shape (M+1, T, n, n)
+        ``K(t_i, t_i) = Phi + G * K^x``.
+    """
+
+    phi: np.ndarray
+    g: np.ndarray
+    f: np.ndarray
+    delta: np.ndarray
+    ntk: np.ndarray
+
+
+def gauss_hermite_lazy_nodes(kx: np.ndarray, nodes: int):
+    """Tensor Gauss-Hermite rule for ``(u, r)``, ``u ~ N(0, K^x)`` and ``r ~ N(0, 1)`` independent.
+
+    Returns ``u (S, n)``, ``r (S,)``, ``w (S,)`` (weights summing to 1; symmetric in ``r``).
+    """
+    lam, V = np.linalg.eigh(kx)
+    keep = lam > 1e-12 * max(1.0, lam[-1])
+    root = V[:, keep] * np.sqrt(lam[keep])
+    d = root.shape[1] + 1
+    if nodes < 2 or nodes ** d > 5_000_000:
+        raise DomainError(f"nodes={nodes!r}: need >= 2 and nodes**{d} <= 5e6 quadrature points")
+    x, wx = hermegauss(int(nodes))
+    wx = wx / wx.sum()
+    pts = np.stack([g.ravel() for g in np.meshgrid(*([x] * d), indexing="ij")], axis=1)
+    wts = np.prod(np.stack([g.ravel() for g in np.meshgrid(*([wx] * d), indexing="ij")], axis=1),
+                  axis=1)
+    return pts[:, :-1] @ root.T, pts[:, -1], wts
+
+
+def _mean_outer(a: S, b: S, w: np.ndarray) -> np.ndarray:
+    """Series coefficients of ``<a_mu b_nu>`` for per-node series ``a, b`` of shape ``(S, n)``."""
+    M = min(a.order, b.order)
+    out = np.zeros((M + 1, a.shape[1], b.shape[1]))
+    for k in range(M + 1):
+        for j in range(k + 1):
+            out[k] += np.einsum("s,sm,sn->mn", w, a.c[j], b.c[k - j], optimize=True)
+    return out
+
+
+def two_layer_series_arrays(kx, y, *, activation: str, eta: float, steps: int, order: int,
+                            nodes: int = 24) -> TwoLayerSeriesArrays:
+    r"""Taylor coefficients up to ``gamma0**order`` (``order`` even) of the two-layer discrete DMFT.
+
+    Parameters
+    ----------
+    kx : ndarray, shape (n, n)
+        Input kernel (training points first).
+    y : ndarray, shape (P,)
+        Targets.
+    activation : str
+        Registry name; needs derivatives up to ``order + 1``.
+    eta, steps : float, int
+        GD grid.
+    order : int
+        Highest power of ``gamma0`` kept in the kernels and predictions.
+    nodes : int
+        Gauss-Hermite nodes per Gaussian dimension.
+
+    Returns
+    -------
+    TwoLayerSeriesArrays
+    """
+    act = get_activation(activation)
+    kx = np.asarray(kx, dtype=float)
+    y = np.asarray(y, dtype=float)
+    n, P, T = kx.shape[0], y.size, int(steps)
+    M = int(order) + 1                        # <z phi(h)> is needed one order higher than f
+    u, r, w = gauss_hermite_lazy_nodes(kx, nodes)
+    Sn = w.size
+    derivs = [act.numpy(k)(u) for k in range(M + 2)]          # phi^(k)(u), (S, n)
+    kx_tr = kx[:, :P]
+    a = S.zeros((Sn, P), M)                   # sum_{j<i} Delta(t_j) g(t_j)
+    b = S.zeros((Sn,), M)                     # sum_{j<i} Delta(t_j) . phi(h(t_j))
+    phi_k = np.zeros((M, T, n, n))
+    g_k = np.zeros((M, T, n, n))
+    f_k = np.zeros((M, T, n))
+    d_k = np.zeros((M, T, P))
+    for i in range(T):
+        dh = (a @ kx_tr.T).times_x() * eta                    # h - u  (S, n)
+        zs = (b * eta).times_x() + S.constant(r, M)          # z      (S,)
+        ph = compose(derivs, dh)
+        dph = compose(derivs[1:], dh)
+        g = dph * zs.reshape(Sn, 1)
+        zphi = (ph * zs.reshape(Sn, 1))
+        zphi_mean = np.einsum("s,ksn->kn", w, zphi.c)         # <z phi(h)>, order 0 vanishes
+        f_ser = S(zphi_mean).divide_x()                      # f = gamma0^-1 <z phi>, orders 0..M-1
+        f_k[:, i] = f_ser.c
+        dl = S.constant(y, M - 1) - f_ser[:P]
+        d_k[:, i] = dl.c
+        phi_k[:, i] = _mean_outer(ph, ph, w)[:M]
+        g_k[:, i] = _mean_outer(g, g, w)[:M]
+        dl_full = S(np.concatenate([dl.c, np.zeros((1, P))]))  # pad to order M (top unused)
+        a = a + g[:, :P] * dl_full.reshape(1, P)
+        b = b + (ph[:, :P] * dl_full.reshape(1, P)).sum(axis=1)
+    ntk = phi_k + g_k * kx[None, None]
+    K = int(order)
+    return TwoLayerSeriesArrays(phi=phi_k[: K + 1], g=g_k[: K + 1], f=f_k[: K + 1],
+                                delta=d_k[: K + 1], ntk=ntk[: K + 1])

@@ -1,0 +1,493 @@
+r"""Perturbation theory in the feature-learning strength :math:`\gamma_0` (seed 000 §5.2, App. P).
+
+Around the lazy Gaussian process (:math:`h=u`, :math:`z=r`, static NTK) every order parameter of
+the DMFT is an even power series in :math:`\gamma_0` (spec §2.10, §4.1),
+
+.. math:: X(\gamma_0) = X_0 + \gamma_0^2X_2 + \gamma_0^4X_4 + \dots,
+
+whose coefficients are Gaussian expectations over the lazy process times functions of time built
+from the lazy error :math:`\Delta^0(t)`.  :func:`gamma0_series` returns a :class:`Gamma0Series`
+holding the coefficients on the discrete gradient-descent grid of the DMFT solvers (spec §3.2),
+to any requested order:
+
+* deep linear networks, any depth (:mod:`._series_deep_linear`): the closed equations of spec
+  §2.7 run in truncated power-series arithmetic -- exact Taylor coefficients, in floating point or
+  in rational arithmetic (``exact=True``);
+* two-layer networks (``depth=1``), any activation with enough derivatives
+  (:mod:`._series_two_layer`): the single-site fields expanded in :math:`\gamma_0` and the
+  Gaussian atoms of each order evaluated on a Gauss-Hermite rule for the lazy :math:`(u, r)`.
+
+The leading correction is also available in closed form and as LaTeX
+(:mod:`._series_leading`; spec §4.3 for deep linear networks, with the corrected NTK prefactor
+:math:`L(L+1)^2(L+2)/12`, and spec §4.4 for two-layer networks as four-point Gaussian atoms):
+:meth:`Gamma0Series.latex`, :func:`gamma0_leading_order`.
+
+Naming: ``order`` is always a power of :math:`\gamma_0` (``order=4`` means through
+:math:`\gamma_0^4`); ``depth`` is the number of hidden layers :math:`L` of seed 000.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...errors import DomainError, NotDerivedError
+from ...printing import latex as _latex
+from ._series_deep_linear import deep_linear_series_arrays
+from ._series_leading import (
+    deep_linear_order2_exprs,
+    deep_linear_order2_numeric,
+    evaluate_two_layer_order2,
+    lazy_time_functions,
+    two_layer_order2_exprs,
+)
+from ._series_two_layer import two_layer_series_arrays
+from .grid import TimeGrid, TrainingData, prepare_data
+from .lazy import _LINEAR, check_stability, lazy_kernels
+
+__all__ = ["Gamma0Series", "gamma0_leading_order", "gamma0_series"]
+
+_NAMES = ("f", "delta", "loss", "ntk", "phi", "g", "A", "B")
+
+_SYMBOLS = {
+    "f": r"f_{\mu}(t)", "delta": r"\Delta_{\mu}(t)", "loss": r"\mathcal{L}(t)",
+    "ntk": r"K^{\mathrm{NTK}}_{\mu\nu}(t,t)", "phi": r"\Phi^{\ell}_{\mu\nu}", "g": r"G^{\ell}_{\mu\nu}",
+    "A": r"A^{\ell}", "B": r"B^{\ell}",
+}
+
+
+@dataclass
+class Gamma0Series:
+    r"""Coefficients of the :math:`\gamma_0`-expansion of the DMFT on a discrete GD grid.
+
+    Attributes
+    ----------
+    data : TrainingData
+        :math:`K^x` and targets.
+    grid : TimeGrid
+        ``t_i = i * eta``.
+    depth : int
+        Number of hidden layers :math:`L`.
+    activation : str
+        Activation name (``'linear'`` for deep linear networks).
+    order : int
+        Highest power of :math:`\gamma_0` computed (even).
+    closure : str
+        ``'exact'`` (predictions from the single-site average, the limit of discrete GD) or
+        ``'ntk'`` (NTK-Euler); the :math:`\gamma_0^4` coefficients depend on it (spec §3.2).
+    gradient_independent : bool
+        Whether this is the expansion of the gradient-independence ansatz (``A = B = 0``).
+    coefficients : dict
+        ``name -> ndarray (order//2 + 1, ...)``: entry ``k`` multiplies :math:`\gamma_0^{2k}`.
+        Names and coefficient shapes (``n = P + Q`` samples, ``T`` grid points):
+        ``'f'`` ``(T, n)``; ``'delta'`` ``(T, P)``; ``'loss'`` ``(T,)``; ``'ntk'`` ``(T, n, n)``
+        (equal time); deep linear: ``'phi'`` ``(L, T, n, T, n)`` (:math:`H^\ell`), ``'g'``
+        ``(L, T, T)``, ``'A'`` ``(L-1, T, n, T)``, ``'B'`` ``(L-1, T, T, n)``; two-layer: ``'phi'``,
+        ``'g'`` ``(1, T, n, n)`` (equal time).
+    odd_residual : float
+        Largest odd-order kernel or prediction coefficient of the field-level expansion (two-layer;
+        it vanishes by :math:`r\to-r` symmetry); ``0.0`` for deep linear networks, which are
+        expanded in :math:`\gamma_0^2` from the start.
+    """
+
+    data: TrainingData
+    grid: TimeGrid
+    depth: int
+    activation: str
+    order: int
+    closure: str
+    gradient_independent: bool
+    coefficients: dict = field(repr=False)
+    odd_residual: float = 0.0
+
+    # ------------------------------------------------------------------ access
+    @property
+    def times(self) -> np.ndarray:
+        """``(T,)`` grid times."""
+        return self.grid.times
+
+    @property
+    def names(self) -> tuple:
+        """Available quantity names."""
+        return tuple(k for k in _NAMES if k in self.coefficients)
+
+    def _check_name(self, name: str) -> None:
+        if name not in self.coefficients:
+            raise DomainError(f"unknown quantity {name!r}; available: {', '.join(self.names)}")
+
+    def _check_order(self, order: int) -> None:
+        if int(order) != order or order < 0:
+            raise DomainError(f"order={order!r} must be a non-negative integer power of gamma0")
+        if order > self.order:
+            raise DomainError(f"order {order} was not computed (this series stops at gamma0^"
+                              f"{self.order}); call gamma0_series(..., order={order + order % 2})")
+
+    def coefficient(self, order: int, name: str = "f") -> np.ndarray:
+        r"""The coefficient of :math:`\gamma_0^{\mathrm{order}}` of ``name``.
+
+        Odd orders vanish identically (spec §2.10) and return zeros.
+
+        Raises
+        ------
+        DomainError
+            Unknown name, negative or non-integer order, or an order above :attr:`order`.
+        """
+        self._check_name(name)
+        self._check_order(order)
+        c = self.coefficients[name]
+        if order % 2:
+            return np.zeros(c.shape[1:], dtype=c.dtype)
+        return c[order // 2]
+
+    def evaluate(self, gamma0, order: int | None = None, name: str = "f") -> np.ndarray:
+        r"""The truncated series :math:`\sum_{k\le\mathrm{order}/2}\gamma_0^{2k}X_{2k}`.
+
+        Parameters
+        ----------
+        gamma0 : float or array_like
+            Feature-learning strength(s); an array adds a leading axis.
+        order : int, optional
+            Truncation (power of :math:`\gamma_0`; default :attr:`order`).
+        name : str
+            Quantity.
+        """
+        self._check_name(name)
+        order = self.order if order is None else order
+        self._check_order(order)
+        c = np.asarray(self.coefficients[name][: order // 2 + 1], dtype=float)
+        g = np.asarray(gamma0, dtype=float)
+        powers = (g[..., None] ** 2) ** np.arange(c.shape[0])               # (..., K+1)
+        return np.tensordot(powers, c, axes=([-1], [0]))
+
+    def pade(self, gamma0, name: str = "f", m: int | None = None) -> np.ndarray:
+        r"""Diagonal Padé approximant :math:`[m/m]` in :math:`x=\gamma_0^2`, element by element.
+
+        Uses the ``2m + 1`` coefficients :math:`X_0..X_{4m}` (default the largest ``m`` available).
+        Elements whose coefficients vanish beyond order 0 return :math:`X_0`; elements whose Padé
+        linear system is singular or ill-conditioned (e.g. at the first grid times, where the
+        higher coefficients are tiny) return the truncated series through :math:`X_{4m}`.
+        """
+        from scipy.interpolate import pade as _pade
+        from scipy.linalg import LinAlgWarning
+
+        self._check_name(name)
+        c = np.asarray(self.coefficients[name], dtype=float)
+        K = c.shape[0] - 1
+        m = K // 2 if m is None else int(m)
+        if m < 1 or 2 * m > K:
+            raise DomainError(f"Padé [m/m] needs m >= 1 and 2m <= {K} available gamma0^2 orders "
+                              f"(order={self.order}); got m={m}")
+        x = np.asarray(gamma0, dtype=float) ** 2
+        flat = c.reshape(K + 1, -1)
+        out = np.empty(x.shape + (flat.shape[1],))
+        scale = np.max(np.abs(flat[1:]), axis=0)
+        for j in range(flat.shape[1]):
+            cj = flat[: 2 * m + 1, j]
+            if scale[j] <= 1e-14 * max(1.0, abs(cj[0])):
+                out[..., j] = cj[0]
+                continue
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error", LinAlgWarning)
+                    p, q = _pade(cj, m)
+                out[..., j] = p(x) / q(x)
+            except (np.linalg.LinAlgError, ValueError, LinAlgWarning):
+                out[..., j] = np.polyval(cj[::-1], x)        # degenerate Padé system
+        return out.reshape(x.shape + c.shape[1:])
+
+    def radius(self, name: str = "f", method: str = "pade", index=None) -> float:
+        r"""Estimated radius of convergence in :math:`\gamma_0`.
+
+        Parameters
+        ----------
+        name : str
+            Quantity; by default the last grid time is used (``index`` selects an element of one
+            coefficient array, e.g. ``(-1, 0)`` for ``f`` at the final time on sample 0; default: the
+            max-abs norm over the final-time slice).
+        method : {'pade', 'ratio', 'root'}
+            ``'pade'`` (default, the most stable estimate when the nearest singularities are complex
+            and the coefficient signs oscillate): modulus of the nearest pole of the diagonal
+            Padé approximant in :math:`x=\gamma_0^2`; ``'ratio'``: :math:`|X_{2K-2}|/|X_{2K}|` (ratio test in :math:`x=\gamma_0^2`, last two
+            orders); ``'root'``: Cauchy-Hadamard :math:`|X_{2K}|^{-1/K}`.  Padé uses the element of
+            largest :math:`|X_{2K}|` unless ``index`` is given.  The :math:`\gamma_0`-radius is
+            the square root of the :math:`x`-radius.
+
+        Returns
+        -------
+        float
+            ``inf`` if the coefficients vanish (e.g. a quantity constant in :math:`\gamma_0`).
+        """
+        from scipy.interpolate import pade as _pade
+
+        self._check_name(name)
+        c = np.asarray(self.coefficients[name], dtype=float)
+        K = c.shape[0] - 1
+        if K < 2:
+            raise DomainError(f"a radius estimate needs at least order 4 (two corrections); "
+                              f"this series stops at gamma0^{self.order}")
+        sl = c[:, -1] if name in ("f", "delta", "loss", "ntk") else c
+        if index is not None:
+            seq = c[(slice(None),) + tuple(np.atleast_1d(index))].reshape(K + 1)
+        else:
+            seq = np.max(np.abs(sl.reshape(K + 1, -1)), axis=1)
+        if method == "ratio":
+            if seq[K] == 0:
+                return float("inf")
+            return float(np.sqrt(abs(seq[K - 1] / seq[K])))
+        if method == "root":
+            if seq[K] == 0:
+                return float("inf")
+            return float(abs(seq[K]) ** (-1.0 / (2 * K)))
+        if method == "pade":
+            if index is None:
+                flat = sl.reshape(K + 1, -1)
+                seq = flat[:, int(np.argmax(np.abs(flat[K])))]
+            from scipy.linalg import LinAlgWarning
+
+            q = None
+            for m in range(K // 2, 0, -1):       # the largest well-conditioned diagonal Padé
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("error", LinAlgWarning)
+                        _, q = _pade(np.asarray(seq[: 2 * m + 1], dtype=float), m)
+                    break
+                except (np.linalg.LinAlgError, ValueError, LinAlgWarning):
+                    continue
+            if q is None:
+                return self.radius(name, "ratio", index)
+            roots = np.roots(q.coeffs)
+            if roots.size == 0:
+                return float("inf")
+            return float(np.sqrt(np.min(np.abs(roots))))
+        raise DomainError(f"method={method!r} must be 'ratio', 'root' or 'pade'")
+
+    # ------------------------------------------------------------------ printing
+    def latex(self, order: int = 2, name: str = "ntk", layer: int | None = None) -> str:
+        r"""LaTeX of the coefficient of :math:`\gamma_0^{\mathrm{order}}` of ``name``.
+
+        Order 0 prints the lazy value, order 2 the closed form of spec §4.3 (deep linear:
+        ``'phi'``, ``'g'``, ``'ntk'``; ``layer`` selects :math:`\ell`, default symbolic) or §4.4
+        (two-layer: ``'phi'``, ``'g'``, ``'ntk'`` as Gaussian atoms over :math:`K=K^x`); higher
+        orders and other quantities print the defining order-by-order recursion.
+        """
+        self._check_order(order)
+        return latex_coefficient(order, name, depth=self.depth, activation=self.activation,
+                                 layer=layer, gradient_independent=self.gradient_independent)
+
+    def _repr_latex_(self) -> str:
+        return "$" + self.latex(min(2, self.order), "ntk") + "$"
+
+
+def latex_coefficient(order: int, name: str = "ntk", *, depth=None, activation: str = "linear",
+                      layer=None, gradient_independent: bool = False) -> str:
+    r"""LaTeX of a :math:`\gamma_0`-coefficient without computing any numbers (used by the CLI).
+
+    ``depth=None`` keeps the depth symbolic (deep linear).  See :meth:`Gamma0Series.latex`.
+    """
+    if int(order) != order or order < 0:
+        raise DomainError(f"order={order!r} must be a non-negative even integer")
+    if name not in _NAMES:
+        raise DomainError(f"unknown quantity {name!r}; choose from {', '.join(_NAMES)}")
+    linear = activation in _LINEAR
+    if not linear and depth not in (1, None):
+        raise NotDerivedError("nonlinear gamma0-series are derived for depth=1 (two-layer) only")
+    sym = _SYMBOLS[name]
+    if order % 2:
+        return rf"[{sym}]_{{\gamma_0^{{{order}}}}} = 0"
+    if order == 0:
+        lazy = {"f": r"y_\mu - [e^{-K_0 t}y]_\mu", "delta": r"[e^{-K_0t}y]_\mu",
+                "loss": r"\tfrac12\,\|e^{-K_0t}y\|^2", "ntk": r"K_{0,\mu\nu}",
+                "phi": r"\Phi^{\ell}_{0,\mu\nu}", "g": r"G^{\ell}_{0,\mu\nu}",
+                "A": r"A^{\ell}_0=C^{\ell}_0" if not gradient_independent else "0",
+                "B": r"B^{\ell}_0=D^{\ell+1}_0" if not gradient_independent else "0"}[name]
+        return rf"[{sym}]_{{\gamma_0^{{0}}}} = {lazy}"
+    if order == 2 and name in ("phi", "g", "ntk"):
+        if linear:
+            key = {"phi": "H", "g": "G", "ntk": "ntk"}[name]
+            expr = deep_linear_order2_exprs(depth, layer, gradient_independent)[key]
+            lhs = {"H": r"H^{\ell}_{2,\mu\nu}(t,s)", "G": r"G^{\ell}_{2}(t,s)",
+                   "ntk": r"K_{2,\mu\nu}(t,s)"}[key]
+            if layer is not None:
+                lhs = lhs.replace(r"\ell", str(layer))
+        else:
+            expr = two_layer_order2_exprs()[name]
+            lhs = {"phi": r"\Phi_{2,\mu\nu}(t,t)", "g": r"G_{2,\mu\nu}(t,t)",
+                   "ntk": r"K_{2,\mu\nu}(t,t)"}[name]
+        return f"{lhs} = {_latex(expr)}"
+    if name in ("delta", "f") and order == 2:
+        return (r"\Delta_2(t_{i+1}) = (1-\eta K_0)\Delta_2(t_i) - \eta K_2(t_i,t_i)\Delta^0(t_i),"
+                r"\quad f_2=-\Delta_2 \quad(\text{NTK closure; the exact closure adds the }"
+                r"O(\eta)\text{ single-site correction})")
+    k = order // 2
+    if linear:
+        return (rf"X_{{{order}}} = \sum_{{i+j={k}}} \cdots\ \text{{(Cauchy-product recursion of }}"
+                r"G^\ell=M_g[G^{\ell+1}+\gamma_0^2DH^{\ell-1}D^\top]M_g^\top,\ "
+                r"H^\ell=H^{\ell-1}+\gamma_0^2[CY+(CY)^\top],\ M_g=(1-\gamma_0^2DC)^{-1}"
+                rf"\text{{ at order }}\gamma_0^{{{order}}})")
+    return (rf"[{sym}]_{{\gamma_0^{{{order}}}}} = \sum_{{m}} \big\langle \phi^{{(a_1)}}(u)\cdots"
+            rf"\phi^{{(a_m)}}(u)\, r^{{p}} \big\rangle_{{u\sim\mathcal N(0,K^x),\,r\sim\mathcal N(0,1)}}"
+            rf"\times(\text{{iterated sums of }}\Delta^0,\Delta_2,\dots)\ \text{{(order }}{order})")
+
+
+# ---------------------------------------------------------------------- construction
+def _validate(depth, activation, order, closure):
+    if int(depth) != depth or depth < 1:
+        raise DomainError(f"depth={depth!r} must be a positive integer (number of hidden layers)")
+    if int(order) != order or order < 0 or order % 2:
+        raise DomainError(f"order={order!r} must be a non-negative even integer: the series is "
+                          "even in gamma0 (odd orders vanish, spec §2.10)")
+    if closure not in ("exact", "ntk"):
+        raise DomainError(f"closure={closure!r} must be 'exact' or 'ntk'")
+    if activation not in _LINEAR and depth > 1:
+        raise NotDerivedError(
+            f"the gamma0-series of a deep nonlinear network (depth={depth}, activation="
+            f"{activation!r}) is not derived yet; use depth=1 (two-layer, any order) or "
+            "activation='linear' (any depth, any order)")
+
+
+def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: int = 2,
+                  activation: str = "linear", X_test=None, kernel=None, closure: str = "exact",
+                  gradient_independent: bool = False, exact: bool = False,
+                  nodes: int = 24) -> Gamma0Series:
+    r"""Expand the discrete-GD DMFT of seed 000 in powers of :math:`\gamma_0` up to ``order``.
+
+    Parameters
+    ----------
+    X, y, X_test, kernel
+        Training data as for the solvers (:func:`effth.theories.dmft.prepare_data`).
+    depth : int
+        Number of hidden layers :math:`L` (``depth=1`` is the two-layer network).
+    eta : float
+        GD step (grid ``t_i = i eta``).
+    steps : int
+        Number of grid points ``T``.
+    order : int
+        Highest power of :math:`\gamma_0` (even, ``>= 0``).
+    activation : str
+        ``'linear'`` (any depth) or any registered activation with ``order + 2`` derivatives
+        (``depth=1``).
+    closure : {'exact', 'ntk'}
+        Predictions as the single-site average (exact limit of discrete GD; the solvers' default) or
+        NTK-Euler (deep linear only).
+    gradient_independent : bool
+        Expand the gradient-independence ansatz ``A = B = 0`` instead (deep linear only; NTK closure
+        recommended, as in the solver).
+    exact : bool
+        Deep linear only: rational arithmetic (``Fraction`` coefficients; pass rational data).
+    nodes : int
+        Two-layer only: Gauss-Hermite nodes per dimension of the lazy ``(u, r)``.
+
+    Returns
+    -------
+    Gamma0Series
+
+    Raises
+    ------
+    DomainError
+        Odd, negative or non-integer order, bad data (non-PSD kernel, shapes), or a step past the
+        stability edge ``eta lambda_max(K_0) >= 2``.
+    NotDerivedError
+        Deep nonlinear networks; ``closure='ntk'`` or ``exact=True`` for nonlinear networks.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> ser = gamma0_series(kernel=np.array([[1., .5], [.5, 1.]]), y=np.array([1., -.5]),
+    ...                     depth=2, eta=0.1, steps=5, order=4)
+    >>> ser.coefficient(4, "f").shape
+    (5, 2)
+    """
+    _validate(depth, activation, order, closure)
+    data = prepare_data(X, y, X_test=X_test, kernel=kernel)
+    grid = TimeGrid(float(eta), int(steps))
+    L, P = int(depth), data.n_train
+    linear = activation in _LINEAR
+    _, _, _, ntk0 = lazy_kernels(data.kx, L, "linear" if linear else activation)
+    check_stability(ntk0[:P, :P], grid.eta)
+    K = int(order) // 2
+    odd = 0.0
+    if linear:
+        eta_arg = eta
+        if exact:
+            from fractions import Fraction
+            eta_arg = Fraction(str(eta)) if isinstance(eta, float) else Fraction(eta)
+        arr = deep_linear_series_arrays(data.kx, data.y, depth=L, eta=eta_arg, steps=grid.steps,
+                                        order=K, closure=closure,
+                                        gradient_independent=gradient_independent, exact=exact)
+        coeffs = {"f": arr.f, "delta": arr.delta, "ntk": arr.ntk, "phi": arr.H, "g": arr.G,
+                  "A": arr.A, "B": arr.B}
+    else:
+        if closure != "exact" or exact or gradient_independent:
+            raise NotDerivedError("nonlinear two-layer series: only closure='exact', exact=False; "
+                                  "gradient independence is the DMFT itself at depth=1")
+        arr = two_layer_series_arrays(data.kx, data.y, activation=activation, eta=grid.eta,
+                                      steps=grid.steps, order=int(order), nodes=int(nodes))
+        odd_parts = [np.max(np.abs(x[1::2])) for x in (arr.phi, arr.g, arr.f) if x.shape[0] > 1]
+        odd = float(max(odd_parts)) if odd_parts else 0.0
+        coeffs = {"f": arr.f[::2], "delta": arr.delta[::2], "ntk": arr.ntk[::2],
+                  "phi": arr.phi[::2][:, None], "g": arr.g[::2][:, None]}
+    d = coeffs["delta"]
+    loss = []
+    for k in range(K + 1):                                    # 1/2 sum Delta^2, Cauchy product
+        acc = sum(d[j] * d[k - j] for j in range(k + 1))
+        loss.append(acc.sum(axis=-1) / 2)
+    coeffs["loss"] = np.stack(loss)
+    return Gamma0Series(data=data, grid=grid, depth=L, activation="linear" if linear else activation,
+                        order=int(order), closure=closure, gradient_independent=gradient_independent,
+                        coefficients=coeffs, odd_residual=odd)
+
+
+def gamma0_leading_order(X=None, y=None, *, depth: int, times, activation: str = "linear",
+                         X_test=None, kernel=None, gradient_independent: bool = False) -> dict:
+    r"""Continuous-time :math:`O(\gamma_0^2)` coefficients in closed form (spec §4.3, §4.4).
+
+    Gradient flow (no grid): :math:`\Delta^0=e^{-K_0t}y`, :math:`v`, :math:`v_{\alpha\beta}` in closed
+    form, then the deep linear formulas of spec §4.3 or the two-layer Gaussian-atom formulas of
+    spec §4.4 compiled with :func:`effth.codegen.compile_expression`.
+
+    Parameters
+    ----------
+    X, y, X_test, kernel
+        Data (test points only for deep linear networks).
+    depth : int
+        :math:`L` (any for linear; 1 for nonlinear).
+    times : array_like, shape (T,)
+        Times :math:`t` (equal-time quantities ``t = s``).
+    activation : str
+    gradient_independent : bool
+        Deep linear only: the seed's eq. (12) (expansion of the ``A = B = 0`` ansatz).
+
+    Returns
+    -------
+    dict
+        ``'delta0', 'v' (T, P)``, ``'vv' (T, P, P)``, ``'ntk0' (n, n)``, ``'ntk2' (T, n, n)``;
+        deep linear: ``'phi2' (T, L, n, n)`` (:math:`H^\ell_2(t,t)`), ``'g2' (T, L)``;
+        two-layer: ``'phi2', 'g2' (T, P, P)``.
+    """
+    _validate(depth, activation, 0, "exact")
+    data = prepare_data(X, y, X_test=X_test, kernel=kernel)
+    P = data.n_train
+    linear = activation in _LINEAR
+    _, _, _, ntk0 = lazy_kernels(data.kx, int(depth), "linear" if linear else activation)
+    lam_min = float(np.linalg.eigvalsh(ntk0[:P, :P])[0])
+    if lam_min <= 1e-12 * max(1.0, float(np.max(np.abs(ntk0)))):
+        raise DomainError(f"the lazy NTK on the training points is singular (smallest eigenvalue "
+                          f"{lam_min:.3g}); closed forms need K_0 > 0")
+    times = np.asarray(times, dtype=float)
+    delta0, v, vv = lazy_time_functions(ntk0[:P, :P], data.y, times)
+    out = {"delta0": delta0, "v": v, "vv": vv, "ntk0": ntk0}
+    if linear:
+        H2, G2, K2 = deep_linear_order2_numeric(data.kx, v, vv, v, vv, depth=int(depth),
+                                                gradient_independent=gradient_independent)
+        out.update(phi2=H2, g2=G2, ntk2=K2)
+    else:
+        if data.n_all != P:
+            raise NotDerivedError("two-layer closed forms: test points are not supported")
+        exprs = two_layer_order2_exprs()
+        out["phi2"] = evaluate_two_layer_order2(exprs["phi"], data.kx, v, vv, activation)
+        out["g2"] = evaluate_two_layer_order2(exprs["g"], data.kx, v, vv, activation)
+        out["ntk2"] = out["phi2"] + out["g2"] * data.kx
+    return out
+
