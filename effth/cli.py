@@ -47,6 +47,18 @@ DERIVE_TARGETS = {
 }
 
 
+_NTK_TARGETS = {
+    "Theta": "frozen NTK (PDLT (8.63)/(9.5))",
+    "H1": "1/n correction of the NTK mean (new)",
+    "A": "NTK variance A (PDLT (8.97))", "B": "NTK variance B (PDLT (8.89))",
+    "D": "NTK-preactivation D (PDLT (8.77))", "F": "NTK-preactivation F (PDLT (8.79))",
+    "P": "dNTK-preactivation P (PDLT (11.49), corrected)", "Q": "dNTK-preactivation Q (PDLT (11.52))",
+    "R": "ddNTK mean R (PDLT (inf.172))", "S": "ddNTK mean S (PDLT (inf.174))",
+    "T": "ddNTK mean T (PDLT (inf.175))", "U": "ddNTK mean U (PDLT (inf.176))",
+}
+DERIVE_TARGETS.update(_NTK_TARGETS)
+
+
 def _print(expr: sp.Expr, fmt: str, out) -> None:
     from .printing import latex
 
@@ -75,6 +87,20 @@ def _derive(args: argparse.Namespace, out) -> int:
             rec = (single_input if args.single_input else second_layer)(target)
         else:
             rec = derive_initialization(target, form=args.form)
+        elapsed = time.perf_counter() - t0
+        print(rec.latex() if args.format == "latex" else sp.sstr(rec.expr), file=out)
+        print(f"% {rec.provenance}", file=out)
+        if args.timing:
+            print(f"% derived in {elapsed:.3f} s", file=out)
+        return 0
+    if target in _NTK_TARGETS:
+        from .theories.pdlt import derive_ntk
+
+        if args.single_input and args.second_layer:
+            print("effth: error: give --single-input or --second-layer, not both", file=sys.stderr)
+            return 2
+        special = "single-input" if args.single_input else ("second-layer" if args.second_layer else None)
+        rec = derive_ntk(target, special=special)
         elapsed = time.perf_counter() - t0
         print(rec.latex() if args.format == "latex" else sp.sstr(rec.expr), file=out)
         print(f"% {rec.provenance}", file=out)

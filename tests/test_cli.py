@@ -118,3 +118,17 @@ def test_gamma0_bad_input_exits_2(capsys):
     assert run("gamma0", "--order", "2", "--depth", "3", "--activation", "tanh")[0] == 2
     assert "effth:" in capsys.readouterr().err
     assert run("gamma0", "--order", "-2")[0] == 2
+
+
+def test_derive_ntk_statistics_print_latex():
+    import io
+
+    from effth.cli import main
+
+    buf = io.StringIO()
+    assert main(["derive", "U", "--single-input"], out=buf) == 0
+    text = buf.getvalue()
+    assert text.startswith("{U^{(\\ell + 1)}") and "PDLT" in text
+    buf = io.StringIO()
+    assert main(["derive", "B", "--second-layer"], out=buf) == 0
+    assert "B^{(\\ell)}" not in buf.getvalue()            # no layer-1 fluctuations
