@@ -284,3 +284,25 @@ def test_latex_prints_every_recursion():
     for stat in ("Theta", "H1", "A", "B", "D", "F", "P", "Q", "R", "S", "T", "U"):
         tex = derive_ntk(stat).latex()
         assert tex.count("=") == 1 and r"\left\langle" in tex
+
+
+# ----------------------------------------------------------------- multi-input: derived = printed
+@pytest.mark.parametrize("act, cw, cb, N, nodes3, tol", [
+    ("tanh", 1.2, 0.1, 2, 64, 5e-8),
+    ("gelu", 1.983058257, 0.1729223908, 3, 128, 1e-6),
+])
+def test_multi_input_flow_equals_the_books_printed_recursions(act, cw, cb, N, nodes3, tol):
+    """Independent NumPy implementation of (8.63), (8.77)-(8.97), (11.49) corrected, (11.52),
+    (inf.172)-(inf.176) (tests/theories/pdlt/_ntk_book.py), per-layer hyperparameters and widths."""
+    from ._ntk_book import book_flow
+
+    X = np.random.default_rng(5 + N).normal(size=(N, 4))
+    lb, lw, rat = [0.7, 1.1, 0.5, 0.9], [1.3, 0.6, 1.4, 0.8], [1.0, 1.5, 0.7, 1.0]
+    bk = book_flow(act, X, depth=4, c_w=cw, c_b=cb, lambda_b=lb, lambda_w=lw, ratios=rat, nodes3=nodes3)
+    fl = ntk_flow(K1=bk["K"][0], Theta1=bk["Theta"][0], depth=4, activation=act, c_w=cw, c_b=cb,
+                  lambda_b=lb, lambda_w=lw, ratios=rat[:3], rtol=1e-10)
+    for k in ("K", "V", "Theta", "A", "B", "D", "F", "P", "Q", "R", "S", "T", "U"):
+        for layer in (2, 4):
+            ref = np.asarray(bk[k][layer - 1])
+            np.testing.assert_allclose(fl[k][layer - 1], ref, rtol=0, atol=tol * np.abs(ref).max(),
+                                       err_msg=f"{k} at layer {layer}")
