@@ -75,32 +75,23 @@ def _derive(args: argparse.Namespace, out) -> int:
 
     t0 = time.perf_counter()
     target = args.target
-    if target in ("K", "V", "G1"):
-        from .theories.pdlt import derive_initialization
-
-        if args.single_input or args.second_layer:
-            from .theories.pdlt.reductions import second_layer, single_input
-
-            if args.single_input and args.second_layer:
-                print("effth: error: give --single-input or --second-layer, not both", file=sys.stderr)
-                return 2
-            rec = (single_input if args.single_input else second_layer)(target)
-        else:
-            rec = derive_initialization(target, form=args.form)
-        elapsed = time.perf_counter() - t0
-        print(rec.latex() if args.format == "latex" else sp.sstr(rec.expr), file=out)
-        print(f"% {rec.provenance}", file=out)
-        if args.timing:
-            print(f"% derived in {elapsed:.3f} s", file=out)
-        return 0
-    if target in _NTK_TARGETS:
-        from .theories.pdlt import derive_ntk
-
+    if target in ("K", "V", "G1") or target in _NTK_TARGETS:
         if args.single_input and args.second_layer:
             print("effth: error: give --single-input or --second-layer, not both", file=sys.stderr)
             return 2
-        special = "single-input" if args.single_input else ("second-layer" if args.second_layer else None)
-        rec = derive_ntk(target, special=special)
+        if target in _NTK_TARGETS:
+            from .theories.pdlt import derive_ntk
+
+            special = "single-input" if args.single_input else ("second-layer" if args.second_layer else None)
+            rec = derive_ntk(target, special=special)
+        elif args.single_input or args.second_layer:
+            from .theories.pdlt.reductions import second_layer, single_input
+
+            rec = (single_input if args.single_input else second_layer)(target)
+        else:
+            from .theories.pdlt import derive_initialization
+
+            rec = derive_initialization(target, form=args.form)
         elapsed = time.perf_counter() - t0
         print(rec.latex() if args.format == "latex" else sp.sstr(rec.expr), file=out)
         print(f"% {rec.provenance}", file=out)
