@@ -125,5 +125,7 @@ def test_width_study_full(act, opt_in_slow):
             # unresolved: within 4 SE of the leading-order theory at the largest width
             assert abs(s.z[-1]) < 4.0, (name, s.z)
     for name in FULL[act]:
+        if name == "H" and "H1" in th:
+            continue          # with H1 the NTK mean's 1/n part is predicted: nothing left to resolve
         assert res.stats[name].resolved, (name, res.stats[name].z)
         assert _rejected(res, th, name, full=True), name
