@@ -57,6 +57,9 @@ class AtomTables:
     (2, 2)
     """
 
+    #: Subclasses that evaluate integrands another way (e.g. closed forms for kinked sigma) set False.
+    smooth_only = True
+
     def __init__(self, K: Any, activation: Any, rtol: float = 1e-8) -> None:
         K = np.asarray(K, dtype=float)
         if K.ndim != 2 or K.shape[0] != K.shape[1]:
@@ -64,11 +67,12 @@ class AtomTables:
         self.K = K
         self.N = K.shape[0]
         self.act = get_activation(activation)
-        if not (self.act.is_smooth or self.act.is_polynomial):
+        if self.smooth_only and not (self.act.is_smooth or self.act.is_polynomial):
             raise DomainError(f"{self.act!r} is kinked: its higher derivatives are distributions; "
                               "atom tables need a smooth activation")
         self.rtol = float(rtol)
         self._cache: dict = {}
+        self._tables: dict = {}
         self._fns: dict = {}
         self.max_error = 0.0
 
@@ -167,10 +171,12 @@ class AtomTables:
             E.g. ``((0, 2), (0, 1), (1, 0))`` is :math:`\langle\sigma''_a\sigma'_a\sigma_b\rangle`;
             the result has one axis per distinct label position, in increasing order.
         """
-        labels = sorted({p for p, _ in factors})
-        shape = (self.N,) * len(labels)
-        keys = []
-        for idx in itertools.product(range(self.N), repeat=len(labels)):
-            m = dict(zip(labels, idx))
-            keys.append(tuple((m[p], o) for p, o in factors))
-        return self.values(keys).reshape(shape)
+        factors = tuple(factors)
+        if factors not in self._tables:
+            labels = sorted({p for p, _ in factors})
+            keys = []
+            for idx in itertools.product(range(self.N), repeat=len(labels)):
+                m = dict(zip(labels, idx))
+                keys.append(tuple((m[p], o) for p, o in factors))
+            self._tables[factors] = self.values(keys).reshape((self.N,) * len(labels))
+        return self._tables[factors]

@@ -42,12 +42,13 @@ from effth.algebra.indices import ell
 from effth.algebra.ntk_tensors import (DDNTKR, DDNTKS, DDNTKT, DDNTKU, DNTKP, DNTKQ, NLONTK, FrozenNTK,
                                        NTKPreactD, NTKPreactF, NTKVarianceA, NTKVarianceB)
 from effth.algebra.wick import enumerate_pairings
+from effth.algebra.wick.counting import _UnionFind
 
-from ._derive import (CB, CW, KMAT, N_L, N_PREV, PAIRINGS, _derivative_atom, _labels_of, layer_expectation,
-                      pair_channels, truncate)
-from ._ntk_forward import Obj, Term, forward_terms
+from ._derive import (CB, CW, KMAT, N_L, N_PREV, PAIRINGS, _derivative_atom, _falling, _labels_of,
+                      layer_expectation, pair_channels, truncate)
+from ._ntk_forward import Term, forward_terms
 
-__all__ = ["NTKLeg", "ntk_moment", "ntk_layer_expectation"]
+__all__ = ["NTKLeg", "ntk_moment", "cached_moment", "ntk_layer_expectation"]
 
 HALF = sp.Rational(1, 2)
 
@@ -172,27 +173,6 @@ def ntk_layer_expectation(blocks: Sequence[sp.Expr], objs: Sequence[tuple], orde
 
 
 # ------------------------------------------------------------------ steps 1-3: layer ℓ+1
-def _falling(n, p):
-    return sp.Mul(*[n - k for k in range(p)])
-
-
-def _union(pairs, items):
-    parent = {x: x for x in items}
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in pairs:
-        parent[find(a)] = find(b)
-    classes: dict = {}
-    for x in items:
-        classes.setdefault(find(x), []).append(x)
-    return list(classes.values())
-
-
 def _combine(terms: Sequence[Term], order: int) -> sp.Expr:
     """Steps 2-4 for one product of forward-equation terms (one per leg)."""
     coef = sp.Mul(*[t.coef for t in terms])
@@ -213,7 +193,12 @@ def _combine(terms: Sequence[Term], order: int) -> sp.Expr:
         for wp in enumerate_pairings(list(range(len(weights)))):
             if any(weights[a][0] != weights[b][0] for a, b in wp):
                 continue
-            classes = _union([(weights[a][1], weights[b][1]) for a, b in wp], variables)
+            uf = _UnionFind()
+            for v in variables:
+                uf.find(v)
+            for a, b in wp:
+                uf.union(weights[a][1], weights[b][1])
+            classes = list(uf.groups().values())
             pref = coef * CB ** len(bp) * (CW / N_L) ** len(wp) / N_L ** n_inv
             for part in set_partitions(list(range(len(classes)))):
                 k0 = len(wp) + n_inv - len(part)
@@ -246,5 +231,6 @@ def ntk_moment(legs: Sequence[NTKLeg], order: int = 1) -> sp.Expr:
 
 
 @lru_cache(maxsize=None)
-def _cached_moment(legs: tuple, order: int) -> sp.Expr:
+def cached_moment(legs: tuple, order: int = 1) -> sp.Expr:
+    """:func:`ntk_moment` memoized on the (hashable) legs: statistics share moments."""
     return ntk_moment(list(legs), order)

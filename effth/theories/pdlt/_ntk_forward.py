@@ -23,7 +23,6 @@ layer-:math:`\le\ell` block; this reproduces (∞.170) term by term, and (∞.16
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -202,47 +201,26 @@ def forward_numeric(kind: str, W: np.ndarray, z: np.ndarray, prev: dict, derivs,
         coef = float(term.coef.subs({LAMBDA_B: lam_b, LAMBDA_W: lam_w})) / n ** term.n_inv
         vars_ = sorted({v for _, v in term.weights} | {s.var for s in term.sites}
                        | {v for o in term.objs for v in o.vars})
-        # einsum letters: output neurons, samples, input variables
+        # one einsum per term: output neurons, samples and input variables are letters; an
+        # output-neuron delta is an identity operand (every output neuron sits on a weight or a delta)
         letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
         L = {x: next(letters) for x in (*outs, *samples, *vars_)}
         ops, specs = [], []
         for o, v in term.weights:
             ops.append(W)
             specs.append(L[o] + L[v])
-        for s in term.sites:
-            ops.append(sig[s.order])
-            specs.append(L[s.var] + L[s.sample])
+        for a, b in term.deltas:
+            ops.append(np.eye(m))
+            specs.append(L[a] + L[b])
+        for st in term.sites:
+            ops.append(sig[st.order])
+            specs.append(L[st.var] + L[st.sample])
         for ob in term.objs:
             ops.append(prev[ob.kind])
             specs.append("".join(L[v] for v in ob.vars) + "".join(L[x] for x in ob.samples))
-        free_out = set()
-        for o, v in term.weights:
-            free_out.add(o)
-        res_spec = "".join(L[o] for o in outs if o in free_out) + "".join(L[x] for x in samples)
-        # samples not touched by any factor broadcast
-        present = set("".join(specs))
-        missing = [x for x in samples if L[x] not in present]
-        for x in missing:
-            ops.append(np.ones(N))
-            specs.append(L[x])
-        val = coef * (np.einsum(",".join(specs) + "->" + res_spec, *ops) if ops else np.ones((N,) * k))
-        # place the result: output axes present in weights; deltas tie the others
-        full = val
-        shape_axes = [o for o in outs if o in free_out]
-        for o in outs:
-            if o not in free_out:
-                # an output neuron fixed by a delta to another one (or free): expand with identity
-                full = np.expand_dims(full, 0)
-                shape_axes.insert(0, o)
-        full = np.broadcast_to(full, tuple(m if a in shape_axes and a not in free_out else full.shape[idx]
-                                           for idx, a in enumerate(shape_axes)) + full.shape[len(shape_axes):]).copy()
-        # reorder neuron axes to outs order
-        perm = [shape_axes.index(o) for o in outs] + list(range(len(shape_axes), full.ndim))
-        full = full.transpose(perm)
-        # apply deltas between output neurons
-        for a, b in term.deltas:
-            ia, ib = outs.index(a), outs.index(b)
-            eye = np.eye(m).reshape([m if ax in (ia, ib) else 1 for ax in range(k)] + [1] * k)
-            full = full * eye
-        out += full
+        for x in samples:                      # samples no factor depends on broadcast
+            if not any(L[x] in sp_ for sp_ in specs):
+                ops.append(np.ones(N))
+                specs.append(L[x])
+        out += coef * np.einsum(",".join(specs) + "->" + "".join(L[x] for x in (*outs, *samples)), *ops)
     return out

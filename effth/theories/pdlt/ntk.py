@@ -41,8 +41,8 @@ from effth.algebra.tensors import FourPointVertex, Kernel, NLOMetric, SampleTens
 from effth.errors import DomainError
 
 from ._derive import N_L, order_coefficient
-from ._ntk_derive import NTKLeg, ntk_moment
-from .initialization import RATIO, _ratio_form, ratio_latex
+from ._ntk_derive import NTKLeg, cached_moment
+from .initialization import _ratio_form, ratio_latex
 
 __all__ = ["NTKRecursion", "derive_ntk", "NTK_STATISTICS"]
 
@@ -95,52 +95,48 @@ class NTKRecursion:
         return {type(t) for t in self.expr.atoms(SampleTensor) if not isinstance(t, Kernel)}
 
 
-def _labels(statistic: str) -> tuple:
-    a = tuple(alpha(k) for k in range(1, 5))
-    return a[:2] if statistic in ("Theta", "H1") else a
-
-
 @lru_cache(maxsize=None)
 def _derive(statistic: str) -> tuple:
     a = tuple(alpha(k) for k in range(1, 5))
     H = lambda n, s: NTKLeg("H", n, s)  # noqa: E731
     Z = lambda n, s: NTKLeg("z", (n,), (s,))  # noqa: E731
+    moment = lambda legs: cached_moment(tuple(legs))  # noqa: E731
     if statistic in ("Theta", "H1"):
-        m = ntk_moment([H((1, 1), a[:2])], 1)
+        m = moment([H((1, 1), a[:2])])
         if statistic == "Theta":
             return order_coefficient(m, 0), a[:2]
         return _ratio_form(N_L * order_coefficient(m, 1), statistic), a[:2]
     if statistic == "A":
-        kappa = (ntk_moment([H((1, 1), a[:2]), H((2, 2), a[2:])], 1)
-                 - ntk_moment([H((1, 1), a[:2])], 1) * ntk_moment([H((2, 2), a[2:])], 1))
+        kappa = (moment([H((1, 1), a[:2]), H((2, 2), a[2:])])
+                 - moment([H((1, 1), a[:2])]) * moment([H((2, 2), a[2:])]))
         lab = a
     elif statistic == "B":      # E[H_12;a1a2 H_12;a3a4] = B_{a1 a3 a2 a4}/n
-        kappa = ntk_moment([H((1, 2), (a[0], a[2])), H((1, 2), (a[1], a[3]))], 1)
+        kappa = moment([H((1, 2), (a[0], a[2])), H((1, 2), (a[1], a[3]))])
         lab = a
     elif statistic == "D":
-        kappa = (ntk_moment([Z(1, a[0]), Z(1, a[1]), H((2, 2), a[2:])], 1)
-                 - ntk_moment([Z(1, a[0]), Z(1, a[1])], 1) * ntk_moment([H((2, 2), a[2:])], 1))
+        kappa = (moment([Z(1, a[0]), Z(1, a[1]), H((2, 2), a[2:])])
+                 - moment([Z(1, a[0]), Z(1, a[1])]) * moment([H((2, 2), a[2:])]))
         lab = a
     elif statistic == "F":      # E[z_1;a1 z_2;a2 H_12;a3a4] = F_{a1 a3 a2 a4}/n
-        kappa = ntk_moment([Z(1, a[0]), Z(2, a[2]), H((1, 2), (a[1], a[3]))], 1)
+        kappa = moment([Z(1, a[0]), Z(2, a[2]), H((1, 2), (a[1], a[3]))])
         lab = a
     elif statistic == "P":
-        kappa = ntk_moment([NTKLeg("dH", (1, 2, 2), a[:3]), Z(1, a[3])], 1)
+        kappa = moment([NTKLeg("dH", (1, 2, 2), a[:3]), Z(1, a[3])])
         lab = a
     elif statistic == "Q":
-        kappa = ntk_moment([NTKLeg("dH", (1, 1, 2), a[:3]), Z(2, a[3])], 1)
+        kappa = moment([NTKLeg("dH", (1, 1, 2), a[:3]), Z(2, a[3])])
         lab = a
     elif statistic == "R":
-        kappa = ntk_moment([NTKLeg("ddI", (1, 1, 2, 2), a)], 1)
+        kappa = moment([NTKLeg("ddI", (1, 1, 2, 2), a)])
         lab = a
     elif statistic == "S":
-        kappa = ntk_moment([NTKLeg("ddII", (1, 1, 2, 2), a)], 1)
+        kappa = moment([NTKLeg("ddII", (1, 1, 2, 2), a)])
         lab = a
     elif statistic == "T":      # E[ddII_1212;d1d2d3d4] = T_{d1 d3 d4 d2}/n
-        kappa = ntk_moment([NTKLeg("ddII", (1, 2, 1, 2), (a[0], a[3], a[1], a[2]))], 1)
+        kappa = moment([NTKLeg("ddII", (1, 2, 1, 2), (a[0], a[3], a[1], a[2]))])
         lab = a
     elif statistic == "U":      # E[ddII_1221;d1d2d3d4] = U_{d1 d4 d2 d3}/n
-        kappa = ntk_moment([NTKLeg("ddII", (1, 2, 2, 1), (a[0], a[2], a[3], a[1]))], 1)
+        kappa = moment([NTKLeg("ddII", (1, 2, 2, 1), (a[0], a[2], a[3], a[1]))])
         lab = a
     else:
         raise DomainError(f"unknown NTK statistic {statistic!r}; expected one of {NTK_STATISTICS}")

@@ -45,7 +45,7 @@ from effth.numerics.atom_tables import AtomTables
 from ._derive import CB, CW
 from ._ntk_forward import LAMBDA_B, LAMBDA_W
 from .initialization import RATIO
-from .kernel_flow import Flow, flow
+from .kernel_flow import Flow, _grids, flow
 from .ntk import NTK_STATISTICS, derive_ntk
 
 __all__ = ["ntk_flow", "NTKFlow", "NTKLayerStep", "learning_rates"]
@@ -124,11 +124,6 @@ class NTKLayerStep:
         with np.errstate(over="ignore", invalid="ignore"):
             out = self._fn(*args, *vals)
         return np.broadcast_to(out, (N,) * self.rank).copy()
-
-
-@lru_cache(maxsize=64)
-def _grids(N: int, rank: int) -> tuple:
-    return tuple(np.arange(N).reshape([N if i == j else 1 for i in range(rank)]) for j in range(rank))
 
 
 @lru_cache(maxsize=None)
@@ -340,16 +335,13 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
             prev = {s: out[s][-1] for s in stats}
             prev["V"] = kern.V[layer - 1]
             prev["G1"] = kern.G1[layer - 1]
-            if kinked:
-                tables = _KinkedTables(K, act, rtol)
-            else:
-                tables = AtomTables(K, act, rtol=rtol)
+            tables = (_KinkedTables if kinked else AtomTables)(K, act, rtol=rtol)
             for s in stats:
                 val = ntk_layer_step(s)(N, tables, prev, params)
                 if not np.all(np.isfinite(val)):
                     raise DomainError(f"{s} overflows or is undefined at layer {layer + 1}")
                 out[s].append(val)
-            errs.append(getattr(tables, "max_error", 0.0))
+            errs.append(tables.max_error)
     tensors = {s: np.stack(v) for s, v in out.items()}
     return NTKFlow(kern, tensors, lb, lw, np.arange(1, L + 1), np.asarray(errs))
 
@@ -361,23 +353,15 @@ def _check_theta(Th: np.ndarray, N: int) -> None:
         raise DomainError("the first-layer NTK Theta1 is not symmetric positive semi-definite")
 
 
-class _KinkedTables:
-    """Atom tables for kinked sigma: products of sigma and sigma' only (closed forms / quadrature)."""
+class _KinkedTables(AtomTables):
+    """Atom tables for kinked sigma: products of sigma and sigma' only, each integrand by
+    :func:`effth.gaussian_expectation` (closed forms for the piecewise-linear family)."""
 
-    def __init__(self, K, act, rtol) -> None:
-        self.K, self.act, self.rtol, self.N = K, act, rtol, K.shape[0]
-        self.max_error = 0.0
+    smooth_only = False
 
-    def table(self, factors: tuple) -> np.ndarray:
-        import itertools
-
-        labels = sorted({p for p, _ in factors})
-        out = np.empty((self.N,) * len(labels))
-        for idx in itertools.product(range(self.N), repeat=len(labels)):
-            m = dict(zip(labels, idx))
-            samples = sorted({m[p] for p, _ in factors})
-            slot = {s: i for i, s in enumerate(samples)}
-            fac = [(slot[m[p]], "sigma", o) for p, o in factors]
-            Ks = self.K[np.ix_(samples, samples)]
-            out[idx] = float(gaussian_expectation(fac, Ks, self.act, rtol=self.rtol))
-        return out
+    def _evaluate(self, S: tuple, keys: list) -> None:
+        pos = {s: i for i, s in enumerate(S)}
+        KS = self.K[np.ix_(S, S)]
+        for key in keys:
+            fac = [(pos[s], "sigma", o) for s, o in key]
+            self._cache[key] = float(gaussian_expectation(fac, KS, self.act, rtol=self.rtol))
