@@ -79,6 +79,11 @@ class DMFTResult:
         ``'ntk'`` (NTK-Euler, ``f_{i+1} = f_i + eta K(t_i, t_i) Delta_i``).
     diagnostics : Diagnostics
         Iterations and residual history.
+    bias : bool
+        Trainable biases on every preactivation ``h^1 .. h^L`` (seed App. H).  The first layer's
+        bias is folded into the input kernel (``data.kx`` holds ``K^x + 1``, the covariance of
+        ``u^1``); the deeper ones add ``G^{ell+1}`` to the NTK: ``K = G^1 (K^x + 1) +
+        sum_{ell=1}^{L-1} G^{ell+1} (Phi^ell + 1) + Phi^L`` (spec §2.9, §8 #25).
     stderr : dict or None
         Monte-Carlo standard errors (same shapes as the arrays they belong to: ``'phi'``, ``'g'``,
         ``'f'``), estimated from independent sample batches; ``None`` for deterministic solvers.
@@ -99,6 +104,7 @@ class DMFTResult:
     closure: str = "exact"
     diagnostics: Diagnostics = field(default_factory=Diagnostics)
     stderr: dict | None = None
+    bias: bool = False
 
     # ----------------------------------------------------------------- derived quantities
     @property
@@ -140,11 +146,11 @@ class DMFTResult:
             C = self.g.shape[-1]
             out = self.g[0] * self.phi0[..., None, None]
             for ell in range(1, self.depth):
-                out = out + self.g[ell] * self.phi[ell - 1][..., None, None]
+                out = out + self.g[ell] * (self.phi[ell - 1] + float(self.bias))[..., None, None]
             return out + self.phi[self.depth - 1][..., None, None] * np.eye(C)
         out = self.g[0] * self.phi0
         for ell in range(1, self.depth):
-            out = out + self.g[ell] * self.phi[ell - 1]
+            out = out + self.g[ell] * (self.phi[ell - 1] + float(self.bias))
         return out + self.phi[self.depth - 1]
 
     @property

@@ -155,7 +155,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     return DMFTResult(grid=grid, data=data, depth=1, gamma0=gam, activation=act.name,
                       phi=phi[None], g=gg[None], A=empty,
                       B=empty.copy(), f=f, delta=delta, method=f"two_layer_{method}",
-                      closure="exact", diagnostics=diag)
+                      closure="exact", diagnostics=diag, bias=bool(bias))
 
 
 def _nodes(kx, method, nodes, max_nodes, samples, seed, C=1):
