@@ -251,14 +251,15 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("gamma0", help="print a coefficient of the DMFT gamma0-series as LaTeX",
                        description="Coefficient of gamma0^ORDER of a DMFT order parameter "
                        "(seed 000 §5.2; spec seed-000-dmft.md §4). Order 2 prints the closed form "
-                       "(deep linear: §4.3, two-layer: §4.4 Gaussian atoms).")
+                       "(deep linear: §4.3, two-layer: §4.4 Gaussian atoms, deep nonlinear: the §4.5 "
+                       "recursion with Price propagation).")
     g.add_argument("--order", type=int, default=2, help="power of gamma0 (even; odd ones vanish)")
     g.add_argument("--depth", type=int, default=None,
                    help="number of hidden layers L (default: symbolic L, linear only)")
     g.add_argument("--layer", type=int, default=None, help="layer ell for phi/g (default symbolic)")
     kind = g.add_mutually_exclusive_group()
     kind.add_argument("--linear", action="store_true", help="deep linear network (default)")
-    kind.add_argument("--activation", default=None, help="nonlinear activation (depth 1)")
+    kind.add_argument("--activation", default=None, help="nonlinear activation (any order at depth 1, order 2 deeper)")
     g.add_argument("--quantity", default="ntk",
                    choices=("ntk", "phi", "g", "f", "delta", "loss", "A", "B"))
     g.add_argument("--gradient-independent", action="store_true",

@@ -15,7 +15,12 @@ to any requested order:
   in rational arithmetic (``exact=True``);
 * two-layer networks (``depth=1``), any activation with enough derivatives
   (:mod:`._series_two_layer`): the single-site fields expanded in :math:`\gamma_0` and the
-  Gaussian atoms of each order evaluated on a Gauss-Hermite rule for the lazy :math:`(u, r)`.
+  Gaussian atoms of each order evaluated on a Gauss-Hermite rule for the lazy :math:`(u, r)`;
+* deep nonlinear networks, any depth, smooth activations, the leading correction
+  :math:`\gamma_0^2` (:mod:`._series_deep_nonlinear`): lazy responses :math:`A^\ell_0`,
+  :math:`B^\ell_0` (with the equal-time part), the per-layer field expansion, and Price propagation
+  of the covariance corrections up (:math:`\Phi_2`) and down (:math:`G_2`) the network; predictions
+  by the NTK closure.
 
 The leading correction is also available in closed form and as LaTeX
 (:mod:`._series_leading`; spec §4.3 for deep linear networks, with the corrected NTK prefactor
@@ -36,6 +41,7 @@ import numpy as np
 from ...errors import DomainError, NotDerivedError
 from ...printing import latex as _latex
 from ._series_deep_linear import deep_linear_series_arrays
+from ._series_deep_nonlinear import deep_nonlinear_order2_arrays
 from ._series_leading import (
     deep_linear_order2_exprs,
     deep_linear_order2_numeric,
@@ -90,6 +96,10 @@ class Gamma0Series:
         Largest odd-order kernel or prediction coefficient of the field-level expansion (two-layer;
         it vanishes by :math:`r\to-r` symmetry); ``0.0`` for deep linear networks, which are
         expanded in :math:`\gamma_0^2` from the start.
+    lazy_responses : dict
+        Deep nonlinear networks: ``'A'``, ``'B'`` of shape ``(L-1, T, n, T, n)``, the responses
+        :math:`A^\ell_0`, :math:`B^\ell_0` of the lazy limit (``B`` with its equal-time diagonal;
+        scaled convention of :class:`~effth.theories.dmft.result.DMFTResult`).  Empty otherwise.
     """
 
     data: TrainingData
@@ -101,6 +111,7 @@ class Gamma0Series:
     gradient_independent: bool
     coefficients: dict = field(repr=False)
     odd_residual: float = 0.0
+    lazy_responses: dict = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------------ access
     @property
@@ -291,8 +302,9 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, activation: 
     if name not in _NAMES:
         raise DomainError(f"unknown quantity {name!r}; choose from {', '.join(_NAMES)}")
     linear = activation in _LINEAR
-    if not linear and depth not in (1, None):
-        raise NotDerivedError("nonlinear gamma0-series are derived for depth=1 (two-layer) only")
+    deep_nonlinear = not linear and depth not in (1, None)
+    if deep_nonlinear and order > 2:
+        raise NotDerivedError(_DEEP_NONLINEAR_ORDER)
     sym = _SYMBOLS[name]
     if order % 2:
         return rf"[{sym}]_{{\gamma_0^{{{order}}}}} = 0"
@@ -303,6 +315,8 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, activation: 
                 "A": r"A^{\ell}_0=C^{\ell}_0" if not gradient_independent else "0",
                 "B": r"B^{\ell}_0=D^{\ell+1}_0" if not gradient_independent else "0"}[name]
         return rf"[{sym}]_{{\gamma_0^{{0}}}} = {lazy}"
+    if order == 2 and deep_nonlinear and name in ("phi", "g", "ntk", "A", "B"):
+        return _DEEP_NONLINEAR_LATEX[name]
     if order == 2 and name in ("phi", "g", "ntk"):
         if linear:
             key = {"phi": "H", "g": "G", "ntk": "ntk"}[name]
@@ -331,6 +345,41 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, activation: 
             rf"\times(\text{{iterated sums of }}\Delta^0,\Delta_2,\dots)\ \text{{(order }}{order})")
 
 
+_DEEP_NONLINEAR_ORDER = ("deep nonlinear networks are expanded to the leading correction "
+                         "gamma0^2 (order <= 2); higher orders need the O(gamma0^2) responses and "
+                         "fourth-order Price terms, not derived here")
+
+_PRICE = (r"\tfrac12\Phi^{\ell-1}_{2,aa}\langle\ddot\phi_\mu\phi_\nu\rangle"
+          r"+\Phi^{\ell-1}_{2,ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle"
+          r"+\tfrac12\Phi^{\ell-1}_{2,bb}\langle\phi_\mu\ddot\phi_\nu\rangle")
+_PRICE_G = (r"G^{\ell+1}_{0,\mu\nu}\big[\tfrac12\Phi^{\ell-1}_{2,aa}\langle\dddot\phi_\mu\dot\phi_\nu"
+            r"\rangle+\Phi^{\ell-1}_{2,ab}\langle\ddot\phi_\mu\ddot\phi_\nu\rangle+\tfrac12"
+            r"\Phi^{\ell-1}_{2,bb}\langle\dot\phi_\mu\dddot\phi_\nu\rangle\big]"
+            r"+G^{\ell+1}_{2,ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle")
+_FIELDS = (r"h^{(1)}=\tilde C^\ell(\dot\phi\,r),\ z^{(1)}=\tilde D^\ell\phi,\ "
+           r"h^{(2)}=\tilde C^\ell(\ddot\phi\,h^{(1)}r+\dot\phi\,z^{(1)}),\ "
+           r"z^{(2)}=\tilde D^\ell(\dot\phi\,h^{(1)})")
+_DEEP_NONLINEAR_LATEX = {
+    "phi": (r"\Phi^{\ell}_{2,ab}(t,s) = \Big[\langle\phi\phi^\top\rangle\Big]_{\gamma_0^2}"
+            r"\Big|_{" + _FIELDS + r"} + " + _PRICE
+            + r",\quad a=(t,\mu),\ b=(s,\nu),\ u\sim\mathcal N(0,\Phi^{\ell-1}_0),"
+              r"\ r\sim\mathcal N(0,G^{\ell+1}_0)"),
+    "g": (r"G^{\ell}_{2,ab}(t,s) = \Big[\langle g g^\top\rangle\Big]_{\gamma_0^2}\Big|_{g=\dot\phi(h)z}"
+          r" + " + _PRICE_G),
+    "ntk": (r"K_{2}(t,s) = G^{1}_2\odot K^x+\sum_{\ell=1}^{L-1}\big(G^{\ell+1}_2\odot\Phi^{\ell}_0"
+            r"+G^{\ell+1}_0\odot\Phi^{\ell}_2\big)+\Phi^{L}_2"),
+    "A": (r"A^{\ell}_{0,ab} = \tilde C^{\ell}_{ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle,\quad "
+          r"\tilde C^{\ell}_{ab}=A^{\ell-1}_{0,ab}+\eta\,\Theta(t>s)\,\Delta^0_\nu(s)\,"
+          r"\Phi^{\ell-1}_{0,\mu\nu}"),
+    "B": (r"B^{\ell-1}_{0,ab} = \tilde C^{\ell}_{ab}\langle\ddot\phi_\mu\ddot\phi_\nu\rangle "
+          r"G^{\ell+1}_{0,\mu\nu}+\tilde D^{\ell}_{ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle"
+          r"+\delta_{ab}\sum_c\big[\tilde C^{\ell}_{ac}G^{\ell+1}_{0,\mu\gamma}\langle\dddot\phi_\mu"
+          r"\dot\phi_\gamma\rangle+\tilde D^{\ell}_{ac}\langle\ddot\phi_\mu\phi_\gamma\rangle\big],"
+          r"\quad \tilde D^{\ell}_{ab}=B^{\ell}_{0,ab}+\eta\,\Theta(t>s)\,\Delta^0_\nu(s)\,"
+          r"G^{\ell+1}_{0,\mu\nu}"),
+}
+
+
 # ---------------------------------------------------------------------- construction
 def _validate(depth, activation, order, closure):
     if int(depth) != depth or depth < 1:
@@ -340,11 +389,12 @@ def _validate(depth, activation, order, closure):
                           "even in gamma0 (odd orders vanish, spec §2.10)")
     if closure not in ("exact", "ntk"):
         raise DomainError(f"closure={closure!r} must be 'exact' or 'ntk'")
-    if activation not in _LINEAR and depth > 1:
+    if activation not in _LINEAR and depth > 1 and (order > 2 or closure != "ntk"):
         raise NotDerivedError(
-            f"the gamma0-series of a deep nonlinear network (depth={depth}, activation="
-            f"{activation!r}) is not derived yet; use depth=1 (two-layer, any order) or "
-            "activation='linear' (any depth, any order)")
+            f"deep nonlinear networks (depth={depth}, activation={activation!r}): "
+            + (_DEEP_NONLINEAR_ORDER if order > 2 else
+               "the leading correction is derived with the NTK closure; pass closure='ntk' (the "
+               "exact closure needs the O(gamma0^2) responses A_2, B_2)"))
 
 
 def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: int = 2,
@@ -366,11 +416,14 @@ def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: 
     order : int
         Highest power of :math:`\gamma_0` (even, ``>= 0``).
     activation : str
-        ``'linear'`` (any depth) or any registered activation with ``order + 2`` derivatives
-        (``depth=1``).
+        ``'linear'`` (any depth, any order) or any registered smooth activation with
+        ``order + 2`` derivatives: any order at ``depth=1``; the leading correction
+        (``order <= 2``) at any depth, with ``closure='ntk'``.
     closure : {'exact', 'ntk'}
         Predictions as the single-site average (exact limit of discrete GD; the solvers' default) or
-        NTK-Euler (deep linear only).
+        NTK-Euler.  Kernels to :math:`O(\gamma_0^2)` do not depend on it.  Deep nonlinear networks:
+        ``'ntk'`` only (the exact closure at :math:`O(\gamma_0^2)` needs the responses to that
+        order).  At ``depth=1`` with ``closure='ntk'`` the deep nonlinear expansion is used.
     gradient_independent : bool
         Expand the gradient-independence ansatz ``A = B = 0`` instead (deep linear only; NTK closure
         recommended, as in the solver).
@@ -389,7 +442,8 @@ def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: 
         Odd, negative or non-integer order, bad data (non-PSD kernel, shapes), or a step past the
         stability edge ``eta lambda_max(K_0) >= 2``.
     NotDerivedError
-        Deep nonlinear networks; ``closure='ntk'`` or ``exact=True`` for nonlinear networks.
+        Deep nonlinear networks beyond :math:`\gamma_0^2` or with ``closure='exact'``;
+        ``exact=True`` for nonlinear networks.
 
     Examples
     --------
@@ -408,6 +462,7 @@ def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: 
     check_stability(ntk0[:P, :P], grid.eta)
     K = int(order) // 2
     odd = 0.0
+    lazy_responses = {}
     if linear:
         eta_arg = eta
         if exact:
@@ -418,10 +473,19 @@ def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: 
                                         gradient_independent=gradient_independent, exact=exact)
         coeffs = {"f": arr.f, "delta": arr.delta, "ntk": arr.ntk, "phi": arr.H, "g": arr.G,
                   "A": arr.A, "B": arr.B}
+    elif L > 1 or closure == "ntk":
+        if exact or gradient_independent or order > 2:
+            raise NotDerivedError("deep nonlinear / NTK-closure series: exact=False, no gradient "
+                                  "independence, " + _DEEP_NONLINEAR_ORDER)
+        arr = deep_nonlinear_order2_arrays(data.kx, data.y, depth=L, activation=activation,
+                                           eta=grid.eta, steps=grid.steps, nodes=int(nodes))
+        coeffs = {"f": arr.f[:K + 1], "delta": arr.delta[:K + 1], "ntk": arr.ntk[:K + 1],
+                  "phi": arr.phi[:K + 1], "g": arr.g[:K + 1]}
+        lazy_responses = {"A": arr.A, "B": arr.B}
     else:
-        if closure != "exact" or exact or gradient_independent:
-            raise NotDerivedError("nonlinear two-layer series: only closure='exact', exact=False; "
-                                  "gradient independence is the DMFT itself at depth=1")
+        if exact or gradient_independent:
+            raise NotDerivedError("nonlinear two-layer series: exact=False only; gradient "
+                                  "independence is the DMFT itself at depth=1")
         arr = two_layer_series_arrays(data.kx, data.y, activation=activation, eta=grid.eta,
                                       steps=grid.steps, order=int(order), nodes=int(nodes))
         odd_parts = [np.max(np.abs(x[1::2])) for x in (arr.phi, arr.g, arr.f) if x.shape[0] > 1]
@@ -436,7 +500,7 @@ def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: 
     coeffs["loss"] = np.stack(loss)
     return Gamma0Series(data=data, grid=grid, depth=L, activation="linear" if linear else activation,
                         order=int(order), closure=closure, gradient_independent=gradient_independent,
-                        coefficients=coeffs, odd_residual=odd)
+                        coefficients=coeffs, odd_residual=odd, lazy_responses=lazy_responses)
 
 
 def gamma0_leading_order(X=None, y=None, *, depth: int, times, activation: str = "linear",
@@ -466,7 +530,11 @@ def gamma0_leading_order(X=None, y=None, *, depth: int, times, activation: str =
         deep linear: ``'phi2' (T, L, n, n)`` (:math:`H^\ell_2(t,t)`), ``'g2' (T, L)``;
         two-layer: ``'phi2', 'g2' (T, P, P)``.
     """
-    _validate(depth, activation, 0, "exact")
+    _validate(depth, activation, 0, "ntk")
+    if activation not in _LINEAR and depth > 1:
+        raise NotDerivedError("continuous-time closed forms exist for deep linear and two-layer "
+                              "networks; for deep nonlinear ones use gamma0_series(..., "
+                              "closure='ntk') on a grid")
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)
     P = data.n_train
     linear = activation in _LINEAR
