@@ -380,8 +380,8 @@ def test_deep_lazy_responses_match_spec_7_8():
 
 def test_deep_tanh_order2_against_the_monte_carlo_solver():
     """L = 3 tanh: the gamma0^2 coefficients against the alternating Monte-Carlo DMFT solver,
-    (X(0.1) - X(0.05)) / (0.1^2 - 0.05^2) with common random numbers per seed (the gamma0^4
-    remainder is 1 % of it).  Final-time kernels of every layer, the NTK and the predictions agree
+    (X(0.05) - X(0.025)) / (0.05^2 - 0.025^2) with common random numbers per seed (its gamma0^4
+    bias, 0.003 X_4, is below the noise; with 0.1, 0.05 it was 1 % and visible).  Final-time kernels of every layer, the NTK and the predictions agree
     within 5 seed-to-seed standard errors; without the Price propagation and the lazy responses
     (the per-layer self part only, the structure of the seed's eq. (12)) they are rejected."""
     from effth.theories.dmft.nonlinear import solve_monte_carlo
@@ -394,7 +394,7 @@ def test_deep_tanh_order2_against_the_monte_carlo_solver():
         return np.concatenate([phi[:, -1, :, -1, :].ravel(), g[:, -1, :, -1, :].ravel(),
                                ntk[-1].ravel(), f[-1]])
 
-    g1, g2 = 0.1, 0.05
+    g1, g2 = 0.05, 0.025
     est = []
     for seed in range(seeds):
         r = [solve_monte_carlo(kernel=KX, y=Y, depth=L, gamma0=g, eta=eta, steps=T,
@@ -413,7 +413,7 @@ def test_deep_tanh_order2_against_the_monte_carlo_solver():
                                        nodes=40)
     n_k = 2 * L * 4
     wrong = final(arr.self_phi, arr.self_g, arr.ntk[1], arr.f[1])[:n_k]
-    assert np.max(np.abs((mean[:n_k] - wrong) / se[:n_k])) > 20.0
+    assert np.max(np.abs((mean[:n_k] - wrong) / se[:n_k])) > 10.0
 
 
 def test_deep_nonlinear_scope_is_explicit():
