@@ -1,4 +1,5 @@
-"""One-dimensional quadrature rules and integrand evaluation (private helpers)."""
+"""Quadrature rules (one-dimensional, and tensor rules for a Gaussian vector) and integrand
+evaluation (private helpers)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any, Sequence
 
 import numpy as np
 from scipy.special import roots_hermitenorm, roots_legendre
+
+from ..errors import DomainError
 
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
@@ -20,6 +23,41 @@ def gauss_hermite(n: int) -> tuple[np.ndarray, np.ndarray]:
     x, w = roots_hermitenorm(n)
     w = w / w.sum()
     return x, w
+
+
+def covariance_root(cov: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
+    """``R`` of shape ``(n, rank)`` with ``R R^T = cov`` (eigenvalues below ``rtol * max`` dropped)."""
+    cov = 0.5 * (np.asarray(cov, dtype=float) + np.asarray(cov, dtype=float).T)
+    lam, V = np.linalg.eigh(cov)
+    keep = lam > rtol * max(1.0, float(lam[-1]))
+    return V[:, keep] * np.sqrt(lam[keep])
+
+
+def gaussian_tensor_rule(cov: np.ndarray, nodes: int, extra: int = 0,
+                         extra_nodes: int | None = None, max_points: int = 5_000_000):
+    """Tensor Gauss-Hermite rule for ``u ~ N(0, cov)`` and ``extra`` independent ``N(0, 1)``.
+
+    ``u`` lives on the range of ``cov`` (``rank(cov)`` coordinates with ``nodes`` points each, exact
+    for polynomials of degree ``2 nodes - 1`` in them); the extra coordinates use ``extra_nodes``
+    (default ``nodes``).  Returns ``u (S, n)``, ``xi (S, extra)`` and weights ``w (S,)`` summing to
+    one (points of weight below 1e-300 dropped).  Raises ``DomainError`` above ``max_points``.
+    """
+    root = covariance_root(cov)
+    k = root.shape[1]
+    sizes = [int(nodes)] * k + [int(extra_nodes or nodes)] * int(extra)
+    total = int(np.prod(sizes)) if sizes else 1
+    if total > max_points:
+        raise DomainError(f"{total} quadrature points (rank {k} + {extra} dimensions) exceed "
+                         f"{max_points}")
+    rules = [gauss_hermite(m) for m in sizes]
+    grids = np.meshgrid(*[x for x, _ in rules], indexing="ij")
+    pts = np.stack([g.ravel() for g in grids], axis=1) if sizes else np.zeros((1, 0))
+    w = np.ones(pts.shape[0])
+    for g in np.meshgrid(*[wx for _, wx in rules], indexing="ij"):
+        w = w * g.ravel()
+    good = w > 1e-300
+    pts, w = pts[good], w[good]
+    return pts[:, :k] @ root.T, pts[:, k:], w / w.sum()
 
 
 @lru_cache(maxsize=256)

@@ -56,14 +56,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.polynomial.hermite_e import hermegauss
 
 from ...activations import get_activation
 from ...errors import DomainError
+from ...numerics._rules import gaussian_tensor_rule
 from .grid import causal_mask
 from .lazy import lazy_kernels, static_ntk_dynamics
 
-__all__ = ["DeepSeriesArrays", "deep_nonlinear_order2_arrays", "gaussian_rule"]
+__all__ = ["DeepSeriesArrays", "deep_nonlinear_order2_arrays"]
 
 _MAX_POINTS = 4_000_000
 
@@ -99,26 +99,10 @@ class DeepSeriesArrays:
     self_g: np.ndarray
 
 
-def gaussian_rule(cov: np.ndarray, nodes: int):
-    """Tensor Gauss-Hermite rule for ``N(0, cov)`` on the range of ``cov``.
-
-    Returns points ``(S, n)`` and weights ``(S,)`` summing to one; exact for polynomials of degree
-    ``2 nodes - 1`` in the ``rank(cov)`` Gaussian coordinates.
-    """
-    cov = 0.5 * (cov + cov.T)
-    lam, V = np.linalg.eigh(cov)
-    keep = lam > 1e-12 * max(1.0, float(lam[-1]))
-    root = V[:, keep] * np.sqrt(lam[keep])
-    d = root.shape[1]
-    x, wx = hermegauss(int(nodes))
-    wx = wx / wx.sum()
-    if d == 0:
-        return np.zeros((1, cov.shape[0])), np.ones(1)
-    grids = np.meshgrid(*([x] * d), indexing="ij")
-    wgrids = np.meshgrid(*([wx] * d), indexing="ij")
-    pts = np.stack([g.ravel() for g in grids], axis=1)
-    w = np.prod(np.stack([g.ravel() for g in wgrids], axis=1), axis=1)
-    return pts @ root.T, w
+def _rule(cov: np.ndarray, nodes: int):
+    """Tensor Gauss-Hermite rule for ``N(0, cov)``: points ``(S, n)``, weights ``(S,)``."""
+    u, _, w = gaussian_tensor_rule(cov, nodes, max_points=_MAX_POINTS)
+    return u, w
 
 
 def _product_rule(rule_u, rule_r):
@@ -179,8 +163,8 @@ def deep_nonlinear_order2_arrays(kx, y, *, depth: int, activation: str, eta: flo
 
     rules, atoms = [], []
     for ell in range(L):
-        ru = gaussian_rule(prev[ell], nodes)
-        rr = gaussian_rule(nxt[ell], 3)
+        ru = _rule(prev[ell], nodes)
+        rr = _rule(nxt[ell], 3)
         if ru[1].size * rr[1].size > _MAX_POINTS:
             raise DomainError(f"layer {ell + 1}: {ru[1].size * rr[1].size} quadrature points "
                               f"(rank of the lazy kernels ~ {n} samples); lower nodes or samples")

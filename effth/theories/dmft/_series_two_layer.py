@@ -27,10 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.polynomial.hermite_e import hermegauss
 
 from ...activations import get_activation
 from ...errors import DomainError
+from ...numerics._rules import gaussian_tensor_rule
 from ._series_arith import TruncatedSeries as S
 from ._series_arith import compose
 
@@ -67,18 +67,10 @@ def gauss_hermite_lazy_nodes(kx: np.ndarray, nodes: int):
 
     Returns ``u (S, n)``, ``r (S,)``, ``w (S,)`` (weights summing to 1; symmetric in ``r``).
     """
-    lam, V = np.linalg.eigh(kx)
-    keep = lam > 1e-12 * max(1.0, lam[-1])
-    root = V[:, keep] * np.sqrt(lam[keep])
-    d = root.shape[1] + 1
-    if nodes < 2 or nodes ** d > 5_000_000:
-        raise DomainError(f"nodes={nodes!r}: need >= 2 and nodes**{d} <= 5e6 quadrature points")
-    x, wx = hermegauss(int(nodes))
-    wx = wx / wx.sum()
-    pts = np.stack([g.ravel() for g in np.meshgrid(*([x] * d), indexing="ij")], axis=1)
-    wts = np.prod(np.stack([g.ravel() for g in np.meshgrid(*([wx] * d), indexing="ij")], axis=1),
-                  axis=1)
-    return pts[:, :-1] @ root.T, pts[:, -1], wts
+    if nodes < 2:
+        raise DomainError(f"nodes={nodes!r}: need >= 2")
+    u, r, w = gaussian_tensor_rule(kx, nodes, extra=1)
+    return u, r[:, 0], w
 
 
 def _mean_outer(a: S, b: S, w: np.ndarray) -> np.ndarray:

@@ -23,10 +23,10 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from numpy.polynomial.hermite_e import hermegauss
 
 from ...activations import get_activation
 from ...errors import DomainError
+from ...numerics._rules import covariance_root, gaussian_tensor_rule
 from .grid import TimeGrid, TrainingData, prepare_data
 from .lazy import check_stability, lazy_kernels, static_ntk_solve
 from .result import Diagnostics, DMFTResult
@@ -160,9 +160,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
 
 def _nodes(kx, method, nodes, max_nodes, samples, seed, C=1):
     """Points ``u`` (S, n), ``r`` (S, C) and weights ``w`` (S,) of the Gaussian average over ``(u, r)``."""
-    lam, V = np.linalg.eigh(kx)
-    keep = lam > 1e-12 * max(1.0, lam[-1])
-    root = V[:, keep] * np.sqrt(lam[keep])                  # u = root @ xi, xi ~ N(0, I_k)
+    root = covariance_root(kx)                              # u = root @ xi, xi ~ N(0, I_k)
     k = root.shape[1]
     if method == "monte_carlo":
         if int(samples) < 2:
@@ -184,13 +182,4 @@ def _nodes(kx, method, nodes, max_nodes, samples, seed, C=1):
                 "for larger P (or raise max_nodes)")
     elif int(nodes) < 2 or int(nodes) ** d > 5_000_000:
         raise DomainError(f"nodes={nodes!r}: need >= 2 and nodes**{d} <= 5e6 points")
-    x, wx = hermegauss(int(nodes))
-    wx = wx / np.sqrt(2 * np.pi)
-    grids = np.meshgrid(*([x] * d), indexing="ij")
-    pts = np.stack([gr.ravel() for gr in grids], axis=1)
-    wts = np.ones(pts.shape[0])
-    for gr in np.meshgrid(*([wx] * d), indexing="ij"):
-        wts = wts * gr.ravel()
-    good = wts > 1e-300
-    pts, wts = pts[good], wts[good]
-    return pts[:, :k] @ root.T, pts[:, k:], wts / wts.sum()
+    return gaussian_tensor_rule(kx, int(nodes), extra=C)
