@@ -19,40 +19,127 @@ with ``Theta(0) = 0`` (left-Riemann sums of discrete GD, spec §3.2).  With
 ``A^ell = C M_g`` (= ``M_h C``), ``B^{ell-1} = M_g D``,
 ``f_mu(t_i) = [(M_g D H^{L-1})^T + C^L G^L]_{(i mu), i}``  (= ``gamma0^-1 <h^L_mu(t_i) g^L(t_i)>``),
 
-base cases ``H^0 = K^x`` (constant in time), ``G^{L+1} = 1``, ``A^0 = B^L = 0``.  The equations
-are iterated to a fixed point (Gauss-Seidel sweeps over layers in alternating direction,
-optional damping), continued over growing time windows.
+base cases ``H^0 = K^x`` (constant in time), ``G^{L+1} = 1``, ``A^0 = B^L = 0``.  By causality the
+time-``t`` rows of every order parameter follow from earlier rows (``method='march'``, default);
+alternatively the equations are iterated to a fixed point (``method='sweep'``: Gauss-Seidel sweeps
+over layers in alternating direction, optional damping, continued over growing time windows).
+
+Extensions: weight decay, trainable biases, several outputs
+-----------------------------------------------------------
+Derived from the discrete dynamics (seed App. H, I, J, M; spec §2.9, §3.2) of
+:func:`effth.simulation.training.simulate_training`.  With ``rho = 1 - eta lambda`` every
+parameter obeys ``theta(t+1) = rho theta(t) + (GD update at t)``, hence (``g^{L}_c = w^L_c``)
+
+``W^l(t) = rho^t W^l(0) + eta gamma0 N^-1/2 sum_{s<t} rho^{t-1-s} sum_{alpha c} Delta_{alpha c}(s) g^{l+1}_c(s) h^l_alpha(s)^T``,
+``b^l(t) = rho^t b^l(0) + eta gamma0 sum_{s<t} rho^{t-1-s} sum_{alpha c} Delta_{alpha c}(s) g^l_c(s)``,
+``w^L_c(t) = rho^t w^L_c(0) + eta gamma0 sum_{s<t} rho^{t-1-s} sum_alpha Delta_{alpha c}(s) h^L_alpha(s)``.
+
+The initial weights enter the forward pass at ``t`` as ``rho^t W(0)`` and the backward pass at
+``s`` as ``rho^s W(0)^T``.  Averaging over ``W(0)`` as without decay (``W(0) h / sqrt(N) =
+u + A g``, ``W(0)^T g / sqrt(N) = r + B h``) gives, with ``R = diag_t(rho^t)``,
+
+``h^l = R u^l + gamma0 C^l g^l``, ``g^l = R r^l + gamma0 D^l h^l``,
+``u^l ~ GP(0, Hb^{l-1})``, ``Hb^{l-1} = H^{l-1} + b 1 1^T``, ``r^l ~ GP(0, G^{l+1})``,
+
+``C^l_{(t mu), (s c)} = rho^t A^{l-1}_{(t mu), (s c)} + eta rho^{t-1-s} Theta(t-s) sum_alpha Hb^{l-1}_{mu alpha}(t,s) Delta_{alpha c}(s)``,
+``D^l_{(t c), (s alpha)} = rho^t B^l_{(t c), (s alpha)} + eta rho^{t-1-s} Theta(t-s) sum_{c'} G^{l+1}_{c c'}(t,s) Delta_{alpha c'}(s)``,
+
+where ``b = 1`` with biases (the bias drift is the ``Hb``-term's ``+ 1``; ``Hb^0 = K^x + 1`` is
+the returned ``data.kx``), ``G^{L+1} = 1 1^T (x) I_C`` (the readout weights at ``t = 0``),
+``Delta_{alpha c} = y_{alpha c} - f_{alpha c}``, and ``A^l = gamma0^-1 <d h^l / d r^l>``,
+``B^{l-1} = gamma0^-1 <d g^l / d u^l>`` are the responses to the *undecayed* Gaussian parts
+(the convention of :func:`effth.theories.dmft.solve_monte_carlo`).  The sources that enter the
+fields, ``R u`` and ``R r``, have covariances ``S_h = R Hb^{l-1} R`` and ``S_g = R G^{l+1} R``
+(``rho^{t+s}`` factors), and relative to the responses to them, ``C M_g`` and ``M_g D``, the
+response terms carry ``rho^{t+s} = e^{-lambda (t + s)}`` -- *not* the drift's ``rho^{t-1-s}``
+that spec §8 #19 suggests ("same exponential weights"; against networks that choice, and
+dropping the factors, is rejected).  For ``L = 1`` there are no responses and seed (99) is
+recovered.  Then, with ``M_g = (1 - gamma0^2 D C)^{-1}`` as before,
+
+``G^l = M_g [S_g + gamma0^2 D S_h D^T] M_g^T``,
+``H^l = S_h + gamma0^2 [C Y + (C Y)^T]``, ``Y = M_g D S_h + G^l C^T / 2``,
+``A^l = C M_g R``, ``B^{l-1} = M_g D R``,
+``f_{mu c}(t) = gamma0^-1 <h^L_mu(t) g^L_c(t)> = [(M_g D^L S_h^L)^T + C^L G^L]_{(t mu), (t c)}``.
+
+With ``C`` outputs ``h`` stays scalar and ``g^l``, ``G^l`` carry output indices: vectors ``g``
+have length ``T C``, ``G^l`` is ``T C x T C``.  Biases change only the forward kernel
+(``H -> H + 1`` in the source covariance and the drift: the bias is a constant input ``1``
+to every layer, and it does not back-propagate).  At a fixed point of the bias-free dynamics the
+representer identity ``lambda (L + 1) f = K Delta`` holds (``L + 1``-homogeneous network,
+seed (98)).  The equations are marched in time exactly as without the extensions.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from ...errors import ConvergenceError, DomainError
-from .grid import TimeGrid, causal_mask, prepare_data
-from .lazy import check_stability, lazy_kernels, static_ntk_dynamics
+from .grid import TimeGrid, TrainingData, causal_mask, prepare_data
+from .lazy import check_stability, static_ntk_dynamics
 from .result import Diagnostics, DMFTResult
 
 __all__ = ["solve_deep_linear"]
+
+
+@dataclass(frozen=True)
+class _Model:
+    """Constants of the closed equations: step, ``gamma0^2``, decay, bias, targets, closure."""
+
+    eta: float
+    g2: float
+    rho: float              # 1 - eta lambda
+    lam: float              # lambda (NTK closure only)
+    b: float                # 1.0 with biases (H -> H + 1 in the forward kernel), else 0.0
+    Y: np.ndarray           # (P, C) targets
+    closure: str
+    gi: bool                # gradient independence: A = B = 0
+
+    @property
+    def C(self) -> int:
+        return self.Y.shape[1]
+
+    @property
+    def plain(self) -> bool:
+        """No decay and no bias (the outputs' count does not matter)."""
+        return self.rho == 1.0 and self.b == 0.0
+
+    def powers(self, T: int) -> np.ndarray:
+        """``rho^t`` for ``t < T``."""
+        return self.rho ** np.arange(T)
+
+    def drift_weights(self, T: int) -> np.ndarray:
+        """``(T, T)`` weights ``eta rho^{t-1-s} Theta(t - s)`` of the drift terms."""
+        k = np.subtract.outer(np.arange(T), np.arange(T)) - 1
+        return np.where(k >= 0, self.eta * self.rho ** np.maximum(k, 0), 0.0)
 
 
 def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, steps: int,
                       X_test=None, kernel=None, closure: str | None = None, damping: float = 1.0,
                       tol: float = 1e-10, max_iter: int = 500,
                       gradient_independent: bool = False, window: int | None = None,
-                      method: str = "march") -> DMFTResult:
+                      method: str = "march", weight_decay: float = 0.0,
+                      bias: bool = False) -> DMFTResult:
     """Solve the deep linear DMFT of seed 000 on the discrete-GD grid.
 
     Parameters
     ----------
     X, y, X_test, kernel
-        Training data (see :func:`effth.theories.dmft.grid.prepare_data`).
+        Training data (see :func:`effth.theories.dmft.grid.prepare_data`).  ``y`` of shape
+        ``(P, C)`` gives ``C`` outputs (seed App. I; the conventions of
+        :func:`effth.theories.dmft.solve_two_layer`): ``g^l`` and ``G^l`` carry output indices,
+        ``f_{mu c} = gamma0^-1 <h^L_mu g^L_c>``; then ``f`` is ``(T, n, C)``, ``delta``
+        ``(T, P, C)``, ``g`` ``(L, T, n, T, n, C, C)`` (broadcast over samples), ``A``
+        ``(L-1, T, n, T, 1, C)`` and ``B`` ``(L-1, T, 1, T, n, C)``, and ``data.y`` holds the
+        first column.  ``(P, 1)`` equals the scalar solver.
     depth : int
         Number of hidden layers ``L >= 1``.
     gamma0 : float
-        Feature-learning strength; results are even in ``gamma0`` (spec §2.10).
+        Feature-learning strength; results are even in ``gamma0`` (spec §2.10).  ``gamma0 = 0``
+        (the static NTK) is solved exactly, except with weight decay (``DomainError``: the output
+        factor ``1/gamma0`` makes that limit singular in the network).
     eta : float
         GD step; the network's parameter learning rate is ``eta gamma0^2 N``.
     steps : int
@@ -60,7 +147,9 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     closure : {'exact', 'ntk'}, optional
         Default ``'exact'``, but ``'ntk'`` with ``gradient_independent`` (the exact-f identity
         needs the responses; spec §7.4's GI values use NTK-Euler).  ``'exact'``: ``f(t_i) = gamma0^-1 <h^L g^L>`` (exact limit of discrete GD, spec §2.4);
-        ``'ntk'``: ``f_{i+1} = f_i + eta K(t_i, t_i) Delta_i``.
+        ``'ntk'``: ``f_{i+1} = f_i + eta K(t_i, t_i) Delta_i`` (``- eta lambda (L + 1) f_i`` with
+        weight decay: the ``(L+1)``-homogeneous network's gradient flow, seed App. J; not defined
+        with both weight decay and biases, ``DomainError``).
     damping : float in (0, 1]
         ``beta`` of the update ``x <- (1 - beta) x + beta x_new``.
     tol : float
@@ -68,7 +157,8 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     max_iter : int
         Raise :class:`ConvergenceError` (with iteration and residual) after this many sweeps.
     gradient_independent : bool
-        Set ``A = B = 0`` (the gradient-independence ansatz, spec §2.7).
+        Set ``A = B = 0`` (the gradient-independence ansatz, spec §2.7); works with every
+        extension.
     window : int, optional
         ``method='sweep'`` only: grid points added per continuation stage (default 10).
     method : {'march', 'sweep'}
@@ -78,16 +168,36 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         result is then checked by one sweep of the fixed-point map (``diagnostics.residuals``;
         ``ConvergenceError`` if that residual exceeds ``tol`` times the largest kernel entry).
         ``'sweep'``: damped Gauss-Seidel sweeps of the whole-window fixed point, continued over
-        growing time windows (``damping``, ``max_iter``, ``window`` apply).
+        growing time windows (``damping``, ``max_iter``, ``window`` apply).  ``'sweep'`` solves
+        the plain equations only: with ``weight_decay``, ``bias`` or a 2-D ``y`` it raises
+        :class:`DomainError` (its stable step-by-step closure is not derived for them; use
+        ``'march'``).
+    weight_decay : float
+        ``lambda >= 0`` with ``0 <= eta lambda < 1``: every parameter (weights and biases) is
+        multiplied by ``rho = 1 - eta lambda`` at each GD step (the discrete form of
+        ``d theta/dt = -gamma^2 grad L - lambda theta``, seed App. J).  The Gaussian sources of
+        ``h(t)``, ``g(t)`` then carry ``rho^t`` (covariances ``rho^{t+s} (H^{l-1} + b)``,
+        ``rho^{t+s} G^{l+1}``), the drift terms the weight ``rho^{t-1-s}`` and the response terms
+        ``rho^t`` times the responses to the undecayed sources (module docstring).
+    bias : bool
+        Trainable biases on every preactivation ``h^1 .. h^L`` (seed App. H), ``b(0) ~ N(0, 1)``,
+        learning rate ``eta gamma0^2 N``: ``u^l ~ GP(0, H^{l-1} + 1 1^T)`` and the drift of
+        ``h^l`` uses ``H^{l-1} + 1``.  The first layer's bias is folded into the returned
+        ``data.kx`` (``K^x + 1``), and ``result.bias`` is set so that ``result.ntk`` adds
+        ``G^{l+1}`` for the deeper layers.
 
     Returns
     -------
     DMFTResult
+        ``A``, ``B`` in the scaled convention, as responses to the undecayed Gaussian parts
+        (``A^l = gamma0^-1 <d h^l / d r^l>``, ``B^{l-1} = gamma0^-1 <d g^l / d u^l>``; row sums
+        over the sample-independent index, ``nA = nB = 1``).
 
     Raises
     ------
     DomainError
-        Bad data, bad hyperparameters, or ``eta lambda_max(K_NTK) >= 2``.
+        Bad data, bad hyperparameters, ``eta lambda_max(K_NTK) >= 2``, or an unsupported
+        combination (see ``method``, ``closure``, ``gamma0``).
     ConvergenceError
         Divergent or non-converging iteration.
     """
@@ -103,12 +213,27 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         raise DomainError(f"damping={damping!r} must lie in (0, 1]")
     if method not in ("march", "sweep"):
         raise DomainError(f"method={method!r} must be 'march' or 'sweep'")
-    data = prepare_data(X, y, X_test=X_test, kernel=kernel)
+    if not (np.isfinite(weight_decay) and weight_decay >= 0):
+        raise DomainError(f"weight_decay={weight_decay!r} must be a finite number >= 0")
+    data, Y, multi = _targets(X, y, X_test, kernel, bool(bias))
     grid = TimeGrid(float(eta), int(steps))
-    L, T, n, P = int(depth), grid.steps, data.n_all, data.n_train
-    _, _, _, ntk0 = lazy_kernels(data.kx, L, "linear")
-    check_stability(ntk0[:P, :P], grid.eta)
-    g2 = float(gamma0) ** 2
+    L, T, n, P, C = int(depth), grid.steps, data.n_all, data.n_train, Y.shape[1]
+    lam = float(weight_decay)
+    rho = 1.0 - grid.eta * lam
+    if not (0.0 < rho <= 1.0):
+        raise DomainError(f"eta * weight_decay = {grid.eta * lam:.3g} must lie in [0, 1)")
+    if gamma0 == 0 and lam > 0:
+        raise DomainError("gamma0 = 0 with weight decay (trivial fixed point f = K = 0; output "
+                          "factor 1/gamma0) is not solved here; use gamma0 > 0")
+    if closure == "ntk" and lam > 0 and bias:
+        raise DomainError("closure='ntk' with weight decay needs a homogeneous network "
+                          "(lambda (L+1) f term); with bias=True use closure='exact'")
+    if method == "sweep" and (lam > 0 or bias or multi):
+        raise DomainError("method='sweep' solves the plain equations only (no weight_decay, "
+                          "bias or 2-D y); use method='march'")
+    model = _Model(eta=grid.eta, g2=float(gamma0) ** 2, rho=rho, lam=lam, b=float(bool(bias)),
+                   Y=Y, closure=closure, gi=bool(gradient_independent))
+    check_stability(_lazy_ntk(data.kx, L, model.b)[:P, :P], grid.eta)
     t0 = time.perf_counter()
     diag = Diagnostics(tol=tol)
     # Causality: the solution on the first Tk grid points does not depend on later times, so the
@@ -117,11 +242,11 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     # of the Volterra-type equations over the whole horizon (spec §2.7: undamped iteration from a
     # cold start can diverge).
     if method == "march":
-        state, f = _march(data, L, T, grid.eta, g2, closure, gradient_independent)
+        state, f = _march(data, model, L, T)
         # a-posteriori check: one undamped sweep of the fixed-point map from the marched state
         check = Diagnostics(tol=tol)
-        _, _ = _iterate([list(x) if isinstance(x, list) else x.copy() for x in state], data, L, T,
-                        grid.eta, g2, closure, 1.0, np.inf, 1, gradient_independent, check)
+        _iterate([list(x) if isinstance(x, list) else x.copy() for x in state], data, model, L, T,
+                 1.0, np.inf, 1, check, stepwise=model.plain and C == 1)
         diag.iterations = 1
         diag.residuals = check.residuals
         # the check is limited by rounding: relative to the kernels' magnitude
@@ -135,118 +260,188 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     else:
         width = window if window else 10
         stages = list(range(min(width, T), T, width)) + [T]
-        state = _initial_state(data, L, stages[0], grid.eta, ntk0)
+        state = _initial_state(data, L, stages[0], grid.eta, _lazy_ntk(data.kx, L, 0.0))
         for k, Tk in enumerate(stages):
             if k:
                 state = _extend(state, stages[k - 1], Tk, n)
             # intermediate stages only need to bring the new window close: the prefix keeps
             # converging in every later stage (the final stage enforces ``tol`` everywhere)
             stage_tol = tol if Tk == T else max(tol, 1e-4)
-            state, f = _iterate(state, data, L, Tk, grid.eta, g2, closure, damping, stage_tol,
-                                max_iter, gradient_independent, diag)
+            state, f = _iterate(state, data, model, L, Tk, damping, stage_tol, max_iter, diag,
+                                stepwise=True)
     diag.seconds = time.perf_counter() - t0
-    H, G, A, B, _ = state
+    H, G, A, B, delta = state
+    pw = model.powers(T)
+    # responses to the undecayed sources: A^l = C M_g R, B^{l-1} = M_g D R
+    A = [a * np.repeat(pw, C) for a in A] if rho != 1.0 else A
+    B = [bb * np.repeat(pw, n) for bb in B] if rho != 1.0 else B
+    if multi:
+        g = np.stack([np.broadcast_to(gg.reshape(T, C, T, C).transpose(0, 2, 1, 3)[:, None, :, None],
+                                      (T, n, T, n, C, C)) for gg in G])
+        A = (np.stack([a.reshape(T, n, T, 1, C) for a in A]) if L > 1
+             else np.zeros((0, T, n, T, 1, C)))
+        B = (np.stack([bb.reshape(T, C, T, n).transpose(0, 2, 3, 1)[:, None] for bb in B])
+             if L > 1 else np.zeros((0, T, 1, T, n, C)))
+        delta = delta[:, :P]
+    else:
+        g = np.stack([np.broadcast_to(gg[:, None, :, None], (T, n, T, n)) for gg in G])
+        A = np.stack([a.reshape(T, n, T, 1) for a in A]) if L > 1 else np.zeros((0, T, n, T, 1))
+        B = np.stack([bb.reshape(T, 1, T, n) for bb in B]) if L > 1 else np.zeros((0, T, 1, T, n))
+        f, delta = f[..., 0], delta[:, :P, 0]
     return DMFTResult(
         grid=grid, data=data, depth=L, gamma0=float(gamma0), activation="linear",
-        phi=np.stack([h.reshape(T, n, T, n) for h in H]),
-        g=np.stack([np.broadcast_to(gg[:, None, :, None], (T, n, T, n)) for gg in G]),
-        A=np.stack([a.reshape(T, n, T, 1) for a in A]) if L > 1 else np.zeros((0, T, n, T, 1)),
-        B=np.stack([b.reshape(T, 1, T, n) for b in B]) if L > 1 else np.zeros((0, T, 1, T, n)),
-        f=f, delta=data.y - f[:, :P], method="deep_linear", closure=closure, diagnostics=diag)
+        phi=np.stack([h.reshape(T, n, T, n) for h in H]), g=g, A=A, B=B, f=f, delta=delta,
+        method="deep_linear", closure=closure, diagnostics=diag, bias=bool(bias))
 
 
-def _march(data, L, T, eta, g2, closure, gradient_independent):
+def _targets(X, y, X_test, kernel, bias):
+    """``(data, Y, multi)``: validated data (``K^x + 1`` with biases) and targets ``Y`` ``(P, C)``."""
+    if y is None:
+        raise DomainError("targets y are required")
+    y_arr = np.asarray(y, dtype=float)
+    multi = y_arr.ndim == 2
+    if y_arr.ndim > 2 or (multi and (min(y_arr.shape) < 1 or not np.all(np.isfinite(y_arr)))):
+        raise DomainError(f"y of shape {y_arr.shape} must be (P,) or (P, C) with P, C >= 1, finite")
+    data = prepare_data(X, y_arr[:, 0] if multi else y_arr, X_test=X_test, kernel=kernel)
+    if multi and y_arr.shape[0] != data.n_train:
+        raise DomainError(f"y of shape {y_arr.shape} does not match P = {data.n_train}")
+    Y = y_arr if multi else data.y[:, None]
+    if bias:
+        data = TrainingData(data.kx + 1.0, data.y, data.n_train)
+    return data, Y, multi
+
+
+def _lazy_ntk(kx, L, b):
+    """Lazy NTK ``K_0 = Hb^0 + sum_{l=1}^{L-1} (H^l + b) + H^L`` with ``H^l = kx + (l-1) b``
+    (``kx`` already holds the first layer's ``+ b``; all ``G^l = 1``)."""
+    H = [kx + ell * b for ell in range(L)]                  # H^{l} at index l - 1
+    return kx + sum(H[ell - 1] + b for ell in range(1, L)) + H[L - 1]
+
+
+def _march(data, model, L, T):
     """Exact forward recursion in time of the closed equations (module docstring).
 
     Row ``t`` of ``C^ell`` needs ``A^{ell-1}``, ``H^{ell-1}`` at row ``t`` and ``Delta`` before ``t``;
-    row ``t`` of ``A^ell = C^ell M_g^ell`` and ``H^ell = H^{ell-1} + gamma0^2 [C Y + (C Y)^T]`` need
+    row ``t`` of ``A^ell = C^ell M_g^ell`` and ``H^ell = S_h + gamma0^2 [C Y + (C Y)^T]`` need
     ``M_g``, ``G^ell``, ``M_g D`` only at earlier rows (``C`` is strictly causal), so an upward pass
     over layers gives them.  Row ``t`` of ``D^ell`` needs ``B^ell = M_g^{ell+1} D^{ell+1}`` and
     ``G^{ell+1}`` at row ``t``; ``M_g = 1 + gamma0^2 D (C M_g)``, ``M_g D`` and
-    ``G^ell = M_g [G^{ell+1} + gamma0^2 D H^{ell-1} D^T] M_g^T`` at row ``t`` then follow in a
-    downward pass.  ``f(t)`` (exact closure) uses row ``t`` only and ``Delta(t)`` enters later rows.
-    ``Y = M_g D H^{ell-1} + G^ell C^T / 2`` is filled column block ``t`` (rows ``< t``, upward) and
-    row ``t`` (columns ``<= t``, downward).
+    ``G^ell = M_g [S_g + gamma0^2 D S_h D^T] M_g^T`` at row ``t`` then follow in a downward pass.
+    ``f(t)`` (exact closure) uses row ``t`` only and ``Delta(t)`` enters later rows.
+    ``Y = M_g D S_h + G^ell C^T / 2`` is filled column block ``t`` (rows ``< t``, upward) and
+    row ``t`` (columns ``<= t``, downward).  "Row ``t``" is the block of ``n`` (``h`` side) or ``C``
+    (``g`` side) rows of time ``t``.  Internally ``A``, ``B`` are the responses to the decayed
+    sources, ``C M_g`` and ``M_g D``; they enter ``C``, ``D`` with the weight ``rho^{t+s}``.
     """
-    n, P = data.n_all, data.n_train
-    Tn = T * n
-    kx = data.kx
-    H0 = np.tile(kx, (T, T))
+    n, P, C = data.n_all, data.n_train, model.C
+    eta, g2, b, rho = model.eta, model.g2, model.b, model.rho
+    Tn, TC = T * n, T * C
+    pw = model.powers(T)
+    pwn, pwc = np.repeat(pw, n), np.repeat(pw, C)
+    decayed = rho != 1.0
+    H0 = np.tile(data.kx, (T, T))                       # Hb^0 (the first bias is in data.kx)
     H = [np.zeros((Tn, Tn)) for _ in range(L)]
-    G = [np.zeros((T, T)) for _ in range(L)]
-    C = [np.zeros((Tn, T)) for _ in range(L)]
-    D = [np.zeros((T, Tn)) for _ in range(L)]
-    Af = [np.zeros((Tn, T)) for _ in range(L)]       # C M_g
-    MD = [np.zeros((T, Tn)) for _ in range(L)]       # M_g D
-    Mg = [np.zeros((T, T)) for _ in range(L)]
-    Y = [np.zeros((T, Tn)) for _ in range(L)]
-    Z = [np.zeros((T, T)) for _ in range(L)]          # G^{ell+1} + gamma0^2 D H^{ell-1} D^T
-    delta = np.zeros((T, n))
-    f = np.zeros((T, n))
-    ones = np.ones((T, T))
-    K_prev = None                                    # K(t-1, t-1)[:, :P] for the NTK closure
+    # source covariances S_h^ell = R Hb^{ell-1} R; without decay and bias simply H^{ell-1}
+    if model.plain:
+        Sh = [H0] + H[: L - 1]
+    else:
+        Sh = [H0 * np.outer(pwn, pwn)] + [np.zeros((Tn, Tn)) for _ in range(L - 1)]
+    G = [np.zeros((TC, TC)) for _ in range(L)]
+    Gtop = np.kron(np.ones((T, T)), np.eye(C))           # G^{L+1} = 1 1^T (x) I_C
+    Cm = [np.zeros((Tn, TC)) for _ in range(L)]
+    Dm = [np.zeros((TC, Tn)) for _ in range(L)]
+    Af = [np.zeros((Tn, TC)) for _ in range(L)]       # C M_g
+    MD = [np.zeros((TC, Tn)) for _ in range(L)]       # M_g D
+    Mg = [np.zeros((TC, TC)) for _ in range(L)]
+    Y = [np.zeros((TC, Tn)) for _ in range(L)]
+    Z = [np.zeros((TC, TC)) for _ in range(L)]        # S_g + gamma0^2 D S_h D^T
+    delta = np.zeros((T, n, C))
+    f = np.zeros((T, n, C))
+    eye = np.eye(C)
+    kappa_decay = 1.0 - eta * model.lam * (L + 1)     # NTK closure: f <- (1 - eta lambda kappa) f
+    drive = None                                      # NTK closure: K(t-1, t-1) Delta(t-1)
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(T):
-            rt = slice(t * n, (t + 1) * n)
-            m = (t + 1) * n
+            rt, gt = slice(t * n, (t + 1) * n), slice(t * C, (t + 1) * C)
+            m, mc = (t + 1) * n, (t + 1) * C
+            tn, tc = t * n, t * C
+            # Delta(s) eta rho^{t-1-s}, s < t: the drift weights of row t, shape (t, n, C)
+            dw = delta[:t] * (eta * pw[:t][::-1])[:, None, None]
             # ---------------- upward: C, A, Y column block t, H row t
             for ell in range(1, L + 1):
                 Hp = H0 if ell == 1 else H[ell - 2]
-                c = C[ell - 1]
+                S = Sh[ell - 1]
+                c = Cm[ell - 1]
                 if t:
-                    c[rt, :t] = eta * (Hp[rt, : t * n].reshape(n, t, n) * delta[:t][None]).sum(axis=2)
-                    if ell >= 2 and not gradient_independent:
-                        c[rt, :t] += Af[ell - 2][rt, :t]
-                    Af[ell - 1][rt, :t] = c[rt, :t] @ Mg[ell - 1][:t, :t]
+                    # drift: sum_alpha Hb_{mu alpha}(t, s) dw_{s alpha c}
+                    hrow = Hp[rt, :tn] + b if ell >= 2 else Hp[rt, :tn]
+                    c[rt, :tc] = np.matmul(hrow.reshape(n, t, n).transpose(1, 0, 2),
+                                           dw).transpose(1, 0, 2).reshape(n, tc)
+                    if ell >= 2 and not model.gi:
+                        resp = Af[ell - 2][rt, :tc]
+                        c[rt, :tc] += resp * (pw[t] * pwc[:tc]) if decayed else resp
+                    Af[ell - 1][rt, :tc] = c[rt, :tc] @ Mg[ell - 1][:tc, :tc]
                     Yl = Y[ell - 1]
-                    Yl[:t, rt] = MD[ell - 1][:t, : t * n] @ Hp[: t * n, rt] \
-                        + 0.5 * G[ell - 1][:t, :t] @ c[rt, :t].T
-                    cy_row = c[rt, :t] @ Yl[:t, :m]                   # (C Y)[t, s <= t]
-                    cy_col = c[:m, :t] @ Yl[:t, rt]                   # (C Y)[s <= t, t]
-                    Hrow = Hp[rt, :m] + g2 * (cy_row + cy_col.T)
+                    Yl[:tc, rt] = MD[ell - 1][:tc, :tn] @ S[:tn, rt] \
+                        + 0.5 * G[ell - 1][:tc, :tc] @ c[rt, :tc].T
+                    cy_row = c[rt, :tc] @ Yl[:tc, :m]                 # (C Y)[t, s <= t]
+                    cy_col = c[:m, :tc] @ Yl[:tc, rt]                 # (C Y)[s <= t, t]
+                    Hrow = S[rt, :m] + g2 * (cy_row + cy_col.T)
                 else:
-                    Hrow = Hp[rt, :m].copy()
+                    Hrow = S[rt, :m].copy()
                 Hl = H[ell - 1]
                 Hl[rt, :m] = Hrow
                 Hl[:m, rt] = Hrow.T
+                if ell < L and not model.plain:              # source of the next layer
+                    Srow = (Hrow + b) * (pw[t] * pwn[:m])
+                    Sh[ell][rt, :m] = Srow
+                    Sh[ell][:m, rt] = Srow.T
             # ---------------- downward: D, M_g, M_g D, G, Y row t
             for ell in range(L, 0, -1):
-                Hp = H0 if ell == 1 else H[ell - 2]
-                Gn = ones if ell == L else G[ell]
-                d = D[ell - 1]
+                S = Sh[ell - 1]
+                Gn = Gtop if ell == L else G[ell]
+                d = Dm[ell - 1]
                 if t:
-                    d[t, : t * n] = eta * (Gn[t, :t][:, None] * delta[:t]).reshape(-1)
-                if ell <= L - 1 and not gradient_independent:
-                    d[t, :m] += MD[ell][t, :m]
+                    if ell == L:                               # G^{L+1}_{cc'} = delta_{cc'}
+                        d[gt, :tn] = dw.transpose(2, 0, 1).reshape(C, tn)
+                    else:
+                        d[gt, :tn] = np.matmul(Gn[gt, :tc].reshape(C, t, C).transpose(1, 0, 2),
+                                               dw.transpose(0, 2, 1)).transpose(1, 0, 2).reshape(C, tn)
+                if ell <= L - 1 and not model.gi:
+                    resp = MD[ell][gt, :m]
+                    d[gt, :m] += resp * (pw[t] * pwn[:m]) if decayed else resp
                 mg = Mg[ell - 1]
-                mg[t, : t + 1] = g2 * d[t, :m] @ Af[ell - 1][:m, : t + 1]
-                mg[t, t] += 1.0
-                MD[ell - 1][t, :m] = mg[t, : t + 1] @ d[: t + 1, :m]
-                # Z = G^{ell+1} + gamma0^2 D H^{ell-1} D^T (symmetric), row and column t;
+                mg[gt, :mc] = g2 * d[gt, :m] @ Af[ell - 1][:m, :mc]
+                mg[gt, gt] += eye
+                MD[ell - 1][gt, :m] = mg[gt, :mc] @ d[:mc, :m]
+                # Z = S_g + gamma0^2 D S_h D^T (symmetric), row and column t;
                 # G row t = (M_g Z M_g^T)[t, <= t]
                 Zl = Z[ell - 1]
-                zrow = Gn[t, : t + 1] + g2 * (d[t, :m] @ Hp[:m, :m]) @ d[: t + 1, :m].T
-                Zl[t, : t + 1] = zrow
-                Zl[: t + 1, t] = zrow
-                Grow = (mg[t, : t + 1] @ Zl[: t + 1, : t + 1]) @ mg[: t + 1, : t + 1].T
+                sg = Gn[gt, :mc] * (pw[t] * pwc[:mc]) if decayed else Gn[gt, :mc]
+                zrow = sg + g2 * (d[gt, :m] @ S[:m, :m]) @ d[:mc, :m].T
+                Zl[gt, :mc] = zrow
+                Zl[:mc, gt] = zrow.T
+                Grow = (mg[gt, :mc] @ Zl[:mc, :mc]) @ mg[:mc, :mc].T
                 Gl = G[ell - 1]
-                Gl[t, : t + 1] = Grow
-                Gl[: t + 1, t] = Grow
-                Y[ell - 1][t, :m] = MD[ell - 1][t, :m] @ Hp[:m, :m] \
-                    + 0.5 * Gl[t, :t] @ C[ell - 1][:m, :t].T
+                Gl[gt, :mc] = Grow
+                Gl[:mc, gt] = Grow.T
+                Y[ell - 1][gt, :m] = MD[ell - 1][gt, :m] @ S[:m, :m] \
+                    + 0.5 * Gl[gt, :tc] @ Cm[ell - 1][:m, :tc].T
             # ---------------- predictions and error signal at time t
-            if closure == "exact":
-                HpL = H0 if L == 1 else H[L - 2]
-                f[t] = MD[L - 1][t, :m] @ HpL[:m, rt] + C[L - 1][rt, :t] @ G[L - 1][:t, t]
+            if model.closure == "exact":
+                f[t] = (MD[L - 1][gt, :m] @ Sh[L - 1][:m, rt]).T \
+                    + Cm[L - 1][rt, :tc] @ G[L - 1][:tc, gt]
             elif t:
-                f[t] = f[t - 1] + eta * K_prev @ delta[t - 1, :P]
-            if closure == "ntk":
-                K_prev = G[0][t, t] * kx[:, :P]
+                f[t] = kappa_decay * f[t - 1] + eta * drive
+            delta[t, :P] = model.Y - f[t, :P]
+            if model.closure == "ntk":
+                # K(t, t) Delta(t): sum_l [Hb^l(t, t) Delta(t)] G^{l+1}(t, t), G^{L+1} = I
+                drive = (data.kx[:, :P] @ delta[t, :P]) @ G[0][gt, gt]
                 for ell in range(1, L + 1):
-                    gnext = G[ell][t, t] if ell < L else 1.0
-                    K_prev = K_prev + gnext * H[ell - 1][rt, t * n: t * n + P]
-            delta[t, :P] = data.y - f[t, :P]
-            if not (np.all(np.isfinite(f[t])) and abs(G[0][t, t]) < 1e12):
+                    hd = H[ell - 1][rt, tn: tn + P] @ delta[t, :P]
+                    drive = drive + ((hd + b * delta[t, :P].sum(axis=0)) @ G[ell][gt, gt]
+                                     if ell < L else hd)
+            if not (np.all(np.isfinite(f[t])) and np.max(np.abs(G[0][gt, gt])) < 1e12):
                 raise ConvergenceError(
                     f"deep linear DMFT diverged at time step {t} of {T} (kernels not finite or "
                     "above 1e12); lower gamma0 or eta")
@@ -254,13 +449,14 @@ def _march(data, L, T, eta, g2, closure, gradient_independent):
 
 
 def _initial_state(data, L, T, eta, ntk0):
-    """Lazy kernels tiled in time, ``A = B = 0``, static-NTK error signal."""
+    """Lazy kernels tiled in time, ``A = B = 0``, static-NTK error signal (plain equations)."""
     n, P = data.n_all, data.n_train
     H0 = np.tile(data.kx, (T, T))
     f0 = static_ntk_dynamics(ntk0, data.y, eta, T)
     return ([H0.copy() for _ in range(L)], [np.ones((T, T)) for _ in range(L)],
             [np.zeros((T * n, T)) for _ in range(L - 1)],
-            [np.zeros((T, T * n)) for _ in range(L - 1)], data.pad(data.y - f0[:, :P]))
+            [np.zeros((T, T * n)) for _ in range(L - 1)],
+            data.pad(data.y - f0[:, :P])[:, :, None])
 
 
 def _extend(state, T_old, T_new, n):
@@ -278,14 +474,25 @@ def _extend(state, T_old, T_new, n):
     return H, G, A, B, delta[idx]
 
 
-def _iterate(state, data, L, T, eta, g2, closure, damping, tol, max_iter, gradient_independent,
-             diag):
-    """Fixed-point sweeps of the closed equations on ``T`` grid points (see module docstring)."""
+def _iterate(state, data, model, L, T, damping, tol, max_iter, diag, stepwise):
+    """Fixed-point sweeps of the closed equations on ``T`` grid points (see module docstring).
+
+    ``stepwise``: the exact closure solved forward in time with the kernels held fixed
+    (:func:`_exact_closure`, plain equations with one output; needed for the sweeps); otherwise
+    ``f`` is the closed form evaluated with the current ``Delta`` (enough for checking a fixed
+    point, a Picard iteration of it is unstable).
+    """
     H, G, A, B, delta = state
-    n, P = data.n_all, data.n_train
-    mask = causal_mask(T).astype(float)
+    n, P, C = data.n_all, data.n_train, model.C
+    g2, b = model.g2, model.b
+    W = model.drift_weights(T)[:, None, :, None]
+    pw = model.powers(T)
+    pwn, pwc = np.repeat(pw, n), np.repeat(pw, C)
+    decayed = model.rho != 1.0
+    Rnc = np.outer(pwn, pwc)                               # rho^{t+s} on (h, g) index pairs
     H0 = np.tile(data.kx, (T, T))
-    ones = np.ones((T, T))
+    Gtop = np.kron(np.ones((T, T)), np.eye(C))
+    diagonal = np.arange(T)
     beta = damping
     for it in range(1, max_iter + 1):
         res = 0.0
@@ -294,53 +501,58 @@ def _iterate(state, data, L, T, eta, g2, closure, damping, tol, max_iter, gradie
         order = range(1, L + 1) if it % 2 else range(L, 0, -1)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             for ell in order:
-                Hprev = H0 if ell == 1 else H[ell - 2]
-                Gnext = ones if ell == L else G[ell]
-                C = np.einsum("imjn,jn->imj", Hprev.reshape(T, n, T, n), delta) * (
-                    eta * mask[:, None, :])
-                C = C.reshape(T * n, T)
-                D = (eta * mask * Gnext)[:, :, None] * delta[None, :, :]
-                D = D.reshape(T, T * n)
-                if not gradient_independent:
+                Hb = H0 if ell == 1 else (H[ell - 2] + b if b else H[ell - 2])
+                Gnext = Gtop if ell == L else G[ell]
+                Cm = (np.einsum("tmsa,sac->tmsc", Hb.reshape(T, n, T, n), delta) * W
+                      ).reshape(T * n, T * C)
+                Dm = (np.einsum("tcsd,sad->tcsa", Gnext.reshape(T, C, T, C), delta) * W
+                      ).reshape(T * C, T * n)
+                if not model.gi:
                     if ell >= 2:
-                        C = C + A[ell - 2]
+                        Cm = Cm + (Rnc * A[ell - 2] if decayed else A[ell - 2])
                     if ell <= L - 1:
-                        D = D + B[ell - 1]
-                DC = D @ C
+                        Dm = Dm + (Rnc.T * B[ell - 1] if decayed else B[ell - 1])
+                Sh = Hb * np.outer(pwn, pwn) if decayed else Hb
+                Sg = Gnext * np.outer(pwc, pwc) if decayed else Gnext
+                DC = Dm @ Cm
                 try:
                     if not np.all(np.isfinite(DC)):
                         raise np.linalg.LinAlgError("non-finite kernels")
-                    Mg = np.linalg.inv(np.eye(T) - g2 * DC)
+                    Mg = np.linalg.inv(np.eye(T * C) - g2 * DC)
                 except np.linalg.LinAlgError as exc:
                     raise ConvergenceError(
                         f"deep linear DMFT iteration diverged at iteration {diag.iterations + 1} "
                         f"(grid points {T}, {exc}; last residual "
                         f"{diag.residuals[-1] if diag.residuals else float('nan'):.3g}); "
                         "lower gamma0 or eta, or damp") from None
-                E = D @ Hprev
+                E = Dm @ Sh
                 MgE = Mg @ E
-                Gl = Mg @ (Gnext + g2 * (E @ D.T)) @ Mg.T
-                CY = C @ (MgE + 0.5 * Gl @ C.T)
-                Hl = Hprev + g2 * (CY + CY.T)
-                if ell == L and closure == "exact":
-                    f_new = _exact_closure(Hprev, Gl, Mg,
-                                           None if (L == 1 or gradient_independent)
-                                           else A[ell - 2], data, eta)
+                Gl = Mg @ (Sg + g2 * (E @ Dm.T)) @ Mg.T
+                CY = Cm @ (MgE + 0.5 * Gl @ Cm.T)
+                Hl = Sh + g2 * (CY + CY.T)
+                if ell == L and model.closure == "exact":
+                    if stepwise:
+                        f_new = _exact_closure(Hb, Gl, Mg, None if (L == 1 or model.gi)
+                                               else A[ell - 2], data, model.eta)[..., None]
+                    else:
+                        F = (MgE.T + Cm @ Gl).reshape(T, n, T, C)
+                        f_new = F[diagonal, :, diagonal, :]
                 res = max(res, float(np.max(np.abs(Hl - H[ell - 1]))),
                           float(np.max(np.abs(Gl - G[ell - 1]))))
                 H[ell - 1] = (1 - beta) * H[ell - 1] + beta * Hl
                 G[ell - 1] = (1 - beta) * G[ell - 1] + beta * Gl
                 if ell <= L - 1:
-                    Al = C @ Mg
+                    Al = Cm @ Mg
                     res = max(res, float(np.max(np.abs(Al - A[ell - 1]))))
                     A[ell - 1] = (1 - beta) * A[ell - 1] + beta * Al
                 if ell >= 2:
-                    Bl = Mg @ D
+                    Bl = Mg @ Dm
                     res = max(res, float(np.max(np.abs(Bl - B[ell - 2]))))
                     B[ell - 2] = (1 - beta) * B[ell - 2] + beta * Bl
-            if closure == "ntk":
-                f_new = _ntk_euler(data.kx, H, G, data.y, eta)
-            delta_new = data.pad(data.y - f_new[:, :P])
+            if model.closure == "ntk":
+                f_new = _ntk_euler(data, H, G, model)
+            delta_new = np.zeros_like(delta)
+            delta_new[:, :P] = model.Y - f_new[:, :P]
             res = max(res, float(np.max(np.abs(delta_new - delta))))
         diag.residuals.append(res)
         diag.iterations += 1
@@ -391,18 +603,22 @@ def _exact_closure(Hm, GL, Mg, Am, data, eta):
     return f
 
 
-def _ntk_euler(kx, H, G, y, eta):
-    """NTK-Euler closure ``f_{i+1} = f_i + eta K(t_i, t_i) Delta_i`` from the current kernels."""
-    T = G[0].shape[0]
-    n = kx.shape[0]
-    P = y.size
+def _ntk_euler(data, H, G, model):
+    """NTK-Euler closure ``f_{i+1} = (1 - eta lambda (L+1)) f_i + eta K(t_i, t_i) Delta_i`` from
+    the current kernels, ``K = G^1 Hb^0 + sum_{l=1}^{L-1} G^{l+1} (H^l + b) + H^L`` (per output
+    pair ``c c'``)."""
+    n, P, C, L = data.n_all, data.n_train, model.C, len(H)
+    T = G[0].shape[0] // C
     idx = np.arange(T)
-    Kd = G[0][idx, idx][:, None, None] * kx[None]
-    for ell in range(len(H)):
-        Hd = H[ell].reshape(T, n, T, n)[idx, :, idx, :]
-        gnext = G[ell + 1][idx, idx] if ell + 1 < len(G) else np.ones(T)
-        Kd = Kd + gnext[:, None, None] * Hd
-    f = np.zeros((T, n))
+    Hd = [data.kx[None].repeat(T, 0)] + [h.reshape(T, n, T, n)[idx, :, idx, :] + model.b
+                                         for h in H[:-1]]
+    Hd.append(H[-1].reshape(T, n, T, n)[idx, :, idx, :])
+    Gd = [gg.reshape(T, C, T, C)[idx, :, idx, :] for gg in G]
+    Gd.append(np.broadcast_to(np.eye(C), (T, C, C)))                # G^{L+1} = I_C
+    shrink = 1.0 - model.eta * model.lam * (L + 1)
+    f = np.zeros((T, n, C))
     for i in range(T - 1):
-        f[i + 1] = f[i] + eta * Kd[i][:, :P] @ (y - f[i, :P])
+        delta = model.Y - f[i, :P]
+        drive = sum((h[i][:, :P] @ delta) @ gd[i] for h, gd in zip(Hd, Gd))
+        f[i + 1] = shrink * f[i] + model.eta * drive
     return f
