@@ -226,7 +226,7 @@ def _train_one(X, Y, L, N, gamma0, eta, T, activation, seed, parameterization, c
             es = [None] * L
             es[-1] = dact(hs[-1])[:, :, None] * (m * inv_gamma * w)[None]
             for ell in range(L - 2, -1, -1):
-                es[ell] = dact(hs[ell])[:, :, None] * (m * np.einsum("mjc,jk->mkc", es[ell + 1], Ws[ell]))
+                es[ell] = dact(hs[ell])[:, :, None] * (m * np.matmul(Ws[ell].T, es[ell + 1]))
             f_rec[t] = f
             for ell in range(L):
                 feats[ell, t] = phis[ell]
@@ -247,8 +247,8 @@ def _train_one(X, Y, L, N, gamma0, eta, T, activation, seed, parameterization, c
         raise DomainError("training diverged (non-finite outputs); lower eta")
     loss = 0.5 * np.sum((Y[None] - f_rec[:, :P]) ** 2, axis=(1, 2))
     if record:
-        phi = np.einsum("ltan,lsbn->ltasb", feats, feats) / N
-        g = np.einsum("ltanc,lsbnd->ltasbcd", grads, grads) / N
+        phi = np.einsum("ltan,lsbn->ltasb", feats, feats, optimize=True) / N
+        g = np.einsum("ltanc,lsbnd->ltasbcd", grads, grads, optimize=True) / N
     else:
         phi = np.zeros((L, T, n, T, n))
         g = np.zeros((L, T, n, T, n, C, C))
