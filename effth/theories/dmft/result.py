@@ -67,7 +67,9 @@ class DMFTResult:
         ``A^ell = gamma0^-1 <d phi(h^ell(t)) / d r^ell(s)>`` (strictly causal) and
         ``B^ell = gamma0^-1 <d g^{ell+1}(t) / d u^{ell+1}(s)>`` (causal, including the equal-time
         part).  In deep linear networks ``r^ell`` and ``g^ell`` are sample independent and the
-        responses are the row sums: ``nA = nB = 1``; otherwise ``nA = nB = n``.
+        responses are the row sums: ``nA = nB = 1``; otherwise ``nA = nB = n``.  With ``C``
+        outputs the deep linear responses carry a trailing output axis: ``(L-1, T, n, T, 1, C)``
+        and ``(L-1, T, 1, T, n, C)``.
     f : ndarray, shape (T, n)
         Predictions on training and test points, ``f(t_0) = 0``.
     delta : ndarray, shape (T, P)
