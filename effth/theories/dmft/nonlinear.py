@@ -21,17 +21,76 @@ activations such as ReLU, whose ``phi'' = delta`` pathwise Jacobians miss).  The
 ``x <- (1 - beta) x + beta x_new``.  Predictions use the exact discrete-GD closure
 ``f_mu(t_i) = eta sum_{j<i} Phi^L_{mu alpha}(t_i, t_j) Delta_alpha(t_j) + gamma0^-1 <d phi(h^L_mu(t_i)) / d r^L>``
 (spec §2.4; App. M eq. (132)) solved forward in time, or NTK-Euler.
+
+Extensions: weight decay, trainable biases, several outputs
+---------------------------------------------------------------
+Derived here from the discrete dynamics (seed App. H, I, J, M; spec §2.9, §3.2).  With
+``rho = 1 - eta lambda`` every parameter obeys ``theta(t+1) = rho theta(t) + (GD update at t)``, so
+
+``W^l(t) = rho^t W^l(0) + eta gamma0 N^-1/2 sum_{s<t} rho^{t-1-s} sum_{alpha c} Delta_{alpha c}(s) g^{l+1}_{alpha c}(s) phi(h^l_alpha(s))^T``,
+``b^l(t) = rho^t b^l(0) + eta gamma0 sum_{s<t} rho^{t-1-s} sum_{alpha c} Delta_{alpha c}(s) g^l_{alpha c}(s)``.
+
+The initial weights enter the forward pass at ``t_i`` as ``rho^i W(0)`` and the backward pass at
+``t_j`` as ``rho^j W(0)^T``.  Averaging over ``W(0)`` exactly as without decay therefore gives, in
+terms of the *undecayed* Gaussian parts ``uh^l ~ GP(0, Phit^{l-1})``, ``rh^l ~ GP(0, G^{l+1})`` of
+the fields ``chi = W(0) phi / sqrt(N) = uh + Abar g`` and ``xi = W(0)^T g / sqrt(N) = rh + Bbar phi``,
+
+``h_mu(t_i) = rho^i [uh_mu(t_i) + sum_{j<i} sum_{alpha c} Abar^{l-1}_{mu, alpha c}(i, j) g_{alpha c}(t_j)]``
+``          + gamma0 eta sum_{j<i} rho^{i-1-j} sum_{alpha c} Delta_{alpha c}(t_j) Phit^{l-1}_{mu alpha}(t_i, t_j) g_{alpha c}(t_j)``,
+``z_{mu c}(t_i) = rho^i [rh_{mu c}(t_i) + sum_{j<=i} sum_alpha Bbar^l_{mu c, alpha}(i, j) phi(h_alpha(t_j))]``
+``          + gamma0 eta sum_{j<i} rho^{i-1-j} sum_{alpha c'} Delta_{alpha c'}(t_j) G^{l+1}_{mu alpha, c c'}(t_i, t_j) phi(h_alpha(t_j))``,
+``g_{mu c} = phi'(h_mu) z_{mu c}``,  ``Abar^l = <d phi(h^l) / d rh^l>``,  ``Bbar^{l-1} = <d g^l / d uh^l>``,
+
+with ``Phit^{l-1} = Phi^{l-1} + b 1 1^T`` (``b = 1`` with biases; ``Phit^0 = K^x + b`` is the
+returned ``data.kx``), ``G^{L+1}_{cc'} = delta_{cc'}`` (``rh^L`` is one ``N(0, I_C)`` vector per
+neuron: the readout weights at ``t = 0``) and ``Delta_{alpha c} = y_{alpha c} - f_{alpha c}``.
+Equivalently, the sources that enter the fields are ``u(t_i) = rho^i uh(t_i)`` and
+``r(t_i) = rho^i rh(t_i)``, with covariances ``rho^{i+j} Phit^{l-1}(t_i, t_j)`` and
+``rho^{i+j} G^{l+1}(t_i, t_j)``, and the response terms ``A, B`` carry the weight
+``rho^{i+j} = e^{-lambda (t + s)}`` relative to ``d/du``, ``d/dr`` -- *not* the drift terms'
+``rho^{i-1-j}`` (for ``L = 1`` there are no responses and (99) of the seed is recovered).
+Biases only add the ``+ 1`` to the forward kernel (source covariance and drift); the bias column
+does not back-propagate, so ``z`` and the form of the responses are unchanged.  With ``C``
+outputs ``h`` stays scalar, ``z, g`` carry an output index, ``G^l`` is ``(C x C)``-valued and
+``Abar`` maps ``g`` (index ``alpha c``) into ``h``, ``Bbar`` maps ``phi(h)`` into ``z`` (index
+``mu c``).  The per-sample Jacobian system keeps dimension ``T n`` for ``h`` (``Lambda_1`` acts on
+``z`` as ``diag(phi'(h)) (x) I_C``, ``Lambda_2`` stacks ``phi''(h) z_c``).  The exact closure is
+
+``f_{mu c}(t_i) = gamma0^-1 <z^L_c(t_i) phi(h^L_mu(t_i))> = eta sum_{j<i} rho^{i-1-j} sum_alpha Phi^L_{mu alpha}(t_i, t_j) Delta_{alpha c}(t_j) + gamma0^-1 rho^i <d phi(h^L_mu(t_i)) / d rh^L_c>``.
+
+Stein responses and Monte-Carlo noise
+-------------------------------------
+The plain Stein forms ``<phi(h) r^T> G^+`` amplify Monte-Carlo noise by the inverse eigenvalues of
+nearly time-constant kernels (tanh or linear, ``L = 2``: divergence within a few sweeps).  Here
+they are computed as a *causal* regression against the sampled sources themselves: row
+``(t_i, mu)`` of ``Abar`` is regressed on the sources at times ``t_j < t_i`` and row ``(t_i, mu)``
+of ``Bbar`` on those at ``t_j < t_i`` plus ``uh_mu(t_i)`` -- exact in expectation because the
+responses are causal, and exact sample by sample where ``phi`` is linear in the sources.  Source
+columns are orthogonalised in time order, and an innovation (the part of a column not explained
+by earlier ones) whose share of the column's variance is below ``stein_cut**2 / (S/2)`` is dropped,
+since a response to it cannot be resolved from ``S/2`` independent antithetic pairs (its effect
+is carried by the earlier, correlated columns).  See ``_stein``.  The readout response at layer
+``L`` is regressed on the sampled ``rh^L`` (``C`` dimensions) the same way.
+
+Long horizons
+-------------
+The damped iteration over whole trajectories can blow up from a cold start when feature learning
+is strong over many steps (weight-decay fixed points), and its Monte-Carlo noise is amplified
+through the fixed point.  ``windows`` solves growing time windows (by causality a window's
+solution is the restriction of the full one), ``average`` returns the means of the last sweeps'
+estimates, with standard errors from their spread.
 """
 
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 
 from ...activations import get_activation
 from ...errors import ConvergenceError, DomainError
-from .grid import TimeGrid, causal_mask, prepare_data
+from .grid import TimeGrid, TrainingData, causal_mask, prepare_data
 from .lazy import check_stability, lazy_kernels, static_ntk_dynamics, static_ntk_solve
 from .result import Diagnostics, DMFTResult
 
@@ -41,18 +100,26 @@ __all__ = ["solve_monte_carlo"]
 def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, steps: int,
                       activation: str = "tanh", X_test=None, kernel=None, samples: int = 2000,
                       iterations: int = 15, damping: float = 0.6, tol: float = 0.0,
-                      responses: str = "auto", closure: str = "exact", batches: int = 4,
-                      seed=0, diverge_at: float = 1e6) -> DMFTResult:
+                      responses: str = "auto", closure: str = "exact", batches: int = 16,
+                      seed=0, diverge_at: float = 1e6, weight_decay: float = 0.0,
+                      bias: bool = False, stein_cut: float = 2.0, windows: int = 1,
+                      average: int = 1) -> DMFTResult:
     """Solve the nonlinear DMFT by alternating Monte Carlo (seed Algorithm 1).
 
     Parameters
     ----------
     X, y, X_test, kernel
-        Training data (see :func:`effth.theories.dmft.grid.prepare_data`).
+        Training data (see :func:`effth.theories.dmft.grid.prepare_data`).  ``y`` of shape
+        ``(P, C)`` gives ``C`` outputs (seed App. I; same conventions as
+        :func:`effth.theories.dmft.solve_two_layer`): ``z, g`` carry an output index,
+        ``f_{mu c} = gamma0^-1 <z^L_c phi(h^L_mu)>``; then ``f`` is ``(T, n, C)``, ``delta``
+        ``(T, P, C)``, ``g`` ``(L, T, n, T, n, C, C)`` and ``A``, ``B`` ``(L-1, T, n, T, n, C)``
+        (see Returns).
     depth : int
         Hidden layers ``L``.
     gamma0 : float
-        Feature-learning strength.  ``gamma0 = 0`` returns the static-NTK solution.
+        Feature-learning strength.  ``gamma0 = 0`` returns the static-NTK solution (not
+        available with weight decay or several outputs, whose output factor is ``1/gamma0``).
     eta, steps
         GD step and number of grid points.
     activation : str
@@ -67,24 +134,77 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         ``beta``; the paper uses 0.6.
     responses : {'auto', 'jacobian', 'stein'}
         How ``Abar``, ``Bbar`` and the readout response are estimated; ``'auto'`` is
-        ``'stein'`` for activations with kinks, else ``'jacobian'``.
+        ``'stein'`` for activations with kinks, else ``'jacobian'``.  Both work with every
+        extension below.
     closure : {'exact', 'ntk'}
-        Prediction rule (see :class:`DMFTResult`).
+        Prediction rule (see :class:`DMFTResult`).  ``'ntk'`` (NTK-Euler) is not defined with
+        weight decay (``DomainError``): there ``f`` is no function of the NTK alone.
     batches : int
         The last sweep's samples are split into this many independent batches to estimate the
-        Monte-Carlo standard error of ``Phi``, ``G`` (``result.stderr``).
+        Monte-Carlo standard error of ``Phi``, ``G`` and (exact closure) ``f``
+        (``result.stderr``).  This is the noise of one sweep given its input kernels: it
+        overestimates that of the damped kernels and can underestimate that of ``f`` (noise
+        propagated through the fixed point; by up to about 1.5x in checks).
     seed : int or numpy.random.Generator
     diverge_at : float
         Raise :class:`ConvergenceError` when a kernel entry exceeds this magnitude.
+    weight_decay : float
+        ``lambda >= 0`` with ``0 <= eta lambda < 1``: every parameter (weights and biases) is
+        multiplied by ``rho = 1 - eta lambda`` at each GD step (discrete form of
+        ``d theta/dt = -gamma^2 grad L - lambda theta``, seed App. J).  The Gaussian sources of
+        ``h(t_i)``, ``z(t_i)`` then have covariances ``rho^{i+j} Phit^{l-1}``,
+        ``rho^{i+j} G^{l+1}``, the drift terms the weight ``rho^{i-1-j}`` and the response terms
+        ``rho^{i+j}`` (module docstring).
+    bias : bool
+        Trainable biases on every preactivation ``h^1 .. h^L`` (seed App. H), ``b(0) ~ N(0, 1)``,
+        learning rate ``eta gamma0^2 N``: ``u^l ~ GP(0, Phi^{l-1} + 1 1^T)`` and the drift of
+        ``h^l`` uses ``Phi^{l-1} + 1``.  The first layer's bias is folded into the returned
+        ``data.kx`` (``K^x + 1``), and ``result.bias`` is set so that ``result.ntk`` adds
+        ``G^{l+1}`` for the deeper layers.
+    stein_cut : float
+        Stein responses only (module docstring): a source innovation enters the causal Stein
+        regression only if it carries more than ``stein_cut**2 / (S/2)`` of its column's
+        variance, i.e. if the response to it is resolved to better than ``1/stein_cut`` of its
+        natural scale.  ``0`` selects the plain pseudo-inverse forms ``<phi r^T> G^+``,
+        ``<g u^T> Phi^+`` of the seed (unstable for smooth deep networks).
+    windows : int
+        Growing time windows: the sweeps are first run on the first ``ceil(T k / windows)`` grid
+        points, ``k = 1 .. windows``, each window starting from the previous window's state
+        continued in time (kernels and ``Delta`` held at their last values, responses zero).  By
+        causality the fields up to ``t_i`` do not depend on later times, so this only changes
+        the starting point; it tames the fixed-point iteration over long horizons (e.g. a
+        weight-decay fixed point), which from a cold start can blow up.  ``iterations`` sweeps
+        are run per window; ``result.stderr`` comes from the last one.
+    average : int
+        Return the means of the undamped estimates (kernels, responses, ``f``) of the last
+        ``average`` sweeps instead of the damped state and the last sweep's ``f`` (spec §3.6).
+        Sweep-to-sweep fluctuations include the noise propagated through the fixed point, which
+        the batch errors of one sweep miss and which dominates for strong feature learning
+        (e.g. weight-decay fixed points); ``result.stderr`` then comes from that spread (its
+        standard deviation ``/ sqrt(average)``, at least the last sweep's batch error
+        ``/ sqrt(average)``; checks found it conservative: successive sweeps anticorrelate).
 
     Returns
     -------
     DMFTResult
-        ``A``, ``B`` in the scaled convention (divided by ``gamma0``).
+        ``A``, ``B`` in the scaled convention (divided by ``gamma0``), as responses to the
+        undecayed Gaussian parts ``rh``, ``uh`` (module docstring; at ``lambda = 0`` the usual
+        ``gamma0^-1 <d phi/d r>``, ``gamma0^-1 <d g/d u>``).  With ``C`` outputs
+        ``A[l-1, t, mu, s, alpha, c] = gamma0^-1 <d phi(h^l_mu(t)) / d rh^l_{alpha c}(s)>`` and
+        ``B[l-1, t, mu, s, alpha, c] = gamma0^-1 <d g^{l+1}_{mu c}(t) / d uh^{l+1}_alpha(s)>``.
+        Stein responses are determined only on the directions the sampled sources resolve (as
+        with the seed's pseudo-inverse): their action on the fields is the Jacobian one, their
+        individual entries need not be.  ``stderr`` holds ``'phi'``, ``'g'`` and, for the exact
+        closure or with ``average``, ``'f'``.
 
     Raises
     ------
-    DomainError, ConvergenceError
+    DomainError
+        Bad data or hyperparameters (``eta lambda`` outside ``[0, 1)``, ``y`` not ``(P,)`` or
+        ``(P, C)``, non-finite values), ``eta lambda_max(K_NTK) >= 2``, ``gamma0 = 0`` with
+        weight decay or several outputs, ``closure='ntk'`` with weight decay.
+    ConvergenceError
+        A kernel entry exceeds ``diverge_at`` (or is not finite).
     """
     if int(depth) != depth or depth < 1:
         raise DomainError(f"depth={depth!r} must be a positive integer")
@@ -94,123 +214,302 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         raise DomainError(f"damping={damping!r} must lie in (0, 1]")
     if int(samples) < 4 or int(batches) < 1:
         raise DomainError(f"samples={samples!r} must be >= 4 and batches >= 1")
+    if not np.isfinite(gamma0):
+        raise DomainError(f"gamma0={gamma0!r} must be finite")
+    if not (np.isfinite(weight_decay) and weight_decay >= 0):
+        raise DomainError(f"weight_decay={weight_decay!r} must be a finite number >= 0")
+    if int(windows) != windows or windows < 1:
+        raise DomainError(f"windows={windows!r} must be a positive integer")
+    if int(average) != average or not 1 <= average <= iterations:
+        raise DomainError(f"average={average!r} must be an integer in [1, iterations]")
+    if not (np.isfinite(stein_cut) and stein_cut >= 0):
+        raise DomainError(f"stein_cut={stein_cut!r} must be a finite number >= 0")
     act = get_activation(activation)
-    data = prepare_data(X, y, X_test=X_test, kernel=kernel)
+    data, Y, multi = _targets(X, y, X_test, kernel, bias)
     grid = TimeGrid(float(eta), int(steps))
-    L, T, n, P = int(depth), grid.steps, data.n_all, data.n_train
+    L, T, n, P, C = int(depth), grid.steps, data.n_all, data.n_train, Y.shape[1]
+    rho = 1.0 - grid.eta * float(weight_decay)
+    if not (0.0 < rho <= 1.0):
+        raise DomainError(f"eta * weight_decay = {grid.eta * weight_decay:.3g} must lie in [0, 1)")
+    if closure == "ntk" and weight_decay > 0:
+        raise DomainError("closure='ntk' is not defined with weight decay (f is no function of the "
+                          "NTK alone); use closure='exact'")
     if gamma0 == 0:
-        return static_ntk_solve(data, grid, L, act.name)
+        if weight_decay > 0 or multi:
+            raise DomainError("gamma0 = 0 with weight decay (trivial fixed point f = K = 0) or "
+                              "several outputs is not solved here (output factor 1/gamma0); "
+                              "use gamma0 > 0")
+        return _static(data, grid, L, act.name, bool(bias))
     if responses == "auto":
         responses = "stein" if act.kinks else "jacobian"
     phi_f, dphi_f, ddphi_f = act.numpy(0), act.numpy(1), act.numpy(2)
-    phi0, _, g0, ntk0 = lazy_kernels(data.kx, L, act.name)
+    phi0, g0, ntk0 = _lazy(data.kx, L, act.name, bool(bias))
     check_stability(ntk0[:P, :P], grid.eta)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     S = int(samples) + int(samples) % 2
     gam = float(gamma0)
+    one = 1.0 if bias else 0.0
     t0 = time.perf_counter()
-    Tn = T * n
-    strict = np.kron(causal_mask(T), np.ones((n, n)))              # j < i blocks
-    lower = strict + np.kron(np.eye(T), np.eye(n))                  # j <= i, diagonal in mu at j = i
-    K0 = np.tile(data.kx, (T, T))
-    ones = np.ones((Tn, Tn))
-    Phi = [np.tile(p, (T, T)) for p in phi0]
-    G = [np.tile(g, (T, T)) for g in g0]
-    Ab = [np.zeros((Tn, Tn)) for _ in range(L - 1)]
-    Bb = [np.zeros((Tn, Tn)) for _ in range(L - 1)]
-    delta = data.pad(data.y - static_ntk_dynamics(ntk0, data.y, grid.eta, T)[:, :P])
+    ctx = dict(L=L, n=n, C=C, S=S, gam=gam, eta=grid.eta, one=one, rng=rng, stein_cut=stein_cut,
+               responses=responses, fns=(phi_f, dphi_f, ddphi_f))
+    T_all = T
+    Phi = None
+    acc = []                                 # undamped estimates of the last `average` sweeps
     diag = Diagnostics(tol=tol)
-    stderr = None
-    for it in range(1, int(iterations) + 1):
-        last = it == int(iterations)
-        dcol = np.tile(delta.reshape(1, Tn), (Tn, 1))               # Delta_alpha(t_j) by column
-        Phin, Gn, Abn, Bbn = [None] * L, [None] * L, [None] * (L - 1), [None] * (L - 1)
-        batch_phi, batch_g = [None] * L, [None] * L
-        with np.errstate(over="ignore", invalid="ignore"):
-            for ell in range(1, L + 1):
-                Pprev = K0 if ell == 1 else Phi[ell - 2]
-                Gnext = ones if ell == L else G[ell]
-                C = gam * grid.eta * strict * Pprev * dcol
-                D = gam * grid.eta * strict * Gnext * dcol
-                if ell >= 2:
-                    C = C + Ab[ell - 2]
-                if ell <= L - 1:
-                    D = D + Bb[ell - 1]
-                u = _sample(rng, Pprev, S // 2)
-                r = _sample(rng, Gnext, S // 2)
-                u = np.concatenate([u, u])
-                r = np.concatenate([r, -r])
-                h, z = _solve_fields(u, r, C, D, phi_f, dphi_f, T, n)
-                ph, d1 = phi_f(h), dphi_f(h)
-                g = d1 * z
-                Phin[ell - 1] = ph.T @ ph / S
-                Gn[ell - 1] = g.T @ g / S
-                if last:
-                    batch_phi[ell - 1] = _batch_means(ph, batches)
-                    batch_g[ell - 1] = _batch_means(g, batches)
-                need_A, need_B = ell <= L - 1, ell >= 2
-                if responses == "stein":
-                    if need_A:
-                        Abn[ell - 1] = strict * ((ph.T @ r / S) @ np.linalg.pinv(Gnext, hermitian=True))
-                    if need_B:
-                        Bbn[ell - 2] = lower * ((g.T @ u / S) @ np.linalg.pinv(Pprev, hermitian=True))
-                    if ell == L:
-                        # r^L is one N(0,1) scalar: <d phi(h^L)/d r^L> = <phi(h^L) r^L>
-                        readout = (ph * r[:, :1]).mean(axis=0)
-                else:
-                    d2 = ddphi_f(h) * z
-                    Abl, Bbl, readout = _jacobians(C, D, d1, d2, need_A, need_B, ell == L)
-                    if need_A:
-                        Abn[ell - 1] = strict * Abl
-                    if need_B:
-                        Bbn[ell - 2] = lower * Bbl
-        bad = [x for x in Phin + Gn if not np.all(np.isfinite(x)) or np.max(np.abs(x)) > diverge_at]
-        if bad:
-            raise ConvergenceError(
-                f"Monte-Carlo DMFT diverged at iteration {it} (kernel magnitude "
-                f"{max(float(np.nanmax(np.abs(x))) if np.any(np.isfinite(x)) else np.inf for x in bad):.3g}); "
-                "lower gamma0 or eta, raise samples, or damp more")
-        if closure == "exact":
-            f = _exact_closure(Phin[-1], readout.reshape(T, n) / gam, data, grid.eta)
+    for T in sorted({-(-T_all * k // int(windows)) for k in range(1, int(windows) + 1)}):
+        w = _window(T, n, C, rho, data.kx)   # growing windows (causal: earlier times unchanged)
+        if Phi is None:
+            Phi = [np.tile(p, (T, T)) for p in phi0]
+            G = [np.kron(np.tile(g, (T, T)), np.eye(C)) for g in g0]
+            Ab = [np.zeros((T * n, T * n * C)) for _ in range(L - 1)]
+            Bb = [np.zeros((T * n * C, T * n)) for _ in range(L - 1)]
+            delta = np.stack([Y[:, c] - static_ntk_dynamics(ntk0, Y[:, c], grid.eta, T)[:, :P]
+                              for c in range(C)], axis=-1)                     # (T, P, C)
         else:
-            f = _ntk_euler(data.kx, Phin, Gn, data.y, grid.eta)
-        delta_new = data.pad(data.y - f[:, :P])
-        res = max(max(float(np.max(np.abs(a - b))) for a, b in zip(Phin + Gn, Phi + G)),
-                  float(np.max(np.abs(delta_new - delta))))
-        diag.residuals.append(res)
-        diag.iterations = it
-        b = damping
-        Phi = [(1 - b) * x + b * xn for x, xn in zip(Phi, Phin)]
-        G = [(1 - b) * x + b * xn for x, xn in zip(G, Gn)]
-        Ab = [(1 - b) * x + b * xn for x, xn in zip(Ab, Abn)]
-        Bb = [(1 - b) * x + b * xn for x, xn in zip(Bb, Bbn)]
-        delta = (1 - b) * delta + b * delta_new
-        if last:
-            stderr = {"phi": np.stack([_sem(x).reshape(T, n, T, n) for x in batch_phi]),
-                      "g": np.stack([_sem(x).reshape(T, n, T, n) for x in batch_g])}
-        if tol > 0 and res < tol:
-            diag.converged = True
-            if not last:
-                stderr = None
-            break
+            Phi, G, Ab, Bb, delta = _extend(Phi, G, Ab, Bb, delta, T, n, C)
+        stderr = None
+        for it in range(1, int(iterations) + 1):
+            last = it == int(iterations) and T == T_all
+            Phin, Gn, Abn, Bbn, ro, bat = _sweep(ctx, w, Phi, G, Ab, Bb, delta,
+                                                 batches if last else 0)
+            bad = [x for x in Phin + Gn
+                   if not np.all(np.isfinite(x)) or np.max(np.abs(x)) > diverge_at]
+            if bad:
+                size = max(float(np.nanmax(np.abs(x))) if np.any(np.isfinite(x)) else np.inf
+                           for x in bad)
+                raise ConvergenceError(
+                    f"Monte-Carlo DMFT diverged at iteration {it} (window of {T} steps; kernel "
+                    f"magnitude {size:.3g}); lower gamma0 or eta, raise samples, damp more, or use "
+                    "more windows")
+            if closure == "exact":
+                f = _exact_closure(Phin[-1], w.rt[:, None, None] * ro.mean(axis=0) / gam, Y,
+                                   grid.eta, rho)
+            else:
+                f = _ntk_euler(data.kx, Phin, Gn, Y, grid.eta, one)
+            delta_new = Y[None] - f[:, :P]
+            res = max(max(float(np.max(np.abs(x - xo))) for x, xo in zip(Phin + Gn, Phi + G)),
+                      float(np.max(np.abs(delta_new - delta))))
+            diag.residuals.append(res)
+            diag.iterations += 1
+            if T == T_all and it > int(iterations) - int(average):
+                acc.append((Phin, Gn, Abn, Bbn, f))
+            mix = lambda old, new: [(1 - damping) * x + damping * xn for x, xn in zip(old, new)]
+            Phi, G, Ab, Bb = mix(Phi, Phin), mix(G, Gn), mix(Ab, Abn), mix(Bb, Bbn)
+            delta = (1 - damping) * delta + damping * delta_new
+            if last:
+                stderr = _batch_stderr(bat, ro, closure, w, Y, gam, grid.eta, rho, batches)
+            if tol > 0 and res < tol:
+                diag.converged = T == T_all
+                break
     diag.converged = diag.converged or tol == 0
+    T = T_all
+    if int(average) > 1 and len(acc) > 1:
+        Phi, G, f, stderr = _average(acc, stderr, T, n, C)
+        Ab = [np.mean([x[2][k] for x in acc], axis=0) for k in range(L - 1)]
+        Bb = [np.mean([x[3][k] for x in acc], axis=0) for k in range(L - 1)]
     diag.seconds = time.perf_counter() - t0
-    f = _closure_f(closure, Phi, G, data, grid, f)
+    if closure == "ntk":
+        f = _ntk_euler(data.kx, Phi, G, Y, grid.eta, one)
+    gg = np.stack([x.reshape(T, n, C, T, n, C).transpose(0, 1, 3, 4, 2, 5) for x in G])
+    A = (np.stack([x.reshape(T, n, T, n, C) / gam for x in Ab]) if L > 1
+         else np.zeros((0, T, n, T, n, C)))
+    B = (np.stack([x.reshape(T, n, C, T, n).transpose(0, 1, 3, 4, 2) / gam for x in Bb])
+         if L > 1 else np.zeros((0, T, n, T, n, C)))
+    delta_out = Y[None] - f[:, :P]
+    if not multi:
+        f, delta_out, gg, A, B = f[..., 0], delta_out[..., 0], gg[..., 0, 0], A[..., 0], B[..., 0]
+        if stderr is not None:
+            stderr["g"] = stderr["g"][..., 0, 0]
+            if "f" in stderr:
+                stderr["f"] = stderr["f"][..., 0]
     return DMFTResult(
         grid=grid, data=data, depth=L, gamma0=gam, activation=act.name,
-        phi=np.stack([x.reshape(T, n, T, n) for x in Phi]),
-        g=np.stack([x.reshape(T, n, T, n) for x in G]),
-        A=np.stack([x.reshape(T, n, T, n) / gam for x in Ab]) if L > 1 else np.zeros((0, T, n, T, n)),
-        B=np.stack([x.reshape(T, n, T, n) / gam for x in Bb]) if L > 1 else np.zeros((0, T, n, T, n)),
-        f=f, delta=data.y - f[:, :P], method="monte_carlo", closure=closure, diagnostics=diag,
-        stderr=stderr)
+        phi=np.stack([x.reshape(T, n, T, n) for x in Phi]), g=gg, A=A, B=B,
+        f=f, delta=delta_out, method="monte_carlo", closure=closure, diagnostics=diag,
+        stderr=stderr, bias=bool(bias))
 
 
-def _closure_f(closure, Phi, G, data, grid, f_last):
-    """Predictions consistent with the returned (damped) kernels (NTK closure) or the last sweep."""
-    if closure == "ntk":
-        return _ntk_euler(data.kx, Phi, G, data.y, grid.eta)
-    return f_last
+def _targets(X, y, X_test, kernel, bias):
+    """``(data, Y, multi)``: validated data (``K^x + 1`` with biases), targets ``Y`` ``(P, C)``."""
+    if y is None:
+        raise DomainError("targets y are required")
+    y_arr = np.asarray(y, dtype=float)
+    multi = y_arr.ndim == 2
+    if multi and (y_arr.shape[0] < 1 or y_arr.shape[1] < 1 or not np.all(np.isfinite(y_arr))):
+        raise DomainError(f"y of shape {y_arr.shape} must be (P,) or (P, C) with P, C >= 1, finite")
+    if y_arr.ndim > 2:
+        raise DomainError(f"y must have shape (P,) or (P, C), got {y_arr.shape}")
+    data = prepare_data(X, y_arr[:, 0] if multi else y_arr, X_test=X_test, kernel=kernel)
+    Y = y_arr if multi else data.y[:, None]
+    if bias:
+        data = TrainingData(data.kx + 1.0, data.y, data.n_train)
+    return data, Y, multi
+
+
+def _window(T, n, C, rho, kx):
+    """Constants of a window of ``T`` steps (flattened time-major, index ``(i n + mu) C + c``)."""
+    rt = rho ** np.arange(T)
+    lag = np.subtract.outer(np.arange(T), np.arange(T)) - 1
+    decay = np.tril(rho ** np.maximum(lag, 0), -1)                     # [j < i] rho^{i-1-j}
+    past, eye_t = causal_mask(T), np.eye(T)
+    return SimpleNamespace(
+        T=T, rt=rt, dr_n=np.repeat(rt, n), dr_nc=np.repeat(rt, n * C),  # D_rho on (t, mu(, c))
+        strict_r=np.kron(decay, np.ones((n, n))),
+        mask_a=np.kron(past, np.ones((n, n * C))),                       # (Tn, TnC): j < i
+        mask_b=(np.kron(past, np.ones((n * C, n)))                       # (TnC, Tn): j < i, and
+                + np.kron(eye_t, np.kron(np.eye(n), np.ones((C, 1))))),  # j = i diagonal in mu
+        K0=np.tile(kx, (T, T)),
+        g_top=np.kron(np.ones((T * n, T * n)), np.eye(C)),               # G^{L+1} = 1 (x) I_C
+        pre_a=np.repeat(np.arange(T) * n * C, n),                        # Stein: columns j < i
+        pre_b=np.repeat(np.arange(T) * n, n * C),                        # columns j < i
+        eq_b=np.repeat(np.arange(T * n), C))                             # and the column (i, mu)
+
+
+def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
+    """One sweep over the layers with the previous iterate's kernels (Jacobi style).
+
+    Returns the new ``Phi``, ``G``, ``Abar``, ``Bbar`` (lists over layers), the per-sample readout
+    responses ``<d phi(h^L) / d rh^L>`` ``(S, T, n, C)`` and, if ``batches``, per-batch kernel
+    estimates ``(phi, g)`` for the standard errors."""
+    L, n, C, S, gam, eta, one = (ctx[k] for k in ("L", "n", "C", "S", "gam", "eta", "one"))
+    phi_f, dphi_f, ddphi_f = ctx["fns"]
+    T = w.T
+    Tn, TnC, P = T * n, T * n * C, delta.shape[1]
+    dl = np.zeros((T, n, C))
+    dl[:, :P] = delta
+    dl = dl.reshape(Tn, C)                                  # Delta_{alpha c}(t_j) by (j, alpha)
+    Phin, Gn, Abn, Bbn = [None] * L, [None] * L, [None] * (L - 1), [None] * (L - 1)
+    bphi, bg = [None] * L, [None] * L
+    with np.errstate(over="ignore", invalid="ignore"):
+        for ell in range(1, L + 1):
+            Pprev = w.K0 if ell == 1 else Phi[ell - 2] + one
+            Gnext = w.g_top if ell == L else G[ell]
+            Cm = ((gam * eta * w.strict_r * Pprev)[:, :, None] * dl[None]).reshape(Tn, TnC)
+            Dm = (gam * eta * np.einsum("acbd,bd->acb", Gnext.reshape(Tn, C, Tn, C), dl)
+                  * w.strict_r[:, None, :]).reshape(TnC, Tn)
+            if ell >= 2:
+                Cm = Cm + w.dr_n[:, None] * Ab[ell - 2]
+            if ell <= L - 1:
+                Dm = Dm + w.dr_nc[:, None] * Bb[ell - 1]
+            uh = _sample(ctx["rng"], Pprev, S // 2)
+            rh = _sample(ctx["rng"], Gnext, S // 2)
+            uh = np.concatenate([uh, uh])                               # antithetic (u, r), (u, -r)
+            rh = np.concatenate([rh, -rh])
+            h, z, g = _solve_fields(uh * w.dr_n, rh * w.dr_nc, Cm, Dm, phi_f, dphi_f, T, n, C)
+            ph, d1 = phi_f(h), dphi_f(h)
+            Phin[ell - 1] = ph.T @ ph / S
+            Gn[ell - 1] = g.T @ g / S
+            if batches:
+                bphi[ell - 1], bg[ell - 1] = _batch_means(ph, batches), _batch_means(g, batches)
+            need_A, need_B = ell <= L - 1, ell >= 2
+            if ctx["responses"] == "stein":
+                cut = ctx["stein_cut"]
+                if need_A:
+                    Abn[ell - 1] = w.mask_a * _stein(ph, rh, Gnext, cut, True, w.pre_a)
+                if need_B:
+                    Bbn[ell - 2] = w.mask_b * _stein(g, uh, Pprev, cut, False, w.pre_b, w.eq_b)
+                if ell == L:
+                    # rh^L is one N(0, I_C) vector: <d phi(h^L)/d rh^L_c> = <phi(h^L) rh^L_c>,
+                    # regressed on the sample's own <rh rh^T> (exact for phi linear in rh)
+                    r0 = rh[:, :C]
+                    ro = ph[:, :, None] * (r0 @ np.linalg.inv(r0.T @ r0 / S))[:, None, :]
+            else:
+                Abl, Bbl, ro = _jacobians(Cm, Dm, d1, ddphi_f(h), z, w.dr_nc, C, need_A,
+                                          need_B, ell == L)
+                if need_A:                                              # d/d rh = (d/d r) D_rho
+                    Abn[ell - 1] = w.mask_a * Abl * w.dr_nc[None, :]
+                if need_B:
+                    Bbn[ell - 2] = w.mask_b * Bbl * w.dr_n[None, :]
+    return Phin, Gn, Abn, Bbn, ro.reshape(S, T, n, C), (bphi, bg)
+
+
+def _batch_stderr(bat, ro, closure, w, Y, gam, eta, rho, batches):
+    """Standard errors of ``Phi``, ``G`` and (exact closure) ``f`` from the batches of a sweep."""
+    (bphi, bg), T = bat, w.T
+    n, C = ro.shape[2], ro.shape[3]
+    out = {"phi": np.stack([_sem(x).reshape(T, n, T, n) for x in bphi]),
+           "g": np.stack([_sem(x).reshape(T, n, C, T, n, C).transpose(0, 1, 3, 4, 2, 5)
+                          for x in bg])}
+    if closure == "exact":
+        rb = _batch_means(ro.reshape(ro.shape[0], -1), batches, second=False)
+        out["f"] = _sem(np.stack([
+            _exact_closure(pb, w.rt[:, None, None] * r.reshape(T, n, C) / gam, Y, eta, rho)
+            for pb, r in zip(bphi[-1], rb)]))
+    return out
+
+
+def _average(acc, stderr, T, n, C):
+    """Means of the last ``k`` sweeps' undamped ``Phi``, ``G``, ``f`` and their standard errors:
+    the sweep-to-sweep spread / sqrt(k), and at least the last sweep's batch error / sqrt(k)."""
+    k = len(acc)
+    out, se = [], {}
+    for j, name in ((0, "phi"), (1, "g"), (4, "f")):
+        xs = np.stack([np.stack(a[j]) if j < 4 else a[j] for a in acc])
+        out.append(xs.mean(axis=0))
+        spread = xs.std(axis=0, ddof=1) / np.sqrt(k)
+        if name == "phi":
+            spread = spread.reshape(-1, T, n, T, n)
+        elif name == "g":
+            spread = spread.reshape(-1, T, n, C, T, n, C).transpose(0, 1, 2, 4, 5, 3, 6)
+        batch = None if stderr is None else stderr.get(name)
+        se[name] = spread if batch is None else np.maximum(spread, batch / np.sqrt(k))
+    return list(out[0]), list(out[1]), out[2], se
+
+
+def _extend(Phi, G, Ab, Bb, delta, T, n, C):
+    """Extend the state of a solved window to ``T`` steps: kernels and ``Delta`` continued
+    constant from the window's last time, responses by zeros (an initial guess only)."""
+    t = np.minimum(np.arange(T), delta.shape[0] - 1)
+    i_n = (t[:, None] * n + np.arange(n)).ravel()
+    i_nc = (t[:, None] * n * C + np.arange(n * C)).ravel()
+
+    def pad(x, rows, cols):
+        out = np.zeros((rows, cols))
+        out[: x.shape[0], : x.shape[1]] = x
+        return out
+
+    return ([x[np.ix_(i_n, i_n)] for x in Phi], [x[np.ix_(i_nc, i_nc)] for x in G],
+            [pad(x, T * n, T * n * C) for x in Ab], [pad(x, T * n * C, T * n) for x in Bb],
+            delta[t])
+
+
+def _lazy(kx, L, activation, bias):
+    """Lazy ``Phi^l``, ``G^l`` ``(L, n, n)`` and NTK; with biases ``u^{l+1} ~ N(0, Phi^l + 1)``."""
+    if not bias:
+        phi, _, g, ntk = lazy_kernels(kx, L, activation)
+        return phi, g, ntk
+    phi, dphi = np.empty((L,) + kx.shape), np.empty((L,) + kx.shape)
+    prev = kx
+    for ell in range(L):
+        p, d, _, _ = lazy_kernels(prev, 1, activation)
+        phi[ell], dphi[ell] = p[0], d[0]
+        prev = phi[ell] + 1.0
+    g = np.empty_like(phi)
+    nxt = 1.0
+    for ell in range(L - 1, -1, -1):
+        g[ell] = nxt = dphi[ell] * nxt
+    ntk = g[0] * kx + phi[-1]
+    for ell in range(1, L):
+        ntk = ntk + g[ell] * (phi[ell - 1] + 1.0)
+    return phi, g, ntk
+
+
+def _static(data, grid, L, activation, bias):
+    """``gamma0 = 0``: the static-NTK solution (constant kernels), with or without biases."""
+    if not bias or L == 1:
+        res = static_ntk_solve(data, grid, L, activation)
+        res.bias = bias
+        return res
+    phi, g, ntk = _lazy(data.kx, L, activation, True)
+    check_stability(ntk[: data.n_train, : data.n_train], grid.eta)
+    T, n = grid.steps, data.n_all
+    f = static_ntk_dynamics(ntk, data.y, grid.eta, T)
+    tile = lambda K: np.ascontiguousarray(np.broadcast_to(K[:, None, :, None, :], (L, T, n, T, n)))
+    zeros = np.zeros((L - 1, T, n, T, n))
+    return DMFTResult(grid=grid, data=data, depth=L, gamma0=0.0, activation=activation,
+                      phi=tile(phi), g=tile(g), A=zeros, B=zeros.copy(), f=f,
+                      delta=data.y - f[:, : data.n_train], method="static_ntk", closure="ntk",
+                      diagnostics=Diagnostics(converged=True), bias=True)
 
 
 def _sample(rng, K, count):
@@ -224,90 +523,178 @@ def _sample(rng, K, count):
     return rng.standard_normal((count, K.shape[0])) @ root
 
 
-def _solve_fields(u, r, C, D, phi_f, dphi_f, T, n):
-    """Forward substitution in time (spec §3.3) for all samples at once: ``h``, ``z`` of shape (S, Tn)."""
+def _semichol(gram, tol):
+    """Lower-triangular ``L`` with ``gram = L L^T`` on the kept columns (order preserved): column
+    ``k`` is dropped when its innovation variance given the earlier kept columns is at most
+    ``tol`` times its variance.  Returns ``L`` restricted to the kept columns and their indices."""
+    d = gram.shape[0]
+    L = np.zeros((d, d))
+    keep = np.zeros(d, dtype=bool)
+    for k in range(d):
+        piv = gram[k, k] - L[k, :k] @ L[k, :k]
+        if gram[k, k] <= 0 or piv <= tol * gram[k, k]:
+            continue
+        keep[k] = True
+        L[k, k] = np.sqrt(piv)
+        L[k + 1:, k] = (gram[k + 1:, k] - L[k + 1:, :k] @ L[k, :k]) / L[k, k]
+    idx = np.flatnonzero(keep)
+    return L[np.ix_(idx, idx)], idx
+
+
+def _stein(y, x, K, cut, flip, past, eq=None):
+    """Causal Stein regression: ``J ~ <d y / d x>`` for sources ``x ~ N(0, K)`` (spec §3.4).
+
+    Row ``r`` of ``J`` is supported on the source columns ``k < past[r]`` (time-major order: the
+    strict past of the row) and, if ``eq`` is given, the equal-time column ``eq[r]``.  Because the
+    true response is causal, regressing ``y_r`` on exactly those columns of the *sampled* sources
+    is exact in expectation (Stein: ``<y x_a^T> = J_a <x_a x_a^T>`` when ``J`` lives on ``a``),
+    and fitting against the sample's own covariance removes the noise that is linear in the
+    sources (exact for linear ``phi``).  The columns are orthogonalised in time order (semi-definite
+    Cholesky of the sample Gram matrix, one factor shared by all rows); an innovation carrying at
+    most ``cut**2 / m`` of its column's variance (``m`` independent antithetic pairs) is dropped:
+    a response to it could not be resolved to better than ``1/cut`` of its natural scale, and
+    its effect is carried by the earlier, correlated columns.  ``cut = 0``: the plain
+    pseudo-inverse form ``<y x^T> K^+`` (seed (53)), unstable for slowly varying kernels.
+
+    ``y``, ``x`` are antithetic: rows ``S/2..`` are the partners of rows ``..S/2`` with ``x``
+    negated (``flip``: the ``r``-sources) or repeated (the ``u``-sources)."""
+    S = y.shape[0]
+    if cut == 0:
+        return (y.T @ x / S) @ np.linalg.pinv(K, hermitian=True)
+    m = S // 2
+    xp = x[:m] - x[:m].mean(axis=0)
+    yp = 0.5 * (y[:m] - y[m:]) if flip else 0.5 * (y[:m] + y[m:])  # independent pair rows
+    yp = yp - yp.mean(axis=0)
+    tol = cut ** 2 / m
+    gram = xp.T @ xp / m
+    L, idx = _semichol(gram, tol)
+    Linv = np.linalg.inv(L)
+    E = xp[:, idx] @ Linv.T                                         # unit-variance innovations
+    M = idx[None, :] < past[:, None]                                # (rows, kept): strict past
+    D = (yp.T @ E / m) * M                                          # <y_r eps_k>
+    J = np.zeros((y.shape[1], x.shape[1]))
+    J[:, idx] = D @ Linv
+    if eq is not None:
+        # equal-time column q = eq[r]: its innovation given the strict past of row r
+        cq = (E.T @ xp[:, eq] / m) * M.T                            # (kept, rows)
+        e = xp[:, eq] - E @ cq
+        ve = np.mean(e ** 2, axis=0)
+        ok = ve > tol * np.diag(gram)[eq]
+        d = np.where(ok, np.mean((yp - E @ D.T) * e, axis=0) / np.where(ok, ve, 1.0), 0.0)
+        J[np.arange(y.shape[1]), eq] += d
+        J[:, idx] -= (d[:, None] * cq.T) @ Linv
+    return J
+
+
+def _solve_fields(u, r, Cm, Dm, phi_f, dphi_f, T, n, C):
+    """Forward substitution in time (spec §3.3) for all samples at once.
+
+    ``h`` (S, Tn), ``z`` and ``g`` (S, TnC), index ``(i n + mu) C + c``; ``Cm`` (Tn, TnC) maps
+    ``g`` into ``h``, ``Dm`` (TnC, Tn) maps ``phi(h)`` into ``z``."""
     S = u.shape[0]
+    nC = n * C
     h = np.zeros((S, T * n))
-    z = np.zeros((S, T * n))
-    g = np.zeros((S, T * n))
     ph = np.zeros((S, T * n))
+    z = np.zeros((S, T * nC))
+    g = np.zeros((S, T * nC))
     for i in range(T):
-        b = slice(i * n, (i + 1) * n)
-        h[:, b] = u[:, b] + g[:, : i * n] @ C[b, : i * n].T
+        b, bc = slice(i * n, (i + 1) * n), slice(i * nC, (i + 1) * nC)
+        h[:, b] = u[:, b] + g[:, : i * nC] @ Cm[b, : i * nC].T
         ph[:, b] = phi_f(h[:, b])
-        z[:, b] = r[:, b] + ph[:, : (i + 1) * n] @ D[b, : (i + 1) * n].T
-        g[:, b] = dphi_f(h[:, b]) * z[:, b]
-    return h, z
+        z[:, bc] = r[:, bc] + ph[:, : (i + 1) * n] @ Dm[bc, : (i + 1) * n].T
+        g[:, bc] = (dphi_f(h[:, b])[:, :, None] * z[:, bc].reshape(S, n, C)).reshape(S, nC)
+    return h, z, g
 
 
-def _jacobians(C, D, d1, d2, need_A, need_B, need_readout, chunk=256):
-    """Sample means of the per-sample Jacobians of the linearised causal system (spec §3.4)."""
+def _jacobians(Cm, Dm, d1, d2, z, rcol, C, need_A, need_B, need_readout, chunk=128):
+    """Sample means of the per-sample Jacobians of the linearised causal system (spec §3.4).
+
+    With ``Lambda_1 = diag(phi'(h))`` (on ``z``: ``(x) I_C``) and ``Lambda_2`` the stack of
+    ``diag(phi''(h) z_c)``: ``M = 1 - Cm Lambda_2 - Cm Lambda_1 Dm Lambda_1`` (T n x T n, unit lower
+    triangular), ``d phi/d r = Lambda_1 M^-1 Cm Lambda_1`` (Tn x TnC), ``d g/d u = (Lambda_2 +
+    Lambda_1 Dm Lambda_1) M^-1`` (TnC x Tn).  The readout response ``d phi / d rh^L_c`` (per
+    sample, ``(S, Tn, C)``) sums ``d phi/d r`` over the columns of output ``c`` weighted by
+    ``rcol`` (``r = rcol * rh``)."""
     S, Tn = d1.shape
-    A = np.zeros((Tn, Tn)) if need_A else None
-    B = np.zeros((Tn, Tn)) if need_B else None
-    readout = np.zeros(Tn) if need_readout else None
+    A = np.zeros((Tn, Tn * C)) if need_A else None
+    B = np.zeros((Tn * C, Tn)) if need_B else None
+    readout = np.zeros((S, Tn, C)) if need_readout else None
     eye = np.eye(Tn)
+    Cm3 = Cm.reshape(Tn, Tn, C)
+    wsum = lambda w, X: np.matmul(w.T[:, None, :], X.transpose(1, 0, 2))[:, 0, :]  # sum_s w X
     for s0 in range(0, S, chunk):
-        l1, l2 = d1[s0:s0 + chunk], d2[s0:s0 + chunk]
-        CL1 = C[None] * l1[:, None, :]                                  # C Lambda_1
-        L1DL1 = l1[:, :, None] * D[None] * l1[:, None, :]                # Lambda_1 D Lambda_1
-        M = eye[None] - C[None] * l2[:, None, :] - CL1 @ L1DL1
+        sl = slice(s0, s0 + chunk)
+        l1 = d1[sl]
+        m = l1.shape[0]
+        l1c = np.repeat(l1, C, axis=1)                                      # (m, TnC)
+        l2 = d2[sl][:, :, None] * z[sl].reshape(m, Tn, C)                   # (m, Tn, C)
+        CL1 = Cm[None] * l1c[:, None, :]                                    # Cm Lambda_1
+        CL2 = Cm3[None, :, :, 0] * l2[:, None, :, 0]                        # Cm Lambda_2
+        for c in range(1, C):
+            CL2 += Cm3[None, :, :, c] * l2[:, None, :, c]
+        DL1 = Dm[None] * l1[:, None, :]                                     # Dm Lambda_1
+        M = eye[None] - CL2 - CL1 @ DL1
+        if need_readout:
+            v = np.matmul(CL1, np.kron(np.ones((Tn, 1)), np.eye(C)) * rcol[:, None])  # (m, Tn, C)
         if need_A or need_B:
             Minv = np.linalg.inv(M)
             if need_A:
-                A += np.sum(l1[:, :, None] * (Minv @ CL1), axis=0)
+                A += wsum(l1, Minv @ CL1)
             if need_B:
-                Bm = L1DL1.copy()
-                Bm[:, np.arange(Tn), np.arange(Tn)] += l2
-                B += np.sum(Bm @ Minv, axis=0)
+                B += (wsum(l2.reshape(m, Tn * C), np.repeat(Minv, C, axis=1))
+                      + wsum(l1c, DL1 @ Minv))
             if need_readout:
-                readout += np.sum(l1 * np.einsum("sij,sj->si", Minv, CL1.sum(axis=2)), axis=0)
+                readout[sl] = l1[:, :, None] * (Minv @ v)
         elif need_readout:
-            v = np.linalg.solve(M, CL1.sum(axis=2)[..., None])[..., 0]
-            readout += np.sum(l1 * v, axis=0)
-    return (None if A is None else A / S, None if B is None else B / S,
-            None if readout is None else readout / S)
+            readout[sl] = l1[:, :, None] * np.linalg.solve(M, v)
+    return (None if A is None else A / S, None if B is None else B / S, readout)
 
 
-def _exact_closure(PhiL, a, data, eta):
-    """``f_mu(t_i) = a_mu(t_i) + eta sum_{j<i} sum_alpha Phi^L_{mu alpha}(t_i, t_j) Delta_alpha(t_j)``,
-    ``Delta = y - f``, solved forward in time with ``a = gamma0^-1 <d phi(h^L)/d r^L>`` fixed."""
-    T, n = a.shape
-    P = data.n_train
+def _exact_closure(PhiL, a, Y, eta, rho=1.0):
+    """``f_{mu c}(t_i) = a_{mu c}(t_i) + eta sum_{j<i} rho^{i-1-j} sum_alpha Phi^L_{mu alpha}(t_i,
+    t_j) Delta_{alpha c}(t_j)``, ``Delta = Y - f``, solved forward in time with ``a`` ``(T, n, C)``
+    fixed (``a = gamma0^-1 rho^i <d phi(h^L)/d rh^L>``)."""
+    T, n, C = a.shape
+    P = Y.shape[0]
     Ph = PhiL.reshape(T, n, T, n)
     f = a.copy()
-    delta = np.zeros((T, P))
+    delta = np.zeros((T, P, C))
     for i in range(T):
         if i:
-            f[i] += eta * np.einsum("msa,sa->m", Ph[i, :, :i, :P], delta[:i])
-        delta[i] = data.y - f[i, :P]
+            w = eta * rho ** np.arange(i - 1, -1, -1)
+            f[i] += np.einsum("msa,sac->mc", Ph[i, :, :i, :P] * w[None, :, None], delta[:i])
+        delta[i] = Y - f[i, :P]
     return f
 
 
-def _ntk_euler(kx, Phi, G, y, eta):
-    """NTK-Euler predictions from (Tn x Tn) kernels."""
+def _ntk_euler(kx, Phi, G, Y, eta, one=0.0):
+    """NTK-Euler predictions ``(T, n, C)`` from ``(T n, T n)`` kernels ``Phi``, ``(T n C, T n C)``
+    kernels ``G``: ``K^{cc'} = G^1 K^x + sum_l G^{l+1} (Phi^l + one) + Phi^L delta_{cc'}``."""
     n = kx.shape[0]
     T = Phi[0].shape[0] // n
+    P, C = Y.shape
     idx = np.arange(T)
-    diag = lambda X: X.reshape(T, n, T, n)[idx, :, idx, :]
-    K = diag(G[0]) * kx[None]
-    for ell in range(len(Phi)):
-        K = K + (diag(G[ell + 1]) if ell + 1 < len(G) else 1.0) * diag(Phi[ell])
-    P = y.size
-    f = np.zeros((T, n))
+    dphi = lambda X: X.reshape(T, n, T, n)[idx, :, idx, :][:, :, None, :, None]
+    dg = lambda X: X.reshape(T, n, C, T, n, C)[idx, :, :, idx, :, :]     # (T, n, C, n, C)
+    K = dg(G[0]) * kx[None, :, None, :, None]
+    for ell in range(1, len(Phi)):
+        K = K + dg(G[ell]) * (dphi(Phi[ell - 1]) + one)
+    K = K + dphi(Phi[-1]) * np.eye(C)[None, None, :, None, :]
+    f = np.zeros((T, n, C))
     for i in range(T - 1):
-        f[i + 1] = f[i] + eta * K[i][:, :P] @ (y - f[i, :P])
+        f[i + 1] = f[i] + eta * np.einsum("mcad,ad->mc", K[i][:, :, :P], Y - f[i, :P])
     return f
 
 
-def _batch_means(x, batches):
-    """Per-batch second-moment estimates ``x^T x / m`` (antithetic partners kept together)."""
+def _batch_means(x, batches, second=True):
+    """Per-batch estimates ``x^T x / m`` (or means of ``x`` if not ``second``), antithetic
+    partners kept together."""
     S = x.shape[0] // 2
     out = []
     for k in range(batches):
         sl = slice(k * S // batches, (k + 1) * S // batches)
         xb = np.concatenate([x[:S][sl], x[S:][sl]])
-        out.append(xb.T @ xb / xb.shape[0])
+        out.append(xb.T @ xb / xb.shape[0] if second else xb.mean(axis=0))
     return np.stack(out)
 
 
