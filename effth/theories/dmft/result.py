@@ -69,7 +69,10 @@ class DMFTResult:
         part).  In deep linear networks ``r^ell`` and ``g^ell`` are sample independent and the
         responses are the row sums: ``nA = nB = 1``; otherwise ``nA = nB = n``.  With ``C``
         outputs the deep linear responses carry a trailing output axis: ``(L-1, T, n, T, 1, C)``
-        and ``(L-1, T, 1, T, n, C)``.
+        and ``(L-1, T, 1, T, n, C)``; the Monte-Carlo solver's are ``(L-1, T, n, T, n, C)``.  With
+        weight decay they are the responses to the undecayed Gaussian sources (module docstrings
+        of the solvers); Stein-form responses are defined on the source directions the samples
+        resolve.
     f : ndarray, shape (T, n)
         Predictions on training and test points, ``f(t_0) = 0``.
     delta : ndarray, shape (T, P)
@@ -88,7 +91,8 @@ class DMFTResult:
         sum_{ell=1}^{L-1} G^{ell+1} (Phi^ell + 1) + Phi^L`` (spec §2.9, §8 #25).
     stderr : dict or None
         Monte-Carlo standard errors (same shapes as the arrays they belong to: ``'phi'``, ``'g'``,
-        ``'f'``), estimated from independent sample batches; ``None`` for deterministic solvers.
+        ``'f'``), estimated from independent sample batches (or from the spread of the last sweeps
+        with ``average``); ``None`` for deterministic solvers.
     """
 
     grid: TimeGrid
