@@ -70,6 +70,8 @@ class TrainingRun:
         ``X X^T / D``.
     width, depth, gamma0, eta, seeds
         The settings used.
+    h : ndarray, shape (S, L, T, n, N), or None
+        Preactivations of every neuron (``record_preactivations=True``).
     """
 
     f: np.ndarray
@@ -83,6 +85,7 @@ class TrainingRun:
     gamma0: float
     eta: float
     seeds: tuple
+    h: np.ndarray | None = None
 
     def mean(self, name: str) -> np.ndarray:
         """Average over seeds of ``'f'``, ``'loss'``, ``'phi'``, ``'g'`` or ``'ntk'``."""
@@ -100,7 +103,7 @@ def simulate_training(X, y, *, depth: int, width: int, gamma0: float, eta: float
                       activation: str = "tanh", seeds=(0,), X_test=None,
                       parameterization: str = "mean_field", center: bool = True,
                       record_kernels: bool = True, weight_decay: float = 0.0,
-                      bias: bool = False) -> TrainingRun:
+                      bias: bool = False, record_preactivations: bool = False) -> TrainingRun:
     """Train width-``N`` networks by full-batch GD and record outputs and kernels.
 
     Parameters
@@ -142,6 +145,10 @@ def simulate_training(X, y, *, depth: int, width: int, gamma0: float, eta: float
         learning rate ``eta gamma0^2 N`` in both parameterizations (seed App. H:
         ``db/dt = gamma0 sum_mu Delta_mu g_mu``); each adds ``G^l`` to the NTK (spec §8 #25).  For
         ``L = 1`` this is the input-kernel shift ``K^x -> K^x + 1``.
+    record_preactivations : bool
+        Keep every neuron's preactivation ``h^l_{mu i}(t)`` (``TrainingRun.h``, memory
+        ``S L T n N``) -- the finite-width counterpart of the DMFT's single-site fields (seed
+        Fig. 1b-c).
 
     Returns
     -------
@@ -170,8 +177,10 @@ def simulate_training(X, y, *, depth: int, width: int, gamma0: float, eta: float
     seeds = tuple(int(s) for s in seeds)
     runs = [_train_one(X, Y, int(depth), int(width), float(gamma0), float(eta), int(steps),
                        activation, s, parameterization, center, record_kernels,
-                       float(weight_decay), bool(bias)) for s in seeds]
+                       float(weight_decay), bool(bias), bool(record_preactivations))
+            for s in seeds]
     f, loss, phi, g = (np.stack([r[k] for r in runs]) for k in range(4))
+    h = np.stack([r[4] for r in runs]) if record_preactivations else None
     kx = X @ X.T / X.shape[1]
     T, C = int(steps), Y.shape[1]
     idx = np.arange(T)
@@ -184,11 +193,11 @@ def simulate_training(X, y, *, depth: int, width: int, gamma0: float, eta: float
     if not multi:
         f, g, ntk = f[..., 0], g[..., 0, 0], ntk[..., 0, 0]
     return TrainingRun(f=f, loss=loss, phi=phi, g=g, ntk=ntk, kx=kx, width=int(width),
-                       depth=int(depth), gamma0=float(gamma0), eta=float(eta), seeds=seeds)
+                       depth=int(depth), gamma0=float(gamma0), eta=float(eta), seeds=seeds, h=h)
 
 
 def _train_one(X, Y, L, N, gamma0, eta, T, activation, seed, parameterization, center, record,
-               weight_decay=0.0, bias=False):
+               weight_decay=0.0, bias=False, keep_h=False):
     act, dact = ACTIVATIONS[activation]
     n, D = X.shape
     P, C = Y.shape
@@ -209,6 +218,7 @@ def _train_one(X, Y, L, N, gamma0, eta, T, activation, seed, parameterization, c
     inv_gamma = 1.0 / (gamma0 * np.sqrt(N))
     rho = 1.0 - eta * weight_decay
     feats = np.zeros((L, T, n, N))
+    pre = np.zeros((L, T, n, N)) if keep_h else None
     grads = np.zeros((L, T, n, N, C))
     f_rec = np.zeros((T, n, C))
     f0 = None
@@ -230,6 +240,8 @@ def _train_one(X, Y, L, N, gamma0, eta, T, activation, seed, parameterization, c
             f_rec[t] = f
             for ell in range(L):
                 feats[ell, t] = phis[ell]
+                if keep_h:
+                    pre[ell, t] = hs[ell]
                 grads[ell, t] = gamma0 * N * es[ell]
             if t == T - 1:
                 break
@@ -255,4 +267,4 @@ def _train_one(X, Y, L, N, gamma0, eta, T, activation, seed, parameterization, c
         idx = np.arange(T)
         phi[:, idx, :, idx, :] = np.einsum("ltan,ltbn->tlab", feats, feats) / N
         g[:, idx, :, idx, :] = np.einsum("ltanc,ltbnd->tlabcd", grads, grads) / N
-    return f_rec, loss, phi, g
+    return f_rec, loss, phi, g, pre

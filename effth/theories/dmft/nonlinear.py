@@ -103,7 +103,7 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
                       responses: str = "auto", closure: str = "exact", batches: int = 16,
                       seed=0, diverge_at: float = 1e6, weight_decay: float = 0.0,
                       bias: bool = False, stein_cut: float = 2.0, windows: int = 1,
-                      average: int = 1) -> DMFTResult:
+                      average: int = 1, keep_fields: bool = False) -> DMFTResult:
     """Solve the nonlinear DMFT by alternating Monte Carlo (seed Algorithm 1).
 
     Parameters
@@ -183,6 +183,10 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         (e.g. weight-decay fixed points); ``result.stderr`` then comes from that spread (its
         standard deviation ``/ sqrt(average)``, at least the last sweep's batch error
         ``/ sqrt(average)``; checks found it conservative: successive sweeps anticorrelate).
+    keep_fields : bool
+        Return the last sweep's single-site preactivations ``h^ell_mu(t)`` as
+        ``result.fields`` ``(L, S, T, n)`` (samples of the non-Gaussian field densities, seed
+        Fig. 1b-c; the first ``S/2`` and last ``S/2`` rows are antithetic partners).
 
     Returns
     -------
@@ -251,7 +255,8 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     one = 1.0 if bias else 0.0
     t0 = time.perf_counter()
     ctx = dict(L=L, n=n, C=C, S=S, gam=gam, eta=grid.eta, one=one, rng=rng, stein_cut=stein_cut,
-               responses=responses, fns=(phi_f, dphi_f, ddphi_f))
+               responses=responses, fns=(phi_f, dphi_f, ddphi_f),
+               fields=[None] * L if keep_fields else None)
     T_all = T
     Phi = None
     acc = []                                 # undamped estimates of the last `average` sweeps
@@ -326,7 +331,8 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         grid=grid, data=data, depth=L, gamma0=gam, activation=act.name,
         phi=np.stack([x.reshape(T, n, T, n) for x in Phi]), g=gg, A=A, B=B,
         f=f, delta=delta_out, method="monte_carlo", closure=closure, diagnostics=diag,
-        stderr=stderr, bias=bool(bias))
+        stderr=stderr, bias=bool(bias),
+        fields=np.stack(ctx["fields"]) if keep_fields else None)
 
 
 def _targets(X, y, X_test, kernel, bias):
@@ -396,6 +402,8 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
             uh = np.concatenate([uh, uh])                               # antithetic (u, r), (u, -r)
             rh = np.concatenate([rh, -rh])
             h, z, g = _solve_fields(uh * w.dr_n, rh * w.dr_nc, Cm, Dm, phi_f, dphi_f, T, n, C)
+            if ctx["fields"] is not None:
+                ctx["fields"][ell - 1] = h.reshape(S, T, n)
             ph, d1 = phi_f(h), dphi_f(h)
             Phin[ell - 1] = ph.T @ ph / S
             Gn[ell - 1] = g.T @ g / S

@@ -89,6 +89,9 @@ class DMFTResult:
         bias is folded into the input kernel (``data.kx`` holds ``K^x + 1``, the covariance of
         ``u^1``); the deeper ones add ``G^{ell+1}`` to the NTK: ``K = G^1 (K^x + 1) +
         sum_{ell=1}^{L-1} G^{ell+1} (Phi^ell + 1) + Phi^L`` (spec §2.9, §8 #25).
+    fields : ndarray, shape (L, S, T, n), or None
+        Samples of the single-site preactivations ``h^ell_mu(t)`` from the last sweep
+        (``solve_monte_carlo(keep_fields=True)``).
     stderr : dict or None
         Monte-Carlo standard errors (same shapes as the arrays they belong to: ``'phi'``, ``'g'``,
         ``'f'``), estimated from independent sample batches (or from the spread of the last sweeps
@@ -111,6 +114,7 @@ class DMFTResult:
     diagnostics: Diagnostics = field(default_factory=Diagnostics)
     stderr: dict | None = None
     bias: bool = False
+    fields: np.ndarray | None = None
 
     # ----------------------------------------------------------------- derived quantities
     @property

@@ -72,3 +72,36 @@ def test_tanh_L1_quadrature_width_scaling():
     d, slope = width_study(theory, [250, 500, 1000, 2000], seeds=range(64), activation="tanh",
                            depth=1, **kw)
     assert abs(slope + 1.0) < 0.25, (d, slope)
+
+
+def test_single_site_field_density_matches_network_preactivations():
+    """Seed Fig. 1b-c: the DMFT's single-site preactivations h^l_mu(t_final) (tanh, L = 2,
+    gamma0 = 1.5) have the variance and the (non-Gaussian) kurtosis of the width-2000 networks'
+    neurons, within 5 standard errors (batches of samples / of neurons); the lazy Gaussian
+    (kurtosis 3) is rejected."""
+    import numpy as np
+
+    from effth.simulation.training import simulate_training
+    from effth.theories.dmft import solve_monte_carlo
+
+    kx = np.array([[1.0, 0.5], [0.5, 1.0]])
+    X, y = np.linalg.cholesky(2 * kx), np.array([1.0, -0.5])
+    kw = dict(depth=2, gamma0=1.5, eta=0.1, steps=10)
+    res = solve_monte_carlo(X, y, samples=8000, iterations=12, keep_fields=True, seed=3, **kw)
+    nets = simulate_training(X, y, width=2000, activation="tanh", seeds=range(4),
+                             record_preactivations=True, **kw)
+
+    def moments(batches):
+        v = np.array([np.var(b) for b in batches])
+        k = np.array([np.mean((b - b.mean()) ** 4) / np.var(b) ** 2 for b in batches])
+        return (v.mean(), v.std(ddof=1) / np.sqrt(len(v))), (k.mean(), k.std(ddof=1) / np.sqrt(len(k)))
+
+    S = res.fields.shape[1] // 2
+    for ell in range(2):
+        h = res.fields[ell, :, -1, 0]
+        pairs = np.stack([h[:S], h[S:]], axis=1)               # antithetic partners together
+        dmft = moments([p.ravel() for p in np.array_split(pairs, 16)])
+        nn = moments([b for s in range(4) for b in np.array_split(nets.h[s, ell, -1, 0], 5)])
+        for (a, sa), (b, sb) in zip(dmft, nn):
+            assert abs(a - b) < 5 * np.hypot(sa, sb), (ell, a, sa, b, sb)
+        assert abs(nn[1][0] - 3.0) > 5 * nn[1][1] or ell == 0
