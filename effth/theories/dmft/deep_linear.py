@@ -77,7 +77,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ConvergenceError, DomainError
-from .grid import TimeGrid, TrainingData, causal_mask, prepare_data
+from .grid import TimeGrid, causal_mask, decay_factor, prepare_targets
 from .lazy import check_stability, static_ntk_dynamics
 from .result import Diagnostics, DMFTResult
 
@@ -213,15 +213,11 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         raise DomainError(f"damping={damping!r} must lie in (0, 1]")
     if method not in ("march", "sweep"):
         raise DomainError(f"method={method!r} must be 'march' or 'sweep'")
-    if not (np.isfinite(weight_decay) and weight_decay >= 0):
-        raise DomainError(f"weight_decay={weight_decay!r} must be a finite number >= 0")
-    data, Y, multi = _targets(X, y, X_test, kernel, bool(bias))
+    data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
     grid = TimeGrid(float(eta), int(steps))
     L, T, n, P, C = int(depth), grid.steps, data.n_all, data.n_train, Y.shape[1]
+    rho = decay_factor(grid.eta, weight_decay)
     lam = float(weight_decay)
-    rho = 1.0 - grid.eta * lam
-    if not (0.0 < rho <= 1.0):
-        raise DomainError(f"eta * weight_decay = {grid.eta * lam:.3g} must lie in [0, 1)")
     if gamma0 == 0 and lam > 0:
         raise DomainError("gamma0 = 0 with weight decay (trivial fixed point f = K = 0; output "
                           "factor 1/gamma0) is not solved here; use gamma0 > 0")
@@ -292,23 +288,6 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         grid=grid, data=data, depth=L, gamma0=float(gamma0), activation="linear",
         phi=np.stack([h.reshape(T, n, T, n) for h in H]), g=g, A=A, B=B, f=f, delta=delta,
         method="deep_linear", closure=closure, diagnostics=diag, bias=bool(bias))
-
-
-def _targets(X, y, X_test, kernel, bias):
-    """``(data, Y, multi)``: validated data (``K^x + 1`` with biases) and targets ``Y`` ``(P, C)``."""
-    if y is None:
-        raise DomainError("targets y are required")
-    y_arr = np.asarray(y, dtype=float)
-    multi = y_arr.ndim == 2
-    if y_arr.ndim > 2 or (multi and (min(y_arr.shape) < 1 or not np.all(np.isfinite(y_arr)))):
-        raise DomainError(f"y of shape {y_arr.shape} must be (P,) or (P, C) with P, C >= 1, finite")
-    data = prepare_data(X, y_arr[:, 0] if multi else y_arr, X_test=X_test, kernel=kernel)
-    if multi and y_arr.shape[0] != data.n_train:
-        raise DomainError(f"y of shape {y_arr.shape} does not match P = {data.n_train}")
-    Y = y_arr if multi else data.y[:, None]
-    if bias:
-        data = TrainingData(data.kx + 1.0, data.y, data.n_train)
-    return data, Y, multi
 
 
 def _lazy_ntk(kx, L, b):

@@ -146,3 +146,37 @@ def prepare_data(X=None, y=None, *, X_test=None, kernel=None) -> TrainingData:
         raise DomainError("inputs contain non-finite values")
     kx = _check_kernel(X @ X.T / X.shape[1], "K^x")
     return TrainingData(kx, y, y.size)
+
+
+def prepare_targets(X=None, y=None, *, X_test=None, kernel=None, bias: bool = False):
+    """Data and targets for the solvers with the extensions of seed App. H, I.
+
+    Returns ``(data, Y, multi)``: :class:`TrainingData` (``K^x + 1`` when ``bias``: the first
+    layer's bias folded into the input kernel), targets ``Y`` of shape ``(P, C)`` and whether ``y``
+    was 2-D (``C`` outputs).  Raises :class:`DomainError` for missing, non-finite or mis-shaped
+    targets.
+    """
+    if y is None:
+        raise DomainError("targets y are required")
+    y_arr = np.asarray(y, dtype=float)
+    multi = y_arr.ndim == 2
+    if y_arr.ndim > 2 or (multi and (min(y_arr.shape) < 1 or not np.all(np.isfinite(y_arr)))):
+        raise DomainError(f"y of shape {y_arr.shape} must be (P,) or (P, C) with P, C >= 1, finite")
+    data = prepare_data(X, y_arr[:, 0] if multi else y_arr, X_test=X_test, kernel=kernel)
+    if multi and y_arr.shape[0] != data.n_train:
+        raise DomainError(f"y of shape {y_arr.shape} does not match P = {data.n_train}")
+    Y = y_arr if multi else data.y[:, None]
+    if bias:
+        data = TrainingData(data.kx + 1.0, data.y, data.n_train)
+    return data, Y, multi
+
+
+def decay_factor(eta: float, weight_decay: float) -> float:
+    """``rho = 1 - eta lambda``, the factor every parameter is multiplied by per GD step (seed App. J
+    in discrete time); :class:`DomainError` unless ``lambda >= 0`` is finite and ``eta lambda < 1``."""
+    if not (np.isfinite(weight_decay) and weight_decay >= 0):
+        raise DomainError(f"weight_decay={weight_decay!r} must be a finite number >= 0")
+    rho = 1.0 - float(eta) * float(weight_decay)
+    if not (0.0 < rho <= 1.0):
+        raise DomainError(f"eta * weight_decay = {eta * weight_decay:.3g} must lie in [0, 1)")
+    return rho

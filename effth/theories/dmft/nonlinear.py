@@ -90,7 +90,7 @@ import numpy as np
 
 from ...activations import get_activation
 from ...errors import ConvergenceError, DomainError
-from .grid import TimeGrid, TrainingData, causal_mask, prepare_data
+from .grid import TimeGrid, causal_mask, decay_factor, prepare_targets
 from .lazy import check_stability, lazy_kernels, static_ntk_dynamics, static_ntk_solve
 from .result import Diagnostics, DMFTResult
 
@@ -220,8 +220,6 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         raise DomainError(f"samples={samples!r} must be >= 4 and batches >= 1")
     if not np.isfinite(gamma0):
         raise DomainError(f"gamma0={gamma0!r} must be finite")
-    if not (np.isfinite(weight_decay) and weight_decay >= 0):
-        raise DomainError(f"weight_decay={weight_decay!r} must be a finite number >= 0")
     if int(windows) != windows or windows < 1:
         raise DomainError(f"windows={windows!r} must be a positive integer")
     if int(average) != average or not 1 <= average <= iterations:
@@ -229,12 +227,10 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     if not (np.isfinite(stein_cut) and stein_cut >= 0):
         raise DomainError(f"stein_cut={stein_cut!r} must be a finite number >= 0")
     act = get_activation(activation)
-    data, Y, multi = _targets(X, y, X_test, kernel, bias)
     grid = TimeGrid(float(eta), int(steps))
+    rho = decay_factor(grid.eta, weight_decay)
+    data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
     L, T, n, P, C = int(depth), grid.steps, data.n_all, data.n_train, Y.shape[1]
-    rho = 1.0 - grid.eta * float(weight_decay)
-    if not (0.0 < rho <= 1.0):
-        raise DomainError(f"eta * weight_decay = {grid.eta * weight_decay:.3g} must lie in [0, 1)")
     if closure == "ntk" and weight_decay > 0:
         raise DomainError("closure='ntk' is not defined with weight decay (f is no function of the "
                           "NTK alone); use closure='exact'")
@@ -333,23 +329,6 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         f=f, delta=delta_out, method="monte_carlo", closure=closure, diagnostics=diag,
         stderr=stderr, bias=bool(bias),
         fields=np.stack(ctx["fields"]) if keep_fields else None)
-
-
-def _targets(X, y, X_test, kernel, bias):
-    """``(data, Y, multi)``: validated data (``K^x + 1`` with biases), targets ``Y`` ``(P, C)``."""
-    if y is None:
-        raise DomainError("targets y are required")
-    y_arr = np.asarray(y, dtype=float)
-    multi = y_arr.ndim == 2
-    if multi and (y_arr.shape[0] < 1 or y_arr.shape[1] < 1 or not np.all(np.isfinite(y_arr))):
-        raise DomainError(f"y of shape {y_arr.shape} must be (P,) or (P, C) with P, C >= 1, finite")
-    if y_arr.ndim > 2:
-        raise DomainError(f"y must have shape (P,) or (P, C), got {y_arr.shape}")
-    data = prepare_data(X, y_arr[:, 0] if multi else y_arr, X_test=X_test, kernel=kernel)
-    Y = y_arr if multi else data.y[:, None]
-    if bias:
-        data = TrainingData(data.kx + 1.0, data.y, data.n_train)
-    return data, Y, multi
 
 
 def _window(T, n, C, rho, kx):

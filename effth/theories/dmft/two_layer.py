@@ -27,7 +27,7 @@ import numpy as np
 from ...activations import get_activation
 from ...errors import DomainError
 from ...numerics._rules import covariance_root, gaussian_tensor_rule
-from .grid import TimeGrid, TrainingData, prepare_data
+from .grid import TimeGrid, decay_factor, prepare_targets
 from .lazy import check_stability, lazy_kernels, static_ntk_solve
 from .result import Diagnostics, DMFTResult
 
@@ -84,22 +84,11 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     """
     if method not in ("quadrature", "monte_carlo"):
         raise DomainError(f"method={method!r} must be 'quadrature' or 'monte_carlo'")
-    if not (np.isfinite(weight_decay) and weight_decay >= 0):
-        raise DomainError(f"weight_decay={weight_decay!r} must be a finite number >= 0")
     act = get_activation(activation)
-    y_arr = np.asarray(y, dtype=float) if y is not None else None
-    multi = y_arr is not None and y_arr.ndim == 2
-    if multi and (y_arr.shape[1] < 1 or not np.all(np.isfinite(y_arr))):
-        raise DomainError(f"y of shape {y_arr.shape} must be (P,) or (P, C) with C >= 1, finite")
-    data = prepare_data(X, y_arr[:, 0] if multi else y, X_test=X_test, kernel=kernel)
-    Y = y_arr if multi else data.y[:, None]
-    if bias:
-        data = TrainingData(data.kx + 1.0, data.y, data.n_train)
     grid = TimeGrid(float(eta), int(steps))
+    rho = decay_factor(grid.eta, weight_decay)
+    data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
     T, n, P, C = grid.steps, data.n_all, data.n_train, Y.shape[1]
-    rho = 1.0 - grid.eta * float(weight_decay)
-    if not (0.0 < rho <= 1.0):
-        raise DomainError(f"eta * weight_decay = {grid.eta * weight_decay:.3g} must lie in [0, 1)")
     if gamma0 == 0 and weight_decay == 0 and not multi:
         return static_ntk_solve(data, grid, 1, act.name)
     if gamma0 == 0:
