@@ -103,7 +103,8 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
                       responses: str = "auto", closure: str = "exact", batches: int = 16,
                       seed=0, diverge_at: float = 1e6, weight_decay: float = 0.0,
                       bias: bool = False, stein_cut: float = 2.0, windows: int = 1,
-                      average: int = 1, keep_fields: bool = False) -> DMFTResult:
+                      average: int = 1, keep_fields: bool = False,
+                      gradient_independent: bool = False) -> DMFTResult:
     """Solve the nonlinear DMFT by alternating Monte Carlo (seed Algorithm 1).
 
     Parameters
@@ -183,6 +184,10 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         (e.g. weight-decay fixed points); ``result.stderr`` then comes from that spread (its
         standard deviation ``/ sqrt(average)``, at least the last sweep's batch error
         ``/ sqrt(average)``; checks found it conservative: successive sweeps anticorrelate).
+    gradient_independent : bool
+        Set ``A = B = 0`` (the gradient-independence ansatz, seed §5, spec §2.7) and keep the
+        self-consistent kernels.  Requires ``closure='ntk'`` (the exact closure needs the readout
+        response, which the ansatz drops), as in :func:`solve_deep_linear`.
     keep_fields : bool
         Return the last sweep's single-site preactivations ``h^ell_mu(t)`` as
         ``result.fields`` ``(L, S, T, n)`` (samples of the non-Gaussian field densities, seed
@@ -240,6 +245,9 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
                               "several outputs is not solved here (output factor 1/gamma0); "
                               "use gamma0 > 0")
         return _static(data, grid, L, act.name, bool(bias))
+    if gradient_independent and closure != "ntk":
+        raise DomainError("gradient_independent=True needs closure='ntk' (A = B = 0 drops the readout "
+                          "response of the exact closure)")
     if responses == "auto":
         responses = "stein" if act.kinks else "jacobian"
     phi_f, dphi_f, ddphi_f = act.numpy(0), act.numpy(1), act.numpy(2)
@@ -252,7 +260,7 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     t0 = time.perf_counter()
     ctx = dict(L=L, n=n, C=C, S=S, gam=gam, eta=grid.eta, one=one, rng=rng, stein_cut=stein_cut,
                responses=responses, fns=(phi_f, dphi_f, ddphi_f),
-               fields=[None] * L if keep_fields else None)
+               fields=[None] * L if keep_fields else None, gi=bool(gradient_independent))
     T_all = T
     Phi = None
     acc = []                                 # undamped estimates of the last `average` sweeps
@@ -388,7 +396,7 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
             Gn[ell - 1] = g.T @ g / S
             if batches:
                 bphi[ell - 1], bg[ell - 1] = _batch_means(ph, batches), _batch_means(g, batches)
-            need_A, need_B = ell <= L - 1, ell >= 2
+            need_A, need_B = ell <= L - 1 and not ctx["gi"], ell >= 2 and not ctx["gi"]
             if ctx["responses"] == "stein":
                 cut = ctx["stein_cut"]
                 if need_A:
@@ -407,6 +415,8 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
                     Abn[ell - 1] = w.mask_a * Abl * w.dr_nc[None, :]
                 if need_B:
                     Bbn[ell - 2] = w.mask_b * Bbl * w.dr_n[None, :]
+    if ctx["gi"]:
+        Abn, Bbn = [np.zeros_like(x) for x in Ab], [np.zeros_like(x) for x in Bb]
     return Phin, Gn, Abn, Bbn, ro.reshape(S, T, n, C), (bphi, bg)
 
 

@@ -262,3 +262,22 @@ def test_bad_input():
         solve_monte_carlo(X, Y, windows=0, **kw)
     with pytest.raises(DomainError, match="average"):
         solve_monte_carlo(X, Y, average=20, iterations=5, **kw)
+
+
+def test_gradient_independence_ansatz():
+    """A = B = 0: linear L = 2, 3 against the deep linear solver's ansatz within 5 MC standard
+    errors (its A = B = 0 differs from the full DMFT by more than that); closure='exact' rejected."""
+    from effth.theories.dmft import solve_deep_linear
+
+    kw = dict(gamma0=1.5, eta=0.1, steps=10)
+    for L in (2, 3):
+        gi = solve_deep_linear(X, Y, depth=L, gradient_independent=True, **kw)
+        full = solve_deep_linear(X, Y, depth=L, **dict(kw, closure="ntk"))
+        mc = solve_monte_carlo(X, Y, depth=L, activation="linear", samples=4000, iterations=12,
+                               closure="ntk", gradient_independent=True, seed=2, **kw)
+        se = mc.stderr["phi"]
+        assert np.all(np.abs(mc.phi - gi.phi) < 5 * se + 1e-3)
+        assert np.max(np.abs(mc.phi - full.phi) / (se + 1e-3)) > 10
+        assert np.all(mc.A == 0) and np.all(mc.B == 0)
+    with pytest.raises(DomainError, match="closure='ntk'"):
+        solve_monte_carlo(X, Y, depth=2, gradient_independent=True, **kw)
