@@ -13,6 +13,7 @@ import numpy as np
 
 from ...errors import DomainError
 from .deep_linear import solve_deep_linear
+from .nonlinear import solve_monte_carlo
 from .gamma_series import gamma0_series
 from .grid import TimeGrid, prepare_data
 from .lazy import _LINEAR, static_ntk_solve
@@ -83,7 +84,8 @@ def _gd_on_ntk(ntk_diag, y, eta):
 
 def compare_approximations(X=None, y=None, *, depth: int, gamma0: float, eta: float, steps: int,
                            order: int = 2, activation: str = "linear", kernel=None,
-                           nodes: int = 24) -> ApproximationComparison:
+                           nodes: int = 24, samples: int = 4000, iterations: int = 25,
+                           seed=0) -> ApproximationComparison:
     r"""Solve the full DMFT and each approximation of spec §5 on the same data and grid.
 
     Parameters
@@ -95,8 +97,11 @@ def compare_approximations(X=None, y=None, *, depth: int, gamma0: float, eta: fl
     order : int
         Truncation of the :math:`\gamma_0`-series (even).
     activation : str
-        ``'linear'`` (any depth) or a nonlinear activation with ``depth=1`` (quadrature solver with
-        ``nodes`` Gauss-Hermite points per dimension).
+        ``'linear'`` (any depth); a nonlinear activation with ``depth=1`` (quadrature solver with
+        ``nodes`` Gauss-Hermite points per dimension); or a smooth nonlinear activation with
+        ``depth >= 2``: the full DMFT and the gradient-independence ansatz by the Monte-Carlo
+        solver (``samples``, ``iterations``, ``seed``), the series at ``order <= 2``, all with the
+        NTK closure (the one the deep nonlinear series has).
 
     Returns
     -------
@@ -106,8 +111,10 @@ def compare_approximations(X=None, y=None, *, depth: int, gamma0: float, eta: fl
     linear = activation in _LINEAR
     if not np.isfinite(gamma0):
         raise DomainError(f"gamma0={gamma0!r} must be finite")
+    deep_nonlinear = not linear and depth > 1
     ser = gamma0_series(kernel=data.kx, y=data.y, depth=depth, eta=eta, steps=steps, order=order,
-                        activation=activation, nodes=nodes)
+                        activation=activation, nodes=nodes,
+                        closure="ntk" if deep_nonlinear else "exact")
     lazy = static_ntk_solve(data, TimeGrid(float(eta), int(steps)), depth,
                             "linear" if linear else activation)
     if linear:
@@ -115,6 +122,12 @@ def compare_approximations(X=None, y=None, *, depth: int, gamma0: float, eta: fl
                                  steps=steps)
         gi = solve_deep_linear(kernel=data.kx, y=data.y, depth=depth, gamma0=gamma0, eta=eta,
                                steps=steps, gradient_independent=True) if depth > 1 else full
+    elif deep_nonlinear:
+        mc = dict(kernel=data.kx, y=data.y, depth=depth, gamma0=gamma0, eta=eta, steps=steps,
+                  activation=activation, samples=samples, iterations=iterations, seed=seed,
+                  closure="ntk")
+        full = solve_monte_carlo(**mc)
+        gi = solve_monte_carlo(gradient_independent=True, **mc)
     else:
         full = solve_two_layer(kernel=data.kx, y=data.y, gamma0=gamma0, eta=eta, steps=steps,
                                activation=activation, nodes=nodes, two_time=False)

@@ -429,3 +429,13 @@ def test_deep_nonlinear_scope_is_explicit():
     tex = latex_coefficient(2, "phi", depth=3, activation="tanh")
     assert r"\Phi^{\ell-1}_{2,ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle" in tex
     assert latex_coefficient(2, "ntk", depth=3, activation="tanh").startswith(r"K_{2}(t,s) =")
+
+
+def test_compare_approximations_deep_tanh():
+    """L = 3 tanh at gamma0 = 0.3 (gamma0 L ~ 1): the gamma0^2 series is closer to the full
+    Monte-Carlo DMFT than gradient independence, which is closer than the static NTK."""
+    c = compare_approximations(kernel=KX, y=Y, depth=3, gamma0=0.3, eta=0.3, steps=8, order=2,
+                               activation="tanh")
+    err = c.errors()
+    assert err["series_ntk"][0] < err["gradient_independent"][0] < err["static_ntk"][0]
+    assert err["series"][1] < err["gradient_independent"][1] < err["static_ntk"][1]
