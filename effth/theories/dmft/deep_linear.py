@@ -78,7 +78,7 @@ import numpy as np
 
 from ...errors import ConvergenceError, DomainError
 from .grid import TimeGrid, causal_mask, decay_factor, prepare_targets
-from .lazy import check_stability, static_ntk_dynamics
+from .lazy import check_stability, lazy_kernels, static_ntk_dynamics
 from .result import Diagnostics, DMFTResult
 
 __all__ = ["solve_deep_linear"]
@@ -229,7 +229,7 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
                           "bias or 2-D y); use method='march'")
     model = _Model(eta=grid.eta, g2=float(gamma0) ** 2, rho=rho, lam=lam, b=float(bool(bias)),
                    Y=Y, closure=closure, gi=bool(gradient_independent))
-    check_stability(_lazy_ntk(data.kx, L, model.b)[:P, :P], grid.eta)
+    check_stability(lazy_kernels(data.kx, L, bias=bool(bias))[3][:P, :P], grid.eta)
     t0 = time.perf_counter()
     diag = Diagnostics(tol=tol)
     # Causality: the solution on the first Tk grid points does not depend on later times, so the
@@ -256,7 +256,7 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     else:
         width = window if window else 10
         stages = list(range(min(width, T), T, width)) + [T]
-        state = _initial_state(data, L, stages[0], grid.eta, _lazy_ntk(data.kx, L, 0.0))
+        state = _initial_state(data, L, stages[0], grid.eta, lazy_kernels(data.kx, L)[3])
         for k, Tk in enumerate(stages):
             if k:
                 state = _extend(state, stages[k - 1], Tk, n)
@@ -288,13 +288,6 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         grid=grid, data=data, depth=L, gamma0=float(gamma0), activation="linear",
         phi=np.stack([h.reshape(T, n, T, n) for h in H]), g=g, A=A, B=B, f=f, delta=delta,
         method="deep_linear", closure=closure, diagnostics=diag, bias=bool(bias))
-
-
-def _lazy_ntk(kx, L, b):
-    """Lazy NTK ``K_0 = Hb^0 + sum_{l=1}^{L-1} (H^l + b) + H^L`` with ``H^l = kx + (l-1) b``
-    (``kx`` already holds the first layer's ``+ b``; all ``G^l = 1``)."""
-    H = [kx + ell * b for ell in range(L)]                  # H^{l} at index l - 1
-    return kx + sum(H[ell - 1] + b for ell in range(1, L)) + H[L - 1]
 
 
 def _march(data, model, L, T):

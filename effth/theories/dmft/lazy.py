@@ -34,7 +34,7 @@ def _pair_cov(K: np.ndarray) -> np.ndarray:
     return cov
 
 
-def lazy_kernels(kx: np.ndarray, depth: int, activation: str = "linear"):
+def lazy_kernels(kx: np.ndarray, depth: int, activation: str = "linear", *, bias: bool = False):
     """NNGP and gradient kernels of the lazy limit (spec §2.5).
 
     Parameters
@@ -46,6 +46,10 @@ def lazy_kernels(kx: np.ndarray, depth: int, activation: str = "linear"):
     activation : str
         Registry name; Gaussian expectations by :func:`effth.numerics.gaussian_expectation`
         (closed forms where they exist, else quadrature).
+    bias : bool
+        Trainable biases on every preactivation (seed App. H): ``kx`` already holds the first
+        layer's ``K^x + 1``, deeper sources have covariance ``Phi^ell + 1`` and the NTK adds
+        ``G^{ell+1}`` for ``ell = 1 .. L-1``.
 
     Returns
     -------
@@ -56,6 +60,7 @@ def lazy_kernels(kx: np.ndarray, depth: int, activation: str = "linear"):
         ``K_0 = sum_{ell=0}^{L} G^{ell+1} Phi^ell``.
     """
     n = kx.shape[0]
+    b = 1.0 if bias else 0.0
     phi = np.empty((depth, n, n))
     dphi = np.empty((depth, n, n))
     prev = kx
@@ -66,8 +71,8 @@ def lazy_kernels(kx: np.ndarray, depth: int, activation: str = "linear"):
             cov = _pair_cov(prev)
             phi[ell] = gaussian_expectation([(0, "sigma", 0), (1, "sigma", 0)], cov, activation)
             dphi[ell] = gaussian_expectation([(0, "sigma", 1), (1, "sigma", 1)], cov, activation)
-        prev = 0.5 * (phi[ell] + phi[ell].T)
-        phi[ell] = prev
+        phi[ell] = 0.5 * (phi[ell] + phi[ell].T)
+        prev = phi[ell] + b
     g = np.empty((depth, n, n))
     nxt = np.ones((n, n))
     for ell in range(depth - 1, -1, -1):
@@ -75,7 +80,7 @@ def lazy_kernels(kx: np.ndarray, depth: int, activation: str = "linear"):
         nxt = g[ell]
     ntk = g[0] * kx + phi[-1]
     for ell in range(1, depth):
-        ntk = ntk + g[ell] * phi[ell - 1]
+        ntk = ntk + g[ell] * (phi[ell - 1] + b)
     return phi, dphi, g, ntk
 
 
@@ -107,13 +112,15 @@ def static_ntk_dynamics(ntk: np.ndarray, y: np.ndarray, eta: float, steps: int) 
 
 
 def static_ntk_solve(data: TrainingData, grid: TimeGrid, depth: int,
-                     activation: str = "linear", *, check: bool = True) -> DMFTResult:
+                     activation: str = "linear", *, check: bool = True,
+                     bias: bool = False) -> DMFTResult:
     """The ``gamma0 = 0`` DMFT without solving: constant kernels and static-NTK GD predictions.
 
     The response arrays are returned as zeros (they do not enter at ``gamma0 = 0``; the deep
     linear solver returns the exact lazy responses).  Raises :class:`DomainError` past the
-    stability edge when ``check``."""
-    phi, _, g, ntk = lazy_kernels(data.kx, depth, activation)
+    stability edge when ``check``.  ``bias``: see :func:`lazy_kernels` (``data.kx`` holds
+    ``K^x + 1``)."""
+    phi, _, g, ntk = lazy_kernels(data.kx, depth, activation, bias=bias)
     if check:
         check_stability(ntk[: data.n_train, : data.n_train], grid.eta)
     T, n = grid.steps, data.n_all
@@ -122,7 +129,7 @@ def static_ntk_solve(data: TrainingData, grid: TimeGrid, depth: int,
     return DMFTResult(grid=grid, data=data, depth=depth, gamma0=0.0, activation=activation,
                       phi=_tile_time(phi, T), g=_tile_time(g, T), A=zeros, B=zeros.copy(), f=f,
                       delta=data.y - f[:, : data.n_train], method="static_ntk", closure="ntk",
-                      diagnostics=Diagnostics(converged=True))
+                      diagnostics=Diagnostics(converged=True), bias=bool(bias))
 
 
 def _tile_time(K: np.ndarray, T: int) -> np.ndarray:

@@ -244,14 +244,14 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
             raise DomainError("gamma0 = 0 with weight decay (trivial fixed point f = K = 0) or "
                               "several outputs is not solved here (output factor 1/gamma0); "
                               "use gamma0 > 0")
-        return _static(data, grid, L, act.name, bool(bias))
+        return static_ntk_solve(data, grid, L, act.name, bias=bool(bias))
     if gradient_independent and closure != "ntk":
         raise DomainError("gradient_independent=True needs closure='ntk' (A = B = 0 drops the readout "
                           "response of the exact closure)")
     if responses == "auto":
         responses = "stein" if act.kinks else "jacobian"
     phi_f, dphi_f, ddphi_f = act.numpy(0), act.numpy(1), act.numpy(2)
-    phi0, g0, ntk0 = _lazy(data.kx, L, act.name, bool(bias))
+    phi0, _, g0, ntk0 = lazy_kernels(data.kx, L, act.name, bias=bool(bias))
     check_stability(ntk0[:P, :P], grid.eta)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     S = int(samples) + int(samples) % 2
@@ -468,45 +468,6 @@ def _extend(Phi, G, Ab, Bb, delta, T, n, C):
     return ([x[np.ix_(i_n, i_n)] for x in Phi], [x[np.ix_(i_nc, i_nc)] for x in G],
             [pad(x, T * n, T * n * C) for x in Ab], [pad(x, T * n * C, T * n) for x in Bb],
             delta[t])
-
-
-def _lazy(kx, L, activation, bias):
-    """Lazy ``Phi^l``, ``G^l`` ``(L, n, n)`` and NTK; with biases ``u^{l+1} ~ N(0, Phi^l + 1)``."""
-    if not bias:
-        phi, _, g, ntk = lazy_kernels(kx, L, activation)
-        return phi, g, ntk
-    phi, dphi = np.empty((L,) + kx.shape), np.empty((L,) + kx.shape)
-    prev = kx
-    for ell in range(L):
-        p, d, _, _ = lazy_kernels(prev, 1, activation)
-        phi[ell], dphi[ell] = p[0], d[0]
-        prev = phi[ell] + 1.0
-    g = np.empty_like(phi)
-    nxt = 1.0
-    for ell in range(L - 1, -1, -1):
-        g[ell] = nxt = dphi[ell] * nxt
-    ntk = g[0] * kx + phi[-1]
-    for ell in range(1, L):
-        ntk = ntk + g[ell] * (phi[ell - 1] + 1.0)
-    return phi, g, ntk
-
-
-def _static(data, grid, L, activation, bias):
-    """``gamma0 = 0``: the static-NTK solution (constant kernels), with or without biases."""
-    if not bias or L == 1:
-        res = static_ntk_solve(data, grid, L, activation)
-        res.bias = bias
-        return res
-    phi, g, ntk = _lazy(data.kx, L, activation, True)
-    check_stability(ntk[: data.n_train, : data.n_train], grid.eta)
-    T, n = grid.steps, data.n_all
-    f = static_ntk_dynamics(ntk, data.y, grid.eta, T)
-    tile = lambda K: np.ascontiguousarray(np.broadcast_to(K[:, None, :, None, :], (L, T, n, T, n)))
-    zeros = np.zeros((L - 1, T, n, T, n))
-    return DMFTResult(grid=grid, data=data, depth=L, gamma0=0.0, activation=activation,
-                      phi=tile(phi), g=tile(g), A=zeros, B=zeros.copy(), f=f,
-                      delta=data.y - f[:, : data.n_train], method="static_ntk", closure="ntk",
-                      diagnostics=Diagnostics(converged=True), bias=True)
 
 
 def _sample(rng, K, count):

@@ -90,7 +90,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
     T, n, P, C = grid.steps, data.n_all, data.n_train, Y.shape[1]
     if gamma0 == 0 and weight_decay == 0 and not multi:
-        return static_ntk_solve(data, grid, 1, act.name)
+        return static_ntk_solve(data, grid, 1, act.name, bias=bool(bias))
     if gamma0 == 0:
         raise DomainError("gamma0 = 0 with weight decay (trivial fixed point f = K = 0) or several "
                           "outputs is not solved here (output factor 1/gamma0); use gamma0 > 0")
