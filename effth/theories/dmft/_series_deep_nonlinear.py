@@ -152,7 +152,8 @@ def deep_nonlinear_order2_arrays(kx, y, *, depth: int, activation: str, eta: flo
     Tn = T * n
     phi0, dphi0, g0, ntk0 = lazy_kernels(kx, L, act.name)
     fns = [act.numpy(k) for k in range(4)]
-    delta0 = y[None] - static_ntk_dynamics(ntk0, y, eta, T)[:, :P]
+    f0 = static_ntk_dynamics(ntk0, y, eta, T)
+    delta0 = y[None] - f0[:, :P]
     dpad = np.zeros((T, n))
     dpad[:, :P] = delta0
     strict = np.kron(causal_mask(T), np.ones((n, n)))
@@ -191,8 +192,7 @@ def deep_nonlinear_order2_arrays(kx, y, *, depth: int, activation: str, eta: flo
         if ell >= 1:
             at = atoms[ell]
             Gn = tile(nxt[ell])
-            b = np.sum(Ct[ell] * Gn * np.tile(at[3][1], (T, T)), axis=1) \
-                + np.sum(d * np.tile(at[2][0], (T, T)), axis=1)
+            b = np.sum(Ct[ell] * Gn * tile(at[3][1]), axis=1) + np.sum(d * tile(at[2][0]), axis=1)
             B0[ell - 1] = Ct[ell] * tile(at[2][2]) * Gn + d * tile(at[1][1]) + np.diag(b)
 
     # self parts of the O(gamma0^2) kernels
@@ -231,7 +231,6 @@ def deep_nonlinear_order2_arrays(kx, y, *, depth: int, activation: str, eta: flo
         K2 = K2 + g2[ell] * tile(phi0[ell - 1]) + tile(g0[ell]) * phi2[ell - 1]
     idx = np.arange(T)
     K2d = K2.reshape(T, n, T, n)[idx, :, idx, :]
-    f0 = static_ntk_dynamics(ntk0, y, eta, T)
     f2 = np.zeros((T, n))
     for i in range(T - 1):
         d2 = -f2[i, :P]
