@@ -115,8 +115,11 @@ def test_gamma0_two_layer_atoms_and_odd_orders():
 
 
 def test_gamma0_bad_input_exits_2(capsys):
-    assert run("gamma0", "--order", "4", "--depth", "3", "--activation", "tanh")[0] == 2
+    assert run("gamma0", "--order", "-2")[0] == 2
     assert "effth:" in capsys.readouterr().err
+    code, text = run("gamma0", "--order", "4", "--depth", "3", "--activation", "tanh",
+                     "--quantity", "phi")
+    assert code == 0 and r"B_jB_j^\top=\Phi^{\ell-1}_{2j}" in text and "Price" in text
     code, text = run("gamma0", "--order", "2", "--depth", "3", "--activation", "tanh",
                      "--quantity", "phi")
     assert code == 0 and r"\Phi^{\ell-1}_{2,ab}" in text

@@ -140,3 +140,48 @@ def factor_degrees(factors: Sequence[tuple], activation: Any) -> tuple[int | Non
             m += 1
             growth += 1 if (linear_growth and order == 0) else 0
     return poly_deg, growth, m
+
+
+def smolyak_gauss_hermite(dim: int, degree: int, max_points: int = 2_000_000):
+    """Sparse (Smolyak) rule for ``E[p(x)]``, ``x ~ N(0, I_dim)``, exact for total degree <= ``degree``.
+
+    The combination technique over one-dimensional Gauss-Hermite rules with ``i`` points (exact to
+    degree ``2i - 1``) at level ``q = dim + k``, ``k = ceil((degree - 1) / 2)``: every monomial
+    :math:`x^\\alpha` with :math:`|\\alpha|\\le 2k+1` lies in a tensor space
+    :math:`\\otimes_j P_{2i_j-1}` with :math:`\\sum_j i_j\\le q`.  Coinciding points are merged; the
+    weights sum to one and may be negative (the rule is for polynomials, not for general
+    integrands).  Returns ``x (S, dim)``, ``w (S,)``.
+    """
+    from itertools import combinations_with_replacement
+
+    dim, degree = int(dim), int(degree)
+    if dim < 0 or degree < 0:
+        raise DomainError(f"dim={dim}, degree={degree}: both must be >= 0")
+    if dim == 0:
+        return np.zeros((1, 0)), np.ones(1)
+    k = max(0, -(-(degree - 1) // 2))
+    pts, wts = [], []
+    for extra in range(max(0, k - dim + 1), k + 1):           # |i| = dim + extra
+        coef = (-1) ** (k - extra) * math.comb(dim - 1, k - extra)
+        for combo in combinations_with_replacement(range(dim), extra):
+            level = np.ones(dim, dtype=int)
+            for j in combo:
+                level[j] += 1
+            rules = [gauss_hermite(int(m)) for m in level]
+            grids = np.meshgrid(*[x for x, _ in rules], indexing="ij")
+            p = np.stack([g.ravel() for g in grids], axis=1)
+            w = np.full(p.shape[0], float(coef))
+            for g in np.meshgrid(*[wx for _, wx in rules], indexing="ij"):
+                w = w * g.ravel()
+            pts.append(p)
+            wts.append(w)
+            if sum(a.shape[0] for a in pts) > max_points:
+                raise DomainError(f"Smolyak rule (dim {dim}, degree {degree}) exceeds "
+                                  f"{max_points} points")
+    x = np.concatenate(pts)
+    w = np.concatenate(wts)
+    keys, inv = np.unique(np.round(x, 12), axis=0, return_inverse=True)
+    wm = np.zeros(keys.shape[0])
+    np.add.at(wm, inv.ravel(), w)
+    keep = np.abs(wm) > 1e-15
+    return keys[keep], wm[keep] / wm[keep].sum()

@@ -63,7 +63,8 @@ from ...numerics._rules import gaussian_tensor_rule
 from .grid import causal_mask
 from .lazy import lazy_kernels, static_ntk_dynamics
 
-__all__ = ["DeepSeriesArrays", "deep_nonlinear_order2_arrays"]
+__all__ = ["DeepSeriesArrays", "deep_nonlinear_order2_arrays", "lazy_atoms", "price_g", "price_phi",
+           "top_response_b"]
 
 _MAX_POINTS = 4_000_000
 
@@ -115,6 +116,33 @@ def _product_rule(rule_u, rule_r):
 def _atoms(derivs, w):
     """``atoms[i][j][mu, nu] = <phi^(i)(u_mu) phi^(j)(u_nu)>`` on a rule."""
     return [[np.einsum("s,sm,sn->mn", w, a, b, optimize=True) for b in derivs] for a in derivs]
+
+
+def lazy_atoms(cov: np.ndarray, act, nodes: int):
+    """``atoms[i][j][mu, nu] = <phi^(i)(u_mu) phi^(j)(u_nu)>``, ``u ~ N(0, cov)``, ``i, j <= 3``."""
+    u, w = _rule(cov, nodes)
+    return _atoms([act.numpy(k)(u) for k in range(4)], w)
+
+
+def price_phi(P2, at, tile):
+    """Price term of a source-covariance correction ``P2`` (``(Tn, Tn)``) in ``<phi phi^T>``."""
+    da = np.diag(P2)
+    return (0.5 * da[:, None] * tile(at[2][0]) + P2 * tile(at[1][1])
+            + 0.5 * da[None, :] * tile(at[0][2]))
+
+
+def price_g(P2, at, Gn, tile):
+    """Price term of ``P2`` in ``<g g^T>`` at the lazy level (``Gn``: tiled lazy ``G^{l+1}``)."""
+    da = np.diag(P2)
+    return Gn * (0.5 * da[:, None] * tile(at[3][1]) + P2 * tile(at[2][2])
+                 + 0.5 * da[None, :] * tile(at[1][3]))
+
+
+def top_response_b(Ct, Dt, at, Gn, tile):
+    """Lazy response map: ``<d g/d u>`` at first order in ``C = Ct``, ``D = Dt`` (with the
+    equal-time diagonal)."""
+    b = np.sum(Ct * Gn * tile(at[3][1]), axis=1) + np.sum(Dt * tile(at[2][0]), axis=1)
+    return Ct * tile(at[2][2]) * Gn + Dt * tile(at[1][1]) + np.diag(b)
 
 
 def deep_nonlinear_order2_arrays(kx, y, *, depth: int, activation: str, eta: float, steps: int,
@@ -190,10 +218,7 @@ def deep_nonlinear_order2_arrays(kx, y, *, depth: int, activation: str, eta: flo
             d = d + B0[ell]
         Dt[ell] = d
         if ell >= 1:
-            at = atoms[ell]
-            Gn = tile(nxt[ell])
-            b = np.sum(Ct[ell] * Gn * tile(at[3][1]), axis=1) + np.sum(d * tile(at[2][0]), axis=1)
-            B0[ell - 1] = Ct[ell] * tile(at[2][2]) * Gn + d * tile(at[1][1]) + np.diag(b)
+            B0[ell - 1] = top_response_b(Ct[ell], d, atoms[ell], tile(nxt[ell]), tile)
 
     # self parts of the O(gamma0^2) kernels
     self_phi = np.zeros((L, Tn, Tn))
@@ -209,21 +234,13 @@ def deep_nonlinear_order2_arrays(kx, y, *, depth: int, activation: str, eta: flo
     # Price propagation: Phi_2 up, G_2 down
     phi2 = self_phi.copy()
     for ell in range(1, L):
-        at = atoms[ell]
-        P2 = phi2[ell - 1]
-        da = np.diag(P2)
-        phi2[ell] += (0.5 * da[:, None] * tile(at[2][0]) + P2 * tile(at[1][1])
-                      + 0.5 * da[None, :] * tile(at[0][2]))
+        phi2[ell] += price_phi(phi2[ell - 1], atoms[ell], tile)
     g2 = self_g.copy()
     for ell in range(L - 1, -1, -1):
-        at = atoms[ell]
         if ell >= 1:
-            P2 = phi2[ell - 1]
-            da = np.diag(P2)
-            g2[ell] += tile(nxt[ell]) * (0.5 * da[:, None] * tile(at[3][1]) + P2 * tile(at[2][2])
-                                         + 0.5 * da[None, :] * tile(at[1][3]))
+            g2[ell] += price_g(phi2[ell - 1], atoms[ell], tile(nxt[ell]), tile)
         if ell <= L - 2:
-            g2[ell] += g2[ell + 1] * tile(at[1][1])
+            g2[ell] += g2[ell + 1] * tile(atoms[ell][1][1])
 
     # NTK (two-time) and its equal-time diagonal; NTK-Euler predictions
     K2 = g2[0] * tile(kx) + phi2[L - 1]

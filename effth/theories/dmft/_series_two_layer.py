@@ -84,7 +84,7 @@ def _mean_outer(a: S, b: S, w: np.ndarray) -> np.ndarray:
 
 
 def two_layer_series_arrays(kx, y, *, activation: str, eta: float, steps: int, order: int,
-                            nodes: int = 24) -> TwoLayerSeriesArrays:
+                            nodes: int = 24, closure: str = "exact") -> TwoLayerSeriesArrays:
     r"""Taylor coefficients up to ``gamma0**order`` (``order`` even) of the two-layer discrete DMFT.
 
     Parameters
@@ -101,6 +101,9 @@ def two_layer_series_arrays(kx, y, *, activation: str, eta: float, steps: int, o
         Highest power of ``gamma0`` kept in the kernels and predictions.
     nodes : int
         Gauss-Hermite nodes per Gaussian dimension.
+    closure : {'exact', 'ntk'}
+        Predictions as the single-site average ``gamma0^-1 <z phi(h)>`` or by NTK-Euler,
+        ``f(t_{i+1}) = f(t_i) + eta K(t_i, t_i) Delta(t_i)`` (in truncated series).
 
     Returns
     -------
@@ -121,20 +124,29 @@ def two_layer_series_arrays(kx, y, *, activation: str, eta: float, steps: int, o
     g_k = np.zeros((M, T, n, n))
     f_k = np.zeros((M, T, n))
     d_k = np.zeros((M, T, P))
+    if closure not in ("exact", "ntk"):
+        raise DomainError(f"closure={closure!r} must be 'exact' or 'ntk'")
+    f_ntk = S.zeros((n,), M - 1)
     for i in range(T):
         dh = (a @ kx_tr.T).times_x() * eta                    # h - u  (S, n)
         zs = (b * eta).times_x() + S.constant(r, M)          # z      (S,)
         ph = compose(derivs, dh)
         dph = compose(derivs[1:], dh)
         g = dph * zs.reshape(Sn, 1)
-        zphi = (ph * zs.reshape(Sn, 1))
-        zphi_mean = np.einsum("s,ksn->kn", w, zphi.c)         # <z phi(h)>, order 0 vanishes
-        f_ser = S(zphi_mean).divide_x()                      # f = gamma0^-1 <z phi>, orders 0..M-1
+        phi_k[:, i] = _mean_outer(ph, ph, w)[:M]
+        g_k[:, i] = _mean_outer(g, g, w)[:M]
+        if closure == "exact":
+            zphi = (ph * zs.reshape(Sn, 1))
+            zphi_mean = np.einsum("s,ksn->kn", w, zphi.c)     # <z phi(h)>, order 0 vanishes
+            f_ser = S(zphi_mean).divide_x()                  # f = gamma0^-1 <z phi>, orders 0..M-1
+        else:
+            f_ser = f_ntk
         f_k[:, i] = f_ser.c
         dl = S.constant(y, M - 1) - f_ser[:P]
         d_k[:, i] = dl.c
-        phi_k[:, i] = _mean_outer(ph, ph, w)[:M]
-        g_k[:, i] = _mean_outer(g, g, w)[:M]
+        if closure == "ntk":
+            ntk_i = S(phi_k[:, i] + g_k[:, i] * kx[None])
+            f_ntk = f_ntk + (ntk_i[:, :P] @ dl) * eta
         dl_full = S(np.concatenate([dl.c, np.zeros((1, P))]))  # pad to order M (top unused)
         a = a + g[:, :P] * dl_full.reshape(1, P)
         b = b + (ph[:, :P] * dl_full.reshape(1, P)).sum(axis=1)

@@ -419,9 +419,10 @@ def test_deep_tanh_order2_against_the_monte_carlo_solver():
 def test_deep_nonlinear_scope_is_explicit():
     with pytest.raises(NotDerivedError, match="closure='ntk'"):
         gamma0_series(kernel=KX, y=Y, depth=2, eta=0.1, steps=5, activation="tanh")
-    with pytest.raises(NotDerivedError, match="order <= 2"):
-        gamma0_series(kernel=KX, y=Y, depth=2, eta=0.1, steps=5, order=4, activation="tanh",
-                      closure="ntk")
+    from effth.theories.dmft._series_deep_jets import deep_nonlinear_series_arrays
+    with pytest.raises(DomainError, match="max_points"):
+        deep_nonlinear_series_arrays(KX, Y, depth=2, activation="tanh", eta=0.1, steps=5,
+                                     order=4, max_points=10_000)
     with pytest.raises(DomainError, match="kinks"):
         gamma0_series(kernel=KX, y=Y, depth=2, eta=0.1, steps=5, activation="relu",
                       closure="ntk")

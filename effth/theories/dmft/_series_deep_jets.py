@@ -1,0 +1,406 @@
+r"""Deep nonlinear DMFT to any order in :math:`\gamma_0`: Taylor arithmetic on formal Gaussian sources.
+
+The single-site process of layer :math:`\ell` on the discrete-GD grid (spec §3.2; indices
+:math:`a=(t_i,\mu)`, :math:`\bar A=\gamma_0A`, :math:`\bar B=\gamma_0B` unscaled) is
+
+.. math::
+   h = u + C^\ell g,\quad z = r + D^\ell\phi(h),\quad g=\dot\phi(h)z,\qquad
+   C^\ell_{ab}=\bar A^{\ell-1}_{ab}+\gamma_0\eta\,\Theta(i>j)\Delta_\beta(t_j)\Phi^{\ell-1}_{ab},\quad
+   D^\ell_{ab}=\bar B^{\ell}_{ab}+\gamma_0\eta\,\Theta(i>j)\Delta_\beta(t_j)G^{\ell+1}_{ab},
+
+with :math:`u\sim\mathcal N(0,\Phi^{\ell-1})`, :math:`r\sim\mathcal N(0,G^{\ell+1})`.  Every
+order parameter is a power series in :math:`\gamma_0` (kernels and :math:`\Delta` even,
+:math:`\bar A,\bar B,C,D` odd).  Write the source covariance as
+:math:`\Phi^{\ell-1}=\Phi_0+\sum_{j\ge1}\gamma_0^{2j}\Phi_{2j}` and realise the source as
+
+.. math:: u = u_0 + \sum_{j\ge1}\gamma_0^{j}\,B_j\zeta_j,\qquad B_jB_j^\top=\Phi_{2j},
+
+with independent standard normals :math:`\zeta_j` (:math:`B_j=V\sqrt{\lambda}` is complex where
+:math:`\Phi_{2j}` has negative eigenvalues: a *formal* Gaussian, whose moments are still the Wick
+sums of :math:`\Phi_{2j}` because only :math:`BB^\top`, never :math:`B\bar B^\top`, enters), and
+the same for :math:`r`.  The lazy parts :math:`u_0, r_0` are time-constant
+(:math:`n`-dimensional).  At each point of a quadrature rule for :math:`(u_0, r_0, \zeta)` the
+fields are then solved in truncated power-series arithmetic (:mod:`._series_arith`: ``h`` exact to
+order ``m`` after ``m`` passes, since ``C`` and ``D`` start at :math:`\gamma_0^1`), and
+
+* :math:`\Phi^\ell=\langle\phi(h)\phi(h)^\top\rangle`, :math:`G^\ell=\langle gg^\top\rangle` are the
+  rule's weighted sums;
+* :math:`\bar A^\ell=\langle\partial\phi(h)/\partial r\rangle` and
+  :math:`\bar B^{\ell-1}=\langle\partial g/\partial u\rangle` come from forward tangents (all
+  ``T n`` source directions at once), in the same arithmetic.
+
+The rule is a tensor Gauss-Hermite rule in :math:`u_0` (``nodes`` per dimension), a tensor
+Gauss-Hermite rule in :math:`r_0` exact for its degree (``r`` enters polynomially, at most degree
+``m + 2``), and a sparse rule in :math:`\zeta` exact for total degree ``m`` (the integrand is a
+polynomial in :math:`\zeta`, since every :math:`\zeta_j` carries :math:`\gamma_0^j`).
+
+Order by order (stage ``k`` fixes :math:`\gamma_0^{2k-1}` responses and :math:`\gamma_0^{2k}`
+kernels), the contributions of the *current* top order of the neighbouring layers are linear and
+involve only the lazy process, so they are added analytically in one upward and one downward
+sweep -- the same maps as at :math:`O(\gamma_0^2)` (:mod:`._series_deep_nonlinear`):
+
+* responses at :math:`\gamma_0^{2k-1}`: the fields are solved with :math:`\bar A^{\ell-1}_{2k-1}`,
+  :math:`\bar B^{\ell}_{2k-1}` set to zero, then
+  :math:`\bar A^\ell_{2k-1}\mathrel{+}=\bar A^{\ell-1}_{2k-1}\langle\dot\phi\dot\phi\rangle` (up) and
+  :math:`\bar B^{\ell-1}_{2k-1}` gains the lazy response map of
+  :math:`(\bar A^{\ell-1}_{2k-1},\bar B^{\ell}_{2k-1})` (down);
+* kernels at :math:`\gamma_0^{2k}`: the sources carry :math:`\zeta_1\dots\zeta_{k-1}`; the top one,
+  :math:`\zeta_k`, only enters through its pairs at the lazy level -- the Price terms of
+  :math:`\Phi^{\ell-1}_{2k}` (up) and :math:`G^{\ell+1}_{2k}` (down).
+
+Predictions follow the NTK closure (NTK-Euler in truncated series).  At order 2 this reproduces
+:func:`._series_deep_nonlinear.deep_nonlinear_order2_arrays` (there by closed-form lazy atoms); with
+:math:`\phi=\mathrm{id}` the deep linear series; at depth 1 the two-layer series.
+
+Cost grows with the rank of the correction kernels (the dimension of :math:`\zeta`, about
+``4 n`` per order and neighbouring layer) and with ``(T n)^3`` for the tangents: this is meant for
+a few samples (``n <= 2``) and short grids.  This module does not import the solvers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...activations import get_activation
+from ...errors import DomainError
+from ...numerics._rules import gaussian_tensor_rule, smolyak_gauss_hermite
+from ._series_arith import TruncatedSeries as S
+from ._series_arith import compose
+from ._series_deep_nonlinear import lazy_atoms, price_g, price_phi, top_response_b
+from .grid import causal_mask
+from .lazy import lazy_kernels, static_ntk_dynamics
+
+__all__ = ["DeepJetArrays", "deep_nonlinear_series_arrays"]
+
+
+@dataclass
+class DeepJetArrays:
+    """Coefficients of :math:`\\gamma_0^{2k}`, ``k = 0 .. K`` (leading axis).
+
+    Attributes
+    ----------
+    phi, g : ndarray, shape (K+1, L, T, n, T, n)
+        Two-time kernels :math:`\\Phi^\\ell`, :math:`G^\\ell`.
+    ntk : ndarray, shape (K+1, T, n, n)
+        Equal-time NTK.
+    f : ndarray, shape (K+1, T, n)
+    delta : ndarray, shape (K+1, T, P)
+        NTK-Euler predictions and error.
+    A, B : ndarray, shape (K, L-1, T, n, T, n)
+        Responses :math:`A^\\ell`, :math:`B^\\ell` (scaled: entry ``j`` multiplies
+        :math:`\\gamma_0^{2j}`; ``B`` with its equal-time diagonal).
+    odd_residual : float
+        Largest odd-order kernel coefficient met (vanishes by symmetry, up to rounding).
+    imag_residual : float
+        Largest imaginary part of an average over the formal (complex) sources, relative to the
+        kernel scale (vanishes up to rounding).
+    points : int
+        Largest number of quadrature points used in one layer.
+    """
+
+    phi: np.ndarray
+    g: np.ndarray
+    ntk: np.ndarray
+    f: np.ndarray
+    delta: np.ndarray
+    A: np.ndarray
+    B: np.ndarray
+    odd_residual: float
+    imag_residual: float
+    points: int
+
+
+def _formal_root(cov: np.ndarray, rtol: float) -> np.ndarray:
+    """``B`` with ``B B^T = cov`` for a symmetric, possibly indefinite ``cov`` (complex columns
+    for negative eigenvalues; eigenvalues below ``rtol * max|lambda|`` dropped)."""
+    cov = 0.5 * (cov + cov.T)
+    lam, V = np.linalg.eigh(cov)
+    top = float(np.max(np.abs(lam))) if lam.size else 0.0
+    if top == 0.0:
+        return np.zeros((cov.shape[0], 0))
+    keep = np.abs(lam) > rtol * top
+    root = V[:, keep] * np.sqrt(lam[keep].astype(complex))
+    return root.real.copy() if np.all(lam[keep] > 0) else root
+
+
+class _Layer:
+    """Quadrature rule and source realisation of one layer at one stage."""
+
+    def __init__(self, u_cov, r_cov, u_roots, r_roots, nodes, r_nodes, degree, max_points):
+        ru = gaussian_tensor_rule(u_cov, nodes, max_points=max_points)
+        rr = gaussian_tensor_rule(r_cov, r_nodes, max_points=max_points)
+        self.u0, self.wu = ru[0], ru[2]
+        self.r0, self.wr = rr[0], rr[2]
+        self.u_roots, self.r_roots = u_roots, r_roots            # [(power j, B_j)]
+        dim = sum(b.shape[1] for _, b in u_roots) + sum(b.shape[1] for _, b in r_roots)
+        self.zeta, self.wz = smolyak_gauss_hermite(dim, degree, max_points=max_points)
+        self.size = self.wu.size * self.wr.size * self.wz.size
+        if self.size > max_points:
+            raise DomainError(f"{self.size} quadrature points in one layer (u: {self.wu.size}, "
+                              f"r: {self.wr.size}, formal sources: {self.wz.size} in {dim} "
+                              f"dimensions) exceed max_points={max_points}; use fewer samples, "
+                              "grid points or nodes, or a lower order")
+
+    def block(self, sl, T, m):
+        """Sources ``U, R`` (series of order ``m``, ``(S, T n)``) and weights on points ``sl``."""
+        idx = np.arange(self.size)[sl]
+        nr, nz = self.wr.size, self.wz.size
+        iu, ir, iz = idx // (nr * nz), (idx // nz) % nr, idx % nz
+        w = self.wu[iu] * self.wr[ir] * self.wz[iz]
+        zeta = self.zeta[iz]
+        out = []
+        for base, roots in ((self.u0[iu], self.u_roots), (self.r0[ir], self.r_roots)):
+            c = np.zeros((m + 1, idx.size, base.shape[1] * T), dtype=complex)
+            c[0] = np.tile(base, (1, T))
+            out.append((c, roots))
+        col = 0
+        for c, roots in out:
+            for j, b in roots:
+                if j <= m:
+                    c[j] += zeta[:, col:col + b.shape[1]] @ b.T
+                col += b.shape[1]
+        U, R = (S(c if np.iscomplexobj(c) and np.any(c.imag) else c.real) for c, _ in out)
+        return U, R, w
+
+
+def _solve_fields(U, R, CT, DT, fns, m):
+    """Fields to order ``m`` at each point: ``h = U + g C^T``, ``z = R + phi(h) D^T``."""
+    u0 = U.c[0].real
+    d = [f(u0) for f in fns]
+    h, z = U, R
+    for _ in range(m + 1):
+        delta = h - u0
+        ph = compose(d[: m + 1], delta)
+        dph = compose(d[1: m + 2], delta)
+        g = dph * z
+        h = U + g @ CT
+        z = R + ph @ DT
+    return h - u0, ph, dph, g, z, d
+
+
+def _weighted_outer(a: S, b: S, w, order: int) -> np.ndarray:
+    """Coefficient ``order`` of ``sum_s w_s a_s b_s^T``."""
+    out = 0.0
+    for j in range(order + 1):
+        out = out + (a.c[j] * w[:, None]).T @ b.c[order - j]
+    return out
+
+
+def _tangents(delta, dph, z, d, C, D, m, direction):
+    """Forward tangents of all ``T n`` source directions: returns ``d phi(h)/d r`` (direction
+    ``'r'``) or ``d g/d u`` (direction ``'u'``) as series of shape ``(S, Tn, Tn)``."""
+    Sn, Tn = dph.shape
+    eye = S.constant(np.eye(Tn)[None], m)
+    d2ph = compose(d[2: m + 3], delta).reshape(Sn, Tn, 1)
+    dp = dph.reshape(Sn, Tn, 1)
+    zz = z.reshape(Sn, Tn, 1)
+    hd = S.zeros((Sn, Tn, Tn), m) if direction == "r" else eye
+    for _ in range(m + 1):
+        phd = dp * hd
+        zd = D @ phd
+        if direction == "r":
+            zd = zd + eye
+        gd = d2ph * hd * zz + dp * zd
+        hd = C @ gd
+        if direction == "u":
+            hd = hd + eye
+    return dp * hd if direction == "r" else gd
+
+
+def _node_pass(layer: _Layer, C: np.ndarray, D: np.ndarray, fns, m: int, T: int, *,
+               responses: bool, need_a: bool, need_b: bool, chunk: int):
+    """Weighted sums over one layer's rule: kernels (orders ``m`` and ``m - 1``) or responses
+    (order ``m``).  ``C, D``: series coefficients ``(m + 1, Tn, Tn)``."""
+    Cs, Ds = S(C), S(D)
+    CT, DT = Cs.T, Ds.T
+    Tn = C.shape[1]
+    acc = {}
+    step = max(1, chunk // (Tn * Tn) if responses else chunk // Tn)
+    for s0 in range(0, layer.size, step):
+        U, R, w = layer.block(slice(s0, s0 + step), T, m)
+        delta, ph, dph, g, z, d = _solve_fields(U, R, CT, DT, fns, m)
+        if responses:
+            parts = {}
+            if need_a:
+                parts["A"] = _tangents(delta, dph, z, d, Cs, Ds, m, "r")
+            if need_b:
+                parts["B"] = _tangents(delta, dph, z, d, Cs, Ds, m, "u")
+            for key, ser in parts.items():
+                acc[key] = acc.get(key, 0.0) + np.einsum("s,sab->ab", w, ser.c[m])
+        else:
+            for key, a in (("phi", ph), ("g", g)):
+                acc[key] = acc.get(key, 0.0) + _weighted_outer(a, a, w, m)
+                acc[key + "_odd"] = acc.get(key + "_odd", 0.0) + _weighted_outer(a, a, w, m - 1)
+    return acc
+
+
+def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: float, steps: int,
+                                 order: int, nodes: int = 16, chunk: int = 500_000,
+                                 rank_rtol: float = 1e-12,
+                                 max_points: int = 2_000_000) -> DeepJetArrays:
+    r"""Taylor coefficients through :math:`\gamma_0^{\mathrm{order}}` of the deep nonlinear
+    discrete DMFT (NTK closure), for any depth, smooth activation and even order.
+
+    Parameters
+    ----------
+    kx : ndarray, shape (n, n)
+        Input kernel (training points first).
+    y : ndarray, shape (P,)
+        Targets.
+    depth : int
+        Hidden layers ``L``.
+    activation : str
+        Registry name with ``order + 2`` derivatives (``'linear'`` is allowed: the deep linear
+        network through the nonlinear machinery, a check).
+    eta, steps : float, int
+        GD grid.
+    order : int
+        Highest (even) power of :math:`\gamma_0`.
+    nodes : int
+        Gauss-Hermite nodes per dimension of the lazy :math:`u_0`.
+    chunk : int
+        Array elements per block (memory).
+    rank_rtol : float
+        Eigenvalues of a correction kernel below ``rank_rtol`` times its largest are dropped.
+    max_points : int
+        Largest quadrature rule allowed in one layer.
+
+    Returns
+    -------
+    DeepJetArrays
+    """
+    act = get_activation(activation)
+    if act.kinks:
+        raise DomainError(f"{act.name!r} has kinks: the gamma0-expansion needs smooth derivatives")
+    order = int(order)
+    if order < 0 or order % 2:
+        raise DomainError(f"order={order!r} must be a non-negative even integer")
+    kx = np.asarray(kx, dtype=float)
+    y = np.asarray(y, dtype=float)
+    L, T, n, P = int(depth), int(steps), kx.shape[0], y.size
+    K, Tn = order // 2, T * n
+    fns = [act.numpy(p) for p in range(order + 3)]
+    lin = "linear" if act.name in ("linear", "identity", "id") else act.name
+    phi0, _, g0, ntk0 = lazy_kernels(kx, L, lin)
+    f0 = static_ntk_dynamics(ntk0, y, eta, T)
+    tile = lambda a: np.tile(a, (T, T))                              # noqa: E731
+    strict = np.kron(causal_mask(T), np.ones((n, n)))
+    M = order + 1                                                    # gamma0 powers 0..M
+
+    # series in gamma0 (leading axis: power), lists indexed by layer 0..L+1
+    Phi = [np.zeros((M + 1, Tn, Tn)) for _ in range(L + 1)]
+    G = [np.zeros((M + 1, Tn, Tn)) for _ in range(L + 2)]
+    Phi[0][0] = tile(kx)
+    for ell in range(1, L + 1):
+        Phi[ell][0] = tile(phi0[ell - 1])
+        G[ell][0] = tile(g0[ell - 1])
+    G[L + 1][0] = np.ones((Tn, Tn))
+    Ab = [np.zeros((M + 1, Tn, Tn)) for _ in range(L + 1)]         # Ab[0] = 0
+    Bb = [np.zeros((M + 1, Tn, Tn)) for _ in range(L + 1)]         # Bb[L] = 0
+    f = np.zeros((M + 1, T, n))
+    f[0] = f0
+    delta = np.zeros((M + 1, T, P))
+    delta[0] = y[None] - f0[:, :P]
+    ntk = np.zeros((M + 1, T, n, n))
+    ntk[0] = ntk0
+    atoms = [None] + [lazy_atoms(Phi[ell - 1][0][:n, :n], act, nodes) for ell in range(1, L + 1)]
+    odd_res, imag_res, npts = 0.0, 0.0, 0
+
+    def dcol():
+        dp = np.zeros((M + 1, T, n))
+        dp[:, :, :P] = delta
+        return np.tile(dp.reshape(M + 1, 1, Tn), (1, Tn, 1))
+
+    def drift(kern):
+        """``eta Theta(i>j) Delta(t_j) kern`` times gamma0, as a series (Cauchy product)."""
+        prod = (S(kern) * S(dcol())).c
+        out = np.zeros_like(prod)
+        out[1:] = eta * strict * prod[:-1]
+        return out
+
+    def layer_rule(ell, k, m):
+        roots_u = [(j, _formal_root(Phi[ell - 1][2 * j], rank_rtol)) for j in range(1, k)]
+        roots_r = [(j, _formal_root(G[ell + 1][2 * j], rank_rtol)) for j in range(1, k)]
+        return _Layer(Phi[ell - 1][0][:n, :n], G[ell + 1][0][:n, :n], roots_u, roots_r,
+                      nodes, m // 2 + 2, m, max_points)
+
+    for k in range(1, K + 1):
+        # ---- responses at gamma0^(2k-1): self parts, then the lazy top-order maps
+        m = 2 * k - 1
+        selfA, selfB = {}, {}
+        for ell in range(1, L + 1):
+            need_a, need_b = ell <= L - 1, ell >= 2
+            if not (need_a or need_b):
+                continue
+            C = (Ab[ell - 1] + drift(Phi[ell - 1]))[: m + 1].copy()
+            D = (Bb[ell] + drift(G[ell + 1]))[: m + 1].copy()
+            C[m] -= Ab[ell - 1][m]
+            D[m] -= Bb[ell][m]
+            lay = layer_rule(ell, k, m)
+            npts = max(npts, lay.size)
+            acc = _node_pass(lay, C, D, fns, m, T, responses=True, need_a=need_a, need_b=need_b,
+                             chunk=chunk)
+            for key, store in (("A", selfA), ("B", selfB)):
+                if key in acc:
+                    imag_res = max(imag_res, float(np.max(np.abs(acc[key].imag))))
+                    store[ell] = acc[key].real
+        for ell in range(1, L):                                       # A up
+            Ab[ell][m] = selfA[ell] + Ab[ell - 1][m] * tile(atoms[ell][1][1])
+        for ell in range(L, 1, -1):                                   # B down
+            Bb[ell - 1][m] = selfB[ell] + top_response_b(
+                Ab[ell - 1][m], Bb[ell][m], atoms[ell], tile(G[ell + 1][0][:n, :n]), tile)
+
+        # ---- kernels at gamma0^(2k): self parts, then Price terms of the top order
+        m = 2 * k
+        selfP, selfG = {}, {}
+        for ell in range(1, L + 1):
+            C = (Ab[ell - 1] + drift(Phi[ell - 1]))[: m + 1]
+            D = (Bb[ell] + drift(G[ell + 1]))[: m + 1]
+            lay = layer_rule(ell, k, m)
+            npts = max(npts, lay.size)
+            acc = _node_pass(lay, C, D, fns, m, T, responses=False, need_a=False, need_b=False,
+                             chunk=chunk)
+            scale = max(1.0, float(np.max(np.abs(Phi[ell][0]))))
+            for key in ("phi", "g"):
+                imag_res = max(imag_res, float(np.max(np.abs(acc[key].imag))) / scale)
+                odd_res = max(odd_res, float(np.max(np.abs(acc[key + "_odd"]))))
+            selfP[ell], selfG[ell] = acc["phi"].real, acc["g"].real
+        for ell in range(1, L + 1):                                   # Phi up
+            Phi[ell][m] = selfP[ell]
+            if ell >= 2:
+                Phi[ell][m] += price_phi(Phi[ell - 1][m], atoms[ell], tile)
+        for ell in range(L, 0, -1):                                   # G down
+            G[ell][m] = selfG[ell] + G[ell + 1][m] * tile(atoms[ell][1][1])
+            if ell >= 2:
+                G[ell][m] += price_g(Phi[ell - 1][m], atoms[ell], tile(G[ell + 1][0][:n, :n]),
+                                     tile)
+
+        # ---- NTK (equal time) and NTK-Euler predictions at gamma0^(2k)
+        K2 = 0.0
+        for ell in range(0, L + 1):                                   # sum_l G^{l+1} Phi^l
+            K2 = K2 + (S(G[ell + 1]) * S(Phi[ell])).c[m]
+        idx = np.arange(T)
+        ntk[m] = K2.reshape(T, n, T, n)[idx, :, idx, :]
+        for i in range(T - 1):
+            delta[m, i] = -f[m, i, :P]
+            acc_f = 0.0
+            for j in range(0, m + 1, 2):
+                acc_f = acc_f + ntk[j, i][:, :P] @ delta[m - j, i]
+            f[m, i + 1] = f[m, i] + eta * acc_f
+        delta[m, T - 1] = -f[m, T - 1, :P]
+
+    ev = slice(0, order + 1, 2)
+    shape = (L, T, n, T, n)
+    phi = np.stack([np.stack([Phi[ell][2 * j] for ell in range(1, L + 1)]).reshape(shape)
+                    for j in range(K + 1)])
+    gg = np.stack([np.stack([G[ell][2 * j] for ell in range(1, L + 1)]).reshape(shape)
+                   for j in range(K + 1)])
+    rshape = (L - 1, T, n, T, n)
+    A = np.stack([np.stack([Ab[ell][2 * j + 1] for ell in range(1, L)]).reshape(rshape)
+                  if L > 1 else np.zeros(rshape) for j in range(K)]) if K else np.zeros((0,) + rshape)
+    B = np.stack([np.stack([Bb[ell][2 * j + 1] for ell in range(1, L)]).reshape(rshape)
+                  if L > 1 else np.zeros(rshape) for j in range(K)]) if K else np.zeros((0,) + rshape)
+    return DeepJetArrays(phi=phi, g=gg, ntk=ntk[ev], f=f[ev], delta=delta[ev], A=A, B=B,
+                         odd_residual=odd_res, imag_residual=imag_res, points=npts)
