@@ -203,15 +203,16 @@ def _weighted_outer(a: S, b: S, w, order: int) -> np.ndarray:
     return out
 
 
-def _tangents(delta, dph, z, d, C, D, m, direction):
-    """Forward tangents of all ``T n`` source directions: returns ``d phi(h)/d r`` (direction
-    ``'r'``) or ``d g/d u`` (direction ``'u'``) as series of shape ``(S, Tn, Tn)``."""
+def _tangents(delta, dph, z, d, C, D, m, direction, basis=None):
+    """Forward tangents along the columns of ``basis`` (default: all ``T n`` source directions):
+    returns ``d phi(h)/d r`` (direction ``'r'``) or ``d g/d u`` (direction ``'u'``) as series of
+    shape ``(S, Tn, k)``."""
     Sn, Tn = dph.shape
-    eye = S.constant(np.eye(Tn)[None], m)
+    eye = S.constant((np.eye(Tn) if basis is None else basis)[None], m)
     d2ph = compose(d[2: m + 3], delta).reshape(Sn, Tn, 1)
     dp = dph.reshape(Sn, Tn, 1)
     zz = z.reshape(Sn, Tn, 1)
-    hd = S.zeros((Sn, Tn, Tn), 0) if direction == "r" else _cut(eye, 0)
+    hd = S.zeros((Sn, Tn, eye.shape[-1]), 0) if direction == "r" else _cut(eye, 0)
     for j in range(1, m + 2):
         jj = min(j, m)
         hd = _cut(hd, jj)
@@ -227,7 +228,8 @@ def _tangents(delta, dph, z, d, C, D, m, direction):
 
 
 def _node_pass(layer: _Layer, C: np.ndarray, D: np.ndarray, fns, m: int, T: int, *,
-               responses: bool, need_a: bool, need_b: bool, chunk: int):
+               responses: bool, need_a: bool, need_b: bool, chunk: int,
+               need_readout: bool = False):
     """Weighted sums over one layer's rule: kernels (orders ``m`` and ``m - 1``) or responses
     (order ``m``).  ``C, D``: series coefficients ``(m + 1, Tn, Tn)``."""
     Cs, Ds = S(C), S(D)
@@ -244,6 +246,8 @@ def _node_pass(layer: _Layer, C: np.ndarray, D: np.ndarray, fns, m: int, T: int,
                 parts["A"] = _tangents(delta, dph, z, d, Cs, Ds, m, "r")
             if need_b:
                 parts["B"] = _tangents(delta, dph, z, d, Cs, Ds, m, "u")
+            if need_readout:                          # d/dr of the time-constant readout source
+                parts["R"] = _tangents(delta, dph, z, d, Cs, Ds, m, "r", np.ones((Tn, 1)))
             for key, ser in parts.items():
                 acc[key] = acc.get(key, 0.0) + np.einsum("s,sab->ab", w, ser.c[m])
         else:
@@ -254,7 +258,8 @@ def _node_pass(layer: _Layer, C: np.ndarray, D: np.ndarray, fns, m: int, T: int,
 
 
 def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: float, steps: int,
-                                 order: int, nodes: int = 16, chunk: int = 500_000,
+                                 order: int, closure: str = "ntk", nodes: int = 16,
+                                 chunk: int = 500_000,
                                  rank_rtol: float = 1e-12,
                                  max_points: int = 2_000_000) -> DeepJetArrays:
     r"""Taylor coefficients through :math:`\gamma_0^{\mathrm{order}}` of the deep nonlinear
@@ -275,6 +280,11 @@ def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: flo
         GD grid.
     order : int
         Highest (even) power of :math:`\gamma_0`.
+    closure : {'ntk', 'exact'}
+        Predictions by NTK-Euler, or the exact discrete-GD closure
+        :math:`f=\eta\sum_{j<i}\Phi^L\Delta+\gamma_0^{-1}\langle\partial\phi(h^L)/\partial r^L\rangle`
+        (spec §2.4; the solvers' default), whose readout response at :math:`\gamma_0^{2k+1}` fixes
+        :math:`f_{2k}` (one more response stage).
     nodes : int
         Gauss-Hermite nodes per dimension of the lazy :math:`u_0`.
     chunk : int
@@ -292,13 +302,15 @@ def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: flo
     if act.kinks:
         raise DomainError(f"{act.name!r} has kinks: the gamma0-expansion needs smooth derivatives")
     order = int(order)
+    if closure not in ("ntk", "exact"):
+        raise DomainError(f"closure={closure!r} must be 'ntk' or 'exact'")
     if order < 0 or order % 2:
         raise DomainError(f"order={order!r} must be a non-negative even integer")
     kx = np.asarray(kx, dtype=float)
     y = np.asarray(y, dtype=float)
     L, T, n, P = int(depth), int(steps), kx.shape[0], y.size
     K, Tn = order // 2, T * n
-    fns = [act.numpy(p) for p in range(order + 3)]
+    fns = [act.numpy(p) for p in range(order + 5)]
     lin = "linear" if act.name in ("linear", "identity", "id") else act.name
     phi0, _, g0, ntk0 = lazy_kernels(kx, L, lin)
     f0 = static_ntk_dynamics(ntk0, y, eta, T)
@@ -343,31 +355,81 @@ def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: flo
         return _Layer(Phi[ell - 1][0][:n, :n], G[ell + 1][0][:n, :n], roots_u, roots_r,
                       nodes, m // 2 + 2, m, max_points)
 
-    for k in range(1, K + 1):
-        # ---- responses at gamma0^(2k-1): self parts, then the lazy top-order maps
-        m = 2 * k - 1
-        selfA, selfB = {}, {}
+    def drift_top(kern, m):
+        """Order-``m`` coefficient of :func:`drift` (needs ``delta`` through order ``m - 1``)."""
+        acc = 0.0
+        for j in range(0, m):
+            acc = acc + kern[j] * dcol()[m - 1 - j]
+        return eta * strict * acc
+
+    def top_sweep_a(m, selfA, selfR):
+        """``Ab_(m)`` up the network from the self parts and the full top-order ``C_(m)``; with
+        ``selfR`` also the readout response (row sums of layer ``L``'s ``Ab``)."""
         for ell in range(1, L + 1):
-            need_a, need_b = ell <= L - 1, ell >= 2
-            if not (need_a or need_b):
+            c_top = Ab[ell - 1][m] + drift_top(Phi[ell - 1], m)
+            lazy = c_top * tile(atoms[ell][1][1])
+            if ell <= L - 1:
+                Ab[ell][m] = selfA[ell] + lazy
+            elif selfR is not None:
+                return selfR + lazy.sum(axis=1)
+        return None
+
+    def exact_f(m, readout):
+        """Exact closure at order ``m - 1``: ``eta sum_{j<i} Phi^L Delta + readout_(m)``."""
+        acc = readout.copy()
+        dvec = dcol()[:, 0, :]                                        # (M+1, Tn)
+        for j in range(0, m):
+            acc = acc + eta * (strict * Phi[L][j]) @ dvec[m - 1 - j]
+        return acc.reshape(T, n)
+
+    stages = K + 1 if closure == "exact" else K
+    for k in range(1, stages + 1):
+        # ---- responses at gamma0^(2k-1): self parts without the top-order C_(m), D_(m) (which
+        #      multiply lazy quantities only), then the lazy maps of C_(m), D_(m)
+        m = 2 * k - 1
+        last = k > K                                  # exact closure: readout for f_(2K) only
+        selfA, selfB, selfR = {}, {}, None
+        for ell in range(1, L + 1):
+            need_a, need_b = ell <= L - 1, ell >= 2 and not last
+            need_r = closure == "exact" and ell == L
+            if not (need_a or need_b or need_r):
                 continue
             C = (Ab[ell - 1] + drift(Phi[ell - 1]))[: m + 1].copy()
             D = (Bb[ell] + drift(G[ell + 1]))[: m + 1].copy()
-            C[m] -= Ab[ell - 1][m]
-            D[m] -= Bb[ell][m]
+            C[m] = 0.0
+            D[m] = 0.0
             lay = layer_rule(ell, k, m)
             npts = max(npts, lay.size)
             acc = _node_pass(lay, C, D, fns, m, T, responses=True, need_a=need_a, need_b=need_b,
-                             chunk=chunk)
-            for key, store in (("A", selfA), ("B", selfB)):
-                if key in acc:
-                    imag_res = max(imag_res, float(np.max(np.abs(acc[key].imag))))
-                    store[ell] = acc[key].real
-        for ell in range(1, L):                                       # A up
-            Ab[ell][m] = selfA[ell] + Ab[ell - 1][m] * tile(atoms[ell][1][1])
+                             need_readout=need_r, chunk=chunk)
+            for key in acc:
+                imag_res = max(imag_res, float(np.max(np.abs(acc[key].imag))))
+            if "A" in acc:
+                selfA[ell] = acc["A"].real
+            if "B" in acc:
+                selfB[ell] = acc["B"].real
+            if "R" in acc:
+                selfR = acc["R"].real[:, 0]
+        if closure == "exact":
+            # f_(m-1) and Delta_(m-1) depend on the readout at order m, which depends on
+            # Delta_(m-1) at earlier times (linearly, through the lazy maps): march to the fixed
+            # point of this causal linear system (exact after T rounds)
+            for _ in range(T + 1):
+                readout = top_sweep_a(m, selfA, selfR)
+                fm = exact_f(m, readout)
+                new = (y[None] if m == 1 else 0.0) - fm[:, :P]
+                change = float(np.max(np.abs(new - delta[m - 1])))
+                f[m - 1], delta[m - 1] = fm, new
+                if change == 0.0:
+                    break
+        top_sweep_a(m, selfA, None)
+        if last:
+            break
         for ell in range(L, 1, -1):                                   # B down
+            c_top = Ab[ell - 1][m] + drift_top(Phi[ell - 1], m)
+            d_top = Bb[ell][m] + drift_top(G[ell + 1], m)
             Bb[ell - 1][m] = selfB[ell] + top_response_b(
-                Ab[ell - 1][m], Bb[ell][m], atoms[ell], tile(G[ell + 1][0][:n, :n]), tile)
+                c_top, d_top, atoms[ell], tile(G[ell + 1][0][:n, :n]), tile)
 
         # ---- kernels at gamma0^(2k): self parts, then Price terms of the top order
         m = 2 * k
@@ -394,7 +456,8 @@ def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: flo
                 G[ell][m] += price_g(Phi[ell - 1][m], atoms[ell], tile(G[ell + 1][0][:n, :n]),
                                      tile)
 
-        # ---- NTK (equal time) and NTK-Euler predictions at gamma0^(2k)
+        # ---- NTK (equal time); NTK-Euler predictions at gamma0^(2k) (the exact closure fixes
+        #      them in the next stage, from the readout response at gamma0^(2k+1))
         K2 = 0.0
         for ell in range(0, L + 1):                                   # sum_l G^{l+1} Phi^l
             K2 = K2 + (S(G[ell + 1]) * S(Phi[ell])).c[m]

@@ -374,11 +374,6 @@ def _deep_nonlinear_recursion(sym: str, order: int, name: str) -> str:
             rf"\quad u_0\sim\mathcal N(0,\Phi^{{\ell-1}}_0),\ r_0\sim\mathcal N(0,"
             rf"G^{{\ell+1}}_0),\ \zeta\sim\mathcal N(0,I)")
 
-
-_DEEP_NONLINEAR_EXACT = ("deep nonlinear networks are expanded with the NTK closure (pass "
-                         "closure='ntk'); the exact closure needs the readout response one order "
-                         "higher, in a time-marching expansion not derived here")
-
 _PRICE = (r"\tfrac12\Phi^{\ell-1}_{2,aa}\langle\ddot\phi_\mu\phi_\nu\rangle"
           r"+\Phi^{\ell-1}_{2,ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle"
           r"+\tfrac12\Phi^{\ell-1}_{2,bb}\langle\phi_\mu\ddot\phi_\nu\rangle")
@@ -419,10 +414,6 @@ def _validate(depth, activation, order, closure):
                           "even in gamma0 (odd orders vanish, spec §2.10)")
     if closure not in ("exact", "ntk"):
         raise DomainError(f"closure={closure!r} must be 'exact' or 'ntk'")
-    if activation not in _LINEAR and depth > 1 and closure != "ntk":
-        raise NotDerivedError(
-            f"deep nonlinear networks (depth={depth}, activation={activation!r}): "
-            + _DEEP_NONLINEAR_EXACT)
 
 
 def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: int = 2,
@@ -445,15 +436,17 @@ def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: 
         Highest power of :math:`\gamma_0` (even, ``>= 0``).
     activation : str
         ``'linear'`` (any depth, any order) or any registered smooth activation with
-        ``order + 2`` derivatives: any order at any depth; deep networks (``depth >= 2``) with
-        ``closure='ntk'``.  Deep nonlinear orders above 2 use the formal-source expansion
-        (:mod:`._series_deep_jets`), whose cost grows steeply with samples and grid points
-        (order 4, ``depth=3``, one sample, ``T = 20``: seconds; two samples, ``T = 10``: minutes).
+        ``order + 2`` derivatives: any order at any depth.  Deep nonlinear networks above order 2
+        or with ``closure='exact'`` use the formal-source expansion (:mod:`._series_deep_jets`),
+        whose cost grows steeply with samples and grid points (order 4, ``depth=3``, one sample,
+        ``T = 20``, NTK closure: seconds; two samples, ``T = 10``: minutes; the exact closure adds
+        one response stage at order + 1).
     closure : {'exact', 'ntk'}
         Predictions as the single-site average (exact limit of discrete GD; the solvers' default) or
         NTK-Euler.  Kernels to :math:`O(\gamma_0^2)` do not depend on it.  Deep nonlinear networks:
-        ``'ntk'`` only (the exact closure needs the readout response one order higher, inside a
-        time march).  At ``depth=1`` with ``closure='ntk'`` the deep nonlinear expansion is used.
+        both (the exact closure needs the readout response one order above the predictions: one
+        more response stage, markedly slower).  At ``depth=1`` with ``closure='ntk'`` the deep
+        nonlinear expansion is used.
     gradient_independent : bool
         Expand the gradient-independence ansatz ``A = B = 0`` instead (deep linear only; NTK closure
         recommended, as in the solver).
@@ -474,8 +467,7 @@ def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: 
         Odd, negative or non-integer order, bad data (non-PSD kernel, shapes), or a step past the
         stability edge ``eta lambda_max(K_0) >= 2``.
     NotDerivedError
-        Deep nonlinear networks with ``closure='exact'``; ``exact=True`` or
-        ``gradient_independent=True`` for nonlinear networks.
+        ``exact=True`` or ``gradient_independent=True`` for nonlinear networks.
 
     Examples
     --------
@@ -510,14 +502,14 @@ def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: 
             raise NotDerivedError("deep nonlinear / NTK-closure series: exact=False and no "
                                   "gradient independence (that ansatz is expanded for deep linear "
                                   "networks)")
-        if order <= 2:
+        if order <= 2 and closure == "ntk":
             arr = deep_nonlinear_order2_arrays(data.kx, data.y, depth=L, activation=activation,
                                                eta=grid.eta, steps=grid.steps, nodes=int(nodes))
             lazy_responses = {"A": arr.A, "B": arr.B}
         else:
             arr = deep_nonlinear_series_arrays(data.kx, data.y, depth=L, activation=activation,
                                                eta=grid.eta, steps=grid.steps, order=int(order),
-                                               nodes=int(nodes))
+                                               closure=closure, nodes=int(nodes))
             lazy_responses = {"A": arr.A[0], "B": arr.B[0],
                               "A_series": arr.A, "B_series": arr.B}
             odd = arr.odd_residual

@@ -285,7 +285,7 @@ def test_bad_input_raises_domain_error():
     with pytest.raises(DomainError):
         ser.coefficient(2, "nonsense")
     with pytest.raises(NotDerivedError):
-        gamma0_series(kernel=KX, y=Y, depth=2, eta=0.1, steps=5, activation="tanh")
+        gamma0_series(kernel=KX, y=Y, depth=2, eta=0.1, steps=5, activation="tanh", exact=True)
 
 
 def test_latex_is_deterministic_and_in_book_notation():
@@ -417,8 +417,9 @@ def test_deep_tanh_order2_against_the_monte_carlo_solver():
 
 
 def test_deep_nonlinear_scope_is_explicit():
-    with pytest.raises(NotDerivedError, match="closure='ntk'"):
-        gamma0_series(kernel=KX, y=Y, depth=2, eta=0.1, steps=5, activation="tanh")
+    with pytest.raises(NotDerivedError, match="gradient"):
+        gamma0_series(kernel=KX, y=Y, depth=2, eta=0.1, steps=5, activation="tanh",
+                      gradient_independent=True)
     from effth.theories.dmft._series_deep_jets import deep_nonlinear_series_arrays
     with pytest.raises(DomainError, match="max_points"):
         deep_nonlinear_series_arrays(KX, Y, depth=2, activation="tanh", eta=0.1, steps=5,

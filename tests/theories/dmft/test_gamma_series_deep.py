@@ -104,6 +104,26 @@ def test_depth_one_gives_the_two_layer_series():
                 (name, k)
 
 
+def test_exact_closure_against_two_layer_and_deep_linear_series():
+    """The exact discrete-GD closure (readout response one order above f): depth-1 tanh against
+    the two-layer field expansion, and phi = id at L = 3 against the deep linear series, both with
+    their own exact closures."""
+    T = 6
+    a = two_layer_series_arrays(KX1, Y1, activation="tanh", eta=0.1, steps=T, order=4, nodes=160,
+                                closure="exact")
+    b = deep_nonlinear_series_arrays(KX1, Y1, depth=1, activation="tanh", eta=0.1, steps=T,
+                                     order=4, nodes=160, closure="exact")
+    for k in range(3):
+        assert np.max(np.abs(a.f[2 * k] - b.f[k])) < 1e-11, k
+    lin = deep_linear_series_arrays(KX1, Y1, depth=3, eta=0.1, steps=T, order=2, closure="exact")
+    ntk = deep_linear_series_arrays(KX1, Y1, depth=3, eta=0.1, steps=T, order=2, closure="ntk")
+    b = deep_nonlinear_series_arrays(KX1, Y1, depth=3, activation="linear", eta=0.1, steps=T,
+                                     order=4, nodes=3, closure="exact")
+    assert np.max(np.abs(lin.f[2] - ntk.f[2])) > 1e-4           # the closures differ at gamma0^4
+    for k in range(3):
+        assert np.max(np.abs(lin.f[k] - b.f[k])) < 1e-13, k
+
+
 def test_deep_tanh_fourth_order_is_even_real_and_causal():
     b = deep_nonlinear_series_arrays(KX1, Y1, depth=3, activation="tanh", eta=0.2, steps=6,
                                      order=4, nodes=40)
