@@ -68,7 +68,13 @@ from ...errors import DomainError
 from ...numerics._rules import gaussian_tensor_rule, smolyak_gauss_hermite
 from ._series_arith import TruncatedSeries as S
 from ._series_arith import compose
-from ._series_deep_nonlinear import lazy_atoms, price_g, price_phi, top_response_b
+from ._series_deep_nonlinear import (
+    lazy_atoms,
+    price_g,
+    price_phi,
+    source_rule_kind,
+    top_response_b,
+)
 from .grid import causal_mask
 from .lazy import lazy_kernels, static_ntk_dynamics
 
@@ -128,8 +134,8 @@ def _formal_root(cov: np.ndarray, rtol: float) -> np.ndarray:
 class _Layer:
     """Quadrature rule and source realisation of one layer at one stage."""
 
-    def __init__(self, u_cov, r_cov, u_roots, r_roots, nodes, r_nodes, degree, max_points):
-        ru = gaussian_tensor_rule(u_cov, nodes, max_points=max_points)
+    def __init__(self, u_cov, r_cov, u_roots, r_roots, nodes, r_nodes, degree, max_points, kind):
+        ru = gaussian_tensor_rule(u_cov, nodes, max_points=max_points, kind=kind)
         rr = gaussian_tensor_rule(r_cov, r_nodes, max_points=max_points)
         self.u0, self.wu = ru[0], ru[2]
         self.r0, self.wr = rr[0], rr[2]
@@ -353,7 +359,7 @@ def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: flo
         roots_u = [(j, _formal_root(Phi[ell - 1][2 * j], rank_rtol)) for j in range(1, k)]
         roots_r = [(j, _formal_root(G[ell + 1][2 * j], rank_rtol)) for j in range(1, k)]
         return _Layer(Phi[ell - 1][0][:n, :n], G[ell + 1][0][:n, :n], roots_u, roots_r,
-                      nodes, m // 2 + 2, m, max_points)
+                      nodes, m // 2 + 2, m, max_points, source_rule_kind(act))
 
     def drift_top(kern, m):
         """Order-``m`` coefficient of :func:`drift` (needs ``delta`` through order ``m - 1``)."""

@@ -64,7 +64,7 @@ from .grid import causal_mask
 from .lazy import lazy_kernels, static_ntk_dynamics
 
 __all__ = ["DeepSeriesArrays", "deep_nonlinear_order2_arrays", "lazy_atoms", "price_g", "price_phi",
-           "top_response_b"]
+           "source_rule_kind", "top_response_b"]
 
 _MAX_POINTS = 4_000_000
 
@@ -100,10 +100,16 @@ class DeepSeriesArrays:
     self_g: np.ndarray
 
 
-def _rule(cov: np.ndarray, nodes: int):
-    """Tensor Gauss-Hermite rule for ``N(0, cov)``: points ``(S, n)``, weights ``(S,)``."""
-    u, _, w = gaussian_tensor_rule(cov, nodes, max_points=_MAX_POINTS)
+def _rule(cov: np.ndarray, nodes: int, kind: str = "hermite"):
+    """Tensor rule for ``N(0, cov)``: points ``(S, n)``, weights ``(S,)``."""
+    u, _, w = gaussian_tensor_rule(cov, nodes, max_points=_MAX_POINTS, kind=kind)
     return u, w
+
+
+def source_rule_kind(act) -> str:
+    """Rule for the non-polynomial lazy source ``u``: Gauss-Hermite for polynomial activations
+    (exact), the trapezoid rule otherwise (geometric convergence for tanh-like poles)."""
+    return "hermite" if act.name in ("linear", "identity", "id") else "trapezoid"
 
 
 def _product_rule(rule_u, rule_r):
@@ -120,7 +126,7 @@ def _atoms(derivs, w):
 
 def lazy_atoms(cov: np.ndarray, act, nodes: int):
     """``atoms[i][j][mu, nu] = <phi^(i)(u_mu) phi^(j)(u_nu)>``, ``u ~ N(0, cov)``, ``i, j <= 3``."""
-    u, w = _rule(cov, nodes)
+    u, w = _rule(cov, nodes, source_rule_kind(act))
     return _atoms([act.numpy(k)(u) for k in range(4)], w)
 
 
@@ -192,7 +198,7 @@ def deep_nonlinear_order2_arrays(kx, y, *, depth: int, activation: str, eta: flo
 
     rules, atoms = [], []
     for ell in range(L):
-        ru = _rule(prev[ell], nodes)
+        ru = _rule(prev[ell], nodes, source_rule_kind(act))
         rr = _rule(nxt[ell], 3)
         if ru[1].size * rr[1].size > _MAX_POINTS:
             raise DomainError(f"layer {ell + 1}: {ru[1].size * rr[1].size} quadrature points "

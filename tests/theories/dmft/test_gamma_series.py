@@ -345,8 +345,8 @@ def test_deep_nonlinear_expansion_reduces_to_the_exact_special_cases():
 
     T, eta = 8, 0.1
     deep = deep_nonlinear_order2_arrays(KX, Y, depth=1, activation="tanh", eta=eta, steps=T,
-                                        nodes=30)
-    two = two_layer_series_arrays(KX, Y, activation="tanh", eta=eta, steps=T, order=2, nodes=30)
+                                        nodes=100)             # trapezoid rule in u
+    two = two_layer_series_arrays(KX, Y, activation="tanh", eta=eta, steps=T, order=2, nodes=100)
     idx = np.arange(T)
     assert np.abs(deep.phi[1, 0][idx, :, idx, :] - two.phi[2]).max() < 1e-6
     assert np.abs(deep.g[1, 0][idx, :, idx, :] - two.g[2]).max() < 1e-6

@@ -91,17 +91,17 @@ def test_depth_one_gives_the_two_layer_series():
     the same (NTK) closure."""
     T, order = 8, 6
     a = two_layer_series_arrays(KX1, Y1, activation="tanh", eta=0.1, steps=T, order=order,
-                                nodes=160, closure="ntk")
+                                nodes=480, closure="ntk")   # Gauss-Hermite: f_6 off by 3e-7 at 320
     b = deep_nonlinear_series_arrays(KX1, Y1, depth=1, activation="tanh", eta=0.1, steps=T,
-                                     order=order, nodes=160)
+                                     order=order, nodes=160)  # trapezoid: converged to 1e-17
     idx = np.arange(T)
     for name in ("f", "ntk", "phi", "g"):
         ref, got = getattr(a, name)[::2], getattr(b, name)
         if name in ("phi", "g"):
             got = got[:, 0][:, idx, :, idx, :].transpose(1, 0, 2, 3)
         for k in range(order // 2 + 1):
-            assert np.max(np.abs(ref[k] - got[k])) < 1e-9 * max(1.0, np.max(np.abs(ref[k]))), \
-                (name, k)
+            assert np.max(np.abs(ref[k] - got[k])) < 3e-8 * max(1.0, np.max(np.abs(ref[k]))), \
+                (name, k)                # the Gauss-Hermite reference: ~1e-8 at 480 nodes
 
 
 def test_exact_closure_against_two_layer_and_deep_linear_series():
@@ -109,12 +109,12 @@ def test_exact_closure_against_two_layer_and_deep_linear_series():
     the two-layer field expansion, and phi = id at L = 3 against the deep linear series, both with
     their own exact closures."""
     T = 6
-    a = two_layer_series_arrays(KX1, Y1, activation="tanh", eta=0.1, steps=T, order=4, nodes=160,
+    a = two_layer_series_arrays(KX1, Y1, activation="tanh", eta=0.1, steps=T, order=4, nodes=480,
                                 closure="exact")
     b = deep_nonlinear_series_arrays(KX1, Y1, depth=1, activation="tanh", eta=0.1, steps=T,
-                                     order=4, nodes=160, closure="exact")
+                                     order=4, nodes=120, closure="exact")
     for k in range(3):
-        assert np.max(np.abs(a.f[2 * k] - b.f[k])) < 1e-11, k
+        assert np.max(np.abs(a.f[2 * k] - b.f[k])) < 1e-9, k      # Gauss-Hermite reference
     lin = deep_linear_series_arrays(KX1, Y1, depth=3, eta=0.1, steps=T, order=2, closure="exact")
     ntk = deep_linear_series_arrays(KX1, Y1, depth=3, eta=0.1, steps=T, order=2, closure="ntk")
     b = deep_nonlinear_series_arrays(KX1, Y1, depth=3, activation="linear", eta=0.1, steps=T,
