@@ -100,8 +100,8 @@ def compare_approximations(X=None, y=None, *, depth: int, gamma0: float, eta: fl
         ``'linear'`` (any depth); a nonlinear activation with ``depth=1`` (quadrature solver with
         ``nodes`` Gauss-Hermite points per dimension); or a smooth nonlinear activation with
         ``depth >= 2``: the full DMFT and the gradient-independence ansatz by the Monte-Carlo
-        solver (``samples``, ``iterations``, ``seed``), the series at ``order <= 2``, all with the
-        NTK closure (the one the deep nonlinear series has).
+        solver (``samples``, ``iterations``, ``seed``) and the series (its default trapezoid rule
+        in ``u``; ``nodes`` is for the two-layer quadrature), all with the NTK closure.
 
     Returns
     -------
@@ -113,7 +113,7 @@ def compare_approximations(X=None, y=None, *, depth: int, gamma0: float, eta: fl
         raise DomainError(f"gamma0={gamma0!r} must be finite")
     deep_nonlinear = not linear and depth > 1
     ser = gamma0_series(kernel=data.kx, y=data.y, depth=depth, eta=eta, steps=steps, order=order,
-                        activation=activation, nodes=nodes,
+                        activation=activation, nodes=None if deep_nonlinear else nodes,
                         closure="ntk" if deep_nonlinear else "exact")
     lazy = static_ntk_solve(data, TimeGrid(float(eta), int(steps)), depth,
                             "linear" if linear else activation)
