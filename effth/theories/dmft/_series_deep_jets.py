@@ -269,7 +269,7 @@ def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: flo
                                  rank_rtol: float = 1e-12,
                                  max_points: int = 2_000_000) -> DeepJetArrays:
     r"""Taylor coefficients through :math:`\gamma_0^{\mathrm{order}}` of the deep nonlinear
-    discrete DMFT (NTK closure), for any depth, smooth activation and even order.
+    discrete DMFT (NTK or exact closure), for any depth, smooth activation and even order.
 
     Parameters
     ----------
