@@ -76,7 +76,7 @@ from ._series_deep_nonlinear import (
     top_response_b,
 )
 from .grid import causal_mask
-from .lazy import lazy_kernels, static_ntk_dynamics
+from .lazy import _LINEAR, lazy_kernels, static_ntk_dynamics
 
 __all__ = ["DeepJetArrays", "deep_nonlinear_series_arrays"]
 
@@ -317,7 +317,7 @@ def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: flo
     L, T, n, P = int(depth), int(steps), kx.shape[0], y.size
     K, Tn = order // 2, T * n
     fns = [act.numpy(p) for p in range(order + 5)]
-    lin = "linear" if act.name in ("linear", "identity", "id") else act.name
+    lin = "linear" if act.name in _LINEAR else act.name
     phi0, _, g0, ntk0 = lazy_kernels(kx, L, lin)
     f0 = static_ntk_dynamics(ntk0, y, eta, T)
     tile = lambda a: np.tile(a, (T, T))                              # noqa: E731
@@ -348,11 +348,19 @@ def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: flo
         dp[:, :, :P] = delta
         return np.tile(dp.reshape(M + 1, 1, Tn), (1, Tn, 1))
 
+    def drift_top(kern, m):
+        """Order-``m`` coefficient of :func:`drift` (needs ``delta`` through order ``m - 1``)."""
+        dc = dcol()
+        acc = 0.0
+        for j in range(0, m):
+            acc = acc + kern[j] * dc[m - 1 - j]
+        return eta * strict * acc
+
     def drift(kern):
         """``eta Theta(i>j) Delta(t_j) kern`` times gamma0, as a series (Cauchy product)."""
-        prod = (S(kern) * S(dcol())).c
-        out = np.zeros_like(prod)
-        out[1:] = eta * strict * prod[:-1]
+        out = np.zeros_like(kern)
+        for m in range(1, M + 1):
+            out[m] = drift_top(kern, m)
         return out
 
     def layer_rule(ell, k, m):
@@ -360,13 +368,6 @@ def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: flo
         roots_r = [(j, _formal_root(G[ell + 1][2 * j], rank_rtol)) for j in range(1, k)]
         return _Layer(Phi[ell - 1][0][:n, :n], G[ell + 1][0][:n, :n], roots_u, roots_r,
                       nodes, m // 2 + 2, m, max_points, source_rule_kind(act))
-
-    def drift_top(kern, m):
-        """Order-``m`` coefficient of :func:`drift` (needs ``delta`` through order ``m - 1``)."""
-        acc = 0.0
-        for j in range(0, m):
-            acc = acc + kern[j] * dcol()[m - 1 - j]
-        return eta * strict * acc
 
     def top_sweep_a(m, selfA, selfR):
         """``Ab_(m)`` up the network from the self parts and the full top-order ``C_(m)``; with

@@ -61,7 +61,7 @@ from ...activations import get_activation
 from ...errors import DomainError
 from ...numerics._rules import gaussian_tensor_rule
 from .grid import causal_mask
-from .lazy import lazy_kernels, static_ntk_dynamics
+from .lazy import _LINEAR, lazy_kernels, static_ntk_dynamics
 
 __all__ = ["DeepSeriesArrays", "deep_nonlinear_order2_arrays", "lazy_atoms", "price_g", "price_phi",
            "source_rule_kind", "top_response_b"]
@@ -109,7 +109,7 @@ def _rule(cov: np.ndarray, nodes: int, kind: str = "hermite"):
 def source_rule_kind(act) -> str:
     """Rule for the non-polynomial lazy source ``u``: Gauss-Hermite for polynomial activations
     (exact), the trapezoid rule otherwise (geometric convergence for tanh-like poles)."""
-    return "hermite" if act.name in ("linear", "identity", "id") else "trapezoid"
+    return "hermite" if act.name in _LINEAR else "trapezoid"
 
 
 def _product_rule(rule_u, rule_r):
