@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from .activations import Activation, get_activation
 from .errors import DomainError
 
-__all__ = ["MLP"]
+__all__ = ["MLP", "resolve_depth"]
 
 
 def _per_layer(value: Any, count: int, name: str, *, positive: bool) -> tuple[float, ...]:
@@ -41,6 +41,68 @@ def _per_layer(value: Any, count: int, name: str, *, positive: bool) -> tuple[fl
         if v < 0 or (positive and v == 0):
             raise DomainError(f"{name} must be {'positive' if positive else 'non-negative'}, got {values}")
     return values
+
+
+def resolve_depth(depth: Any = None, hidden_layers: Any = None, *, minimum: int = 2) -> int:
+    r"""The number of weight layers :math:`L` from exactly one of ``depth`` or ``hidden_layers``.
+
+    effth's one convention (``docs/conventions.md``): ``depth`` counts weight layers, the output
+    layer included (PDLT's :math:`L`); ``hidden_layers = depth - 1`` counts the hidden layers
+    :math:`h^1..h^L` of the DMFT papers.  Functions that describe a network take either keyword.
+
+    Parameters
+    ----------
+    depth, hidden_layers : int, optional
+        Give exactly one.  NumPy and SymPy integers are accepted.
+    minimum : int
+        The smallest ``depth`` the caller can treat (2: at least one hidden layer).
+
+    Returns
+    -------
+    int
+        ``depth``.
+
+    Raises
+    ------
+    DomainError
+        Both or neither given, a non-integer, or ``depth < minimum``.
+
+    Examples
+    --------
+    >>> resolve_depth(hidden_layers=2), resolve_depth(depth=3)
+    (3, 3)
+    """
+    if (depth is None) == (hidden_layers is None):
+        raise DomainError("give exactly one of depth= (weight layers, output included) or "
+                          "hidden_layers= (= depth - 1)"
+                          + (f"; got depth={depth!r}, hidden_layers={hidden_layers!r}"
+                             if depth is not None else ""))
+    if depth is not None:
+        L = _as_int(depth, "depth")
+    else:
+        L = _as_int(hidden_layers, "hidden_layers") + 1
+    if L < minimum:
+        what = (f"depth={L}" if hidden_layers is None else f"hidden_layers={L - 1}")
+        raise DomainError(f"{what} is too shallow here: need depth >= {minimum} "
+                          f"(hidden_layers >= {minimum - 1})")
+    return L
+
+
+def _as_int(value: Any, name: str) -> int:
+    """An exact integer from Python, NumPy or SymPy integers (bools and floats are refused)."""
+    if isinstance(value, bool):
+        raise DomainError(f"{name} must be an integer, got {value!r}")
+    try:
+        import numbers
+        if isinstance(value, numbers.Integral):
+            return int(value)
+        if getattr(value, "is_Integer", False):          # SymPy Integer
+            return int(value)
+        if hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0 and value.dtype.kind in "iu":
+            return int(value)
+    except (TypeError, ValueError):
+        pass
+    raise DomainError(f"{name} must be an integer, got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,9 @@ import os
 import numpy as np
 import pytest
 
+# Long runs draw progress bars only when asked in tests (see effth._progress).
+os.environ.setdefault("EFFTH_PROGRESS", "0")
+
 try:
     from hypothesis import HealthCheck, settings
 
