@@ -60,6 +60,7 @@ from .algebra.wick import (
 )
 from .arch import MLP
 from .codegen import compile_expression, compile_step
+from .compare import Comparison, ScalingFit, compare, scaling_fit
 from .errors import (
     AccuracyWarning,
     ClosedFormUnavailableWarning,
@@ -97,6 +98,8 @@ __all__ = [
     "MLP", "simulate_ensemble", "EnsembleStatistics", "simulate_training", "TrainingRun",
     "pdlt", "dmft", "flow", "Flow", "derive", "derive_initialization",
     "derive_ntk", "ntk_flow", "NTKFlow",
+    # theory meets measurement
+    "compare", "scaling_fit", "Comparison", "ScalingFit",
     # numerics, codegen, printing
     "gaussian_expectation", "validate_covariance", "has_closed_form", "compile_expression", "compile_step",
     "latex", "init_printing",
