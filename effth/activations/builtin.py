@@ -100,8 +100,8 @@ def monomial(degree: Any = None) -> Activation:
 def _make_pl(name: str, a_plus: Any, a_minus: Any, expr: sp.Expr | None = None) -> Activation:
     ap = _num(a_plus, "a_plus")
     am = _num(a_minus, "a_minus")
-    if expr is None:
-        expr = _sym(ap) * sp.Max(Z, 0) + _sym(am) * sp.Min(Z, 0)
+    if expr is None:   # equal slopes: the linear function a z (no kink, a polynomial to SymPy)
+        expr = (_sym(ap) * Z if ap == am else _sym(ap) * sp.Max(Z, 0) + _sym(am) * sp.Min(Z, 0))
     fap, fam = float(ap), float(am)
 
     @lru_cache(maxsize=None)

@@ -143,7 +143,7 @@ class Activation:
         -------
         callable
             ``f(z: ndarray (...)) -> ndarray (...)`` (float64), overflow-free
-            for large |z|.  At a kink the value is the right limit
+            for large :math:`|z|`.  At a kink the value is the right limit
             (measure-zero convention).
         """
         order = _check_order(order)

@@ -1,6 +1,6 @@
 r"""Perturbative expectations under nearly-Gaussian quartic actions (PDLT §1.3 and §4.2).
 
-Two conventions of the book (spec ``seed-001`` §7.1):
+Two conventions of the book, which differ in sign and symmetry of the quartic term:
 
 * ``"ch1"`` -- PDLT (1.71), :math:`N` variables :math:`z_\mu`:
 
@@ -79,7 +79,8 @@ class QuarticAction:
     epsilon : sympy expression
         Small parameter of the ch1 convention (ignored for ch4, where :math:`v` itself is small).
     n : sympy expression
-        Number of neurons in the ch4 action (a free symbol by default, spec §7.5).
+        Number of neurons in the ch4 action (a free symbol by default: by the marginalization rule of
+        PDLT §4.4, neuron-index-free observables do not depend on it).
     layer : optional
         Layer attached to the tensors (``None``: layer-less, chapter-1 style).
     dummy : str, optional
@@ -181,7 +182,7 @@ def classify_diagram(graph: WickGraph, external: set) -> str:
     """``"vacuum"`` (a component without externals), ``"connected"``, or ``"disconnected"``.
 
     At first order in a four-point function the ``"disconnected"`` non-vacuum diagrams are the
-    propagator corrections of PDLT (1.75) (spec §2.3).
+    propagator corrections of PDLT (1.75).
     """
     comps = graph.components()
     if any(not (set(c) & external) for c in comps):
@@ -235,7 +236,7 @@ def diagrams(
 
     Examples
     --------
-    Spec §2.3: of the 105 pairings of :math:`\langle z_{\mu_1}..z_{\mu_4}\,V zzzz\rangle`, 9 are
+    PDLT (1.75): of the 105 pairings of :math:`\langle z_{\mu_1}..z_{\mu_4}\,V zzzz\rangle`, 9 are
     vacuum, 72 propagator corrections and 24 connected.
 
     >>> import sympy as sp

@@ -10,9 +10,9 @@ Three kinds of index appear in effth's expressions:
 * the **layer** :math:`\ell` labels depth.  Widths :math:`n_\ell` and initialization
   hyperparameters :math:`C_W^{(\ell)}, C_b^{(\ell)}` are per-layer symbols.
 
-Conventions follow *The Principles of Deep Learning Theory* (PDLT), spec
-``seed-001-pdlt-ch0-4.md`` §1.1: the layer-:math:`\ell` expansion parameter is
-:math:`1/n_{\ell-1}`.
+Conventions follow *The Principles of Deep Learning Theory* (PDLT; Roberts, Yaida & Hanin 2022),
+(2.5), (4.76): layers are :math:`\ell=1..L` (:math:`L` weight layers, the output layer counts),
+and the layer-:math:`\ell` expansion parameter is :math:`1/n_{\ell-1}`.
 
 Examples
 --------

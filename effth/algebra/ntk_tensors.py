@@ -1,7 +1,8 @@
 r"""Sample-indexed tensors of the NTK hierarchy (PDLT chapters 8, 9, 11 and ∞).
 
 Every class is one component, canonicalized under the symmetry group that the definition of
-the tensor implies (spec ``seed-001-pdlt-ch9-11.md`` §0.3, ``seed-001-pdlt-chinf-app.md`` §3.1);
+the tensor implies (the decompositions PDLT (8.31)/(8.82), (8.37)/(8.67), (11.30)/(11.45),
+(∞.11)–(∞.12));
 slot orders are the book's:
 
 ======================  ====================================================================  =====================
@@ -22,8 +23,10 @@ class                   defining statistic (:math:`n=n_{\ell-1}`, distinct neuro
 ======================  ====================================================================  =====================
 
 :math:`F_{pqrs}=F_{rspq}` follows from :math:`\hat H_{ij;\alpha\beta}=\hat H_{ji;\beta\alpha}`
-(the spec's "no symmetry" for :math:`F` at :math:`\ell\ge3` refers to the pair
-:math:`(\alpha_1\alpha_2)\leftrightarrow(\alpha_3\alpha_4)` only).
+(PDLT ch. 8, footnote 6, says :math:`F` has "no symmetry at all in deeper layers"; that holds
+for the swaps :math:`\alpha_1\leftrightarrow\alpha_2`, :math:`\alpha_3\leftrightarrow\alpha_4`
+and the pair swap :math:`(\alpha_1\alpha_2)\leftrightarrow(\alpha_3\alpha_4)`, not for the
+simultaneous swap above, which holds at every layer).
 
 Examples
 --------

@@ -152,7 +152,7 @@ def has_closed_form(activation: Any, factors: Sequence) -> bool:
     ----------
     activation : Activation
         Only ``activation.family`` and ``activation.param(key)`` are used.
-    factors : sequence of (slot, kind, order)
+    factors : sequence of ``(slot, kind, order)`` tuples
         The atom.
 
     Returns
@@ -173,7 +173,7 @@ def closed_form(activation: Any, factors: Sequence, K: Any) -> np.ndarray | None
     ----------
     activation : Activation
         Only ``activation.family`` and ``activation.param(key)`` are used.
-    factors : sequence of (slot, kind, order)
+    factors : sequence of ``(slot, kind, order)`` tuples
         ``(s, 'sigma', a)``: regular part of :math:`\sigma^{(a)}(z_s)`; ``(s, 'z', p)``: :math:`z_s^p`.
     K : array_like, shape (..., k, k)
         Zero-mean covariances (symmetric PSD, possibly singular), ``k > max(slot)``.

@@ -60,7 +60,7 @@ class _Backend:
             return reference_expectation(factors, K, act, mean=mean, dps=self.dps, return_error=True)
         from .montecarlo import mc_expectation
         self._mc_calls += 1
-        return mc_expectation(factors, K, act, mean=mean, rng=self.rng, n_samples=self.n_samples,
+        return mc_expectation(factors, K, act, mean=mean, seed=self.rng, n_samples=self.n_samples,
                               return_error=True)
 
 
@@ -267,13 +267,13 @@ def _expand(factors: tuple, act: Any) -> list[tuple[float, tuple, dict]]:
 
 
 def gaussian_expectation(factors: Sequence[tuple], K: Any, activation: Any = None, *,
-                         method: str = "auto", rtol: float = 1e-10, mean: Any = None, rng: Any = None,
+                         method: str = "auto", rtol: float = 1e-10, mean: Any = None, seed: Any = 0,
                          n_samples: int | None = None, dps: int = 30, return_error: bool = False) -> Any:
     """Gaussian expectation of a product of activation factors, batched over kernels.
 
     Parameters
     ----------
-    factors : sequence of (slot, kind, order)
+    factors : sequence of ``(slot, kind, order)`` tuples
         ``(s, 'sigma', a)`` is sigma^(a)(z_s) (distributional derivative: Dirac
         parts of kinked activations included); ``(s, 'z', p)`` is z_s**p.
         Slots must be exactly ``0..k-1``.
@@ -288,8 +288,9 @@ def gaussian_expectation(factors: Sequence[tuple], K: Any, activation: Any = Non
         Relative tolerance for quadrature.
     mean : array_like, shape (..., k), optional
         Mean of z (closed forms need zero mean).
-    rng : numpy.random.Generator or int, optional
-        Monte-Carlo generator or seed (default seed 0).
+    seed : int, SeedSequence, numpy.random.Generator or None
+        Monte-Carlo randomness (default seed 0, so Monte-Carlo atoms are reproducible; ``None``
+        draws fresh entropy).
     n_samples : int, optional
         Monte-Carlo sample count (default 200_000).
     dps : int
@@ -346,10 +347,9 @@ def gaussian_expectation(factors: Sequence[tuple], K: Any, activation: Any = Non
     Kf = K.reshape((-1, k, k))
     m = validate_mean(mean, batch, k)
     mf = None if m is None else m.reshape((-1, k))
-    if method == "mc" and rng is None:
-        rng = 0
+    rng = None
     if method == "mc":
-        rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     backend = _Backend(method, act, float(rtol), rng, n_samples, dps)
     ex = _Expander(act, backend, Kf, mf)
     total = np.zeros(Kf.shape[0])

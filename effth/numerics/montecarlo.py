@@ -23,18 +23,18 @@ def _factor(K: np.ndarray) -> np.ndarray:
 
 
 def mc_expectation(factors: Sequence[tuple], K: np.ndarray, activation: Any, *, mean: np.ndarray | None = None,
-                   rng: Any = None, n_samples: int | None = None, return_error: bool = False) -> Any:
+                   seed: Any = 0, n_samples: int | None = None, return_error: bool = False) -> Any:
     """Monte-Carlo estimate of E[prod factors], z ~ N(mean, K), batched.
 
     Parameters
     ----------
-    factors : sequence of (slot, kind, order)
+    factors : sequence of ``(slot, kind, order)`` tuples
         Regular factors (Dirac parts are handled by the dispatcher).
     K : ndarray, shape (..., k, k)
     activation : Activation or None
     mean : ndarray, shape (..., k), optional
-    rng : numpy.random.Generator or int, optional
-        Explicit generator or seed (default seed 0; global state is never used).
+    seed : int, SeedSequence, numpy.random.Generator or None
+        Randomness (default seed 0; ``None`` draws fresh entropy; global state is never used).
     n_samples : int, optional
         Number of samples per kernel (rounded up to even; default 200_000).
     return_error : bool
@@ -54,14 +54,11 @@ def mc_expectation(factors: Sequence[tuple], K: np.ndarray, activation: Any, *, 
     Examples
     --------
     >>> import numpy as np
-    >>> v, e = mc_expectation([(0, 'z', 2)], np.array([[2.0]]), None, rng=1, return_error=True)
+    >>> v, e = mc_expectation([(0, 'z', 2)], np.array([[2.0]]), None, seed=1, return_error=True)
     >>> abs(float(v) - 2.0) < 5 * float(e)
     True
     """
-    if rng is None:
-        rng = 0
-    if not isinstance(rng, np.random.Generator):
-        rng = np.random.default_rng(rng)
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     n = DEFAULT_SAMPLES if n_samples is None else int(n_samples)
     if n < 2:
         raise DomainError(f"n_samples must be >= 2, got {n_samples!r}")

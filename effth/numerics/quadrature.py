@@ -392,7 +392,7 @@ def quadrature_expectation(factors: Sequence[tuple], K: np.ndarray, activation: 
 
     Parameters
     ----------
-    factors : sequence of (slot, kind, order)
+    factors : sequence of ``(slot, kind, order)`` tuples
         Validated factors (slots exactly ``0..k-1``, ``k <= 4``).
     K : ndarray, shape (..., k, k)
         Validated PSD covariances.

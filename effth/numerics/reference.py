@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import mpmath
 import numpy as np
 
-from ..errors import ConvergenceError, NotDerivedError
+from ..errors import ConvergenceError, DomainError, NotDerivedError
 from ._rules import eval_product, factor_degrees, gauss_hermite, group_factors
 
 __all__ = ["reference_expectation"]
@@ -198,6 +198,11 @@ def _gh_cholesky(factors: Sequence, K: np.ndarray, mean: np.ndarray | None, act:
                            f"(last value {prev!r}); use fewer slots or a better-conditioned kernel")
 
 
+#: Smallest working precision: below it the pivot tolerance 10^-(dps-5) exceeds the kernel's scale
+#: and every atom collapsed to 0 with "error" 0.
+_MIN_DPS = 15
+
+
 def reference_expectation(factors: Sequence[tuple], K: np.ndarray, activation: Any, *,
                           mean: np.ndarray | None = None, dps: int = 30, return_error: bool = False,
                           as_mpf: bool = False, tol: float = 1e-12, max_nodes: int = 2 * 10 ** 8) -> Any:
@@ -205,13 +210,13 @@ def reference_expectation(factors: Sequence[tuple], K: np.ndarray, activation: A
 
     Parameters
     ----------
-    factors : sequence of (slot, kind, order)
+    factors : sequence of ``(slot, kind, order)`` tuples
         Regular factors, slots ``0..k-1``.
     K : ndarray, shape (..., k, k)
     activation : Activation or None
     mean : ndarray, shape (..., k), optional
     dps : int
-        mpmath working precision (1-2 effective dimensions).
+        mpmath working precision (1-2 effective dimensions), at least 15.
     return_error : bool
         Also return an error estimate.
     as_mpf : bool
@@ -227,11 +232,16 @@ def reference_expectation(factors: Sequence[tuple], K: np.ndarray, activation: A
 
     Raises
     ------
+    DomainError
+        ``dps < 15``.
     NotDerivedError
         Kinked activation with 3-4 effective dimensions.
     ConvergenceError
         The Gauss-Hermite self-consistency check failed.
     """
+    if isinstance(dps, bool) or not isinstance(dps, (int, np.integer)) or dps < _MIN_DPS:
+        raise DomainError(f"dps must be an integer >= {_MIN_DPS} (the reference's pivot and "
+                          f"convergence tolerances are 10^-(dps-5) and 10^-(dps-8)), got {dps!r}")
     K = np.asarray(K, dtype=np.float64)
     batch, k = K.shape[:-2], K.shape[-1]
     Kf = K.reshape((-1, k, k))

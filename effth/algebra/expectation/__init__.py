@@ -1,7 +1,7 @@
 r"""Gaussian-expectation atoms :math:`\langle F(z)\rangle_K` and their symbolic calculus.
 
-An *atom* is the single-neuron Gaussian expectation of PDLT (4.25) (spec ``seed-001-pdlt-ch0-4.md``
-§1.6, item 3),
+An *atom* is the single-neuron Gaussian expectation of PDLT (4.25) (the
+single-neuron form of (1.68)),
 
 .. math:: \langle F(z_{\alpha_1},\dots,z_{\alpha_m})\rangle_{K}
           = \int\frac{\prod_\alpha dz_\alpha}{\sqrt{|2\pi K|}}
@@ -25,7 +25,7 @@ The calculus (all methods return new expressions, atoms are immutable):
 * :meth:`GaussianExpectation.expand` — linearity: monomial integrands times coefficients;
 * :meth:`GaussianExpectation.wick` — Wick's theorem (PDLT (1.45)) for atoms without
   :math:`\sigma`;
-* :meth:`GaussianExpectation.stein` — Stein's lemma (spec §4.8)
+* :meth:`GaussianExpectation.stein` — Stein's lemma (Gaussian integration by parts)
   :math:`\langle z_\beta F\rangle_K=\sum_\gamma K_{\beta\gamma}\langle\partial_\gamma F\rangle_K`;
 * ``sympy.diff(atom, Kernel(a, b, ell))`` — Price's theorem
   :math:`\partial\langle F\rangle_K/\partial K_{ab}=\langle\partial_a\partial_bF\rangle_K`

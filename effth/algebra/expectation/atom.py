@@ -164,7 +164,7 @@ class GaussianExpectation(sp.Expr):
 
     # -- Stein -------------------------------------------------------------------------------
     def stein(self) -> sp.Expr:
-        r"""Remove every :math:`z` factor by Stein's lemma (spec §4.8).
+        r"""Remove every :math:`z` factor by Stein's lemma (Gaussian integration by parts).
 
         .. math:: \langle z_\beta F\rangle_K = \sum_{\gamma}K_{\beta\gamma}\langle\partial_\gamma F\rangle_K,
 
@@ -242,7 +242,7 @@ class GaussianExpectation(sp.Expr):
         Examples
         --------
         >>> from effth.algebra.expectation import sigma, z
-    >>> from effth.algebra.tensors import KernelMatrix, Kernel
+        >>> from effth.algebra.tensors import KernelMatrix, Kernel
         >>> GaussianExpectation(sigma(2, 1) * sigma(1)**2 * z(2)**3, KernelMatrix(Kernel)).factors()
         ((0, 'sigma', 0), (0, 'sigma', 0), (1, 'sigma', 1), (1, 'z', 3))
         """
@@ -259,7 +259,7 @@ class GaussianExpectation(sp.Expr):
         if not self.is_monomial:
             raise NotDerivedError(
                 f"{self} is not a monomial atom; call .expand() first "
-                "(non-polynomial functions of z have no numeric factor spec)"
+                "(non-polynomial functions of z have no numeric factor tuple)"
             )
         samples = self.samples
         slot = {lab: k for k, lab in enumerate(samples)}

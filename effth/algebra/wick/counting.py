@@ -7,7 +7,7 @@ indices define a fixed **trace matching** :math:`\pi_0=\{(1,2),(3,4),\dots\}`.  
 Wick pairing :math:`\pi` and :math:`\pi_0` is a disjoint union of cycles (and, when some slots
 carry free indices, of paths); each closed cycle is one free index sum, a factor :math:`n`,
 and each path collapses to one Kronecker delta between the free indices at its ends
-(spec ``seed-001`` §2.3):
+(the counting of PDLT (3.18)–(3.41), stated as graphs):
 
 .. math:: \frac1{n^m}\sum_{j_1..j_m}\sum_\pi\prod\delta = \sum_\pi n^{\mathrm{cyc}(\pi\cup\pi_0)-m}
           = c_{2m}(n) = \prod_{s=1}^{m-1}\Big(1+\frac{2s}{n}\Big)\quad\text{(PDLT (3.44)–(3.46))}.
@@ -147,7 +147,7 @@ def collapse_neurons(
 def cycle_histogram(m: int) -> dict[int, int]:
     r"""Number of pairings of :math:`2m` slots with each number of cycles of :math:`\pi\cup\pi_0`.
 
-    Returns a dict ``{cycles: count}`` in decreasing order of cycles (spec ``seed-001`` §2.3):
+    Returns a dict ``{cycles: count}`` in decreasing order of cycles (PDLT (3.23), (3.39)–(3.41)):
     ``m=2: {2: 1, 1: 2}``; ``m=4: {4: 1, 3: 12, 2: 44, 1: 48}``.
 
     Parameters
