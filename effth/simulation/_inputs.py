@@ -9,11 +9,40 @@ import numpy as np
 from ..arch import MLP
 from ..errors import DomainError
 
-__all__ = ["check_inputs", "check_ensemble"]
+__all__ = ["as_generator", "check_inputs", "check_ensemble"]
+
+
+def as_generator(seed: Any) -> np.random.Generator:
+    """``numpy.random.default_rng(seed)`` (a Generator is used as is); bad seeds are rejected.
+
+    ``seed`` may be an int >= 0, a ``numpy.random.SeedSequence``, a ``numpy.random.Generator``
+    or ``None`` (fresh entropy).
+    """
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, (bool, np.bool_)):
+        raise DomainError(f"seed must be an int, a SeedSequence, a Generator or None, got {seed!r}")
+    try:
+        return np.random.default_rng(seed)
+    except (TypeError, ValueError) as exc:
+        raise DomainError(f"seed must be an int >= 0, a SeedSequence, a Generator or None, "
+                          f"got {seed!r} ({exc})") from None
 
 
 def check_inputs(X: Any) -> np.ndarray:
-    """Inputs as a finite float64 array of shape ``(N_D, n_0)`` with ``N_D, n_0 >= 1``."""
+    """Inputs as a finite float64 array of shape ``(N_D, n_0)`` with ``N_D, n_0 >= 1``.
+
+    Complex inputs are rejected (never silently truncated to their real part).
+    """
+    raw = X if isinstance(X, np.ndarray) else None
+    if raw is None:
+        try:
+            raw = np.asarray(X)
+        except (TypeError, ValueError):
+            raw = None
+    if raw is not None and raw.dtype.kind == "c":
+        raise DomainError("X must be real; got a complex array (pass X.real explicitly if the "
+                          "imaginary part is meant to be dropped)")
     try:
         Xa = np.asarray(X, dtype=np.float64)
     except (TypeError, ValueError) as exc:

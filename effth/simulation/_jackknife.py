@@ -30,5 +30,13 @@ def group_units(size: int, batch: int) -> tuple[int, list[tuple[int, int, int]]]
 def jackknife_error(loo: np.ndarray) -> np.ndarray:
     """Standard error from the K leave-one-group-out estimates stacked on axis 0."""
     K = loo.shape[0]
-    dev = loo - loo.mean(axis=0)
-    return np.sqrt((K - 1) / K * np.sum(dev * dev, axis=0))
+    with np.errstate(over="ignore", invalid="ignore"):
+        dev = loo - loo.mean(axis=0)
+        err = np.sqrt((K - 1) / K * np.sum(dev * dev, axis=0))
+        redo = ~np.isfinite(err) & np.isfinite(dev).all(axis=0)
+        if redo.any():                      # squares overflowed: rescale by the largest deviation
+            d = dev[:, redo]
+            scale = np.abs(d).max(axis=0)
+            scale[scale == 0] = 1.0
+            err[redo] = scale * np.sqrt((K - 1) / K * np.sum((d / scale) ** 2, axis=0))
+    return err

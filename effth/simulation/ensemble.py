@@ -27,7 +27,7 @@ Examples
 >>> from effth.arch import MLP
 >>> net = MLP("relu", depth=2, widths=8, c_w=2.0, c_b=0.0)
 >>> st = simulate_ensemble(net, np.ones((1, 1)), size=2000, seed=1)
->>> st.G_rb[2].shape, st.V[2].shape
+>>> st.value("G_rb", layer=2).shape, st.value("V", layer=2).shape
 ((1, 1), (1, 1, 1, 1))
 """
 
@@ -41,15 +41,17 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from .._progress import progress_bar
 from .._threads import blas_threads
 from ..arch import MLP
 from ..errors import DomainError
-from ._inputs import check_ensemble
+from ._display import html_table, short
+from ._inputs import as_generator, check_ensemble
 from ._jackknife import group_units
 from ._estimators import layer_estimates
 from ._kernels import LayerSums, Plan, pair_index, run_chunk
 
-__all__ = ["EnsembleStatistics", "simulate_ensemble", "ESTIMATORS"]
+__all__ = ["EnsembleStatistics", "simulate_ensemble", "ESTIMATORS", "STAT_NAMES"]
 
 #: Target number of float64 elements in the largest per-chunk temporary (~32 MB).
 _CHUNK_ELEMENTS = 1 << 22
@@ -71,6 +73,10 @@ ESTIMATORS: Mapping[str, str] = MappingProxyType({
 })
 
 
+#: Names read by :meth:`EnsembleStatistics.value` and :meth:`EnsembleStatistics.stderr`.
+STAT_NAMES: tuple[str, ...] = ("G", "G_rb", "V", "kappa4_same", "kappa4_cross", "O_cov")
+
+
 def _frozen(d: dict | None) -> Mapping | None:
     return None if d is None else MappingProxyType(d)
 
@@ -79,9 +85,23 @@ def _frozen(d: dict | None) -> Mapping | None:
 class EnsembleStatistics:
     r"""Statistics of an ensemble of random networks, per layer.
 
-    Every statistic field is a read-only mapping ``layer -> ndarray`` over :attr:`layers`; its
-    ``*_err`` twin holds the standard errors (same shapes; NaN if ``size < 4``).  ``N = N_D``.
-    The estimator behind each field is described in :data:`ESTIMATORS` (also :attr:`estimators`).
+    Read it like every effth result: :attr:`layers` holds the book layer numbers,
+    ``st.value(name, layer=l)`` the estimate and ``st.stderr(name, layer=l)`` its standard error,
+    with ``name`` in :data:`STAT_NAMES` (``"G"``, ``"G_rb"``, ``"V"``, ``"kappa4_same"``,
+    ``"kappa4_cross"``, ``"O_cov"``).  The same arrays are the statistic fields, read-only
+    mappings ``layer -> ndarray`` over :attr:`layers`, each with an ``*_err`` twin holding the
+    standard errors (same shapes; NaN if ``size < 4``).  ``N = N_D``.  The estimator behind each
+    field is described in :data:`ESTIMATORS` (also :attr:`estimators`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from effth.arch import MLP
+    >>> st = simulate_ensemble(MLP("tanh", depth=2, widths=4), np.ones((1, 2)), size=8, seed=0)
+    >>> st
+    EnsembleStatistics(layers=(1, 2), widths=(2, 4, 1), size=8, inputs=1, method='weights')
+    >>> st.value("V", layer=2).shape, st.stderr("G", layer=2).shape
+    ((1, 1, 1, 1), (1, 1))
 
     Attributes
     ----------
@@ -145,10 +165,82 @@ class EnsembleStatistics:
         Returns
         -------
         V, err : ndarray (N, N, N, N)
-            Independent estimate of :math:`V^{(\ell)}` (exact relation (4.77)) and its error.
+            Independent estimate of :math:`V^{(\ell)}` (exact relation PDLT (4.77)) and its error.
         """
+        layer = self._layer(layer)
         n_prev = self.widths[layer - 1]
         return n_prev * self.kappa4_cross[layer], n_prev * self.kappa4_cross_err[layer]
+
+    # ------------------------------------------------------------ one protocol for all results
+    @property
+    def depth(self) -> int:
+        """Number of weight layers :math:`L` of the simulated network."""
+        return len(self.widths) - 1
+
+    @property
+    def hidden_layers(self) -> int:
+        """Number of hidden layers, ``depth - 1``."""
+        return self.depth - 1
+
+    @property
+    def n_inputs(self) -> int:
+        """Number of inputs :math:`N`."""
+        return int(self.G[self.layers[0]].shape[0])
+
+    def _layer(self, layer: Any) -> int:
+        if layer is None:
+            if len(self.layers) == 1:
+                return self.layers[0]
+            raise DomainError(f"layer=None is ambiguous: this result holds layers {self.layers}; "
+                              "pass layer=<book layer number>")
+        if isinstance(layer, (bool, np.bool_)) or not isinstance(layer, (int, np.integer)) \
+                or int(layer) not in self.layers:
+            raise DomainError(f"layer={layer!r} is not held: this result holds layers {self.layers}")
+        return int(layer)
+
+    def _field(self, name: Any) -> str:
+        if not isinstance(name, str) or name not in STAT_NAMES:
+            raise DomainError(f"unknown statistic name={name!r}; available: {', '.join(STAT_NAMES)}")
+        return name
+
+    def value(self, name: str, layer: int | None = None) -> np.ndarray:
+        r"""Ensemble estimate of statistic ``name`` at book layer ``layer``.
+
+        Parameters
+        ----------
+        name : str
+            ``"G"`` (mean metric :math:`\mathbb E[\widehat G]` estimated from the preactivations,
+            ``(N, N)``), ``"G_rb"`` (its Rao–Blackwellized twin), ``"V"`` (four-point vertex,
+            ``(N, N, N, N)``), ``"kappa4_same"``, ``"kappa4_cross"``, ``"O_cov"``.
+        layer : int, optional
+            Book layer number in :attr:`layers`; may be omitted when only one layer is held.
+
+        Returns
+        -------
+        ndarray
+
+        Raises
+        ------
+        DomainError
+            Unknown name, or a layer this result does not hold (the message lists them).
+        """
+        return getattr(self, self._field(name))[self._layer(layer)]
+
+    def stderr(self, name: str, layer: int | None = None) -> np.ndarray:
+        """Jackknife standard error of :meth:`value` (same shape; NaN if ``size < 4``)."""
+        return getattr(self, self._field(name) + "_err")[self._layer(layer)]
+
+    def __repr__(self) -> str:
+        return (f"EnsembleStatistics(layers={short(self.layers)}, widths={short(self.widths)}, "
+                f"size={self.size}, inputs={self.n_inputs}, method={self.method!r})")
+
+    def _repr_html_(self) -> str:
+        rows = [("layers", short(self.layers)), ("widths", short(self.widths)),
+                ("size", self.size), ("inputs", self.n_inputs), ("method", self.method),
+                ("statistics", ", ".join(STAT_NAMES)),
+                ("estimators", f"unbiased (see .estimators); jackknife SE over {self.n_groups} groups"),
+                ("samples kept", self.samples is not None)]
+        return html_table("EnsembleStatistics", rows)
 
 
 def _n_workers() -> int:
@@ -194,7 +286,8 @@ def simulate_ensemble(net: MLP, X: Any, *, size: int,
                       seed: int | np.random.SeedSequence | np.random.Generator | None,
                       batch: int | None = None, method: str = "weights",
                       layers: Iterable[int] | None = None,
-                      keep_samples: bool = False) -> EnsembleStatistics:
+                      keep_samples: bool = False,
+                      progress: bool | None = None) -> EnsembleStatistics:
     r"""Simulate ``size`` independent random networks and estimate G, V and 4-pt cumulants.
 
     Parameters
@@ -224,17 +317,22 @@ def simulate_ensemble(net: MLP, X: Any, *, size: int,
     keep_samples : bool
         Also return the raw preactivations and stochastic metrics (memory:
         ``size * N_D * (n_l + N_D)`` floats per layer).
+    progress : bool, optional
+        Draw a progress bar over the chunks of networks (``None``: when stderr is a terminal or
+        in a notebook, unless ``EFFTH_PROGRESS=0``).
 
     Returns
     -------
     EnsembleStatistics
+        Read by book layer number: ``st.value("V", layer=3)``, ``st.stderr("V", layer=3)``.
 
     Raises
     ------
     DomainError
-        Bad input (``X`` not 2-D or non-finite, symbolic widths, ``size < 2``, unknown method,
-        bad layers or batch), or preactivations/activations overflowing to non-finite values
-        (the message names the layer).
+        Bad input (``X`` not 2-D, complex or non-finite, symbolic widths, ``size < 2``, unknown
+        method, bad layers, batch or seed), or preactivations, activations, the sums over
+        networks or the estimates (fourth moments) overflowing to non-finite values (the message
+        names the layer).
 
     Notes
     -----
@@ -256,7 +354,7 @@ def simulate_ensemble(net: MLP, X: Any, *, size: int,
                 layers=frozenset(lay), method=method, keep=bool(keep_samples))
     bsz = int(batch) if batch is not None else _default_batch(widths, last, N)
     K, units = group_units(size, bsz)
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rng = as_generator(seed)
     children = _spawn(rng, len(units))
 
     p = N * (N + 1) // 2
@@ -269,19 +367,21 @@ def simulate_ensemble(net: MLP, X: Any, *, size: int,
         return run_chunk(plan, children[i], m)
 
     workers = min(_n_workers(), len(units))
-    with blas_threads(1):
+    with blas_threads(1), progress_bar(size, "ensemble", progress=progress, unit="net") as bar:
         if workers > 1:
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 results = pool.map(work, range(len(units)))
-                _collect(results, units, group_sums, kept)
+                _collect(results, units, group_sums, kept, bar)
         else:
-            _collect(map(work, range(len(units))), units, group_sums, kept)
+            _collect(map(work, range(len(units))), units, group_sums, kept, bar)
 
     _, _, pid = pair_index(N)
     out: dict[str, dict[int, np.ndarray]] = {}
     for k in lay:
-        est, err = layer_estimates([g[k] for g in group_sums], n_prev=widths[k - 1],
-                                   n_cur=widths[k], first=(k == 1), pid=pid)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            est, err = layer_estimates([g[k] for g in group_sums], n_prev=widths[k - 1],
+                                       n_cur=widths[k], first=(k == 1), pid=pid)
+        _check_estimates(est, err, k, widths[k], len(group_sums))
         for name, val in est.items():
             out.setdefault(name, {})[k] = val
             out.setdefault(name + "_err", {})[k] = err[name]
@@ -301,9 +401,26 @@ def _spawn(rng: np.random.Generator, count: int) -> list[np.random.Generator]:
     return [np.random.Generator(type(rng.bit_generator)(s)) for s in root.spawn(count)]
 
 
-def _collect(results, units, group_sums, kept) -> None:
+def _check_estimates(est: dict, err: dict, layer: int, n_cur: int, n_groups: int) -> None:
+    """Raise if an estimate (or its error) is not finite, except the NaN that are by design
+    (``kappa4_cross`` of a width-1 layer; every error when fewer than 2 groups)."""
+    for name, v in est.items():
+        if name == "kappa4_cross" and n_cur < 2:
+            continue
+        bad = not np.isfinite(v).all()
+        if not bad and n_groups >= 2 and name in err:
+            bad = not np.isfinite(err[name]).all()
+        if bad:
+            raise DomainError(
+                f"the estimate of {name!r} at layer {layer} is not finite: the fourth moments of "
+                f"the preactivations overflow float64 there; use a smaller c_w (or c_b), a "
+                f"smaller depth or smaller inputs, or request only shallower layers (layers=...)")
+
+
+def _collect(results, units, group_sums, kept, bar) -> None:
     """Add chunk results (in unit order, hence deterministically) into their groups."""
     for (group, start, m), (sums, samples) in zip(units, results):
+        bar.update(m)
         for k, s in sums.items():
             group_sums[group][k].add(s)
         if kept is not None and samples is not None:

@@ -1,10 +1,17 @@
 r"""Empirical NTK, dNTK and ddNTKs of finite-width MLPs, and their ensemble statistics.
 
-Ground truth for issue 4.  NumPy only; like :mod:`effth.simulation.ensemble` this module never
-imports effth's theory, algebra, numerics or codegen (only ``arch``, ``activations`` via the
-:class:`~effth.arch.MLP`, ``errors`` and ``_threads``).
+The ground truth for the NTK-hierarchy theory of PDLT ch. 8-11 and ∞.  NumPy only; like
+:mod:`effth.simulation.ensemble` this module never imports effth's theory, algebra, numerics or
+codegen (only ``arch``, ``activations``, ``errors``, ``_threads`` and ``_progress``).
 
-Conventions (PDLT, Roberts & Yaida).  Network (2.x)/(4.x):
+Every activation of the registry is accepted (a name, an alias, an
+:class:`~effth.activations.Activation`, a SymPy expression in ``z``); its derivatives come from
+:meth:`~effth.activations.Activation.numpy`.  For kinked activations one network's derivatives
+are the almost-everywhere ones (exact at almost every parameter point), but ensemble statistics
+whose book definition needs a Dirac part of :math:`\sigma^{(k)}` are refused
+(:func:`simulate_ntk_ensemble`).
+
+Conventions (PDLT, Roberts, Yaida & Hanin).  Network, PDLT (2.5) and (2.19)-(2.20):
 :math:`z^{(1)}_{i;\delta}=b^{(1)}_i+\sum_k W^{(1)}_{ik}x_{k;\delta}`,
 :math:`z^{(\ell+1)}_{i;\delta}=b^{(\ell+1)}_i+\sum_j W^{(\ell+1)}_{ij}\sigma(z^{(\ell)}_{j;\delta})`,
 :math:`b\sim\mathcal N(0,C_b^{(\ell)})`, :math:`W^{(\ell)}\sim\mathcal N(0,C_W^{(\ell)}/n_{\ell-1})`.
@@ -41,9 +48,12 @@ from typing import Any
 import numpy as np
 
 from .._threads import blas_threads
+from .._progress import progress_bar
+from ..activations import get_activation
 from ..arch import MLP
 from ..errors import DomainError
-from ._inputs import check_ensemble, check_inputs
+from ._display import html_table, short
+from ._inputs import as_generator, check_ensemble, check_inputs
 from ._jackknife import group_units, jackknife_error
 
 __all__ = [
@@ -72,19 +82,62 @@ def _per_layer(value: Any, L: int, name: str) -> tuple[float, ...]:
     return vals
 
 
+def _resolve_activation(activation: Any, argname: str = "activation"):
+    """An :class:`~effth.activations.Activation` from a name, alias, Activation, SymPy
+    expression in ``z`` or :class:`~effth.arch.MLP` (whose activation is used)."""
+    if isinstance(activation, MLP):
+        return activation.act
+    try:
+        return get_activation(activation)
+    except DomainError as exc:
+        raise type(exc)(f"{argname}: {exc}") from None
+
+
 def _activation_derivs(activation: Any, order: int) -> tuple[Callable, ...]:
-    """``(sigma, sigma', ..., sigma^(order))`` as float64 NumPy callables."""
+    """``(sigma, sigma', ..., sigma^(order))`` as float64 NumPy callables.
+
+    Kinked activations give the regular part of each derivative (its almost-everywhere value),
+    which is the exact derivative of one network at almost every parameter point.
+    """
     if isinstance(activation, (tuple, list)):
         fs = tuple(activation)
         if len(fs) < order + 1 or not all(callable(f) for f in fs[:order + 1]):
             raise DomainError(f"activation as a sequence needs {order + 1} callables "
                               "(sigma and its derivatives)")
         return fs[:order + 1]
-    if isinstance(activation, MLP):
-        act = activation.act
-    else:
-        act = MLP(activation, 1).act          # raises DomainError for unknown names
+    act = _resolve_activation(activation)
     return tuple(act.numpy(k) for k in range(order + 1))
+
+
+def _check_smooth_enough(act, order: int, ddntk_II: bool) -> None:
+    r"""Reject ensemble statistics whose book definition needs a Dirac part of a derivative.
+
+    The NTK statistics need :math:`\sigma'` (PDLT (8.12)), the dNTK ones :math:`\sigma''`
+    (PDLT (11.24)), ddNTK-I :math:`\sigma'''` and ddNTK-II :math:`\sigma''` (PDLT (∞.169)-(∞.170)).
+    Where such a derivative is a distribution (ReLU: :math:`\sigma''=\delta`, PDLT (∞.40); step:
+    :math:`\sigma'=\delta`), the almost-everywhere derivative of each network misses the Dirac
+    contributions to the expectations, so the ensemble average would not estimate the book's
+    tensor.
+    """
+    need = {1: "the NTK statistics"}
+    if order >= 2:
+        need[2] = "the dNTK statistics P, Q (order >= 2)"
+    elif ddntk_II:
+        need[2] = "the ddNTK-II statistics S, T, U (ddntk_II=True)"
+    if order >= 3:
+        need[3] = "the ddNTK-I statistic R (order=3)"
+    for k in sorted(need):
+        sing = act.singular_part(k)
+        if sing:
+            kinks = sorted({float(c) for c, _, _ in sing})
+            hint = ("pass order=1 (NTK statistics only) or use a smooth activation such as "
+                    "'gelu' or 'swish'" if k >= 2 else
+                    "use an activation whose first derivative has no jump")
+            raise DomainError(
+                f"activation {act!r}: its derivative of order {k} has a Dirac part at z = "
+                f"{kinks} (a distribution, cf. PDLT (∞.40)), which {need[k]} need; the "
+                f"almost-everywhere derivative of a simulated network misses it, so the ensemble "
+                f"would not estimate the book's tensor. Fix: {hint}.")
 
 
 @dataclass
@@ -333,6 +386,35 @@ class NTKResult:
     ddIH: np.ndarray | None = None
     ddIIH: np.ndarray | None = None
 
+    @property
+    def batch(self) -> int | None:
+        """Number of networks on the leading axis, or ``None`` for a single network."""
+        return int(self.z.shape[0]) if self.z.ndim == 3 else None
+
+    @property
+    def n_inputs(self) -> int:
+        """Number of inputs :math:`N` (sample indices)."""
+        return int(self.z.shape[-1])
+
+    @property
+    def order(self) -> int:
+        """Highest derivative computed: 1 (NTK), 2 (dNTK) or 3 (ddNTK-I)."""
+        return 3 if self.ddIH is not None else 2 if self.dH is not None else 1
+
+    def _computed(self) -> str:
+        return ", ".join(k for k in ("H", "dH", "ddIH", "ddIIH") if getattr(self, k) is not None)
+
+    def __repr__(self) -> str:
+        b = "" if self.batch is None else f"batch={self.batch}, "
+        return (f"NTKResult({b}outputs={short(self.outputs)}, inputs={self.n_inputs}, "
+                f"computed=[{self._computed()}])")
+
+    def _repr_html_(self) -> str:
+        rows = [("networks", 1 if self.batch is None else self.batch),
+                ("outputs", short(self.outputs)), ("inputs", self.n_inputs),
+                ("computed", self._computed())]
+        return html_table("NTKResult", rows)
+
 
 def _unflatten(T: np.ndarray, m: int, N: int, k: int) -> np.ndarray:
     """(B, M, ..., M) over k direction axes -> (B, m, ..., m, N, ..., N)."""
@@ -377,6 +459,8 @@ def _check_params(params, X):
             W, b = pair
         except (TypeError, ValueError):
             raise DomainError(f"params[{ell - 1}] must be a (W, b) pair") from None
+        if np.iscomplexobj(W) or np.iscomplexobj(b):
+            raise DomainError(f"params[{ell - 1}]: W and b must be real, got a complex array")
         W = np.asarray(W, dtype=np.float64)
         b = np.asarray(b, dtype=np.float64)
         if batched is None:
@@ -425,9 +509,12 @@ def empirical_ntk(params: Sequence, X: Any, activation: Any, *, lambda_b: Any = 
         once; the results then carry the same leading axis.
     X : array_like (N_D, n_0)
         Inputs, one per row.
-    activation : str, Activation, MLP or sequence of callables
-        A registered activation name (or :class:`~effth.arch.MLP` whose activation is used), or
-        ``(sigma, sigma', sigma'', sigma''')`` as vectorized callables.
+    activation : str, Activation, sympy.Expr, MLP or sequence of callables
+        A registered activation name or alias, an :class:`~effth.activations.Activation`, a SymPy
+        expression in ``z``, an :class:`~effth.arch.MLP` (whose activation is used), or
+        ``(sigma, sigma', sigma'', sigma''')`` as vectorized callables.  Kinked activations use
+        their almost-everywhere derivatives (the exact derivatives of the network at almost every
+        parameter point).
     lambda_b, lambda_w : float or sequence of L floats
         :math:`\lambda_b^{(\ell)}` and the width-rescaled :math:`\lambda_W^{(\ell)}` of (8.6);
         the per-weight rate is :math:`\lambda_W^{(\ell)}/n_{\ell-1}`.
@@ -477,16 +564,44 @@ def empirical_ntk(params: Sequence, X: Any, activation: Any, *, lambda_b: Any = 
     return NTKResult(outputs=out, z=z, H=H, dH=dH, ddIH=ddI, ddIIH=ddII)
 
 
-def init_params(net: MLP, n_in: int, rng: np.random.Generator | int | None = None,
+def init_params(net: MLP, n_in: int,
+                seed: int | np.random.SeedSequence | np.random.Generator | None = None,
                 size: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
-    r"""Draw parameters of ``net`` at initialization (book's parameterization).
+    r"""Draw parameters of ``net`` at initialization (the book's parameterization).
 
-    ``b^(l) ~ N(0, C_b^(l))``, ``W^(l) ~ N(0, C_W^(l)/n_{l-1})``; with ``size`` a leading batch
-    axis of independent networks.  Returns ``[(W1, b1), ..., (WL, bL)]``.
+    :math:`b^{(\ell)}_i\sim\mathcal N(0, C_b^{(\ell)})` and
+    :math:`W^{(\ell)}_{ij}\sim\mathcal N(0, C_W^{(\ell)}/n_{\ell-1})`, PDLT (2.19)-(2.20).
+
+    Parameters
+    ----------
+    net : MLP
+        Architecture with numeric hidden widths.
+    n_in : int
+        Input dimension :math:`n_0`.
+    seed : int, SeedSequence, Generator or None
+        Source of the draws (``numpy.random.default_rng(seed)``; a Generator is used as is).
+    size : int, optional
+        Number of independent networks on a leading batch axis (default: one network, no axis).
+
+    Returns
+    -------
+    list of (W, b)
+        ``[(W1, b1), ..., (WL, bL)]`` with ``W^(l)`` of shape ``(n_l, n_{l-1})`` and ``b^(l)`` of
+        shape ``(n_l,)`` (with a leading ``size`` axis if given).
+
+    Raises
+    ------
+    DomainError
+        ``net`` not an MLP or with symbolic widths, bad ``n_in`` or ``size``.
     """
     if not isinstance(net, MLP):
         raise DomainError(f"net must be an effth.arch.MLP, got {type(net).__name__}")
-    rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    if isinstance(n_in, bool) or not isinstance(n_in, (int, np.integer)) or n_in < 1:
+        raise DomainError(f"n_in must be a positive int (the input dimension n_0), got {n_in!r}")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, (int, np.integer))
+                             or size < 1):
+        raise DomainError(f"size must be a positive int or None, got {size!r}")
+    rng = as_generator(seed)
     widths = net.layer_widths(int(n_in))
     lead = () if size is None else (int(size),)
     out = []
@@ -527,11 +642,18 @@ class NTKEnsembleStatistics:
     Every statistic is an ndarray over sample indices (``(N, N)`` for ``G``, ``H``,
     ``H_offdiag``; ``(N, N, N, N)`` otherwise) stored in :attr:`stats` and reachable as an
     attribute (``st.A``); its standard error is ``st.err["A"]`` (also ``st.A_err``).  The
-    finite-width tensors are normalized with :math:`n=n_{L-1}` as in the book (spec §0.3) and
+    finite-width tensors are normalized with :math:`n=n_{L-1}` as in the book (PDLT (8.31),
+    (8.37), (11.30), (∞.11)-(∞.12)) and
     stored with the book's slot order, e.g. ``B[a,b,c,d]`` :math:`=B_{abcd}` where
     :math:`(a,c)` are the sample indices of the first NTK and :math:`(b,d)` of the second.
     Cross-neuron statistics need at least two selected outputs (NaN otherwise); dNTK and
     ddNTK statistics are NaN when not computed.
+
+    Read it like every effth result: :attr:`layers` is ``(L,)`` (the output layer), and
+    ``st.value(name)`` / ``st.stderr(name)`` give the estimate and its standard error with
+    ``name`` one of ``"G"``, ``"Theta"`` (the NTK mean ``H``, PDLT (8.58); it tends to the
+    frozen NTK :math:`\Theta` as :math:`n\to\infty`), ``"A"``, ``"B"``, ``"D"``, ``"F"``,
+    ``"P"``, ``"Q"``, ``"R"``, ``"S"``, ``"T"``, ``"U"``, or a raw key of :attr:`stats`.
 
     Attributes
     ----------
@@ -565,6 +687,95 @@ class NTKEnsembleStatistics:
             return object.__getattribute__(self, "err")[name[:-4]]
         raise AttributeError(name)
 
+    # ------------------------------------------------------------ one protocol for all results
+    @property
+    def depth(self) -> int:
+        """Number of weight layers :math:`L` (PDLT's :math:`L`)."""
+        return len(self.widths) - 1
+
+    @property
+    def hidden_layers(self) -> int:
+        """Number of hidden layers, ``depth - 1``."""
+        return self.depth - 1
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """Book layer numbers held: ``(L,)``, the output layer."""
+        return (self.depth,)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Names accepted by :meth:`value` and :meth:`stderr`."""
+        return tuple(_NTK_NAMES) + tuple(k for k in self.stats if k not in _NTK_NAMES.values())
+
+    def _key(self, name: str, layer: int | None) -> str:
+        if layer is not None:
+            if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
+                    or int(layer) not in self.layers:
+                raise DomainError(f"layer={layer!r} is not held: this NTK ensemble holds layers "
+                                  f"{self.layers} (the output layer L = {self.depth})")
+        key = _NTK_NAMES.get(name, name)
+        if not isinstance(name, str) or key not in self.stats:
+            raise DomainError(f"unknown statistic name={name!r}; available: {', '.join(self.names)}")
+        return key
+
+    def value(self, name: str, layer: int | None = None) -> np.ndarray:
+        r"""Ensemble mean of statistic ``name`` at the output layer.
+
+        Parameters
+        ----------
+        name : str
+            ``"G"`` (metric, ``(N, N)``), ``"Theta"`` (NTK mean :math:`H`, ``(N, N)``; it tends to
+            the frozen NTK :math:`\Theta` as :math:`n\to\infty`), ``"A"``, ``"B"``, ``"D"``,
+            ``"F"``, ``"P"``, ``"Q"``, ``"R"``, ``"S"``, ``"T"``, ``"U"`` (``(N, N, N, N)``), or a
+            raw key of :attr:`stats` (``"H"``, ``"H_offdiag"``, ``"H_var_same"``, ``"PQ_same"``).
+        layer : int, optional
+            Book layer number; only the output layer :math:`L` is held, so ``None`` means it.
+
+        Returns
+        -------
+        ndarray
+
+        Raises
+        ------
+        DomainError
+            Unknown name, or a layer other than :math:`L`.
+        """
+        return self.stats[self._key(name, layer)]
+
+    def stderr(self, name: str, layer: int | None = None) -> np.ndarray:
+        """Jackknife standard error of :meth:`value` (same shape; NaN where not estimable)."""
+        return self.err[self._key(name, layer)]
+
+    def __repr__(self) -> str:
+        return (f"NTKEnsembleStatistics(depth={self.depth}, widths={short(self.widths)}, "
+                f"size={self.size}, outputs={short(self.outputs)}, "
+                f"inputs={self.stats['G'].shape[0]}, order={self.order})")
+
+    @property
+    def order(self) -> int:
+        """Highest statistic order computed: 1 (NTK), 2 (+ P, Q) or 3 (+ R, S, T, U)."""
+        if np.isfinite(self.stats["R"]).any():
+            return 3
+        return 2 if np.isfinite(self.stats["PQ_same"]).any() else 1
+
+    def _repr_html_(self) -> str:
+        rows = [("layers", self.layers), ("widths", short(self.widths)), ("size", self.size),
+                ("estimators", f"unbiased (see .estimators); jackknife SE over {self.n_groups} "
+                               "groups"), ("outputs", short(self.outputs)),
+                ("inputs", self.stats["G"].shape[0]), ("order", self.order),
+                ("statistics", ", ".join(self.names))]
+        return html_table("NTKEnsembleStatistics", rows)
+
+
+#: Book symbols read by :meth:`NTKEnsembleStatistics.value` -> keys of ``stats``.
+_NTK_NAMES = {"G": "G", "Theta": "H", "A": "A", "B": "B", "D": "D", "F": "F", "P": "P",
+              "Q": "Q", "R": "R", "S": "S", "T": "T", "U": "U"}
+
+
+#: Statistic -> the per-chunk sum it needs beyond the always-present ones (absent: NaN by design).
+_SOURCE = {"H_offdiag": "Hoff", "A": "HHcross", "B": "Bm", "D": "Dm", "F": "Fm", "P": "Pm",
+           "Q": "Qm", "PQ_same": "PQs", "R": "Rm", "S": "Sm", "T": "Tm", "U": "Um"}
 
 _SUM_KEYS = ("zz", "Hd", "Hoff", "Hsame", "HdHd", "HHcross", "Bm", "Dm", "zzHd", "Fm",
              "Pm", "Qm", "PQs", "Rm", "Sm", "Tm", "Um")
@@ -642,7 +853,8 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
                           lambda_b: Any = 1.0, lambda_w: Any = 1.0,
                           outputs: Iterable[int] | None = None, order: int = 3,
                           ddntk_II: bool | None = None,
-                          batch: int | None = None) -> NTKEnsembleStatistics:
+                          batch: int | None = None,
+                          progress: bool | None = None) -> NTKEnsembleStatistics:
     r"""Simulate ``size`` random networks and estimate the NTK hierarchy statistics.
 
     For the output layer :math:`L` of ``net`` (so ``n = n_{L-1}``), estimates with
@@ -678,11 +890,29 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
         Compute S, T, U (default ``order >= 3``).
     batch : int, optional
         Networks per chunk (default targets ~32 MB temporaries).
+    progress : bool, optional
+        Draw a progress bar over the chunks (``None``: when stderr is a terminal or in a
+        notebook, unless ``EFFTH_PROGRESS=0``).
+
+    Returns
+    -------
+    NTKEnsembleStatistics
+        Read with ``st.value("Theta")``, ``st.stderr("B")``, ... (``st.layers == (L,)``).
 
     Raises
     ------
     DomainError
-        Bad arguments or overflowing networks.
+        Bad arguments; an activation whose derivative needed by the requested order is a
+        distribution (ReLU-like kinks for ``order >= 2``, steps for any order: the ensemble would
+        not estimate the book's tensors); overflowing networks or statistics (the message names
+        the layer or the statistic).
+
+    Notes
+    -----
+    Every activation of the registry is accepted (a name, an alias, an
+    :class:`~effth.activations.Activation` or a SymPy expression in ``z``, through ``net``);
+    the derivatives :math:`\sigma^{(k)}`, ``k = 1, 2, 3``, come from
+    :meth:`~effth.activations.Activation.numpy`.
     """
     Xa = check_ensemble(net, X, size, batch)
     if order not in (1, 2, 3):
@@ -695,6 +925,7 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
     lb = _per_layer(lambda_b, L, "lambda_b")
     lw = _per_layer(lambda_w, L, "lambda_w")
     do_II = (order >= 3) if ddntk_II is None else bool(ddntk_II)
+    _check_smooth_enough(net.act, order, do_II)
     fs = _activation_derivs(net, 3 if (order >= 3 or do_II) else 2)
     M = len(out) * N
     nmax = max(widths)
@@ -703,11 +934,13 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
                   (M ** 4 if order >= 3 or do_II else M ** 3))
     bsz = int(batch) if batch is not None else max(1, _CHUNK_ELEMENTS // per_net)
     K, units = group_units(size, bsz)
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rng = as_generator(seed)
     children = rng.spawn(len(units))
     groups: list[dict[str, np.ndarray]] = [{} for _ in range(K)]
     counts = np.zeros(K, dtype=np.int64)
-    with blas_threads():
+    with blas_threads(), progress_bar(len(units), "NTK ensemble", progress=progress,
+                                      unit="chunk") as bar, \
+            np.errstate(over="ignore", invalid="ignore"):
         for (k, _, mnet), child in zip(units, children):
             params = init_params(net, Xa.shape[1], child, size=mnet)
             Ws = [None] + [p[0] for p in params]
@@ -715,17 +948,33 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
             res = _compute(Ws, bs, Xa, fs, lb, lw, widths, out, order, do_II)
             _check_finite(res)
             for name, v in _features(*res).items():
+                if not np.isfinite(v).all():
+                    raise DomainError(f"the products of the output-layer (layer {L}) NTK "
+                                      "hierarchy and preactivations summed over networks overflow "
+                                      "float64 (fourth moments); use a smaller c_w (or c_b), "
+                                      "smaller learning rates, a smaller depth or smaller inputs")
                 groups[k][name] = groups[k].get(name, 0.0) + v
             counts[k] += mnet
+            bar.update()
     total = {name: sum(g[name] for g in groups) for name in groups[0]}
     n = widths[L - 1]
-    est = _estimates(total, size, n, N)
-    if K >= 2:
-        loo = [_estimates({nm: total[nm] - groups[k][nm] for nm in total}, size - int(counts[k]), n, N)
-               for k in range(K)]
-        err = {name: jackknife_error(np.stack([e[name] for e in loo])) for name in est}
-    else:
-        err = {name: np.full_like(v, np.nan) for name, v in est.items()}
+    with np.errstate(over="ignore", invalid="ignore"):
+        est = _estimates(total, size, n, N)
+        if K >= 2:
+            loo = [_estimates({nm: total[nm] - groups[k][nm] for nm in total}, size - int(counts[k]),
+                              n, N) for k in range(K)]
+            err = {name: jackknife_error(np.stack([e[name] for e in loo])) for name in est}
+        else:
+            err = {name: np.full_like(v, np.nan) for name, v in est.items()}
+    for name, v in est.items():
+        # NaN by design: statistics not computed (order) or needing two outputs (their sums are
+        # absent); otherwise a non-finite estimate (or error) can only come from overflow.
+        if _SOURCE.get(name) is not None and _SOURCE[name] not in total:
+            continue
+        if not np.isfinite(v).all() or (K >= 2 and not np.isfinite(err[name]).all()):
+            raise DomainError(f"the estimate of {name!r} at the output layer (layer {L}) is not "
+                              "finite (overflow of its fourth moments); reduce c_w, the depth or "
+                              "the input scale")
     return NTKEnsembleStatistics(widths=widths, size=size, n_groups=K, outputs=out,
                                  lambda_b=lb, lambda_w=lw, stats=MappingProxyType(est),
                                  err=MappingProxyType(err))

@@ -120,3 +120,17 @@ def test_user_expression():
     with pytest.raises(DomainError):
         get_activation(sp.Symbol("a") * sp.Symbol("b"))
     assert get_activation(Z ** 3 + 1).is_polynomial
+
+
+def test_scale_invariant_with_equal_slopes_is_the_linear_activation():
+    """a_plus = a_minus = a is a z: no kink, and the flows treat it as the linear activation
+    with C_W scaled by a^2 (it used to raise a SymPy PolynomialError)."""
+    import numpy as np
+    import effth as et
+    a = et.get_activation("scale_invariant", a_plus=1.5, a_minus=1.5)
+    assert not a.kinks
+    K1 = [[1.0, 0.2], [0.2, 0.7]]
+    f = et.flow(K1=K1, depth=3, activation=a)
+    g = et.flow(K1=K1, depth=3, activation="linear", c_w=2.25)
+    np.testing.assert_allclose(f.K, g.K, rtol=1e-12)
+    np.testing.assert_allclose(f.V, g.V, rtol=1e-10, atol=1e-14)

@@ -137,7 +137,7 @@ def test_point_mass_value_is_the_same_for_every_method(act, order, value):
     for method in ("auto", "closed", "quadrature", "mc"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ClosedFormUnavailableWarning)
-            got = gaussian_expectation([(0, "sigma", order)], [[0.0]], act, method=method, rng=0)
+            got = gaussian_expectation([(0, "sigma", order)], [[0.0]], act, method=method, seed=0)
         assert float(got) == value, (method, got)
     # two slots, one degenerate: <Theta(z1) Theta(z2)> with z2 = 0 is <Theta(z1)> * 1
     K = np.array([[1.0, 0.0], [0.0, 0.0]])

@@ -18,7 +18,7 @@ K2 = np.array([[1.0, 0.4], [0.4, 0.8]])
 def test_mc_agrees_with_quadrature(name):
     F = [(0, "sigma", 0), (1, "sigma", 0), (1, "z", 2)]
     q = gaussian_expectation(F, K2, name, method="quadrature")
-    v, se = gaussian_expectation(F, K2, name, method="mc", rng=11, n_samples=100_000, return_error=True)
+    v, se = gaussian_expectation(F, K2, name, method="mc", seed=11, n_samples=100_000, return_error=True)
     assert 0 < float(se) < 0.01
     assert abs(float(v) - float(q)) < 5 * float(se)
 
@@ -28,7 +28,7 @@ def test_mc_delta_terms_conditioned_exactly():
     # relu'' = delta: conditioning is exact, MC only on the remaining factor
     F = [(0, "sigma", 2), (1, "sigma", 0)]
     q = gaussian_expectation(F, K2, "relu", method="quadrature")
-    v, se = gaussian_expectation(F, K2, "relu", method="mc", rng=5, n_samples=50_000, return_error=True)
+    v, se = gaussian_expectation(F, K2, "relu", method="mc", seed=5, n_samples=50_000, return_error=True)
     assert abs(float(v) - float(q)) < 5 * float(se)
 
 
@@ -38,20 +38,20 @@ def test_reproducible_and_no_global_state():
     before = np.random.random()
     np.random.seed(123)
     a = gaussian_expectation(F, [[1.0]], "tanh", method="mc", n_samples=2000)
-    b = gaussian_expectation(F, [[1.0]], "tanh", method="mc", n_samples=2000, rng=0)
-    c = gaussian_expectation(F, [[1.0]], "tanh", method="mc", n_samples=2000, rng=np.random.default_rng(0))
-    d = gaussian_expectation(F, [[1.0]], "tanh", method="mc", n_samples=2000, rng=1)
+    b = gaussian_expectation(F, [[1.0]], "tanh", method="mc", n_samples=2000, seed=0)
+    c = gaussian_expectation(F, [[1.0]], "tanh", method="mc", n_samples=2000, seed=np.random.default_rng(0))
+    d = gaussian_expectation(F, [[1.0]], "tanh", method="mc", n_samples=2000, seed=1)
     assert np.random.random() == before          # global state untouched
     assert a == b == c and a != d
 
 
 def test_antithetic_exact_for_odd_and_batch():
     # odd integrands are exactly zero with antithetic pairs
-    v, se = mc_expectation([(0, "sigma", 0)], np.array([[1.0]]), get_activation("tanh"), rng=0,
+    v, se = mc_expectation([(0, "sigma", 0)], np.array([[1.0]]), get_activation("tanh"), seed=0,
                            n_samples=1000, return_error=True)
     assert float(v) == 0.0 and float(se) == 0.0
     K = np.stack([K2, 0.5 * K2, np.ones((2, 2))])
-    v = mc_expectation([(0, "z", 1), (1, "z", 1)], K, None, rng=2, n_samples=20_000)
+    v = mc_expectation([(0, "z", 1), (1, "z", 1)], K, None, seed=2, n_samples=20_000)
     assert v.shape == (3,)
     np.testing.assert_allclose(v, K[:, 0, 1], atol=0.05)
     with pytest.raises(DomainError):

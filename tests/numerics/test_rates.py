@@ -25,7 +25,7 @@ def test_mc_standard_error_falls_like_inverse_sqrt_n_and_is_honest():
     for n in sizes:
         reported = []
         for seed in range(12):
-            val, err = gaussian_expectation(PAIR, K2, "tanh", method="mc", rng=seed, n_samples=int(n),
+            val, err = gaussian_expectation(PAIR, K2, "tanh", method="mc", seed=seed, n_samples=int(n),
                                             return_error=True)
             reported.append(float(err))
             covered += abs(float(val) - ref) < 2.0 * float(err)

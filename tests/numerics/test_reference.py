@@ -123,3 +123,12 @@ def test_reference_checks_mpmath_convergence():
     q = gaussian_expectation(factors, K, "tanh", method="quadrature", rtol=1e-12)
     assert float(e) < 1e-15 * abs(float(v))
     assert float(v) == pytest.approx(float(q), rel=1e-12)
+
+
+@pytest.mark.parametrize("dps", [5, 14, 0, 20.5])
+def test_low_precision_is_refused_not_zero(dps):
+    """dps <= 5 used to return 0.0 with error 0.0 (the pivot tolerance 10^-(dps-5) swallowed K)."""
+    import effth as et
+    with pytest.raises(et.DomainError, match="dps"):
+        et.gaussian_expectation([(0, "sigma", 0), (0, "sigma", 0)], [[1.0]], "tanh",
+                                method="mpmath", dps=dps)

@@ -1,7 +1,8 @@
 """Tests of the ground-truth ensemble simulator :mod:`effth.simulation`.
 
-Reference numbers are typed from the spec (``seed-001-pdlt-ch0-4.md`` §3, §5.2, §5.3 and
-``seed-001-pdlt-ch5-8.md`` §2.8), never computed with effth's theory code.  Monte-Carlo
+Reference numbers are exact values typed here (PDLT §3.3 (3.22)-(3.24) for deep linear networks,
+layer-2 Gaussian integrals of PDLT (4.76)-(4.77), the leading-order tanh recursions of PDLT (4.118)
+and (4.115)), never computed with effth's theory code.  Monte-Carlo
 tolerances are ``NSIG`` standard errors (delete-one-group jackknife) with fixed seeds, and every
 MC test also checks that its standard error is small enough for the test to be able to fail.
 """
@@ -64,6 +65,22 @@ class TestValidation:
         with pytest.raises(DomainError, match=r"non-finite .* layer \d"):
             simulate_ensemble(net, np.ones((2, 3)), size=8, seed=0, method=method)
 
+    def test_complex_inputs_rejected(self):
+        with pytest.raises(DomainError, match="real"):
+            simulate_ensemble(self.net, np.ones((2, 2)) * (1 + 0.5j), size=10, seed=0)
+
+    def test_fourth_moment_overflow_names_layer(self, recwarn):
+        """ReLU, C_W = 1e6: z stays finite to layer 28 but its fourth moments overflow float64
+        there; the simulator must raise (naming the layer), never return NaN or warn."""
+        net = MLP("relu", depth=28, widths=4, c_w=1e6)
+        X = np.ones((2, 3))
+        ok = simulate_ensemble(net, X, size=16, seed=0, layers=[27])
+        assert all(np.isfinite(ok.value(k)).all() and np.isfinite(ok.stderr(k)).all()
+                   for k in ("V", "kappa4_same", "kappa4_cross"))
+        with pytest.raises(DomainError, match=r"layer 28.*smaller c_w"):
+            simulate_ensemble(net, X, size=16, seed=0, layers=[28])
+        assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
     def test_size_two_gives_nan_errors(self):
         st = simulate_ensemble(self.net, np.ones((1, 2)), size=2, seed=0)
         assert np.isfinite(st.V[2]).all() and np.isnan(st.V_err[2]).all()
@@ -76,7 +93,7 @@ def test_simulator_imports_no_theory():
 
     import effth.simulation as sim
 
-    allowed = {"arch", "activations", "errors", "_threads"}
+    allowed = {"arch", "activations", "errors", "_threads", "_progress"}
     for path in pathlib.Path(sim.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 2:
@@ -186,7 +203,7 @@ def test_singular_metric_conditional():
 @pytest.mark.mc
 @pytest.mark.parametrize("method", ["weights", "conditional"])
 def test_relu_second_layer_exact_single_input(method):
-    """ReLU, C_W=2, C_b=0, K^(1)=1: G^(2)=1, V^(2)=5 at any width (spec §5.2)."""
+    """ReLU, C_W=2, C_b=0, K^(1)=1: G^(2)=1, V^(2)=5 at any width (layer-2 Gaussian integrals of PDLT (4.76): <sigma^4> = 3/2 K^2 for ReLU)."""
     n1 = 6
     net = MLP("relu", depth=2, widths=n1, c_w=(1.0, 2.0), n_out=4)
     st = simulate_ensemble(net, [[1.0]], size=40_000, seed=21, method=method)
@@ -204,7 +221,7 @@ def test_relu_second_layer_exact_single_input(method):
 
 # K^(1) = [[1, .5], [.5, 1]] from orthonormal inputs with C_b^(1) = 0.5, C_W^(1) = 1 (n_0 = 2).
 _X2 = np.eye(2)
-_SEC52 = {  # spec §5.2 table: G^(2)_11, G^(2)_12, V(11)(11), V(11)(22), V(12)(12), V(11)(12)
+_SEC52 = {  # layer-2 Gaussian integrals of PDLT (4.76) (arc-cosine kernels for ReLU): G^(2)_11, G^(2)_12, V(11)(11), V(11)(22), V(12)(12), V(11)(12)
     "relu": (2.0, (1.0, 0.6089977810, 5.0, 1.8269933431, 2.4561150458, 2.6314922337)),
     "tanh": (1.0, (0.3942944904, 0.1863244132, 0.0975237310, 0.0178678640, 0.1386192223,
                    0.0549853460)),
@@ -229,7 +246,7 @@ def test_two_input_second_layer_vertex(act):
 # ---------------------------------------------------------------- deep linear, exact at any width
 @pytest.mark.mc
 def test_deep_linear_G4_table():
-    """Widths (4, 8, 16), C_W=1, G_2=1, layer 4: G_4 = 2.109375 (spec §3.6)."""
+    """Widths (4, 8, 16), C_W=1, G_2=1, layer 4: G_4 = 2.109375 (PDLT (3.22)-(3.24))."""
     net = MLP("linear", depth=4, widths=(4, 8, 16), c_w=1.0, n_out=2)
     X = np.array([[1.0, 2.0, 2.0]]) / np.sqrt(3.0)                  # G^(0) = 1
     st = simulate_ensemble(net, X, size=200_000, seed=36, method="conditional")
@@ -244,7 +261,7 @@ def test_deep_linear_G4_table():
 
 @pytest.mark.mc
 def test_deep_linear_variance_of_O_equal_width():
-    """n = 10, l = 5: Var[O] = (1 + 2/n)^l - 1 = 1.48832, G_4 = 1.2^4 (spec §3.2, §3.6)."""
+    """n = 10, l = 5: Var[O] = (1 + 2/n)^l - 1 = 1.48832, G_4 = 1.2^4 (PDLT (3.23)-(3.24))."""
     n = 10
     net = MLP("linear", depth=5, widths=n, c_w=1.0, n_out=n)
     st = simulate_ensemble(net, [[1.0]], size=60_000, seed=310, method="conditional")
@@ -255,7 +272,7 @@ def test_deep_linear_variance_of_O_equal_width():
 
 
 def _linear_exact(K1, cb, cw, widths, last):
-    """Spec §3.5 exact multi-input recursion (deep linear, biases) -> (G, V) at ``last``."""
+    """Exact multi-input recursion (PDLT (4.76)-(4.77) for sigma(z) = z; reduces to (3.24)) (deep linear, biases) -> (G, V) at ``last``."""
     G = np.asarray(K1, float)
     V = np.zeros(G.shape * 2)
     for ell in range(1, last):                    # from layer ell to ell + 1
@@ -270,7 +287,7 @@ def _linear_exact(K1, cb, cw, widths, last):
 @pytest.mark.mc
 @pytest.mark.parametrize("method", ["weights", "conditional"])
 def test_deep_linear_multi_input_with_biases(method):
-    """Spec §3.5: C_b=0.3, C_W=1.2, K^(1)=[[1,.4],[.4,.8]], n1=4, n2=6; V^(3) exact."""
+    """Exact deep-linear recursion (PDLT (4.76)-(4.77), sigma(z) = z): C_b=0.3, C_W=1.2, K^(1)=[[1,.4],[.4,.8]], n1=4, n2=6; V^(3) exact."""
     X = np.array([[1.0, 1.0], [1.2, -0.4]])       # (1/n_0) X X^T = K^(1) with C_W^(1)=1
     net = MLP("linear", depth=3, widths=(4, 6), c_w=(1.0, 1.2, 1.2), c_b=(0.0, 0.3, 0.3), n_out=2)
     st = simulate_ensemble(net, X, size=80_000, seed=35, method=method)
@@ -343,10 +360,10 @@ def test_weights_and_conditional_agree():
     assert_mc(a.V[3] - V_x, np.hypot(a.V_err[3], V_x_err), 0.0)
 
 
-# ---------------------------------------------------------------- NLO metric (ch5-8 §2.8)
+# ---------------------------------------------------------------- NLO metric (PDLT §4.3)
 @pytest.mark.mc
 def test_tanh_nlo_metric_shift():
-    """tanh, n=64, C_W=1, x^2=1: E[z^2] = K + G^{1}/n (spec ch5-8 §2.8) resolves the 1/n shift."""
+    """tanh, n=64, C_W=1, x^2=1: E[z^2] = K + G^{1}/n (PDLT (4.118), (4.115)) resolves the 1/n shift."""
     n = 64
     pred = {2: 0.39429, 3: 0.23597, 4: 0.16583, 5: 0.12684, 6: 0.10219, 7: 0.08528, 8: 0.07298}
     K = {3: 0.2364504105, 5: 0.1279047353}

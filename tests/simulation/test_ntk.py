@@ -1,9 +1,10 @@
-"""Tests of the empirical NTK / dNTK / ddNTK simulator (effth.simulation.ntk, issue 4).
+"""Tests of the empirical NTK / dNTK / ddNTK simulator (effth.simulation.ntk, PDLT ch. 8-11, ∞).
 
 Everything here is independent of effth's theory modules: the derivatives are checked against
 finite differences of a network function written in this file, the ensemble statistics against
 an infinite-width recursion computed here with Gauss-Hermite quadrature, against values that are
-exact at layer 2 (quoted from the spec, computed there by quadrature), and against exact
+exact at layer 2 (Gaussian integrals of PDLT (8.63), (8.82), (8.67), (11.45), (∞.11)-(∞.12)
+computed once by quadrature and typed here), and against exact
 identities of linear networks.  Tolerances are in jackknife standard errors (NSIG).
 """
 
@@ -13,6 +14,8 @@ import itertools
 
 import numpy as np
 import pytest
+
+from scipy import special
 
 from effth.arch import MLP
 from effth.errors import DomainError
@@ -36,8 +39,9 @@ def _tiny():
     return sizes, X, params
 
 
-def _fd_reference(sizes, X, params, lb, lw, outputs):
-    """NTK, dNTK, ddNTK-I, ddNTK-II by 4th-order central finite differences of z(theta)."""
+def _fd_reference(sizes, X, params, lb, lw, outputs, act=np.tanh):
+    """NTK, dNTK, ddNTK-I, ddNTK-II by 4th-order central finite differences of z(theta)
+    (``act``: the activation as a NumPy function written in the test)."""
     L = len(params)
     theta0 = np.concatenate([np.concatenate([W.ravel(), b]) for W, b in params])
     lam = np.concatenate([np.concatenate([np.full(W.size, lw[k] / sizes[k]), np.full(b.size, lb[k])])
@@ -55,7 +59,7 @@ def _fd_reference(sizes, X, params, lb, lw, outputs):
             b = th[..., k:k + n1]
             k += n1
             z = np.einsum("...ij,...dj->...di", W, a) + b[..., None, :]
-            a = np.tanh(z)
+            a = act(z)
         return z[..., list(outputs)]
 
     steps, coef = np.array([-2, -1, 1, 2]), np.array([1, -8, 8, -1]) / 12.0
@@ -96,6 +100,31 @@ def test_exact_derivatives_match_finite_differences():
         scale = np.abs(ref).max()
         assert scale > 0.1
         np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6 * scale)
+
+
+def _gelu(z):
+    return 0.5 * z * (1.0 + special.erf(z / np.sqrt(2.0)))
+
+
+def _silu(z):
+    return z / (1.0 + np.exp(-z))
+
+
+@pytest.mark.parametrize("name, act", [("gelu", _gelu), ("silu", _silu)])
+def test_smooth_registry_activations_match_finite_differences(name, act):
+    """GELU and SiLU (through the registry: sigma^(k), k <= 3, from effth.activations)
+    against finite differences of a network written here with its own GELU/SiLU."""
+    sizes, X, params = _tiny()
+    lb, lw, outputs = (0.5, 0.8, 1.1), (1.0, 0.7, 1.3), (0, 2)
+    res = empirical_ntk(params, X, name, lambda_b=lb, lambda_w=lw, outputs=outputs)
+    refs = _fd_reference(sizes, X, params, lb, lw, outputs, act=act)
+    for got, ref in zip((res.H, res.dH, res.ddIH, res.ddIIH), refs):
+        scale = np.abs(ref).max()
+        assert scale > 5e-3                   # non-trivial (SiLU's ddNTK here is about 1e-2)
+        np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6 * scale)
+    # the FD check can fail: a network with another activation (tanh) is far off
+    other = empirical_ntk(params, X, "tanh", lambda_b=lb, lambda_w=lw, outputs=outputs)
+    assert np.abs(other.dH - refs[1]).max() > 1e-2 * np.abs(refs[1]).max()
 
 
 def test_symmetries_and_batching():
@@ -163,7 +192,7 @@ def _check(st: NTKEnsembleStatistics, refs: dict, nsig: float = NSIG):
 
 
 def test_layer2_single_input_matches_exact_values():
-    """Spec chinf §9.1, row l = 2 (tanh, C_W = 1, C_b = 0, lb = (1, 1/2), lw = 1): the layer-2
+    """Layer-2 values of the single-input tanh recursions PDLT (8.63), (11.45), (∞.11)-(∞.12) (tanh, C_W = 1, C_b = 0, lb = (1, 1/2), lw = 1): the layer-2
     tensors are exact at any n_1 because layer 1 is Gaussian."""
     net = MLP("tanh", depth=2, widths=16, c_w=1.0, c_b=0.0, n_out=2)
     st = simulate_ntk_ensemble(net, np.ones((1, 1)), size=40000, seed=1, lambda_b=(1.0, 0.5),
@@ -179,8 +208,9 @@ def test_layer2_single_input_matches_exact_values():
     assert st.H.shape == (1, 1) and st.R.shape == (1, 1, 1, 1) and st.n_groups == 32
 
 
-def test_layer2_spec_test_C_values():
-    """Spec ch9-11 'Numerical test C' layer-2 values (A, B, D, F, P, Q; exact at any n_1)."""
+def test_layer2_three_dim_input_values():
+    """Layer-2 values of A, B, D, F, P, Q (PDLT (8.82), (8.67), (11.45); exact at any n_1), tanh,
+    C_W = 1.5, C_b = 0.2, x = (0.9, -0.4, 1.3)."""
     net = MLP("tanh", depth=2, widths=12, c_w=1.5, c_b=0.2, n_out=2)
     st = simulate_ntk_ensemble(net, np.array([[0.9, -0.4, 1.3]]), size=40000, seed=2,
                                lambda_b=(0.5, 0.8), lambda_w=(1.0, 0.7), order=2)
@@ -189,7 +219,7 @@ def test_layer2_spec_test_C_values():
 
 
 def test_deep_linear_layer2_S_T_and_vanishing_P_R_U():
-    """Spec chinf §4.4 / §9.2 (deep linear, C_W = 1, C_b = 0, lambda = lambda~/L with L = 12):
+    """PDLT (∞.45)-(∞.48) (deep linear, C_W = 1, C_b = 0, lambda = lambda~/L with L = 12):
     S^(2) = 0.0097337963, T^(2) = 0.0046990741, Theta, B, F (11.77), Q (11.79) at l = 2 (exact at
     layer 2 for any n_1); P = R = U = 0 exactly for every network at layer 2."""
     L = 12
@@ -274,7 +304,7 @@ def test_layer2_two_inputs_all_tensors(act):
     st = simulate_ntk_ensemble(net, X, size=40000, seed=12, lambda_b=lb, lambda_w=lw)
     fs = tuple(net.act.numpy(k) for k in range(4))
     ref = _layer2_exact(X, cw, cb, lb, lw, fs)
-    # the single-input reduction reproduces the spec's chinf 9.1 row l = 2
+    # the single-input reduction reproduces the layer-2 values of test_layer2_single_input_...
     one = _layer2_exact(np.ones((1, 1)), (1.0, 1.0), (0.0, 0.0), (1.0, 0.5), (1.0, 1.0),
                         tuple(MLP("tanh", 1).act.numpy(k) for k in range(4)))
     np.testing.assert_allclose([one[k].ravel()[0] for k in "HBFPQRSTU"],
@@ -333,6 +363,36 @@ def test_ntk_mean_approaches_frozen_ntk():
     assert np.max(np.abs(small.H - Th) / small.H_err) > 8
 
 
+def _dgelu(z):
+    return 0.5 * (1.0 + special.erf(z / np.sqrt(2.0))) + z * np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi)
+
+
+def _dsilu(z):
+    s = 1.0 / (1.0 + np.exp(-z))
+    return s * (1.0 + z * (1.0 - s))
+
+
+@pytest.mark.parametrize("name, s, ds", [("gelu", _gelu, _dgelu), ("silu", _silu, _dsilu)])
+def test_smooth_ntk_mean_matches_frozen_ntk(name, s, ds):
+    """GELU / SiLU: at layer 2 the NTK mean is exactly the frozen NTK (8.63) at any width (layer
+    1 is Gaussian), computed here by the recursion _frozen_ntk with this file's sigma, sigma'.
+    A theory with its C_W <s' s'> Theta term scaled by 0.9 is rejected."""
+    X = np.array([[1.0, -0.5], [0.3, 0.8]])
+    cw, cb, lb, lw = 1.6, 0.1, 0.5, 1.0
+    st = simulate_ntk_ensemble(MLP(name, depth=2, widths=8, c_w=cw, c_b=cb, n_out=2), X,
+                               size=24000, seed=21, lambda_b=lb, lambda_w=lw, order=1)
+    Th, K = _frozen_ntk(X, 2, cw, cb, lb, lw, s, ds)
+    val, err = st.value("Theta"), st.stderr("Theta")
+    assert np.all(np.abs(val - Th) < NSIG * err), (val, Th, err)
+    assert np.all(np.abs(st.value("G") - K) < NSIG * st.stderr("G"))
+    # a wrong coefficient is detected: 0.9 C_W <s' s'> Theta^(1)
+    K1 = cb + cw * X @ X.T / 2
+    Th1 = lb + lw * X @ X.T / 2
+    wrong = lb + lw * _gauss2(K1, s, s) + 0.9 * cw * _gauss2(K1, ds, ds) * Th1
+    np.testing.assert_allclose(Th, lb + lw * _gauss2(K1, s, s) + cw * _gauss2(K1, ds, ds) * Th1)
+    assert np.max(np.abs(val - wrong) / err) > 2 * NSIG
+
+
 def test_linear_ntk_mean_exact_at_finite_width():
     """Linear sigma: E[H] = Theta exactly at any width, Theta^(l+1) = lb + lw K^(l) + C_W Theta^(l)."""
     X = np.array([[1.0, -0.5, 0.2], [0.3, 0.8, -1.0]])
@@ -368,6 +428,35 @@ def test_reproducible_and_validation():
         empirical_ntk([(np.ones((3, 2)), np.ones(3))], X, "tanh", order=4)
     one = simulate_ntk_ensemble(MLP("tanh", depth=2, widths=4, n_out=1), X, size=8, seed=0)
     assert np.isfinite(one.H).all() and np.isnan(one.A).all()
+    with pytest.raises(DomainError, match="real"):
+        simulate_ntk_ensemble(net, X * (1 + 1j), size=10, seed=0)
+    with pytest.raises(DomainError, match="real"):
+        empirical_ntk([(np.ones((3, 2)) * 1j, np.ones(3))], X, "tanh")
+
+
+def test_overflowing_statistics_raise():
+    """Linear, C_W = 1e52: the NTK (~1e156) is finite but its second moments overflow float64;
+    the simulator raises (naming the output layer) instead of returning NaN."""
+    X = np.array([[1.0, -0.5], [0.3, 0.8]])
+    ok = simulate_ntk_ensemble(MLP("linear", depth=4, widths=3, c_w=1e40, n_out=2), X, size=8,
+                               seed=0, order=1)
+    assert np.isfinite(ok.value("A")).all() and np.isfinite(ok.stderr("A")).all()
+    with pytest.raises(DomainError, match=r"layer 4.*smaller c_w"):
+        simulate_ntk_ensemble(MLP("linear", depth=4, widths=3, c_w=1e52, n_out=2), X, size=8,
+                              seed=0, order=1)
+
+
+def test_kinked_activation_statistics_need_smoothness():
+    """ReLU: sigma'' = delta (PDLT (inf.40)), so the dNTK/ddNTK statistics are refused while
+    the NTK statistics (sigma' is a step function) are allowed; step: sigma' = delta."""
+    X = np.array([[1.0, -0.5], [0.3, 0.8]])
+    relu = MLP("relu", depth=3, widths=4, c_w=2.0, n_out=2)
+    assert np.isfinite(simulate_ntk_ensemble(relu, X, size=8, seed=0, order=1).value("B")).all()
+    for kw in ({}, {"order": 2}, {"order": 1, "ddntk_II": True}):
+        with pytest.raises(DomainError, match="order 2 has a Dirac part"):
+            simulate_ntk_ensemble(relu, X, size=8, seed=0, **kw)
+    with pytest.raises(DomainError, match="order 1 has a Dirac part"):
+        simulate_ntk_ensemble(MLP("step", depth=3, widths=4, n_out=2), X, size=8, seed=0, order=1)
 
 
 def test_ntk_simulator_imports_no_theory():
@@ -378,7 +467,7 @@ def test_ntk_simulator_imports_no_theory():
 
     import effth.simulation.ntk as mod
 
-    allowed = {"arch", "activations", "errors", "_threads"}
+    allowed = {"arch", "activations", "errors", "_threads", "_progress"}
     tree = ast.parse(pathlib.Path(mod.__file__).read_text())
     seen = set()
     for node in ast.walk(tree):
