@@ -31,7 +31,7 @@ def _data():
 def deep_linear_bar(method: str = "march"):
     X, y = _data()
     t0 = time.perf_counter()
-    res = solve_deep_linear(X, y, depth=5, gamma0=1.0, eta=0.02, steps=100, tol=1e-10,
+    res = solve_deep_linear(X, y, hidden_layers=5, gamma0=1.0, eta=0.02, steps=100, tol=1e-10,
                             method=method)
     dt = time.perf_counter() - t0
     d = res.diagnostics

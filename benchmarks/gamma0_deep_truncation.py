@@ -62,7 +62,7 @@ def final(phi, g, ntk, f):
 
 def series(order, nodes):
     """``(order/2 + 1, 4)``: the coefficients of gamma0^0, gamma0^2, ..."""
-    ser = gamma0_series(kernel=KX, y=Y, depth=L, eta=ETA, steps=T, order=order,
+    ser = gamma0_series(kernel=KX, y=Y, hidden_layers=L, eta=ETA, steps=T, order=order,
                         activation="tanh", closure="ntk", nodes=nodes)
     return np.array([final(*(ser.coefficient(2 * k, name) for name in ("phi", "g", "ntk", "f")))
                      for k in range(order // 2 + 1)])
@@ -72,7 +72,7 @@ def mc_seed(seed):
     """``(1 + len(GAMMAS), 4)``: the reference gamma0 first; common random numbers."""
     out = []
     for g in (GAMMA_REF,) + GAMMAS:
-        r = solve_monte_carlo(kernel=KX, y=Y, depth=L, gamma0=g, eta=ETA, steps=T,
+        r = solve_monte_carlo(kernel=KX, y=Y, hidden_layers=L, gamma0=g, eta=ETA, steps=T,
                               activation="tanh", samples=SAMPLES, iterations=ITERATIONS,
                               average=AVERAGE, closure="ntk", seed=seed)
         out.append(final(r.phi, r.g, r.ntk_diag, r.f))

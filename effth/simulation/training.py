@@ -1,12 +1,12 @@
 """Finite-width networks trained by full-batch gradient descent: the ground truth of the DMFT.
 
-The network of Bordelon & Pehlevan (seed 000, eq. (1), (13); spec §1.1-§1.2, §1.7), with ``L``
+The network of Bordelon & Pehlevan (Bordelon & Pehlevan (2022), eq. (1), (13); Bordelon & Pehlevan (2022), eqs. (1), (13); eqs. (4), (14)-(15), §1.7), with ``L``
 hidden layers of width ``N`` and no biases:
 
 ``h^1 = W^0 x / sqrt(D)``, ``h^{l+1} = m W^l phi(h^l)``, ``f = m w^L . phi(h^L) / gamma``,
 ``gamma = gamma0 sqrt(N)``, loss ``1/2 sum_mu (f_mu - y_mu)^2``,
 
-trained by full-batch GD.  Two equivalent parameterizations (spec §1.7, exact at any ``N``):
+trained by full-batch GD.  Two equivalent parameterizations (Bordelon & Pehlevan (2022), App. N, exact at any ``N``):
 
 * ``'mean_field'`` (the seed's): ``m = 1/sqrt(N)``, all weights ``N(0, 1)``, parameter learning
   rate ``eta gamma0^2 N``;
@@ -16,8 +16,8 @@ trained by full-batch GD.  Two equivalent parameterizations (spec §1.7, exact a
 One GD step is one DMFT grid step ``t -> t + eta``.  Recorded at every step (before the update):
 outputs, loss, the feature and gradient fields from which the kernels
 ``Phi^l(t, s) = phi(h^l(t)) . phi(h^l(s)) / N`` and ``G^l(t, s) = g^l(t) . g^l(s) / N`` with
-``g^l = gamma0 N df/dh^l`` (seed eq. (16)) are formed, and the NTK
-``K(t, t) = sum_l G^{l+1} Phi^l`` (seed eq. (19)).
+``g^l = gamma0 N df/dh^l`` (Bordelon & Pehlevan (2022), eq. (16)) are formed, and the NTK
+``K(t, t) = sum_l G^{l+1} Phi^l`` (Bordelon & Pehlevan (2022), eq. (19)).
 
 NumPy only: this module never imports theory code (it is the ground truth).
 """
@@ -28,6 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._progress import progress_bar
+from ..activations import Activation, get_activation
+from ..arch import resolve_depth
 from ..errors import DomainError
 
 __all__ = ["ACTIVATIONS", "TrainingRun", "simulate_training"]
@@ -37,7 +40,8 @@ def _relu(z):
     return np.maximum(z, 0.0)
 
 
-#: activation name -> (phi, phi')
+#: the original closed forms (kept so that existing runs reproduce bit for bit); every other
+#: activation of the registry uses its NumPy callables ``Activation.numpy(0)``, ``numpy(1)``
 ACTIVATIONS = {
     "linear": (lambda z: z, lambda z: np.ones_like(z)),
     "tanh": (np.tanh, lambda z: 1.0 - np.tanh(z) ** 2),
@@ -61,17 +65,31 @@ class TrainingRun:
     phi : ndarray, shape (S, L, T, n, T, n)
         Two-time feature kernels ``Phi^l(t, s)``.
     g : ndarray, shape (S, L, T, n, T, n) [or (S, L, T, n, T, n, C, C)]
-        Two-time gradient kernels ``G^l(t, s)`` (``G^{l, c c'}`` for ``C`` outputs, seed App. I).
+        Two-time gradient kernels ``G^l(t, s)`` (``G^{l, c c'}`` for ``C`` outputs, Bordelon & Pehlevan (2022), App. I).
     ntk : ndarray, shape (S, T, n, n) [or (S, T, n, n, C, C)]
         Equal-time NTK ``sum_{l=0}^{L} G^{l+1}(t,t) Phi^l(t,t)`` (``Phi^0 = K^x``, ``G^{L+1} = 1``;
-        ``+ sum_l G^l`` with biases; ``Phi^L delta_{c c'}`` for several outputs, seed eq. (95));
+        ``+ sum_l G^l`` with biases; ``Phi^L delta_{c c'}`` for several outputs, Bordelon & Pehlevan (2022), eq. (95));
         for the mean-field parameterization it equals ``gamma^2 grad f . grad f``.
     kx : ndarray, shape (n, n)
         ``X X^T / D``.
-    width, depth, gamma0, eta, seeds
+    widths : int
+        Hidden width ``N`` (all hidden layers).
+    hidden_layers : int
+        ``L``, the number of hidden layers.
+    gamma0, eta : float
         The settings used.
+    seed : tuple
+        One entry per network (the ``seed`` given, one per network).
+    activation : str or Activation
+        The activation (registry name, or the ``Activation`` of a user expression).
     h : ndarray, shape (S, L, T, n, N), or None
         Preactivations of every neuron (``record_preactivations=True``).
+
+    Notes
+    -----
+    Read it like every effth result (``docs/conventions.md``): :meth:`value` averages the network
+    axis, :meth:`stderr` is the standard error over the networks (``None`` with one network),
+    :attr:`layers` are the book numbers ``1 .. hidden_layers``.
     """
 
     f: np.ndarray
@@ -80,30 +98,166 @@ class TrainingRun:
     g: np.ndarray
     ntk: np.ndarray
     kx: np.ndarray
-    width: int
-    depth: int
+    widths: int
+    hidden_layers: int
     gamma0: float
     eta: float
-    seeds: tuple
+    seed: tuple
     h: np.ndarray | None = None
+    activation: object = "tanh"
 
-    def mean(self, name: str) -> np.ndarray:
-        """Average over seeds of ``'f'``, ``'loss'``, ``'phi'``, ``'g'`` or ``'ntk'``."""
-        return getattr(self, name).mean(axis=0)
+    _NAMES = ("f", "loss", "phi", "g", "ntk")
 
-    def stderr(self, name: str) -> np.ndarray:
-        """Standard error over seeds (0 for a single seed)."""
+    @property
+    def depth(self) -> int:
+        """Number of weight layers, ``hidden_layers + 1``."""
+        return self.hidden_layers + 1
+
+    @property
+    def layers(self) -> tuple:
+        """Book numbers ``(1, .., hidden_layers)`` of the per-layer kernels ``phi``, ``g``."""
+        return tuple(range(1, self.hidden_layers + 1))
+
+    @property
+    def networks(self) -> int:
+        """Number of trained networks ``S`` (one per seed)."""
+        return int(self.f.shape[0])
+
+    def _raw(self, name: str, layer) -> np.ndarray:
+        """``(S, ...)`` samples of ``name`` (at book layer ``layer`` for ``'phi'``, ``'g'``)."""
+        if name not in self._NAMES:
+            raise DomainError(f"unknown quantity name={name!r}; choose from {list(self._NAMES)}")
         x = getattr(self, name)
+        if name in ("phi", "g") and layer is None:
+            return x                                     # all layers, layer l at index l - 1
+        if name in ("phi", "g"):
+            if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
+                    or int(layer) not in self.layers:
+                raise DomainError(f"{name!r} is per layer: give layer= one of {list(self.layers)} "
+                                  f"(book numbering), got layer={layer!r}")
+            return x[:, int(layer) - 1]
+        if layer is not None:
+            raise DomainError(f"{name!r} has no layer axis; drop layer={layer!r}")
+        return x
+
+    def value(self, name: str, layer: int | None = None) -> np.ndarray:
+        """Mean over the networks of ``name`` (``docs/conventions.md``, Results).
+
+        Parameters
+        ----------
+        name : {'f', 'loss', 'phi', 'g', 'ntk'}
+            ``'f'`` ``(T, n[, C])``, ``'loss'`` ``(T,)``, ``'phi'``/``'g'`` two-time
+            ``(T, n, T, n)`` (``g``: ``(T, n, T, n, C, C)`` with ``C`` outputs) of hidden layer
+            ``layer``, ``'ntk'`` equal-time ``(T, n, n[, C, C])``.
+        layer : int, optional
+            Book layer number ``1 .. hidden_layers``, for ``'phi'`` and ``'g'`` only (``None``
+            there: every layer, with a leading layer axis, layer ``l`` at index ``l - 1``).
+        """
+        return self._raw(name, layer).mean(axis=0)
+
+    def mean(self, name: str, layer: int | None = None) -> np.ndarray:
+        """Alias of :meth:`value`."""
+        return self.value(name, layer)
+
+    def stderr(self, name: str, layer: int | None = None) -> np.ndarray | None:
+        """Standard error over the networks of :meth:`value` (sample standard deviation
+        ``/ sqrt(S)``); ``None`` with only one network (no spread to estimate it from)."""
+        x = self._raw(name, layer)
         if x.shape[0] < 2:
-            return np.zeros(x.shape[1:])
+            return None
         return x.std(axis=0, ddof=1) / np.sqrt(x.shape[0])
 
+    def __repr__(self) -> str:
+        C = f", outputs={self.f.shape[-1]}" if self.f.ndim == 4 else ""
+        return (f"TrainingRun(networks={self.networks}, depth={self.depth} (hidden_layers="
+                f"{self.hidden_layers}), widths={self.widths}, activation={_act_text(self.activation)}, "
+                f"gamma0={self.gamma0:g}, eta={self.eta:g}, steps={self.f.shape[1]}, "
+                f"samples={self.f.shape[2]}{C})")
 
-def simulate_training(X, y, *, depth: int, width: int, gamma0: float, eta: float, steps: int,
-                      activation: str = "tanh", seeds=(0,), X_test=None,
-                      parameterization: str = "mean_field", center: bool = True,
+    def _repr_html_(self) -> str:
+        import html
+        rows = [("networks", self.networks), ("depth", self.depth),
+                ("hidden_layers", self.hidden_layers), ("widths", self.widths),
+                ("activation", _act_text(self.activation)), ("gamma0", f"{self.gamma0:g}"),
+                ("eta", f"{self.eta:g}"), ("steps T", self.f.shape[1]),
+                ("samples n", self.f.shape[2]),
+                ("final loss (mean)", f"{float(self.loss[:, -1].mean()):.4g}")]
+        body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
+                       f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>"
+                       for k, v in rows)
+        return f"<table><caption>TrainingRun</caption>{body}</table>"
+
+
+def _act_text(act) -> str:
+    if isinstance(act, Activation) and act.family == "user":
+        return f"user: {act.expr}"
+    return str(getattr(act, "name", act))
+
+
+def _resolve_callables(activation):
+    """``(label, phi, phi')`` from a registry name/alias, an ``Activation`` or a SymPy expression."""
+    act = get_activation(activation)
+    plain = act.family != "user" and not act.params
+    if plain and act.name in ACTIVATIONS:
+        return act.name, ACTIVATIONS[act.name]
+    if act.singular_part(1):
+        raise DomainError(f"activation={act!r} has a jump (its derivative is a delta function); "
+                          "gradient descent needs a derivative that is a function (a.e.)")
+    label = act if act.family == "user" else act.name
+    return label, (act.numpy(0), act.numpy(1))
+
+
+def _resolve_seeds(seed) -> tuple:
+    """One entry per network: ints, a sequence of ints, a SeedSequence, a Generator, or None."""
+    if seed is None:
+        return (np.random.SeedSequence(),)
+    if isinstance(seed, (np.random.SeedSequence, np.random.Generator)):
+        return (seed,)
+    if isinstance(seed, (bool, np.bool_)):
+        raise DomainError(f"seed must be an int, a sequence of ints, a SeedSequence or a Generator, "
+                          f"got {seed!r}")
+    if isinstance(seed, (int, np.integer)):
+        return (int(seed),)
+    try:
+        seeds = tuple(seed)
+    except TypeError:
+        raise DomainError(f"seed must be an int, a sequence of ints, a SeedSequence or a "
+                          f"Generator, got {seed!r}") from None
+    if not seeds or any(isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer))
+                        for s in seeds):
+        raise DomainError(f"seed as a sequence needs one int per network, got {seed!r}")
+    return tuple(int(s) for s in seeds)
+
+
+def _resolve_widths(widths, hidden_layers: int) -> int:
+    """The one hidden width ``N`` from an int or a sequence of equal ints."""
+    if isinstance(widths, (bool, np.bool_)):
+        raise DomainError(f"widths must be a positive int, got {widths!r}")
+    if np.ndim(widths) == 0:
+        w = [widths]
+    else:
+        w = list(np.asarray(widths).ravel())
+        if len(w) != hidden_layers:
+            raise DomainError(f"widths needs one width per hidden layer ({hidden_layers}), "
+                              f"got {len(w)}: {widths!r}")
+    try:
+        vals = [int(v) for v in w]
+    except (TypeError, ValueError):
+        raise DomainError(f"widths must be positive integers, got {widths!r}") from None
+    if any(v != x or v < 1 for v, x in zip(vals, w)):
+        raise DomainError(f"widths must be positive integers, got {widths!r}")
+    if len(set(vals)) > 1:
+        raise DomainError(f"widths={widths!r}: unequal hidden widths are not supported by the "
+                          "trainer (the DMFT network has one width N); give one int")
+    return vals[0]
+
+
+def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | None = None,
+                      widths, gamma0: float, eta: float, steps: int, activation="tanh", seed=0,
+                      X_test=None, parameterization: str = "mean_field", center: bool = True,
                       record_kernels: bool = True, weight_decay: float = 0.0,
-                      bias: bool = False, record_preactivations: bool = False) -> TrainingRun:
+                      bias: bool = False, record_preactivations: bool = False,
+                      progress: bool | None = None) -> TrainingRun:
     """Train width-``N`` networks by full-batch GD and record outputs and kernels.
 
     Parameters
@@ -113,25 +267,30 @@ def simulate_training(X, y, *, depth: int, width: int, gamma0: float, eta: float
     y : array_like, shape (P,) or (P, C)
         Targets; a 2-D ``y`` trains ``C`` outputs ``f_c = m w^L_c . phi(h^L) / gamma`` (seed
         App. I), and the output axis ``c`` is appended to ``f`` and (as ``c, c'``) to ``g``, ``ntk``.
-    depth : int
-        Number of hidden layers ``L``.
-    width : int
-        ``N``.
+    depth, hidden_layers : int
+        Give exactly one: ``depth`` weight layers (output included, ``>= 2``) or
+        ``hidden_layers = depth - 1`` (the paper's ``L``).
+    widths : int or sequence of int
+        The hidden width ``N``; a sequence (one per hidden layer) must have equal entries.
     gamma0 : float
         Feature-learning strength (``gamma = gamma0 sqrt(N)``); must be nonzero.
     eta : float
         DMFT time step; the parameter learning rate is ``eta gamma0^2 N`` (mean field).
     steps : int
         Number of recorded steps ``T`` (``T - 1`` updates).
-    activation : {'linear', 'tanh', 'relu'}
-    seeds : iterable of int
-        One independent initialization per seed (``numpy.random.default_rng(seed)``).
+    activation : str, Activation or sympy.Expr
+        Any registered name or alias, :class:`~effth.activations.Activation` or SymPy expression
+        in ``z`` whose first derivative is a function (smooth ones, and kinked ones with an a.e.
+        derivative such as ReLU, leaky ReLU, abs); a step (derivative a delta) is rejected.
+    seed : int, sequence of int, SeedSequence, Generator or None
+        One independent network per seed (``numpy.random.default_rng(seed)``); a sequence of
+        ints trains one network per entry.
     X_test : array_like, shape (Q, D), optional
         Test inputs, recorded but not trained on.
     parameterization : {'mean_field', 'mup'}
         See the module docstring; both give the same trajectories up to rounding.
     center : bool
-        Train and report the centred output ``f(theta) - f(theta_0)`` (spec §8 #22: removes the
+        Train and report the centred output ``f(theta) - f(theta_0)`` (corrected here: removes the
         ``O(1/(gamma0 sqrt N))`` initial offset, which the DMFT sets to 0; gradients unchanged).
     record_kernels : bool
         Form the two-time kernels (memory ``S L (T n)^2``); else ``phi`` and ``g`` hold only the
@@ -142,20 +301,23 @@ def simulate_training(X, y, *, depth: int, width: int, gamma0: float, eta: float
         App. J).  With ``center`` the constant ``f(theta_0)`` is still subtracted.
     bias : bool
         Trainable biases on every preactivation, ``h^{l} += b^{l}`` (``l = 1 .. L``), ``b(0) ~ N(0, 1)``,
-        learning rate ``eta gamma0^2 N`` in both parameterizations (seed App. H:
-        ``db/dt = gamma0 sum_mu Delta_mu g_mu``); each adds ``G^l`` to the NTK (spec §8 #25).  For
+        learning rate ``eta gamma0^2 N`` in both parameterizations (Bordelon & Pehlevan (2022), App. H:
+        ``db/dt = gamma0 sum_mu Delta_mu g_mu``); each adds ``G^l`` to the NTK (corrected here).  For
         ``L = 1`` this is the input-kernel shift ``K^x -> K^x + 1``.
     record_preactivations : bool
         Keep every neuron's preactivation ``h^l_{mu i}(t)`` (``TrainingRun.h``, memory
         ``S L T n N``) -- the finite-width counterpart of the DMFT's single-site fields (seed
         Fig. 1b-c).
+    progress : bool, optional
+        Progress bar over the networks (``docs/conventions.md``).
 
     Returns
     -------
     TrainingRun
     """
-    if activation not in ACTIVATIONS:
-        raise DomainError(f"activation {activation!r} not simulated; choose from {sorted(ACTIVATIONS)}")
+    L = resolve_depth(depth, hidden_layers, minimum=2) - 1       # hidden layers from here on
+    width = _resolve_widths(widths, L)
+    act_label, fns = _resolve_callables(activation)
     if parameterization not in ("mean_field", "mup"):
         raise DomainError(f"parameterization={parameterization!r}: use 'mean_field' or 'mup'")
     if not (np.isfinite(gamma0) and gamma0 != 0):
@@ -164,8 +326,6 @@ def simulate_training(X, y, *, depth: int, width: int, gamma0: float, eta: float
         raise DomainError(f"eta={eta!r} must be positive")
     if not (np.isfinite(weight_decay) and 0 <= eta * weight_decay < 1):
         raise DomainError(f"weight_decay={weight_decay!r} must satisfy 0 <= eta * weight_decay < 1")
-    if int(depth) != depth or depth < 1 or int(width) != width or width < 1:
-        raise DomainError(f"depth={depth!r} and width={width!r} must be positive integers")
     X = np.asarray(X, dtype=float)
     y = np.asarray(y, dtype=float)
     if X.ndim != 2 or y.ndim not in (1, 2) or y.shape[0] != X.shape[0]:
@@ -174,11 +334,16 @@ def simulate_training(X, y, *, depth: int, width: int, gamma0: float, eta: float
     Y = y.reshape(y.shape[0], -1)
     if X_test is not None:
         X = np.vstack([X, np.asarray(X_test, dtype=float)])
-    seeds = tuple(int(s) for s in seeds)
-    runs = [_train_one(X, Y, int(depth), int(width), float(gamma0), float(eta), int(steps),
-                       activation, s, parameterization, center, record_kernels,
-                       float(weight_decay), bool(bias), bool(record_preactivations))
-            for s in seeds]
+    if isinstance(steps, (bool, np.bool_)) or int(steps) != steps or steps < 1:
+        raise DomainError(f"steps={steps!r} must be a positive integer")
+    seeds = _resolve_seeds(seed)
+    runs = []
+    with progress_bar(len(seeds), "training networks", progress=progress, unit="net") as bar:
+        for s in seeds:
+            runs.append(_train_one(X, Y, L, width, float(gamma0), float(eta), int(steps),
+                                   fns, s, parameterization, center, record_kernels,
+                                   float(weight_decay), bool(bias), bool(record_preactivations)))
+            bar.update()
     f, loss, phi, g = (np.stack([r[k] for r in runs]) for k in range(4))
     h = np.stack([r[4] for r in runs]) if record_preactivations else None
     kx = X @ X.T / X.shape[1]
@@ -188,17 +353,18 @@ def simulate_training(X, y, *, depth: int, width: int, gamma0: float, eta: float
     gd = g[:, :, idx, :, idx, :].transpose(1, 2, 0, 3, 4, 5, 6)     # (S, L, T, n, n, C, C)
     one = 1.0 if bias else 0.0
     ntk = gd[:, 0] * (kx + one)[..., None, None] + phid[:, -1][..., None, None] * np.eye(C)
-    for ell in range(1, depth):
+    for ell in range(1, L):
         ntk = ntk + gd[:, ell] * (phid[:, ell - 1] + one)[..., None, None]
     if not multi:
         f, g, ntk = f[..., 0], g[..., 0, 0], ntk[..., 0, 0]
-    return TrainingRun(f=f, loss=loss, phi=phi, g=g, ntk=ntk, kx=kx, width=int(width),
-                       depth=int(depth), gamma0=float(gamma0), eta=float(eta), seeds=seeds, h=h)
+    return TrainingRun(f=f, loss=loss, phi=phi, g=g, ntk=ntk, kx=kx, widths=width,
+                       hidden_layers=L, gamma0=float(gamma0), eta=float(eta), seed=seeds, h=h,
+                       activation=act_label)
 
 
-def _train_one(X, Y, L, N, gamma0, eta, T, activation, seed, parameterization, center, record,
+def _train_one(X, Y, L, N, gamma0, eta, T, fns, seed, parameterization, center, record,
                weight_decay=0.0, bias=False, keep_h=False):
-    act, dact = ACTIVATIONS[activation]
+    act, dact = fns
     n, D = X.shape
     P, C = Y.shape
     rng = np.random.default_rng(seed)

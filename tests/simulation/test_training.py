@@ -25,12 +25,12 @@ def test_imports_no_theory():
             assert all(not a.name.startswith("effth") for a in node.names)
 
 
-@pytest.mark.parametrize("activation,depth", [("tanh", 2), ("linear", 3), ("relu", 1)])
-def test_mup_equals_mean_field_exactly(activation, depth):
-    """Spec §1.7: the muP parameterization with learning rate eta gamma0^2 gives the same
+@pytest.mark.parametrize("activation,hidden_layers", [("tanh", 2), ("linear", 3), ("relu", 1)])
+def test_mup_equals_mean_field_exactly(activation, hidden_layers):
+    """Bordelon & Pehlevan (2022), App. N: the muP parameterization with learning rate eta gamma0^2 gives the same
     trajectories as the seed's (learning rate eta gamma0^2 N), at any finite N."""
-    kw = dict(depth=depth, width=64, gamma0=1.3, eta=0.05, steps=15, activation=activation,
-              seeds=(3,))
+    kw = dict(hidden_layers=hidden_layers, widths=64, gamma0=1.3, eta=0.05, steps=15, activation=activation,
+              seed=(3,))
     a = simulate_training(X, Y, parameterization="mean_field", **kw)
     b = simulate_training(X, Y, parameterization="mup", **kw)
     for name in ("f", "phi", "g", "ntk"):
@@ -38,8 +38,8 @@ def test_mup_equals_mean_field_exactly(activation, depth):
 
 
 def test_shapes_and_kernel_structure():
-    r = simulate_training(X, Y, X_test=[[0.2, 0.3]], depth=2, width=50, gamma0=1.0, eta=0.1,
-                          steps=5, activation="tanh", seeds=(0, 1))
+    r = simulate_training(X, Y, X_test=[[0.2, 0.3]], hidden_layers=2, widths=50, gamma0=1.0, eta=0.1,
+                          steps=5, activation="tanh", seed=(0, 1))
     S, L, T, n = 2, 2, 5, 3
     assert r.f.shape == (S, T, n) and r.phi.shape == (S, L, T, n, T, n) and r.ntk.shape == (S, T, n, n)
     M = r.phi.reshape(S, L, T * n, T * n)
@@ -54,8 +54,8 @@ def test_first_step_is_ntk_step_to_order_eta_squared():
     """Exact finite-N identity: f(t_1) - f(t_0) = eta K(t_0) Delta_0 + O(eta^2)."""
     errs = []
     for eta in (0.02, 0.01):
-        r = simulate_training(X, Y, depth=2, width=80, gamma0=1.0, eta=eta, steps=2,
-                              activation="tanh", seeds=(7,))
+        r = simulate_training(X, Y, hidden_layers=2, widths=80, gamma0=1.0, eta=eta, steps=2,
+                              activation="tanh", seed=(7,))
         step = r.f[0, 1] - r.f[0, 0]
         errs.append(np.max(np.abs(step - eta * r.ntk[0, 0] @ Y)))
     assert errs[0] < 1e-2 and 3.5 < errs[0] / errs[1] < 4.5
@@ -64,8 +64,8 @@ def test_first_step_is_ntk_step_to_order_eta_squared():
 def test_lazy_limit_small_gamma0():
     """gamma0 -> 0: the NTK stays at its initial value and outputs follow its Euler map;
     the initial NTK of a wide linear net is (L+1) K^x."""
-    r = simulate_training(X, Y, depth=2, width=2000, gamma0=1e-3, eta=0.1, steps=10,
-                          activation="linear", seeds=(0,))
+    r = simulate_training(X, Y, hidden_layers=2, widths=2000, gamma0=1e-3, eta=0.1, steps=10,
+                          activation="linear", seed=(0,))
     K = r.ntk[0]
     assert np.max(np.abs(K - K[0])) < 1e-3
     f = np.zeros((10, 2))
@@ -77,18 +77,18 @@ def test_lazy_limit_small_gamma0():
 
 def test_bad_input():
     with pytest.raises(DomainError):
-        simulate_training(X, Y, depth=1, width=10, gamma0=0.0, eta=0.1, steps=3)
+        simulate_training(X, Y, hidden_layers=1, widths=10, gamma0=0.0, eta=0.1, steps=3)
     with pytest.raises(DomainError):
-        simulate_training(X, Y, depth=1, width=10, gamma0=1.0, eta=0.1, steps=3, activation="foo")
+        simulate_training(X, Y, hidden_layers=1, widths=10, gamma0=1.0, eta=0.1, steps=3, activation="foo")
     with pytest.raises(DomainError):
-        simulate_training(X, Y[:1], depth=1, width=10, gamma0=1.0, eta=0.1, steps=3)
+        simulate_training(X, Y[:1], hidden_layers=1, widths=10, gamma0=1.0, eta=0.1, steps=3)
 
 
 def test_weight_decay_step():
     """weight_decay multiplies every parameter by (1 - eta lambda) per step: lambda = 0 is the plain
     run; muP equals mean field exactly; for the 2-homogeneous linear L = 1 net (raw outputs) the
     first step changes by -2 eta lambda f(theta_0) + O(eta^2)."""
-    kw = dict(depth=1, width=64, gamma0=1.0, steps=2, activation="linear", seeds=(0,),
+    kw = dict(hidden_layers=1, widths=64, gamma0=1.0, steps=2, activation="linear", seed=(0,),
               center=False)
     np.testing.assert_allclose(simulate_training(X, Y, eta=0.05, **kw).f,
                                simulate_training(X, Y, eta=0.05, weight_decay=0.0, **kw).f, atol=0)
@@ -109,7 +109,7 @@ def test_multiple_outputs_and_bias_shapes_and_first_step():
     """C outputs: the first GD step is f_1 = eta K Delta_0 with K^{cc'} = delta_{cc'} * NTK at
     initialization up to O(eta^2) and 1/sqrt(N); muP equals mean field with biases."""
     Y2 = np.array([[1.0, 0.3], [-0.5, 0.8]])
-    kw = dict(depth=2, width=64, gamma0=1.0, eta=0.05, steps=3, activation="tanh", seeds=(0, 1))
+    kw = dict(hidden_layers=2, widths=64, gamma0=1.0, eta=0.05, steps=3, activation="tanh", seed=(0, 1))
     a = simulate_training(X, Y2, bias=True, **kw)
     b = simulate_training(X, Y2, bias=True, parameterization="mup", **kw)
     assert a.f.shape == (2, 3, 2, 2) and a.g.shape == (2, 2, 3, 2, 3, 2, 2, 2)
@@ -119,8 +119,8 @@ def test_multiple_outputs_and_bias_shapes_and_first_step():
     # exact one-step identity for the linear readout part at any width: f_1 - f_0 = eta K_0 Delta_0
     # holds to O(eta^2); compare the step with the recorded initial NTK
     for eta in (0.01,):
-        r = simulate_training(X, Y2, depth=1, width=256, gamma0=1.0, eta=eta, steps=2,
-                              activation="tanh", seeds=(0,), bias=True)
+        r = simulate_training(X, Y2, hidden_layers=1, widths=256, gamma0=1.0, eta=eta, steps=2,
+                              activation="tanh", seed=(0,), bias=True)
         K0 = r.ntk[0, 0]                                  # (n, n, C, C)
         pred = eta * np.einsum("mace,ae->mc", K0, Y2)
         assert np.max(np.abs(r.f[0, 1] - pred)) < 5 * eta ** 2 * np.max(np.abs(K0)) ** 2 + 1e-12

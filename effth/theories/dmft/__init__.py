@@ -1,10 +1,10 @@
-"""DMFT of feature learning in wide networks (Bordelon & Pehlevan, seed 000).
+"""DMFT of feature learning in wide networks (Bordelon & Pehlevan, Bordelon & Pehlevan (2022)).
 
 Solvers of the infinite-width, mean-field/muP dynamical field theory on the discrete grid of
-full-batch gradient descent (spec ``seed-000-dmft.md`` §2-§3):
+full-batch gradient descent (§2-§3):
 
 * :func:`solve_deep_linear` -- closed matrix equations of deep linear networks (no sampling);
-* :func:`solve_monte_carlo` -- the alternating Monte-Carlo solver (seed Algorithm 1) for any
+* :func:`solve_monte_carlo` -- the alternating Monte-Carlo solver (Bordelon & Pehlevan (2022), Algorithm 1) for any
   activation;
 * :func:`solve_two_layer` -- ``L = 1`` by one forward pass in time (Gauss-Hermite quadrature
   or Monte Carlo), with weight decay;

@@ -1,6 +1,6 @@
 r"""Deep nonlinear DMFT to any order in :math:`\gamma_0`: Taylor arithmetic on formal Gaussian sources.
 
-The single-site process of layer :math:`\ell` on the discrete-GD grid (spec §3.2; indices
+The single-site process of layer :math:`\ell` on the discrete-GD grid (Bordelon & Pehlevan (2022), App. M; indices
 :math:`a=(t_i,\mu)`, :math:`\bar A=\gamma_0A`, :math:`\bar B=\gamma_0B` unscaled) is
 
 .. math::
@@ -50,7 +50,7 @@ sweep -- the same maps as at :math:`O(\gamma_0^2)` (:mod:`._series_deep_nonlinea
 
 Predictions follow the NTK closure (NTK-Euler in truncated series).  At order 2 this reproduces
 :func:`._series_deep_nonlinear.deep_nonlinear_order2_arrays` (there by closed-form lazy atoms); with
-:math:`\phi=\mathrm{id}` the deep linear series; at depth 1 the two-layer series.
+:math:`\phi=\mathrm{id}` the deep linear series; with one hidden layer the two-layer series.
 
 Cost grows with the rank of the correction kernels (the dimension of :math:`\zeta`, about
 ``4 n`` per order and neighbouring layer) and with ``(T n)^3`` for the tangents: this is meant for
@@ -59,10 +59,12 @@ a few samples (``n <= 2``) and short grids.  This module does not import the sol
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..._progress import progress_bar
 from ...activations import get_activation
 from ...errors import DomainError
 from ...numerics._rules import gaussian_tensor_rule, smolyak_gauss_hermite
@@ -76,7 +78,7 @@ from ._series_deep_nonlinear import (
     top_response_b,
 )
 from .grid import causal_mask
-from .lazy import _LINEAR, lazy_kernels, static_ntk_dynamics
+from .lazy import lazy_kernels, static_ntk_dynamics
 
 __all__ = ["DeepJetArrays", "deep_nonlinear_series_arrays"]
 
@@ -263,11 +265,12 @@ def _node_pass(layer: _Layer, C: np.ndarray, D: np.ndarray, fns, m: int, T: int,
     return acc
 
 
-def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: float, steps: int,
+def deep_nonlinear_series_arrays(kx, y, *, hidden_layers: int, activation: str, eta: float, steps: int,
                                  order: int, closure: str = "ntk", nodes: int = 16,
                                  chunk: int = 500_000,
                                  rank_rtol: float = 1e-12,
-                                 max_points: int = 2_000_000) -> DeepJetArrays:
+                                 max_points: int = 2_000_000,
+                                 progress: bool | None = None) -> DeepJetArrays:
     r"""Taylor coefficients through :math:`\gamma_0^{\mathrm{order}}` of the deep nonlinear
     discrete DMFT (NTK or exact closure), for any depth, smooth activation and even order.
 
@@ -277,7 +280,7 @@ def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: flo
         Input kernel (training points first).
     y : ndarray, shape (P,)
         Targets.
-    depth : int
+    hidden_layers : int
         Hidden layers ``L``.
     activation : str
         Registry name with ``order + 2`` derivatives (``'linear'`` is allowed: the deep linear
@@ -289,7 +292,7 @@ def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: flo
     closure : {'ntk', 'exact'}
         Predictions by NTK-Euler, or the exact discrete-GD closure
         :math:`f=\eta\sum_{j<i}\Phi^L\Delta+\gamma_0^{-1}\langle\partial\phi(h^L)/\partial r^L\rangle`
-        (spec §2.4; the solvers' default), whose readout response at :math:`\gamma_0^{2k+1}` fixes
+        (Bordelon & Pehlevan (2022), eqs. (3), (21), App. M; the solvers' default), whose readout response at :math:`\gamma_0^{2k+1}` fixes
         :math:`f_{2k}` (one more response stage).
     nodes : int
         Gauss-Hermite nodes per dimension of the lazy :math:`u_0`.
@@ -314,11 +317,10 @@ def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: flo
         raise DomainError(f"order={order!r} must be a non-negative even integer")
     kx = np.asarray(kx, dtype=float)
     y = np.asarray(y, dtype=float)
-    L, T, n, P = int(depth), int(steps), kx.shape[0], y.size
+    L, T, n, P = int(hidden_layers), int(steps), kx.shape[0], y.size
     K, Tn = order // 2, T * n
     fns = [act.numpy(p) for p in range(order + 5)]
-    lin = "linear" if act.name in _LINEAR else act.name
-    phi0, _, g0, ntk0 = lazy_kernels(kx, L, lin)
+    phi0, _, g0, ntk0 = lazy_kernels(kx, act, hidden_layers=L)
     f0 = static_ntk_dynamics(ntk0, y, eta, T)
     tile = lambda a: np.tile(a, (T, T))                              # noqa: E731
     strict = np.kron(causal_mask(T), np.ones((n, n)))
@@ -390,7 +392,12 @@ def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: flo
         return acc.reshape(T, n)
 
     stages = K + 1 if closure == "exact" else K
+    bar_stack = ExitStack()
+    bar = bar_stack.enter_context(progress_bar(stages, "gamma0-series stages", progress=progress,
+                                               unit="stage"))
     for k in range(1, stages + 1):
+        if k > 1:
+            bar.update()
         # ---- responses at gamma0^(2k-1): self parts without the top-order C_(m), D_(m) (which
         #      multiply lazy quantities only), then the lazy maps of C_(m), D_(m)
         m = 2 * k - 1
@@ -478,6 +485,8 @@ def deep_nonlinear_series_arrays(kx, y, *, depth: int, activation: str, eta: flo
             f[m, i + 1] = f[m, i] + eta * acc_f
         delta[m, T - 1] = -f[m, T - 1, :P]
 
+    bar.update()
+    bar_stack.close()
     ev = slice(0, order + 1, 2)
     shape = (L, T, n, T, n)
     phi = np.stack([np.stack([Phi[ell][2 * j] for ell in range(1, L + 1)]).reshape(shape)

@@ -1,8 +1,8 @@
 r"""Deep linear DMFT to any order in :math:`\gamma_0^2` on the discrete gradient-descent grid.
 
 For :math:`\phi(h)=h` every order parameter is an analytic function of :math:`x=\gamma_0^2`
-(spec §2.7, §2.10: odd orders vanish identically).  The closed equations (seed (71) with the
-corrected reading of spec §2.7: responses without :math:`\Delta`, equal-time causality of §3.2)
+(Bordelon & Pehlevan (2022), §4.1, App. F, eqs. (11), (68)-(71), §2.10: odd orders vanish identically).  The closed equations (Bordelon & Pehlevan (2022), eq. (71) with the
+corrected reading of Bordelon & Pehlevan (2022), §4.1, App. F, eqs. (11), (68)-(71): responses without :math:`\Delta`, equal-time causality of §3.2)
 
 .. math::
    C^\ell = A^{\ell-1} + \eta\,\Theta\,H^{\ell-1}\Delta,\quad D^\ell = B^\ell + \eta\,\Theta\,G^{\ell+1}\Delta,
@@ -25,7 +25,7 @@ the Cauchy-product recursion
 .. math:: X_k = \sum_{i+j=k} (\dots)_i(\dots)_j,
 
 whose :math:`k=0` part is the lazy (static-NTK) solution and whose :math:`k=1` part reproduces
-spec §4.3 with discrete :math:`v_\alpha(t_i)=\eta\sum_{j<i}\Delta^0_\alpha(t_j)`,
+Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here with discrete :math:`v_\alpha(t_i)=\eta\sum_{j<i}\Delta^0_\alpha(t_j)`,
 :math:`v_{\alpha\beta}(t_i)=\eta\sum_{j<i}\Delta^0_\alpha(t_j)v_\beta(t_j)`.
 
 This module never imports the solver (:mod:`.deep_linear`): the series is checked *against* it.
@@ -79,7 +79,7 @@ def _to_exact(a) -> np.ndarray:
     return np.vectorize(lambda v: v if isinstance(v, Fraction) else Fraction(v), otypes=[object])(arr)
 
 
-def deep_linear_series_arrays(kx, y, *, depth: int, eta, steps: int, order: int,
+def deep_linear_series_arrays(kx, y, *, hidden_layers: int, eta, steps: int, order: int,
                               closure: str = "exact", gradient_independent: bool = False,
                               exact: bool = False) -> DeepLinearSeriesArrays:
     r"""All Taylor coefficients up to ``gamma0**(2 order)`` of the discrete deep linear DMFT.
@@ -90,7 +90,7 @@ def deep_linear_series_arrays(kx, y, *, depth: int, eta, steps: int, order: int,
         Input kernel (training points first).
     y : ndarray, shape (P,)
         Targets.
-    depth : int
+    hidden_layers : int
         Number of hidden layers ``L``.
     eta : float or Fraction
         Step of the GD grid.
@@ -110,7 +110,7 @@ def deep_linear_series_arrays(kx, y, *, depth: int, eta, steps: int, order: int,
     -------
     DeepLinearSeriesArrays
     """
-    L, T, K = int(depth), int(steps), int(order)
+    L, T, K = int(hidden_layers), int(steps), int(order)
     kx = _to_exact(kx) if exact else np.asarray(kx, dtype=float)
     y = _to_exact(y) if exact else np.asarray(y, dtype=float)
     eta = Fraction(eta) if exact else float(eta)

@@ -2,7 +2,7 @@ r"""Deep nonlinear DMFT at :math:`O(\gamma_0^2)`: lazy responses, field expansio
 
 At :math:`\gamma_0\to0` every layer's sources are time-constant Gaussians, :math:`u^\ell\sim
 \mathcal N(0,\Phi^{\ell-1}_0)` and :math:`r^\ell\sim\mathcal N(0,G^{\ell+1}_0)` (``n``-dimensional,
-one component per sample).  On the discrete-GD grid (spec §3.2, the single-site equations of
+one component per sample).  On the discrete-GD grid (Bordelon & Pehlevan (2022), App. M, the single-site equations of
 :mod:`.nonlinear`) write :math:`C^\ell=\gamma_0\tilde C^\ell+O(\gamma_0^3)`,
 :math:`D^\ell=\gamma_0\tilde D^\ell+O(\gamma_0^3)` as matrices on (time, sample) pairs
 :math:`a=(t_i,\mu)`:
@@ -13,7 +13,7 @@ one component per sample).  On the discrete-GD grid (spec §3.2, the single-site
    \tilde D^\ell_{ab} = B^{\ell}_{0,ab} + \eta\,\Theta(i>j)\,\Delta^0_\beta(t_j)\,G^{\ell+1}_{0,\mu\beta},
 
 (:math:`b=(t_j,\beta)`, :math:`A^0_0=B^L_0=0`).  The lazy responses are obtained from the
-per-sample Jacobians of spec §3.4 at first order in :math:`\gamma_0` (derived here; spec §4.5
+per-sample Jacobians of Bordelon & Pehlevan (2022), App. B at first order in :math:`\gamma_0` (derived here; Bordelon & Pehlevan (2022), App. P.2-P.6
 states the same structure):
 
 .. math::
@@ -23,7 +23,7 @@ states the same structure):
    + \delta_{ab}\sum_c\big[\tilde C^\ell_{ac}G^{\ell+1}_{0,\mu\gamma}\langle\dddot\phi_\mu\dot\phi_\gamma\rangle
    + \tilde D^\ell_{ac}\langle\ddot\phi_\mu\phi_\gamma\rangle\big],
 
-averages over :math:`u^\ell` (the last term is the equal-time part :math:`b^\ell` of spec §4.5, with
+averages over :math:`u^\ell` (the last term is the equal-time part :math:`b^\ell` of Bordelon & Pehlevan (2022), App. P.2-P.6, with
 its :math:`b^{\ell+1}` terms carried by :math:`\tilde D^\ell`).  :math:`A` runs up the network and
 :math:`B` down, so one upward and one downward pass fix all of them.
 
@@ -33,7 +33,7 @@ fields with lazy sources, :math:`h^{(1)}=\tilde C(\dot\phi\,r)`, :math:`z^{(1)}=
 :math:`g^{(1)}=\ddot\phi h^{(1)}r+\dot\phi z^{(1)}`, and averages the second-order part of
 :math:`\phi(h)\phi(h)^\top` and :math:`gg^\top` on a tensor Gauss-Hermite rule for :math:`u` times a
 3-point rule per dimension of :math:`r` (exact: :math:`r` enters these terms with degree at most 4).
-The Price part carries the :math:`O(\gamma_0^2)` change of the source covariances (spec §4.1,
+The Price part carries the :math:`O(\gamma_0^2)` change of the source covariances (Bordelon & Pehlevan (2022), §5.2, App. P.1-P.4,
 paper (155)-(157)), with :math:`d_a=\Phi^{\ell-1}_{2,aa}`:
 
 .. math::
@@ -42,7 +42,7 @@ paper (155)-(157)), with :math:`d_a=\Phi^{\ell-1}_{2,aa}`:
 .. math::
    G^\ell_{2,ab} \mathrel{+}= G^{\ell+1}_{0,\mu\beta}\big[\tfrac12 d_a\langle\dddot\phi_\mu\dot\phi_\beta\rangle + \Phi^{\ell-1}_{2,ab}\langle\ddot\phi_\mu\ddot\phi_\beta\rangle + \tfrac12 d_b\langle\dot\phi_\mu\dddot\phi_\beta\rangle\big] + G^{\ell+1}_{2,ab}\langle\dot\phi_\mu\dot\phi_\beta\rangle
 
-(coefficient 1 on the last term; paper (164) prints 1/2, spec §4.1).  :math:`\Phi_2` therefore runs
+(coefficient 1 on the last term; paper (164) prints 1/2, Bordelon & Pehlevan (2022), §5.2, App. P.1-P.4).  :math:`\Phi_2` therefore runs
 up the network and :math:`G_2` down.  The NTK is
 :math:`K_2=G^1_2K^x+\sum_{\ell<L}(G^{\ell+1}_2\Phi^\ell_0+G^{\ell+1}_0\Phi^\ell_2)+\Phi^L_2` (paper
 (167) with its index corrected) and the error follows NTK-Euler,
@@ -61,7 +61,7 @@ from ...activations import get_activation
 from ...errors import DomainError
 from ...numerics._rules import gaussian_tensor_rule
 from .grid import causal_mask
-from .lazy import _LINEAR, lazy_kernels, static_ntk_dynamics
+from .lazy import is_linear, lazy_kernels, static_ntk_dynamics
 
 __all__ = ["DeepSeriesArrays", "deep_nonlinear_order2_arrays", "lazy_atoms", "price_g", "price_phi",
            "source_rule_kind", "top_response_b"]
@@ -109,7 +109,7 @@ def _rule(cov: np.ndarray, nodes: int, kind: str = "hermite"):
 def source_rule_kind(act) -> str:
     """Rule for the non-polynomial lazy source ``u``: Gauss-Hermite for polynomial activations
     (exact), the trapezoid rule otherwise (geometric convergence for tanh-like poles)."""
-    return "hermite" if act.name in _LINEAR else "trapezoid"
+    return "hermite" if is_linear(act) else "trapezoid"
 
 
 def _product_rule(rule_u, rule_r):
@@ -151,7 +151,7 @@ def top_response_b(Ct, Dt, at, Gn, tile):
     return Ct * tile(at[2][2]) * Gn + Dt * tile(at[1][1]) + np.diag(b)
 
 
-def deep_nonlinear_order2_arrays(kx, y, *, depth: int, activation: str, eta: float, steps: int,
+def deep_nonlinear_order2_arrays(kx, y, *, hidden_layers: int, activation: str, eta: float, steps: int,
                                  nodes: int = 20, chunk: int = 20_000) -> DeepSeriesArrays:
     r"""Lazy values and :math:`O(\gamma_0^2)` coefficients of the deep nonlinear discrete DMFT.
 
@@ -161,7 +161,7 @@ def deep_nonlinear_order2_arrays(kx, y, *, depth: int, activation: str, eta: flo
         Input kernel (training points first).
     y : ndarray, shape (P,)
         Targets.
-    depth : int
+    hidden_layers : int
         Hidden layers ``L``.
     activation : str
         Registry name with at least three derivatives.
@@ -182,9 +182,9 @@ def deep_nonlinear_order2_arrays(kx, y, *, depth: int, activation: str, eta: flo
                           "(delta functions and their derivatives for a kinked activation)")
     kx = np.asarray(kx, dtype=float)
     y = np.asarray(y, dtype=float)
-    L, T, n, P = int(depth), int(steps), kx.shape[0], y.size
+    L, T, n, P = int(hidden_layers), int(steps), kx.shape[0], y.size
     Tn = T * n
-    phi0, dphi0, g0, ntk0 = lazy_kernels(kx, L, act.name)
+    phi0, dphi0, g0, ntk0 = lazy_kernels(kx, act, hidden_layers=L)
     fns = [act.numpy(k) for k in range(4)]
     f0 = static_ntk_dynamics(ntk0, y, eta, T)
     delta0 = y[None] - f0[:, :P]

@@ -1,14 +1,14 @@
 r"""Leading :math:`O(\gamma_0^2)` corrections in closed form: symbolic, printable, compiled.
 
-Two results of spec §4 are built here as SymPy expressions in effth's algebra (sample tensors
+Two results of Bordelon & Pehlevan (2022), §5.2, App. P are built here as SymPy expressions in effth's algebra (sample tensors
 :class:`~effth.algebra.tensors.Kernel` for :math:`K^x`, Gaussian-expectation atoms, sample sums)
-and in the lazy time functions of spec §4.1,
+and in the lazy time functions of Bordelon & Pehlevan (2022), §5.2, App. P.1-P.4,
 
 .. math:: v_\alpha(t)=\int_0^t\Delta^0_\alpha,\qquad
           v_{\alpha\beta}(t)=\int_0^tds\,\Delta^0_\alpha(s)\int_0^sds'\,\Delta^0_\beta(s'),
           \qquad \Delta^0(t)=e^{-K_0t}y,
 
-1. **Deep linear, any depth** (spec §4.3).  The lazy responses do not vanish,
+1. **Deep linear, any depth** (Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here).  The lazy responses do not vanish,
    :math:`A^\ell_0=C^\ell_0`, so the field drivers obey :math:`C^{\ell+1}_0=C^\ell_0+c` and
    :math:`D^{\ell-1}_0=D^\ell_0+d`, i.e. :math:`C^\ell_0=\ell c`, :math:`D^\ell_0=(L+1-\ell)d`
    (gradient independence: :math:`C^\ell_0=c`, :math:`D^\ell_0=d`).  The :math:`O(\gamma_0^2)`
@@ -16,11 +16,11 @@ and in the lazy time functions of spec §4.1,
    :math:`k(L+1-k)`) and :math:`C_0\mathbf 1\mathbf 1^\top C_0^\top` (weight :math:`k^2`); the layer
    coefficients :math:`a_\ell,b_\ell,c_\ell,d_\ell` and the NTK prefactor are the sums of these
    weights, done here by ``sympy.summation`` with symbolic :math:`L,\ell`.
-2. **Two-layer nonlinear** (spec §4.4): the equal-time :math:`\Phi_2,G_2,K_2` as sums of
+2. **Two-layer nonlinear** (Bordelon & Pehlevan (2022), App. P (two-layer, derived here)): the equal-time :math:`\Phi_2,G_2,K_2` as sums of
    four-point Gaussian atoms :math:`\langle\phi^{(a)}_\mu\phi^{(b)}_\nu\phi^{(c)}_\alpha\phi^{(d)}_\beta\rangle`
    contracted with :math:`K^x`, :math:`v`, :math:`v_{\alpha\beta}` -- the published form with the
-   errata of spec §8 #12 applied; it is checked against the field-level expansion
-   (:mod:`._series_two_layer`) and spec §7.7.
+   errata of corrected here applied; it is checked against the field-level expansion
+   (:mod:`._series_two_layer`) and Bordelon & Pehlevan (2022), our reference checks.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ KX = KernelMatrix(Kernel)
 
 
 class LazyErrorIntegral(sp.Function):
-    r""":math:`v_\alpha(t)=\int_0^t\Delta^0_\alpha(s)\,ds` (spec §4.1); args ``(alpha, t)``."""
+    r""":math:`v_\alpha(t)=\int_0^t\Delta^0_\alpha(s)\,ds` (Bordelon & Pehlevan (2022), §5.2, App. P.1-P.4); args ``(alpha, t)``."""
 
     nargs = 2
 
@@ -63,7 +63,7 @@ class LazyErrorIntegral(sp.Function):
 
 
 class LazyErrorDoubleIntegral(sp.Function):
-    r""":math:`v_{\alpha\beta}(t)=\int_0^tds\,\Delta^0_\alpha(s)v_\beta(s)` (spec §4.1); args ``(alpha, beta, t)``."""
+    r""":math:`v_{\alpha\beta}(t)=\int_0^tds\,\Delta^0_\alpha(s)v_\beta(s)` (Bordelon & Pehlevan (2022), §5.2, App. P.1-P.4); args ``(alpha, beta, t)``."""
 
     nargs = 3
 
@@ -78,7 +78,7 @@ V1, V2 = LazyErrorIntegral, LazyErrorDoubleIntegral
 
 # ------------------------------------------------------------------ lazy time functions
 def lazy_time_functions(ntk0: np.ndarray, y: np.ndarray, times: np.ndarray):
-    r"""Continuous-time :math:`\Delta^0, v_\alpha, v_{\alpha\beta}` in closed form (spec §4.1).
+    r"""Continuous-time :math:`\Delta^0, v_\alpha, v_{\alpha\beta}` in closed form (Bordelon & Pehlevan (2022), §5.2, App. P.1-P.4).
 
     With :math:`K_0=Q\,\mathrm{diag}(\lambda)Q^\top`, :math:`c=Q^\top y`:
     :math:`v=K_0^{-1}(1-e^{-K_0t})y` and
@@ -113,7 +113,7 @@ def lazy_time_functions(ntk0: np.ndarray, y: np.ndarray, times: np.ndarray):
 def lazy_time_functions_discrete(ntk0: np.ndarray, y: np.ndarray, eta: float, steps: int):
     r"""Discrete-GD :math:`\Delta^0(t_{i+1})=(1-\eta K_0)\Delta^0(t_i)`,
     :math:`v_\alpha(t_i)=\eta\sum_{j<i}\Delta^0_\alpha(t_j)`,
-    :math:`v_{\alpha\beta}(t_i)=\eta\sum_{j<i}\Delta^0_\alpha(t_j)v_\beta(t_j)` (spec §4.1)."""
+    :math:`v_{\alpha\beta}(t_i)=\eta\sum_{j<i}\Delta^0_\alpha(t_j)v_\beta(t_j)` (Bordelon & Pehlevan (2022), §5.2, App. P.1-P.4)."""
     P = y.size
     delta0 = np.zeros((steps, P))
     v = np.zeros((steps, P))
@@ -129,13 +129,13 @@ def lazy_time_functions_discrete(ntk0: np.ndarray, y: np.ndarray, eta: float, st
 # ------------------------------------------------------------------ deep linear, symbolic
 @cache
 def deep_linear_layer_coefficients(gradient_independent: bool = False):
-    r"""Layer coefficients :math:`(a_\ell,b_\ell,c_\ell,d_\ell)` of spec §4.3 as SymPy in ``L, ell``.
+    r"""Layer coefficients :math:`(a_\ell,b_\ell,c_\ell,d_\ell)` of Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here as SymPy in ``L, ell``.
 
     Derived by summing the per-layer :math:`O(\gamma_0^2)` increments of (71): layer :math:`k`
     adds :math:`w_1(k)\,[C_0D_0H_0+(\cdot)^\top]` and :math:`w_2(k)\,C_0\mathbf 1\mathbf 1^\top C_0^\top`
     with :math:`w_1=k(L+1-k)`, :math:`w_2=k^2` (DMFT: :math:`C^k_0=kc`, :math:`D^k_0=(L+1-k)d`), or
     :math:`w_1=w_2=1` under gradient independence (:math:`A=B=0`).  The :math:`G` coefficients
-    follow from the layer-reversal duality :math:`\ell\leftrightarrow L+1-\ell` (spec §2.10).
+    follow from the layer-reversal duality :math:`\ell\leftrightarrow L+1-\ell` (Bordelon & Pehlevan (2022), §5.2, App. P.1).
     """
     k = sp.Symbol("k", positive=True, integer=True)
     w1, w2 = (sp.Integer(1), sp.Integer(1)) if gradient_independent else (k * (L_sym + 1 - k), k ** 2)
@@ -149,9 +149,9 @@ def deep_linear_layer_coefficients(gradient_independent: bool = False):
 
 @cache
 def deep_linear_ntk_prefactor(gradient_independent: bool = False) -> sp.Expr:
-    r"""Prefactor of :math:`K_2` in spec §4.3: :math:`\sum_\ell a_\ell` (checked equal to
+    r"""Prefactor of :math:`K_2` in Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here: :math:`\sum_\ell a_\ell` (checked equal to
     :math:`\sum_\ell b_\ell=\sum_\ell c_\ell=\sum_\ell d_\ell`); :math:`L(L+1)^2(L+2)/12` for the
-    DMFT, :math:`L(L+1)/2` for gradient independence (the seed's eq. (12))."""
+    DMFT, :math:`L(L+1)/2` for gradient independence (Bordelon & Pehlevan (2022), eq. (12))."""
     sums = [sp.factor(sp.summation(x, (ell_sym, 1, L_sym)))
             for x in deep_linear_layer_coefficients(gradient_independent)]
     if any(sp.simplify(x - sums[0]) != 0 for x in sums[1:]):      # pragma: no cover
@@ -159,8 +159,8 @@ def deep_linear_ntk_prefactor(gradient_independent: bool = False) -> sp.Expr:
     return sums[0]
 
 
-def deep_linear_order2_exprs(depth=None, layer=None, gradient_independent: bool = False) -> dict:
-    r"""SymPy expressions of :math:`H^\ell_2(t,s)`, :math:`G^\ell_2(t,s)` and :math:`K_2(t,s)` (spec §4.3).
+def deep_linear_order2_exprs(hidden_layers=None, layer=None, gradient_independent: bool = False) -> dict:
+    r"""SymPy expressions of :math:`H^\ell_2(t,s)`, :math:`G^\ell_2(t,s)` and :math:`K_2(t,s)` (Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here).
 
     ``depth`` and ``layer`` default to the symbols :math:`L` and :math:`\ell`.  :math:`K` stands for
     :math:`K^x=\Phi^0`.  Returns ``{'H': ..., 'G': ..., 'ntk': ...}``.
@@ -168,8 +168,8 @@ def deep_linear_order2_exprs(depth=None, layer=None, gradient_independent: bool 
     a, b, c, d = deep_linear_layer_coefficients(gradient_independent)
     pref = deep_linear_ntk_prefactor(gradient_independent)
     sub = {}
-    if depth is not None:
-        sub[L_sym] = sp.Integer(depth)
+    if hidden_layers is not None:
+        sub[L_sym] = sp.Integer(hidden_layers)
     if layer is not None:
         sub[ell_sym] = sp.Integer(layer)
     a, b, c, d, pref = (sp.factor(x.subs(sub)) for x in (a, b, c, d, pref))
@@ -186,14 +186,15 @@ def deep_linear_order2_exprs(depth=None, layer=None, gradient_independent: bool 
     return {"H": H2, "G": G2, "ntk": K2}
 
 
-def deep_linear_order2_numeric(kx, v_t, vv_t, v_s, vv_s, *, depth: int,
+def deep_linear_order2_numeric(kx, v_t, vv_t, v_s, vv_s, *, hidden_layers: int,
                                gradient_independent: bool = False):
-    r"""Evaluate spec §4.3 on arrays: ``H2 (..., L, n, n)``, ``G2 (..., L)``, ``K2 (..., n, n)``.
+    r"""Evaluate Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here on arrays: ``H2 (..., L, n, n)``, ``G2 (..., L)``, ``K2 (..., n, n)``.
 
     ``v_t (..., P)``, ``vv_t (..., P, P)`` at time ``t`` (and ``_s`` at ``s``); ``kx (n, n)`` with the
     ``P`` training points first (test points ride along in the sample axes ``mu, nu``).
     """
     a, b, c, d = deep_linear_layer_coefficients(gradient_independent)
+    depth = int(hidden_layers)
     pref = float(deep_linear_ntk_prefactor(gradient_independent).subs(L_sym, depth))
     P = v_t.shape[-1]
     K = kx[:, :P]
@@ -227,7 +228,7 @@ def _terms(coef, sig, dummies):
 
 
 def _vec(name, m, t):
-    """The random vectors of spec §4.4 as lists of (coefficient, sigma-product, dummies)."""
+    """The random vectors of Bordelon & Pehlevan (2022), App. P (two-layer, derived here) as lists of (coefficient, sigma-product, dummies)."""
     a, b = _fresh("alpha"), _fresh("beta")
     if name == "a":
         return _terms(Kernel(m, a) * V1(a, t), sigma(a, 1), (a,))
@@ -266,7 +267,7 @@ def _expect(terms) -> sp.Expr:
 
 
 def two_layer_order2_exprs(t=t_sym) -> dict:
-    r"""Spec §4.4: equal-time :math:`\Phi_2,G_2,K_2` of the two-layer network as Gaussian atoms.
+    r"""Bordelon & Pehlevan (2022), App. P (two-layer, derived here): equal-time :math:`\Phi_2,G_2,K_2` of the two-layer network as Gaussian atoms.
 
     Sample labels ``mu, nu``; the atoms are over :math:`K=K^x` (``KernelMatrix(Kernel)``); time
     functions :class:`LazyErrorIntegral`, :class:`LazyErrorDoubleIntegral` at ``t``.

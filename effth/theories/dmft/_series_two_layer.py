@@ -1,6 +1,6 @@
 r"""Two-layer (``L = 1``) DMFT of any activation to any order in :math:`\gamma_0`, field by field.
 
-The single-site process of one hidden layer on the discrete-GD grid (spec §2.6, §3.2) is
+The single-site process of one hidden layer on the discrete-GD grid (Bordelon & Pehlevan (2022), eqs. (23), (33), (66)-(67), §3.2) is
 
 .. math::
    h_\mu(t_i) = u_\mu + \gamma_0\eta\sum_{j<i}\sum_\alpha K^x_{\mu\alpha}\Delta_\alpha(t_j)\dot\phi(h_\alpha(t_j))z(t_j),
@@ -8,7 +8,7 @@ The single-site process of one hidden layer on the discrete-GD grid (spec §2.6,
 
 with :math:`u\sim\mathcal N(0,K^x)`, :math:`r\sim\mathcal N(0,1)` (the lazy process) and
 :math:`f_\mu(t_i)=\gamma_0^{-1}\langle z(t_i)\phi(h_\mu(t_i))\rangle`, :math:`\Delta=y-f`.
-Expanding :math:`h=u+\sum_{n\ge1}\gamma_0^nh^{(n)}`, :math:`z=r+\sum_n\gamma_0^nz^{(n)}` (spec §4.1)
+Expanding :math:`h=u+\sum_{n\ge1}\gamma_0^nh^{(n)}`, :math:`z=r+\sum_n\gamma_0^nz^{(n)}` (Bordelon & Pehlevan (2022), §5.2, App. P.1-P.4)
 and Taylor-expanding :math:`\phi(u+\delta)=\sum_k\phi^{(k)}(u)\delta^k/k!` makes every field
 coefficient a polynomial in :math:`r` and in :math:`\phi^{(k)}(u_\alpha)` with time functions built
 from :math:`\Delta^0` (and, from :math:`\gamma_0^3` on, :math:`\Delta_2,\dots`).  Every kernel

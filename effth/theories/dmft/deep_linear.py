@@ -1,9 +1,9 @@
 """Deep linear DMFT: the closed PT x PT matrix equations, solved without sampling.
 
 For ``phi(h) = h`` the single-site fields are linear in the Gaussian sources and every
-order parameter follows from matrix algebra (seed §4.1, App. F, eqs. (11), (68)-(71), with the
-corrections of spec §2.7: the responses ``A, B`` enter *without* a factor ``Delta``; the
-predictions use the exact discrete-GD closure of spec §2.4).  With ``g^ell`` sample independent,
+order parameter follows from matrix algebra (Bordelon & Pehlevan (2022), §4.1, App. F, eqs. (11), (68)-(71), with the
+corrections of Bordelon & Pehlevan (2022), §4.1, App. F, eqs. (11), (68)-(71): the responses ``A, B`` enter *without* a factor ``Delta``; the
+predictions use the exact discrete-GD closure of Bordelon & Pehlevan (2022), eqs. (3), (21), App. M).  With ``g^ell`` sample independent,
 vectors ``h^ell`` live on (time, sample) [length ``T n``] and ``g^ell`` on time [length ``T``]:
 
 ``h^ell = u^ell + gamma0 C^ell g^ell``, ``g^ell = r^ell + gamma0 D^ell h^ell``,
@@ -11,7 +11,7 @@ vectors ``h^ell`` live on (time, sample) [length ``T n``] and ``g^ell`` on time 
 ``C^ell_{(t mu), s} = A^{ell-1}_{(t mu), s} + eta Theta(t-s) sum_alpha H^{ell-1}_{mu alpha}(t,s) Delta_alpha(s)``,
 ``D^ell_{t, (s alpha)} = B^ell_{t, (s alpha)} + eta Theta(t-s) G^{ell+1}(t,s) Delta_alpha(s)``,
 
-with ``Theta(0) = 0`` (left-Riemann sums of discrete GD, spec §3.2).  With
+with ``Theta(0) = 0`` (left-Riemann sums of discrete GD, Bordelon & Pehlevan (2022), App. M).  With
 ``M_g = (1 - gamma0^2 D C)^{-1}`` (unit lower triangular, always invertible):
 
 ``G^ell = M_g [G^{ell+1} + gamma0^2 D H^{ell-1} D^T] M_g^T``,
@@ -26,7 +26,7 @@ over layers in alternating direction, optional damping, continued over growing t
 
 Extensions: weight decay, trainable biases, several outputs
 -----------------------------------------------------------
-Derived from the discrete dynamics (seed App. H, I, J, M; spec §2.9, §3.2) of
+Derived from the discrete dynamics (Bordelon & Pehlevan (2022), App. H, I, J, M; Bordelon & Pehlevan (2022), App. D.8, G-M, §3.2) of
 :func:`effth.simulation.training.simulate_training`.  With ``rho = 1 - eta lambda`` every
 parameter obeys ``theta(t+1) = rho theta(t) + (GD update at t)``, hence (``g^{L}_c = w^L_c``)
 
@@ -52,8 +52,8 @@ the returned ``data.kx``), ``G^{L+1} = 1 1^T (x) I_C`` (the readout weights at `
 fields, ``R u`` and ``R r``, have covariances ``S_h = R Hb^{l-1} R`` and ``S_g = R G^{l+1} R``
 (``rho^{t+s}`` factors), and relative to the responses to them, ``C M_g`` and ``M_g D``, the
 response terms carry ``rho^{t+s} = e^{-lambda (t + s)}`` -- *not* the drift's ``rho^{t-1-s}``
-that spec §8 #19 suggests ("same exponential weights"; against networks that choice, and
-dropping the factors, is rejected).  For ``L = 1`` there are no responses and seed (99) is
+that corrected here suggests ("same exponential weights"; against networks that choice, and
+dropping the factors, is rejected).  For ``L = 1`` there are no responses and Bordelon & Pehlevan (2022), eq. (99) is
 recovered.  Then, with ``M_g = (1 - gamma0^2 D C)^{-1}`` as before,
 
 ``G^l = M_g [S_g + gamma0^2 D S_h D^T] M_g^T``,
@@ -66,7 +66,7 @@ have length ``T C``, ``G^l`` is ``T C x T C``.  Biases change only the forward k
 (``H -> H + 1`` in the source covariance and the drift: the bias is a constant input ``1``
 to every layer, and it does not back-propagate).  At a fixed point of the bias-free dynamics the
 representer identity ``lambda (L + 1) f = K Delta`` holds (``L + 1``-homogeneous network,
-seed (98)).  The equations are marched in time exactly as without the extensions.
+Bordelon & Pehlevan (2022), eq. (98)).  The equations are marched in time exactly as without the extensions.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ import numpy as np
 
 from ...errors import ConvergenceError, DomainError
 from .grid import TimeGrid, causal_mask, decay_factor, prepare_targets
-from .lazy import check_stability, lazy_kernels, static_ntk_dynamics
+from .lazy import check_stability, hidden_layer_count, lazy_kernels, static_ntk_dynamics
 from .result import Diagnostics, DMFTResult
 
 __all__ = ["solve_deep_linear"]
@@ -116,28 +116,30 @@ class _Model:
         return np.where(k >= 0, self.eta * self.rho ** np.maximum(k, 0), 0.0)
 
 
-def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, steps: int,
+def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers: int | None = None,
+                      gamma0: float, eta: float, steps: int,
                       X_test=None, kernel=None, closure: str | None = None, damping: float = 1.0,
                       tol: float = 1e-10, max_iter: int = 500,
                       gradient_independent: bool = False, window: int | None = None,
                       method: str = "march", weight_decay: float = 0.0,
                       bias: bool = False) -> DMFTResult:
-    """Solve the deep linear DMFT of seed 000 on the discrete-GD grid.
+    """Solve the deep linear DMFT of Bordelon & Pehlevan (2022) on the discrete-GD grid.
 
     Parameters
     ----------
     X, y, X_test, kernel
         Training data (see :func:`effth.theories.dmft.grid.prepare_data`).  ``y`` of shape
-        ``(P, C)`` gives ``C`` outputs (seed App. I; the conventions of
+        ``(P, C)`` gives ``C`` outputs (Bordelon & Pehlevan (2022), App. I; the conventions of
         :func:`effth.theories.dmft.solve_two_layer`): ``g^l`` and ``G^l`` carry output indices,
         ``f_{mu c} = gamma0^-1 <h^L_mu g^L_c>``; then ``f`` is ``(T, n, C)``, ``delta``
         ``(T, P, C)``, ``g`` ``(L, T, n, T, n, C, C)`` (broadcast over samples), ``A``
         ``(L-1, T, n, T, 1, C)`` and ``B`` ``(L-1, T, 1, T, n, C)``, and ``data.y`` holds the
         first column.  ``(P, 1)`` equals the scalar solver.
-    depth : int
-        Number of hidden layers ``L >= 1``.
+    depth, hidden_layers : int
+        Give exactly one: ``depth`` weight layers (output layer included, ``>= 2``) or
+        ``hidden_layers = depth - 1`` (the paper's ``L >= 1``).
     gamma0 : float
-        Feature-learning strength; results are even in ``gamma0`` (spec §2.10).  ``gamma0 = 0``
+        Feature-learning strength; results are even in ``gamma0`` (Bordelon & Pehlevan (2022), §5.2, App. P.1).  ``gamma0 = 0``
         (the static NTK) is solved exactly, except with weight decay (``DomainError``: the output
         factor ``1/gamma0`` makes that limit singular in the network).
     eta : float
@@ -146,9 +148,9 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         Number of grid points ``T``.
     closure : {'exact', 'ntk'}, optional
         Default ``'exact'``, but ``'ntk'`` with ``gradient_independent`` (the exact-f identity
-        needs the responses; spec §7.4's GI values use NTK-Euler).  ``'exact'``: ``f(t_i) = gamma0^-1 <h^L g^L>`` (exact limit of discrete GD, spec §2.4);
+        needs the responses; Bordelon & Pehlevan (2022), our reference checks's GI values use NTK-Euler).  ``'exact'``: ``f(t_i) = gamma0^-1 <h^L g^L>`` (exact limit of discrete GD, Bordelon & Pehlevan (2022), eqs. (3), (21), App. M);
         ``'ntk'``: ``f_{i+1} = f_i + eta K(t_i, t_i) Delta_i`` (``- eta lambda (L + 1) f_i`` with
-        weight decay: the ``(L+1)``-homogeneous network's gradient flow, seed App. J; not defined
+        weight decay: the ``(L+1)``-homogeneous network's gradient flow, Bordelon & Pehlevan (2022), App. J; not defined
         with both weight decay and biases, ``DomainError``).
     damping : float in (0, 1]
         ``beta`` of the update ``x <- (1 - beta) x + beta x_new``.
@@ -157,7 +159,7 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     max_iter : int
         Raise :class:`ConvergenceError` (with iteration and residual) after this many sweeps.
     gradient_independent : bool
-        Set ``A = B = 0`` (the gradient-independence ansatz, spec §2.7); works with every
+        Set ``A = B = 0`` (the gradient-independence ansatz, Bordelon & Pehlevan (2022), §4.1, App. F, eqs. (11), (68)-(71)); works with every
         extension.
     window : int, optional
         ``method='sweep'`` only: grid points added per continuation stage (default 10).
@@ -175,12 +177,12 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     weight_decay : float
         ``lambda >= 0`` with ``0 <= eta lambda < 1``: every parameter (weights and biases) is
         multiplied by ``rho = 1 - eta lambda`` at each GD step (the discrete form of
-        ``d theta/dt = -gamma^2 grad L - lambda theta``, seed App. J).  The Gaussian sources of
+        ``d theta/dt = -gamma^2 grad L - lambda theta``, Bordelon & Pehlevan (2022), App. J).  The Gaussian sources of
         ``h(t)``, ``g(t)`` then carry ``rho^t`` (covariances ``rho^{t+s} (H^{l-1} + b)``,
         ``rho^{t+s} G^{l+1}``), the drift terms the weight ``rho^{t-1-s}`` and the response terms
         ``rho^t`` times the responses to the undecayed sources (module docstring).
     bias : bool
-        Trainable biases on every preactivation ``h^1 .. h^L`` (seed App. H), ``b(0) ~ N(0, 1)``,
+        Trainable biases on every preactivation ``h^1 .. h^L`` (Bordelon & Pehlevan (2022), App. H), ``b(0) ~ N(0, 1)``,
         learning rate ``eta gamma0^2 N``: ``u^l ~ GP(0, H^{l-1} + 1 1^T)`` and the drift of
         ``h^l`` uses ``H^{l-1} + 1``.  The first layer's bias is folded into the returned
         ``data.kx`` (``K^x + 1``), and ``result.bias`` is set so that ``result.ntk`` adds
@@ -201,8 +203,7 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     ConvergenceError
         Divergent or non-converging iteration.
     """
-    if int(depth) != depth or depth < 1:
-        raise DomainError(f"depth={depth!r} must be a positive integer")
+    n_hidden = hidden_layer_count(depth, hidden_layers)
     if not np.isfinite(gamma0):
         raise DomainError(f"gamma0={gamma0!r} must be finite")
     if closure is None:
@@ -215,7 +216,7 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         raise DomainError(f"method={method!r} must be 'march' or 'sweep'")
     data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
     grid = TimeGrid(float(eta), int(steps))
-    L, T, n, P, C = int(depth), grid.steps, data.n_all, data.n_train, Y.shape[1]
+    L, T, n, P, C = n_hidden, grid.steps, data.n_all, data.n_train, Y.shape[1]
     rho = decay_factor(grid.eta, weight_decay)
     lam = float(weight_decay)
     if gamma0 == 0 and lam > 0:
@@ -229,13 +230,13 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
                           "bias or 2-D y); use method='march'")
     model = _Model(eta=grid.eta, g2=float(gamma0) ** 2, rho=rho, lam=lam, b=float(bool(bias)),
                    Y=Y, closure=closure, gi=bool(gradient_independent))
-    check_stability(lazy_kernels(data.kx, L, bias=bool(bias))[3][:P, :P], grid.eta)
+    check_stability(lazy_kernels(data.kx, hidden_layers=L, bias=bool(bias))[3][:P, :P], grid.eta)
     t0 = time.perf_counter()
     diag = Diagnostics(tol=tol)
     # Causality: the solution on the first Tk grid points does not depend on later times, so the
     # fixed point is continued over growing windows (each stage starts from the converged prefix,
     # extended by holding the last time).  This avoids the transient growth of a Picard iteration
-    # of the Volterra-type equations over the whole horizon (spec §2.7: undamped iteration from a
+    # of the Volterra-type equations over the whole horizon (Bordelon & Pehlevan (2022), §4.1, App. F, eqs. (11), (68)-(71): undamped iteration from a
     # cold start can diverge).
     if method == "march":
         state, f = _march(data, model, L, T)
@@ -256,7 +257,7 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     else:
         width = window if window else 10
         stages = list(range(min(width, T), T, width)) + [T]
-        state = _initial_state(data, L, stages[0], grid.eta, lazy_kernels(data.kx, L)[3])
+        state = _initial_state(data, L, stages[0], grid.eta, lazy_kernels(data.kx, hidden_layers=L)[3])
         for k, Tk in enumerate(stages):
             if k:
                 state = _extend(state, stages[k - 1], Tk, n)
@@ -285,7 +286,7 @@ def solve_deep_linear(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         B = np.stack([bb.reshape(T, 1, T, n) for bb in B]) if L > 1 else np.zeros((0, T, 1, T, n))
         f, delta = f[..., 0], delta[:, :P, 0]
     return DMFTResult(
-        grid=grid, data=data, depth=L, gamma0=float(gamma0), activation="linear",
+        grid=grid, data=data, hidden_layers=L, gamma0=float(gamma0), activation="linear",
         phi=np.stack([h.reshape(T, n, T, n) for h in H]), g=g, A=A, B=B, f=f, delta=delta,
         method="deep_linear", closure=closure, diagnostics=diag, bias=bool(bias))
 
@@ -549,10 +550,10 @@ def _exact_closure(Hm, GL, Mg, Am, data, eta):
     ``f_mu(t_i) = sum_s A^{L-1}_{(i mu), s} G^L(s, i)
     + eta sum_{s<i} sum_alpha [H^{L-1}_{mu alpha}(i, s) G^L(s, i)
     + sum_{s < t' <= i} M_g(i, t') H^{L-1}_{alpha mu}(s, i)] Delta_alpha(s)``
-    (the closed form of spec §2.4 with ``D^L = eta Theta Delta``) depends on ``Delta`` at earlier
+    (the closed form of Bordelon & Pehlevan (2022), eqs. (3), (21), App. M with ``D^L = eta Theta Delta``) depends on ``Delta`` at earlier
     times only, so ``Delta_i = y - f(t_i)`` is solved step by step.  Substituting ``Delta`` from
     the previous sweep instead (Picard) amplifies errors like a Volterra iteration and diverges
-    from a cold start (spec §2.7).
+    from a cold start (Bordelon & Pehlevan (2022), §4.1, App. F, eqs. (11), (68)-(71)).
     """
     T = GL.shape[0]
     n, P = data.n_all, data.n_train

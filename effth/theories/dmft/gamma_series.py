@@ -1,13 +1,13 @@
-r"""Perturbation theory in the feature-learning strength :math:`\gamma_0` (seed 000 §5.2, App. P).
+r"""Perturbation theory in the feature-learning strength :math:`\gamma_0` (Bordelon & Pehlevan (2022), §5.2, App. P).
 
 Around the lazy Gaussian process (:math:`h=u`, :math:`z=r`, static NTK) every order parameter of
-the DMFT is an even power series in :math:`\gamma_0` (spec §2.10, §4.1),
+the DMFT is an even power series in :math:`\gamma_0` (Bordelon & Pehlevan (2022), §5.2, App. P.1, §4.1),
 
 .. math:: X(\gamma_0) = X_0 + \gamma_0^2X_2 + \gamma_0^4X_4 + \dots,
 
 whose coefficients are Gaussian expectations over the lazy process times functions of time built
 from the lazy error :math:`\Delta^0(t)`.  :func:`gamma0_series` returns a :class:`Gamma0Series`
-holding the coefficients on the discrete gradient-descent grid of the DMFT solvers (spec §3.2),
+holding the coefficients on the discrete gradient-descent grid of the DMFT solvers (Bordelon & Pehlevan (2022), App. M),
 to any requested order:
 
 * deep linear networks, any depth (:mod:`._series_deep_linear`): the closed equations of spec
@@ -30,12 +30,12 @@ to any requested order:
   grid points (tangents ``(T n)^3``; formal dimensions ``~4n`` per order): meant for ``n <= 2``.
 
 The leading correction is also available in closed form and as LaTeX
-(:mod:`._series_leading`; spec §4.3 for deep linear networks, with the corrected NTK prefactor
-:math:`L(L+1)^2(L+2)/12`, and spec §4.4 for two-layer networks as four-point Gaussian atoms):
+(:mod:`._series_leading`; Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here for deep linear networks, with the corrected NTK prefactor
+:math:`L(L+1)^2(L+2)/12`, and Bordelon & Pehlevan (2022), App. P (two-layer, derived here) for two-layer networks as four-point Gaussian atoms):
 :meth:`Gamma0Series.latex`, :func:`gamma0_leading_order`.
 
 Naming: ``order`` is always a power of :math:`\gamma_0` (``order=4`` means through
-:math:`\gamma_0^4`); ``depth`` is the number of hidden layers :math:`L` of seed 000.
+:math:`\gamma_0^4`); ``depth`` is the number of hidden layers :math:`L` of Bordelon & Pehlevan (2022).
 """
 
 from __future__ import annotations
@@ -59,7 +59,10 @@ from ._series_leading import (
 )
 from ._series_two_layer import two_layer_series_arrays
 from .grid import TimeGrid, TrainingData, prepare_data
-from .lazy import _LINEAR, check_stability, lazy_kernels
+from ..._progress import progress_bar
+from .lazy import (activation_label, check_stability, hidden_layer_count, is_linear, lazy_kernels,
+                   require_smooth, resolve_activation)
+from .result import _html_table, activation_text, check_layer
 
 __all__ = ["Gamma0Series", "gamma0_leading_order", "gamma0_series"]
 
@@ -82,15 +85,20 @@ class Gamma0Series:
         :math:`K^x` and targets.
     grid : TimeGrid
         ``t_i = i * eta``.
+    hidden_layers : int
+        Number of hidden layers :math:`L` (the paper's).
     depth : int
-        Number of hidden layers :math:`L`.
-    activation : str
-        Activation name (``'linear'`` for deep linear networks).
+        Weight layers, ``hidden_layers + 1``.
+    layers : tuple of int
+        Book numbers ``1 .. hidden_layers`` of the per-layer coefficients ``'phi'``, ``'g'``.
+    activation : str or Activation
+        Activation name (``'linear'`` for deep linear networks), or the
+        :class:`~effth.activations.Activation` of a user expression.
     order : int
         Highest power of :math:`\gamma_0` computed (even).
     closure : str
         ``'exact'`` (predictions from the single-site average, the limit of discrete GD) or
-        ``'ntk'`` (NTK-Euler); the :math:`\gamma_0^4` coefficients depend on it (spec §3.2).
+        ``'ntk'`` (NTK-Euler); the :math:`\gamma_0^4` coefficients depend on it (Bordelon & Pehlevan (2022), App. M).
     gradient_independent : bool
         Whether this is the expansion of the gradient-independence ansatz (``A = B = 0``).
     coefficients : dict
@@ -114,14 +122,79 @@ class Gamma0Series:
 
     data: TrainingData
     grid: TimeGrid
-    depth: int
-    activation: str
+    hidden_layers: int
+    activation: object
     order: int
     closure: str
     gradient_independent: bool
     coefficients: dict = field(repr=False)
     odd_residual: float = 0.0
     lazy_responses: dict = field(default_factory=dict, repr=False)
+
+    # ------------------------------------------------------------------ conventions
+    @property
+    def depth(self) -> int:
+        """Number of weight layers, ``hidden_layers + 1``."""
+        return self.hidden_layers + 1
+
+    @property
+    def layers(self) -> tuple:
+        """Book numbers ``(1, .., hidden_layers)`` of the per-layer coefficients."""
+        return tuple(range(1, self.hidden_layers + 1))
+
+    def value(self, name: str, layer: int | None = None, *, gamma0,
+              order: int | None = None) -> np.ndarray:
+        r"""The truncated series of ``name`` at ``gamma0`` (``docs/conventions.md``, Results).
+
+        Parameters
+        ----------
+        name : {'f', 'loss', 'ntk', 'phi', 'g', 'delta'}
+            ``'f'`` ``(T, n)``, ``'loss'`` ``(T,)``, ``'ntk'`` equal-time ``(T, n, n)``;
+            ``'phi'``, ``'g'`` of hidden layer ``layer``: two-time ``(T, n, T, n)`` (deep networks;
+            the deep linear ``G^\ell``, sample independent, is broadcast over samples), equal-time
+            ``(T, n, n)`` for the two-layer expansion (which holds only the equal-time blocks).
+        layer : int, optional
+            Book layer number, for ``'phi'`` and ``'g'`` only.
+        gamma0 : float
+            Feature-learning strength (a scalar: the shapes above).
+        order : int, optional
+            Truncation (power of :math:`\gamma_0`; default :attr:`order`).
+        """
+        if np.ndim(gamma0) != 0:
+            raise DomainError(f"gamma0 must be a scalar here, got shape {np.shape(gamma0)}; "
+                              "use evaluate() for several values")
+        if name in ("phi", "g"):
+            idx = check_layer(layer, self.layers, name)
+        elif layer is not None:
+            raise DomainError(f"{name!r} has no layer axis; drop layer={layer!r}")
+        out = self.evaluate(gamma0, order=order, name=name)
+        if name not in ("phi", "g"):
+            return out
+        out = out[idx]
+        T, n = self.grid.steps, self.data.n_all
+        if out.shape == (T, T):                          # deep linear G^l(t, s): no sample axes
+            out = np.broadcast_to(out[:, None, :, None], (T, n, T, n))
+        return out
+
+    def stderr(self, name: str, layer: int | None = None) -> None:
+        """``None``: the series is deterministic (``docs/conventions.md``)."""
+        return None
+
+    def __repr__(self) -> str:
+        return (f"Gamma0Series(depth={self.depth} (hidden_layers={self.hidden_layers}), "
+                f"activation={activation_text(self.activation)}, order={self.order}, "
+                f"closure={self.closure}, eta={self.grid.eta:g}, steps={self.grid.steps}, "
+                f"samples={self.data.n_all}"
+                f"{', gradient_independent' if self.gradient_independent else ''})")
+
+    def _repr_html_(self) -> str:
+        rows = [("depth", self.depth), ("hidden_layers", self.hidden_layers),
+                ("activation", activation_text(self.activation)),
+                ("order (power of gamma0)", self.order), ("closure", self.closure),
+                ("gradient_independent", self.gradient_independent),
+                ("eta", f"{self.grid.eta:g}"), ("steps T", self.grid.steps),
+                ("samples n", self.data.n_all), ("quantities", ", ".join(self.names))]
+        return _html_table("Gamma0Series", rows)
 
     # ------------------------------------------------------------------ access
     @property
@@ -148,7 +221,7 @@ class Gamma0Series:
     def coefficient(self, order: int, name: str = "f") -> np.ndarray:
         r"""The coefficient of :math:`\gamma_0^{\mathrm{order}}` of ``name``.
 
-        Odd orders vanish identically (spec §2.10) and return zeros.
+        Odd orders vanish identically (Bordelon & Pehlevan (2022), §5.2, App. P.1) and return zeros.
 
         Raises
         ------
@@ -288,31 +361,35 @@ class Gamma0Series:
     def latex(self, order: int = 2, name: str = "ntk", layer: int | None = None) -> str:
         r"""LaTeX of the coefficient of :math:`\gamma_0^{\mathrm{order}}` of ``name``.
 
-        Order 0 prints the lazy value, order 2 the closed form of spec §4.3 (deep linear:
+        Order 0 prints the lazy value, order 2 the closed form of Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here (deep linear:
         ``'phi'``, ``'g'``, ``'ntk'``; ``layer`` selects :math:`\ell`, default symbolic) or §4.4
         (two-layer: ``'phi'``, ``'g'``, ``'ntk'`` as Gaussian atoms over :math:`K=K^x`); higher
         orders and other quantities print the defining order-by-order recursion.
         """
         self._check_order(order)
-        return latex_coefficient(order, name, depth=self.depth, activation=self.activation,
+        return latex_coefficient(order, name, hidden_layers=self.hidden_layers,
+                                 activation=self.activation,
                                  layer=layer, gradient_independent=self.gradient_independent)
 
     def _repr_latex_(self) -> str:
         return "$" + self.latex(min(2, self.order), "ntk") + "$"
 
 
-def latex_coefficient(order: int, name: str = "ntk", *, depth=None, activation: str = "linear",
-                      layer=None, gradient_independent: bool = False) -> str:
+def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layers=None,
+                      activation="linear", layer=None, gradient_independent: bool = False) -> str:
     r"""LaTeX of a :math:`\gamma_0`-coefficient without computing any numbers (used by the CLI).
 
-    ``depth=None`` keeps the depth symbolic (deep linear).  See :meth:`Gamma0Series.latex`.
+    ``depth`` (weight layers) or ``hidden_layers`` (``= depth - 1``, the paper's :math:`L`): give
+    at most one; neither keeps the depth symbolic (deep linear).  See :meth:`Gamma0Series.latex`.
     """
+    if depth is not None or hidden_layers is not None:
+        hidden_layers = hidden_layer_count(depth, hidden_layers)
     if int(order) != order or order < 0:
         raise DomainError(f"order={order!r} must be a non-negative even integer")
     if name not in _NAMES:
         raise DomainError(f"unknown quantity {name!r}; choose from {', '.join(_NAMES)}")
-    linear = activation in _LINEAR
-    deep_nonlinear = not linear and depth not in (1, None)
+    linear = is_linear(resolve_activation(activation))
+    deep_nonlinear = not linear and hidden_layers not in (1, None)
     sym = _SYMBOLS[name]
     if order % 2:
         return rf"[{sym}]_{{\gamma_0^{{{order}}}}} = 0"
@@ -328,7 +405,7 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, activation: 
     if order == 2 and name in ("phi", "g", "ntk"):
         if linear:
             key = {"phi": "H", "g": "G", "ntk": "ntk"}[name]
-            expr = deep_linear_order2_exprs(depth, layer, gradient_independent)[key]
+            expr = deep_linear_order2_exprs(hidden_layers, layer, gradient_independent)[key]
             lhs = {"H": r"H^{\ell}_{2,\mu\nu}(t,s)", "G": r"G^{\ell}_{2}(t,s)",
                    "ntk": r"K_{2,\mu\nu}(t,s)"}[key]
             if layer is not None:
@@ -406,46 +483,48 @@ _DEEP_NONLINEAR_LATEX = {
 
 
 # ---------------------------------------------------------------------- construction
-def _validate(depth, activation, order, closure):
-    if int(depth) != depth or depth < 1:
-        raise DomainError(f"depth={depth!r} must be a positive integer (number of hidden layers)")
+def _validate(order, closure):
     if int(order) != order or order < 0 or order % 2:
         raise DomainError(f"order={order!r} must be a non-negative even integer: the series is "
-                          "even in gamma0 (odd orders vanish, spec §2.10)")
+                          "even in gamma0 (odd orders vanish, Bordelon & Pehlevan (2022), §5.2, App. P.1)")
     if closure not in ("exact", "ntk"):
         raise DomainError(f"closure={closure!r} must be 'exact' or 'ntk'")
 
 
-def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: int = 2,
-                  activation: str = "linear", X_test=None, kernel=None, closure: str = "exact",
-                  gradient_independent: bool = False, exact: bool = False,
-                  nodes: int | None = None) -> Gamma0Series:
-    r"""Expand the discrete-GD DMFT of seed 000 in powers of :math:`\gamma_0` up to ``order``.
+def gamma0_series(X=None, y=None, *, depth: int | None = None, hidden_layers: int | None = None,
+                  eta: float, steps: int, order: int = 2, activation="linear", X_test=None,
+                  kernel=None, closure: str = "exact", gradient_independent: bool = False,
+                  exact: bool = False, nodes: int | None = None,
+                  progress: bool | None = None) -> Gamma0Series:
+    r"""Expand the discrete-GD DMFT of Bordelon & Pehlevan (2022) in powers of :math:`\gamma_0` up to ``order``.
 
     Parameters
     ----------
     X, y, X_test, kernel
         Training data as for the solvers (:func:`effth.theories.dmft.prepare_data`).
-    depth : int
-        Number of hidden layers :math:`L` (``depth=1`` is the two-layer network).
+    depth, hidden_layers : int
+        Give exactly one: ``depth`` weight layers, or ``hidden_layers = depth - 1`` (the paper's
+        :math:`L`; ``hidden_layers=1`` is the two-layer network).
     eta : float
         GD step (grid ``t_i = i eta``).
     steps : int
         Number of grid points ``T``.
     order : int
         Highest power of :math:`\gamma_0` (even, ``>= 0``).
-    activation : str
-        ``'linear'`` (any depth, any order) or any registered smooth activation with
-        ``order + 2`` derivatives: any order at any depth.  Deep nonlinear networks above order 2
+    activation : str, Activation or sympy.Expr
+        ``'linear'`` (any depth, any order) or any smooth activation (registered name or alias,
+        ``Activation``, SymPy expression in ``z``): any order at any depth.  Kinked activations
+        (ReLU, ...) are rejected: the expansion needs ``order + 2`` derivatives pointwise.  Deep
+        nonlinear networks above order 2
         or with ``closure='exact'`` use the formal-source expansion (:mod:`._series_deep_jets`),
-        whose cost grows steeply with samples and grid points (order 4, ``depth=3``, one sample,
+        whose cost grows steeply with samples and grid points (order 4, ``hidden_layers=3``, one sample,
         ``T = 20``, NTK closure: seconds; two samples, ``T = 10``: minutes; the exact closure adds
         one response stage at order + 1).
     closure : {'exact', 'ntk'}
         Predictions as the single-site average (exact limit of discrete GD; the solvers' default) or
         NTK-Euler.  Kernels to :math:`O(\gamma_0^2)` do not depend on it.  Deep nonlinear networks:
         both (the exact closure needs the readout response one order above the predictions: one
-        more response stage, markedly slower).  At ``depth=1`` with ``closure='ntk'`` the deep
+        more response stage, markedly slower).  With one hidden layer and ``closure='ntk'`` the deep
         nonlinear expansion is used.
     gradient_independent : bool
         Expand the gradient-independence ansatz ``A = B = 0`` instead (deep linear only; NTK closure
@@ -454,12 +533,15 @@ def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: 
         Deep linear only: rational arithmetic (``Fraction`` coefficients; pass rational data).
     nodes : int, optional
         Nonlinear networks: quadrature points per dimension of the lazy ``u``.  Two-layer
-        expansion (``depth=1``, ``closure='exact'``): Gauss-Hermite, also for ``r``, default 24.
+        expansion (one hidden layer, ``closure='exact'``): Gauss-Hermite, also for ``r``, default 24.
         Deep expansions: the trapezoid rule (:func:`effth.numerics._rules.gauss_trapezoid`; for
         tanh it converges geometrically where Gauss-Hermite does not: one sample, L = 2, the
         gamma0^4 coefficient of G^1 is off by 1.5 % with 80 Gauss-Hermite nodes and by 2e-6
         with 80 trapezoid nodes), default 96 for one-dimensional ``u`` (one sample) and 40
         otherwise (16 above order 2, where the formal-source rule multiplies the cost).
+    progress : bool, optional
+        Progress bar over the order-by-order stages of the deep nonlinear expansion
+        (``docs/conventions.md``).
 
     Returns
     -------
@@ -477,16 +559,20 @@ def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: 
     --------
     >>> import numpy as np
     >>> ser = gamma0_series(kernel=np.array([[1., .5], [.5, 1.]]), y=np.array([1., -.5]),
-    ...                     depth=2, eta=0.1, steps=5, order=4)
+    ...                     hidden_layers=2, eta=0.1, steps=5, order=4)
     >>> ser.coefficient(4, "f").shape
     (5, 2)
     """
-    _validate(depth, activation, order, closure)
+    L = hidden_layer_count(depth, hidden_layers)          # hidden layers from here on
+    _validate(order, closure)
+    act = resolve_activation(activation)
+    linear = is_linear(act)
+    if not linear:
+        require_smooth(act, "the gamma0-series")
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)
     grid = TimeGrid(float(eta), int(steps))
-    L, P = int(depth), data.n_train
-    linear = activation in _LINEAR
-    _, _, _, ntk0 = lazy_kernels(data.kx, L, "linear" if linear else activation)
+    P = data.n_train
+    _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=L)
     check_stability(ntk0[:P, :P], grid.eta)
     K = int(order) // 2
     odd = 0.0
@@ -500,7 +586,7 @@ def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: 
         if exact:
             from fractions import Fraction
             eta_arg = Fraction(str(eta)) if isinstance(eta, float) else Fraction(eta)
-        arr = deep_linear_series_arrays(data.kx, data.y, depth=L, eta=eta_arg, steps=grid.steps,
+        arr = deep_linear_series_arrays(data.kx, data.y, hidden_layers=L, eta=eta_arg, steps=grid.steps,
                                         order=K, closure=closure,
                                         gradient_independent=gradient_independent, exact=exact)
         coeffs = {"f": arr.f, "delta": arr.delta, "ntk": arr.ntk, "phi": arr.H, "g": arr.G,
@@ -511,13 +597,14 @@ def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: 
                                   "gradient independence (that ansatz is expanded for deep linear "
                                   "networks)")
         if order <= 2 and closure == "ntk":
-            arr = deep_nonlinear_order2_arrays(data.kx, data.y, depth=L, activation=activation,
+            arr = deep_nonlinear_order2_arrays(data.kx, data.y, hidden_layers=L, activation=act,
                                                eta=grid.eta, steps=grid.steps, nodes=deep_nodes)
             lazy_responses = {"A": arr.A, "B": arr.B}
         else:
-            arr = deep_nonlinear_series_arrays(data.kx, data.y, depth=L, activation=activation,
+            arr = deep_nonlinear_series_arrays(data.kx, data.y, hidden_layers=L, activation=act,
                                                eta=grid.eta, steps=grid.steps, order=int(order),
-                                               closure=closure, nodes=deep_nodes)
+                                               closure=closure, nodes=deep_nodes,
+                                               progress=progress)
             lazy_responses = {"A": arr.A[0], "B": arr.B[0],
                               "A_series": arr.A, "B_series": arr.B}
             odd = arr.odd_residual
@@ -526,8 +613,8 @@ def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: 
     else:
         if exact or gradient_independent:
             raise NotDerivedError("nonlinear two-layer series: exact=False only; gradient "
-                                  "independence is the DMFT itself at depth=1")
-        arr = two_layer_series_arrays(data.kx, data.y, activation=activation, eta=grid.eta,
+                                  "independence is the DMFT itself with one hidden layer")
+        arr = two_layer_series_arrays(data.kx, data.y, activation=act, eta=grid.eta,
                                       steps=grid.steps, order=int(order),
                                       nodes=24 if nodes is None else int(nodes))
         odd_parts = [np.max(np.abs(x[1::2])) for x in (arr.phi, arr.g, arr.f) if x.shape[0] > 1]
@@ -540,30 +627,33 @@ def gamma0_series(X=None, y=None, *, depth: int, eta: float, steps: int, order: 
         acc = sum(d[j] * d[k - j] for j in range(k + 1))
         loss.append(acc.sum(axis=-1) / 2)
     coeffs["loss"] = np.stack(loss)
-    return Gamma0Series(data=data, grid=grid, depth=L, activation="linear" if linear else activation,
+    return Gamma0Series(data=data, grid=grid, hidden_layers=L,
+                        activation="linear" if linear else activation_label(act),
                         order=int(order), closure=closure, gradient_independent=gradient_independent,
                         coefficients=coeffs, odd_residual=odd, lazy_responses=lazy_responses)
 
 
-def gamma0_leading_order(X=None, y=None, *, depth: int, times, activation: str = "linear",
+def gamma0_leading_order(X=None, y=None, *, depth: int | None = None,
+                         hidden_layers: int | None = None, times, activation="linear",
                          X_test=None, kernel=None, gradient_independent: bool = False) -> dict:
-    r"""Continuous-time :math:`O(\gamma_0^2)` coefficients in closed form (spec §4.3, §4.4).
+    r"""Continuous-time :math:`O(\gamma_0^2)` coefficients in closed form (Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here, §4.4).
 
     Gradient flow (no grid): :math:`\Delta^0=e^{-K_0t}y`, :math:`v`, :math:`v_{\alpha\beta}` in closed
-    form, then the deep linear formulas of spec §4.3 or the two-layer Gaussian-atom formulas of
-    spec §4.4 compiled with :func:`effth.codegen.compile_expression`.
+    form, then the deep linear formulas of Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here or the two-layer Gaussian-atom formulas of
+    Bordelon & Pehlevan (2022), App. P (two-layer, derived here) compiled with :func:`effth.codegen.compile_expression`.
 
     Parameters
     ----------
     X, y, X_test, kernel
         Data (test points only for deep linear networks).
-    depth : int
-        :math:`L` (any for linear; 1 for nonlinear).
+    depth, hidden_layers : int
+        Give exactly one: weight layers, or hidden layers :math:`L` (any for linear; 1 for
+        nonlinear).
     times : array_like, shape (T,)
         Times :math:`t` (equal-time quantities ``t = s``).
     activation : str
     gradient_independent : bool
-        Deep linear only: the seed's eq. (12) (expansion of the ``A = B = 0`` ansatz).
+        Deep linear only: Bordelon & Pehlevan (2022), eq. (12) (expansion of the ``A = B = 0`` ansatz).
 
     Returns
     -------
@@ -572,15 +662,18 @@ def gamma0_leading_order(X=None, y=None, *, depth: int, times, activation: str =
         deep linear: ``'phi2' (T, L, n, n)`` (:math:`H^\ell_2(t,t)`), ``'g2' (T, L)``;
         two-layer: ``'phi2', 'g2' (T, P, P)``.
     """
-    _validate(depth, activation, 0, "ntk")
-    if activation not in _LINEAR and depth > 1:
+    L = hidden_layer_count(depth, hidden_layers)          # hidden layers from here on
+    act = resolve_activation(activation)
+    linear = is_linear(act)
+    if not linear:
+        require_smooth(act, "the gamma0-expansion")
+    if not linear and L > 1:
         raise NotDerivedError("continuous-time closed forms exist for deep linear and two-layer "
                               "networks; for deep nonlinear ones use gamma0_series(..., "
                               "closure='ntk') on a grid")
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)
     P = data.n_train
-    linear = activation in _LINEAR
-    _, _, _, ntk0 = lazy_kernels(data.kx, int(depth), "linear" if linear else activation)
+    _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=L)
     lam_min = float(np.linalg.eigvalsh(ntk0[:P, :P])[0])
     if lam_min <= 1e-12 * max(1.0, float(np.max(np.abs(ntk0)))):
         raise DomainError(f"the lazy NTK on the training points is singular (smallest eigenvalue "
@@ -589,15 +682,15 @@ def gamma0_leading_order(X=None, y=None, *, depth: int, times, activation: str =
     delta0, v, vv = lazy_time_functions(ntk0[:P, :P], data.y, times)
     out = {"delta0": delta0, "v": v, "vv": vv, "ntk0": ntk0}
     if linear:
-        H2, G2, K2 = deep_linear_order2_numeric(data.kx, v, vv, v, vv, depth=int(depth),
+        H2, G2, K2 = deep_linear_order2_numeric(data.kx, v, vv, v, vv, hidden_layers=L,
                                                 gradient_independent=gradient_independent)
         out.update(phi2=H2, g2=G2, ntk2=K2)
     else:
         if data.n_all != P:
             raise NotDerivedError("two-layer closed forms: test points are not supported")
         exprs = two_layer_order2_exprs()
-        out["phi2"] = evaluate_two_layer_order2(exprs["phi"], data.kx, v, vv, activation)
-        out["g2"] = evaluate_two_layer_order2(exprs["g"], data.kx, v, vv, activation)
+        out["phi2"] = evaluate_two_layer_order2(exprs["phi"], data.kx, v, vv, act)
+        out["g2"] = evaluate_two_layer_order2(exprs["g"], data.kx, v, vv, act)
         out["ntk2"] = out["phi2"] + out["g2"] * data.kx
     return out
 

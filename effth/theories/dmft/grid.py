@@ -1,12 +1,12 @@
 """Discrete time grid, training data and input validation for the DMFT solvers.
 
-The DMFT of Bordelon & Pehlevan (seed 000) is solved on the grid of full-batch gradient
-descent, ``t_i = i * eta`` for ``i = 0 .. steps-1`` (seed App. M, eq. (132); spec §3.2): sums over
+The DMFT of Bordelon & Pehlevan (Bordelon & Pehlevan (2022)) is solved on the grid of full-batch gradient
+descent, ``t_i = i * eta`` for ``i = 0 .. steps-1`` (Bordelon & Pehlevan (2022), App. M, eq. (132); Bordelon & Pehlevan (2022), App. M): sums over
 earlier times are left-Riemann sums and are *exactly* the infinite-width limit of GD with parameter
 learning rate ``eta * gamma0**2 * N``.  Arrays over (time, sample) are flattened time-major,
 index ``i * P + mu``.
 
-Test points ride along as extra samples with error signal ``Delta = 0`` (spec §2.4): they enter
+Test points ride along as extra samples with error signal ``Delta = 0`` (Bordelon & Pehlevan (2022), eqs. (3), (21), App. M): they enter
 every kernel but never drive the dynamics.
 """
 
@@ -21,6 +21,14 @@ from ...errors import DomainError
 __all__ = ["TimeGrid", "TrainingData", "causal_mask", "prepare_data"]
 
 
+def _html_table(title: str, rows) -> str:
+    """A small two-column HTML table (the ``_repr_html_`` of effth's results)."""
+    import html
+    body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
+                   f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    return f"<table><caption>{html.escape(title)}</caption>{body}</table>"
+
+
 @dataclass(frozen=True)
 class TimeGrid:
     """Uniform grid ``t_i = i * eta``, ``i = 0 .. steps-1`` of full-batch gradient descent.
@@ -29,7 +37,7 @@ class TimeGrid:
     ----------
     eta : float
         Step size (per-step time increment; the network's parameter learning rate is
-        ``eta * gamma0**2 * N``, spec §1.2).
+        ``eta * gamma0**2 * N``, Bordelon & Pehlevan (2022), eqs. (4), (14)-(15)).
     steps : int
         Number of grid points ``T`` (``T - 1`` GD updates).
     """
@@ -48,9 +56,16 @@ class TimeGrid:
         """The grid ``(steps,)``: ``t_i = i * eta``."""
         return self.eta * np.arange(self.steps)
 
+    def __repr__(self) -> str:
+        return f"TimeGrid(eta={self.eta:g}, steps={self.steps}, t_max={self.eta * (self.steps - 1):g})"
+
+    def _repr_html_(self) -> str:
+        return _html_table("TimeGrid", [("eta", f"{self.eta:g}"), ("steps T", self.steps),
+                                        ("t_max", f"{self.eta * (self.steps - 1):g}")])
+
 
 def causal_mask(steps: int, strict: bool = True) -> np.ndarray:
-    """Boolean ``(steps, steps)`` mask of ``j < i`` (``strict``) or ``j <= i`` (spec §3.2)."""
+    """Boolean ``(steps, steps)`` mask of ``j < i`` (``strict``) or ``j <= i`` (Bordelon & Pehlevan (2022), App. M)."""
     return np.tril(np.ones((steps, steps), dtype=bool), k=-1 if strict else 0)
 
 
@@ -61,10 +76,10 @@ class TrainingData:
     Attributes
     ----------
     kx : ndarray, shape (P + Q, P + Q)
-        Input Gram matrix ``K^x = x_mu . x_alpha / D`` (seed eq. (18), ``Phi^0``), training points
+        Input Gram matrix ``K^x = x_mu . x_alpha / D`` (Bordelon & Pehlevan (2022), eq. (18), ``Phi^0``), training points
         first, then the ``Q`` test points.
     y : ndarray, shape (P,)
-        Training targets (loss ``1/2 sum_mu (f_mu - y_mu)^2``, spec §1.3).
+        Training targets (loss ``1/2 sum_mu (f_mu - y_mu)^2``, Bordelon & Pehlevan (2022), eqs. (3), (14)).
     n_train : int
         ``P``.
     """
@@ -72,6 +87,15 @@ class TrainingData:
     kx: np.ndarray
     y: np.ndarray
     n_train: int
+
+    def __repr__(self) -> str:
+        return (f"TrainingData(train={self.n_train}, test={self.n_all - self.n_train}, "
+                f"trace K^x={float(np.trace(self.kx)):.4g})")
+
+    def _repr_html_(self) -> str:
+        return _html_table("TrainingData", [("training points P", self.n_train),
+                                            ("test points Q", self.n_all - self.n_train),
+                                            ("trace K^x", f"{float(np.trace(self.kx)):.4g}")])
 
     @property
     def n_all(self) -> int:
@@ -107,7 +131,7 @@ def prepare_data(X=None, y=None, *, X_test=None, kernel=None) -> TrainingData:
     Parameters
     ----------
     X : array_like, shape (P, D), optional
-        Training inputs; ``K^x = X X^T / D`` (seed eq. (1), first layer ``W^0 x / sqrt(D)``).
+        Training inputs; ``K^x = X X^T / D`` (Bordelon & Pehlevan (2022), eq. (1), first layer ``W^0 x / sqrt(D)``).
     y : array_like, shape (P,)
         Training targets.
     X_test : array_like, shape (Q, D), optional
@@ -149,7 +173,7 @@ def prepare_data(X=None, y=None, *, X_test=None, kernel=None) -> TrainingData:
 
 
 def prepare_targets(X=None, y=None, *, X_test=None, kernel=None, bias: bool = False):
-    """Data and targets for the solvers with the extensions of seed App. H, I.
+    """Data and targets for the solvers with the extensions of Bordelon & Pehlevan (2022), App. H, I.
 
     Returns ``(data, Y, multi)``: :class:`TrainingData` (``K^x + 1`` when ``bias``: the first
     layer's bias folded into the input kernel), targets ``Y`` of shape ``(P, C)`` and whether ``y``
@@ -172,7 +196,7 @@ def prepare_targets(X=None, y=None, *, X_test=None, kernel=None, bias: bool = Fa
 
 
 def decay_factor(eta: float, weight_decay: float) -> float:
-    """``rho = 1 - eta lambda``, the factor every parameter is multiplied by per GD step (seed App. J
+    """``rho = 1 - eta lambda``, the factor every parameter is multiplied by per GD step (Bordelon & Pehlevan (2022), App. J
     in discrete time); :class:`DomainError` unless ``lambda >= 0`` is finite and ``eta lambda < 1``."""
     if not (np.isfinite(weight_decay) and weight_decay >= 0):
         raise DomainError(f"weight_decay={weight_decay!r} must be a finite number >= 0")

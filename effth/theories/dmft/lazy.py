@@ -1,7 +1,7 @@
 """The static-NTK (lazy, ``gamma0 -> 0``) limit of the DMFT and the stability of discrete GD.
 
 At ``gamma0 = 0`` the single-site fields are the Gaussian processes themselves (``h = u``,
-``z = r``), every kernel is constant in time (spec §2.5):
+``z = r``), every kernel is constant in time (Bordelon & Pehlevan (2022), §3 at ``gamma0 = 0``):
 
 ``Phi^ell = <phi(u) phi(u)^T>_{u ~ N(0, Phi^{ell-1})}``, ``Phi^0 = K^x``,
 ``G^ell = dPhi^ell * G^{ell+1}`` with ``dPhi^ell = <phi'(u) phi'(u)^T>``, ``G^{L+1} = 1``,
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...activations import Activation, get_activation
+from ...arch import resolve_depth
 from ...errors import DomainError
 from ...numerics import gaussian_expectation
 from .grid import TimeGrid, TrainingData
@@ -22,6 +24,45 @@ from .result import Diagnostics, DMFTResult
 __all__ = ["check_stability", "lazy_kernels", "static_ntk_dynamics", "static_ntk_solve"]
 
 _LINEAR = ("linear", "identity", "id")
+
+
+def resolve_activation(activation) -> Activation:
+    """An :class:`~effth.activations.Activation` from a registry name or alias, an
+    ``Activation``, or a SymPy expression in ``z`` (:func:`effth.get_activation`)."""
+    if isinstance(activation, str) and activation.strip().lower() in _LINEAR:
+        return get_activation("linear")
+    return get_activation(activation)
+
+
+def is_linear(act: Activation) -> bool:
+    """Whether ``act`` is the identity ``phi(z) = z`` (by name or as a SymPy expression)."""
+    if act.name == "linear":
+        return True
+    if act.family == "user":
+        from ...activations import Z
+        import sympy as sp
+        return sp.simplify(act.expr - Z) == 0
+    return False
+
+
+def activation_label(act: Activation):
+    """What a result records as its activation: the registry name, or the ``Activation`` itself
+    for a user expression (whose name ``'user'`` says nothing)."""
+    return act if act.family == "user" else act.name
+
+
+def require_smooth(act: Activation, what: str) -> None:
+    """Raise :class:`DomainError` if ``act`` has kinks where ``what`` needs derivatives."""
+    if act.kinks:
+        raise DomainError(
+            f"activation={act!r} has kinks at z = {list(act.kinks)}: {what} needs its "
+            "derivatives pointwise, so only smooth activations are accepted here")
+
+
+def hidden_layer_count(depth=None, hidden_layers=None) -> int:
+    """``hidden_layers`` (the DMFT paper's :math:`L`) from exactly one of ``depth`` (weight layers,
+    ``= hidden_layers + 1``) or ``hidden_layers`` (:func:`effth.arch.resolve_depth`)."""
+    return resolve_depth(depth, hidden_layers, minimum=2) - 1
 
 
 def _pair_cov(K: np.ndarray) -> np.ndarray:
@@ -34,20 +75,23 @@ def _pair_cov(K: np.ndarray) -> np.ndarray:
     return cov
 
 
-def lazy_kernels(kx: np.ndarray, depth: int, activation: str = "linear", *, bias: bool = False):
-    """NNGP and gradient kernels of the lazy limit (spec §2.5).
+def lazy_kernels(kx: np.ndarray, activation="linear", *, depth=None, hidden_layers=None,
+                 bias: bool = False):
+    """NNGP and gradient kernels of the lazy limit (Bordelon & Pehlevan (2022), §3, eq. (19) at
+    ``gamma0 = 0``).
 
     Parameters
     ----------
     kx : ndarray, shape (n, n)
         Input kernel ``K^x``.
-    depth : int
-        Number of hidden layers ``L``.
-    activation : str
-        Registry name; Gaussian expectations by :func:`effth.numerics.gaussian_expectation`
-        (closed forms where they exist, else quadrature).
+    activation : str, Activation or sympy.Expr
+        Registry name or alias, :class:`~effth.activations.Activation`, or a SymPy expression in
+        ``z``; Gaussian expectations by :func:`effth.numerics.gaussian_expectation` (closed forms
+        where they exist, else quadrature).
+    depth, hidden_layers : int
+        Give exactly one: weight layers, or hidden layers ``L = depth - 1``.
     bias : bool
-        Trainable biases on every preactivation (seed App. H): ``kx`` already holds the first
+        Trainable biases on every preactivation (Bordelon & Pehlevan (2022), App. H): ``kx`` already holds the first
         layer's ``K^x + 1``, deeper sources have covariance ``Phi^ell + 1`` and the NTK adds
         ``G^{ell+1}`` for ``ell = 1 .. L-1``.
 
@@ -59,18 +103,21 @@ def lazy_kernels(kx: np.ndarray, depth: int, activation: str = "linear", *, bias
     ntk : ndarray, shape (n, n)
         ``K_0 = sum_{ell=0}^{L} G^{ell+1} Phi^ell``.
     """
+    depth = hidden_layer_count(depth, hidden_layers)       # hidden layers L from here on
+    act = resolve_activation(activation)
+    linear = is_linear(act)
     n = kx.shape[0]
     b = 1.0 if bias else 0.0
     phi = np.empty((depth, n, n))
     dphi = np.empty((depth, n, n))
     prev = kx
     for ell in range(depth):
-        if activation in _LINEAR:
+        if linear:
             phi[ell], dphi[ell] = prev, 1.0
         else:
             cov = _pair_cov(prev)
-            phi[ell] = gaussian_expectation([(0, "sigma", 0), (1, "sigma", 0)], cov, activation)
-            dphi[ell] = gaussian_expectation([(0, "sigma", 1), (1, "sigma", 1)], cov, activation)
+            phi[ell] = gaussian_expectation([(0, "sigma", 0), (1, "sigma", 0)], cov, act)
+            dphi[ell] = gaussian_expectation([(0, "sigma", 1), (1, "sigma", 1)], cov, act)
         phi[ell] = 0.5 * (phi[ell] + phi[ell].T)
         prev = phi[ell] + b
     g = np.empty((depth, n, n))
@@ -111,22 +158,26 @@ def static_ntk_dynamics(ntk: np.ndarray, y: np.ndarray, eta: float, steps: int) 
     return f
 
 
-def static_ntk_solve(data: TrainingData, grid: TimeGrid, depth: int,
-                     activation: str = "linear", *, check: bool = True,
-                     bias: bool = False) -> DMFTResult:
+def static_ntk_solve(data: TrainingData, grid: TimeGrid, activation="linear", *, depth=None,
+                     hidden_layers=None, check: bool = True, bias: bool = False) -> DMFTResult:
     """The ``gamma0 = 0`` DMFT without solving: constant kernels and static-NTK GD predictions.
+
+    Give exactly one of ``depth`` (weight layers) or ``hidden_layers`` (``= depth - 1``).
 
     The response arrays are returned as zeros (they do not enter at ``gamma0 = 0``; the deep
     linear solver returns the exact lazy responses).  Raises :class:`DomainError` past the
     stability edge when ``check``.  ``bias``: see :func:`lazy_kernels` (``data.kx`` holds
     ``K^x + 1``)."""
-    phi, _, g, ntk = lazy_kernels(data.kx, depth, activation, bias=bias)
+    depth = hidden_layer_count(depth, hidden_layers)       # hidden layers L from here on
+    act = resolve_activation(activation)
+    phi, _, g, ntk = lazy_kernels(data.kx, act, hidden_layers=depth, bias=bias)
     if check:
         check_stability(ntk[: data.n_train, : data.n_train], grid.eta)
     T, n = grid.steps, data.n_all
     f = static_ntk_dynamics(ntk, data.y, grid.eta, T)
     zeros = np.zeros((max(depth - 1, 0), T, n, T, n))
-    return DMFTResult(grid=grid, data=data, depth=depth, gamma0=0.0, activation=activation,
+    return DMFTResult(grid=grid, data=data, hidden_layers=depth, gamma0=0.0,
+                      activation=activation_label(act),
                       phi=_tile_time(phi, T), g=_tile_time(g, T), A=zeros, B=zeros.copy(), f=f,
                       delta=data.y - f[:, : data.n_train], method="static_ntk", closure="ntk",
                       diagnostics=Diagnostics(converged=True), bias=bool(bias))

@@ -1,4 +1,4 @@
-"""Kernel alignment metrics of seed 000 (§4 of the paper; spec §6 "Alignment metric", §8 #24).
+"""Kernel alignment metrics of Bordelon & Pehlevan (2022) (§4 of the paper; Bordelon & Pehlevan (2022), §6 "Alignment metric", corrected here).
 
 ``A(K1, K2) = Tr(K1 K2) / (||K1||_F ||K2||_F)`` -- the cosine similarity of two symmetric kernels
 (1 for proportional kernels).  The paper compares the DMFT kernels with those of width-``N``
@@ -29,11 +29,11 @@ def _as_matrix(K, name):
 
 
 def kernel_alignment(K1, K2) -> float:
-    """``A(K1, K2) = Tr(K1 K2) / (||K1||_F ||K2||_F)`` (seed §4).
+    """``A(K1, K2) = Tr(K1 K2) / (||K1||_F ||K2||_F)`` (Bordelon & Pehlevan (2022), §4).
 
     Accepts ``(n, n)`` kernels (e.g. the final-time ``P x P`` block) or two-time kernels of shape
     ``(T, n, T, n)``, which are compared as ``(T n) x (T n)`` matrices (the "dynamics" alignment
-    of Fig. 1f/i; spec §8 #24).  For symmetric kernels ``Tr(K1 K2) = sum K1 * K2``.
+    of Fig. 1f/i; corrected here).  For symmetric kernels ``Tr(K1 K2) = sum K1 * K2``.
     """
     A, B = _as_matrix(K1, "K1"), _as_matrix(K2, "K2")
     if A.shape != B.shape:

@@ -1,30 +1,30 @@
-"""Alternating Monte-Carlo solver of the DMFT for any activation (seed Algorithm 1, App. B).
+"""Alternating Monte-Carlo solver of the DMFT for any activation (Bordelon & Pehlevan (2022), Algorithm 1, App. B).
 
 Given the kernels of the previous iterate, each layer's single-site process is sampled and solved
-by forward substitution on the discrete-GD grid (spec §3.2-§3.3).  With unscaled responses
-``Abar = gamma0 A``, ``Bbar = gamma0 B`` (spec §8 #5):
+by forward substitution on the discrete-GD grid (Bordelon & Pehlevan (2022), App. M; App. B).  With unscaled responses
+``Abar = gamma0 A``, ``Bbar = gamma0 B`` (corrected here):
 
 ``h_mu(t_i) = u_mu(t_i) + sum_{j<i} sum_alpha [Abar^{l-1} + gamma0 eta Delta_alpha(t_j) Phi^{l-1}_{mu alpha}(t_i, t_j)] g_alpha(t_j)``,
 ``z_mu(t_i) = r_mu(t_i) + sum_{j<=i} sum_alpha Bbar^l phi(h_alpha(t_j)) + sum_{j<i} sum_alpha gamma0 eta Delta_alpha(t_j) G^{l+1}_{mu alpha}(t_i, t_j) phi(h_alpha(t_j))``,
 ``g = phi'(h) z``,
 
 with ``u^l ~ GP(0, Phi^{l-1})``, ``r^l ~ GP(0, G^{l+1})`` (``Phi^0 = K^x``, ``G^{L+1} = 1``).  The
-equal-time block of ``Bbar`` is kept (spec §0 item 2, §2.3).  New estimates
+equal-time block of ``Bbar`` is kept (Bordelon & Pehlevan (2022), App. D (the equal-time part of B, kept here) item 2, §2.3).  New estimates
 
 ``Phi = <phi(h) phi(h)^T>``, ``G = <g g^T>``, ``Abar^l = <d phi(h^l)/d r^l>``, ``Bbar^{l-1} = <d g^l / d u^l>``
 
 use antithetic pairs ``(u, r), (u, -r)`` and either per-sample Jacobians of the linearised causal
-system (spec §3.4: ``M = 1 - C Lambda_2 - C Lambda_1 D Lambda_1``, unit lower triangular,
+system (Bordelon & Pehlevan (2022), App. B: ``M = 1 - C Lambda_2 - C Lambda_1 D Lambda_1``, unit lower triangular,
 ``d phi/d r = Lambda_1 M^-1 C Lambda_1``, ``d g/d u = (Lambda_2 + Lambda_1 D Lambda_1) M^-1``)
 or the Stein forms ``Abar = <phi(h) r^T> G^+``, ``Bbar = <g u^T> Phi^+`` (needed for kinked
 activations such as ReLU, whose ``phi'' = delta`` pathwise Jacobians miss).  The iterate is damped,
 ``x <- (1 - beta) x + beta x_new``.  Predictions use the exact discrete-GD closure
 ``f_mu(t_i) = eta sum_{j<i} Phi^L_{mu alpha}(t_i, t_j) Delta_alpha(t_j) + gamma0^-1 <d phi(h^L_mu(t_i)) / d r^L>``
-(spec §2.4; App. M eq. (132)) solved forward in time, or NTK-Euler.
+(Bordelon & Pehlevan (2022), eqs. (3), (21), App. M; App. M eq. (132)) solved forward in time, or NTK-Euler.
 
 Extensions: weight decay, trainable biases, several outputs
 ---------------------------------------------------------------
-Derived here from the discrete dynamics (seed App. H, I, J, M; spec §2.9, §3.2).  With
+Derived here from the discrete dynamics (Bordelon & Pehlevan (2022), App. H, I, J, M; Bordelon & Pehlevan (2022), App. D.8, G-M, §3.2).  With
 ``rho = 1 - eta lambda`` every parameter obeys ``theta(t+1) = rho theta(t) + (GD update at t)``, so
 
 ``W^l(t) = rho^t W^l(0) + eta gamma0 N^-1/2 sum_{s<t} rho^{t-1-s} sum_{alpha c} Delta_{alpha c}(s) g^{l+1}_{alpha c}(s) phi(h^l_alpha(s))^T``,
@@ -88,43 +88,47 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ...activations import get_activation
 from ...errors import ConvergenceError, DomainError
 from .grid import TimeGrid, causal_mask, decay_factor, prepare_targets
-from .lazy import check_stability, lazy_kernels, static_ntk_dynamics, static_ntk_solve
+from .lazy import (activation_label, check_stability, hidden_layer_count, lazy_kernels,
+                   resolve_activation, static_ntk_dynamics, static_ntk_solve)
+from ..._progress import progress_bar
 from .result import Diagnostics, DMFTResult
 
 __all__ = ["solve_monte_carlo"]
 
 
-def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, steps: int,
-                      activation: str = "tanh", X_test=None, kernel=None, samples: int = 2000,
+def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers: int | None = None,
+                      gamma0: float, eta: float, steps: int, activation="tanh", X_test=None, kernel=None, samples: int = 2000,
                       iterations: int = 15, damping: float = 0.6, tol: float = 0.0,
                       responses: str = "auto", closure: str = "exact", batches: int = 16,
                       seed=0, diverge_at: float = 1e6, weight_decay: float = 0.0,
                       bias: bool = False, stein_cut: float = 2.0, windows: int = 1,
                       average: int = 1, keep_fields: bool = False,
-                      gradient_independent: bool = False) -> DMFTResult:
-    """Solve the nonlinear DMFT by alternating Monte Carlo (seed Algorithm 1).
+                      gradient_independent: bool = False,
+                      progress: bool | None = None) -> DMFTResult:
+    """Solve the nonlinear DMFT by alternating Monte Carlo (Bordelon & Pehlevan (2022), Algorithm 1).
 
     Parameters
     ----------
     X, y, X_test, kernel
         Training data (see :func:`effth.theories.dmft.grid.prepare_data`).  ``y`` of shape
-        ``(P, C)`` gives ``C`` outputs (seed App. I; same conventions as
+        ``(P, C)`` gives ``C`` outputs (Bordelon & Pehlevan (2022), App. I; same conventions as
         :func:`effth.theories.dmft.solve_two_layer`): ``z, g`` carry an output index,
         ``f_{mu c} = gamma0^-1 <z^L_c phi(h^L_mu)>``; then ``f`` is ``(T, n, C)``, ``delta``
         ``(T, P, C)``, ``g`` ``(L, T, n, T, n, C, C)`` and ``A``, ``B`` ``(L-1, T, n, T, n, C)``
         (see Returns).
-    depth : int
-        Hidden layers ``L``.
+    depth, hidden_layers : int
+        Give exactly one: ``depth`` weight layers (output layer included, ``>= 2``) or
+        ``hidden_layers = depth - 1`` (the paper's ``L >= 1``).
     gamma0 : float
         Feature-learning strength.  ``gamma0 = 0`` returns the static-NTK solution (not
         available with weight decay or several outputs, whose output factor is ``1/gamma0``).
     eta, steps
         GD step and number of grid points.
-    activation : str
-        Registry name (``effth.get_activation``).
+    activation : str, Activation or sympy.Expr
+        Any registered name or alias (``effth.available_activations()``), an
+        :class:`~effth.activations.Activation`, or a SymPy expression in ``z``.
     samples : int
         Monte-Carlo draws ``S`` per layer and iteration (rounded up to an even number: antithetic
         pairs ``(u, r)``, ``(u, -r)``).
@@ -152,12 +156,12 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     weight_decay : float
         ``lambda >= 0`` with ``0 <= eta lambda < 1``: every parameter (weights and biases) is
         multiplied by ``rho = 1 - eta lambda`` at each GD step (discrete form of
-        ``d theta/dt = -gamma^2 grad L - lambda theta``, seed App. J).  The Gaussian sources of
+        ``d theta/dt = -gamma^2 grad L - lambda theta``, Bordelon & Pehlevan (2022), App. J).  The Gaussian sources of
         ``h(t_i)``, ``z(t_i)`` then have covariances ``rho^{i+j} Phit^{l-1}``,
         ``rho^{i+j} G^{l+1}``, the drift terms the weight ``rho^{i-1-j}`` and the response terms
         ``rho^{i+j}`` (module docstring).
     bias : bool
-        Trainable biases on every preactivation ``h^1 .. h^L`` (seed App. H), ``b(0) ~ N(0, 1)``,
+        Trainable biases on every preactivation ``h^1 .. h^L`` (Bordelon & Pehlevan (2022), App. H), ``b(0) ~ N(0, 1)``,
         learning rate ``eta gamma0^2 N``: ``u^l ~ GP(0, Phi^{l-1} + 1 1^T)`` and the drift of
         ``h^l`` uses ``Phi^{l-1} + 1``.  The first layer's bias is folded into the returned
         ``data.kx`` (``K^x + 1``), and ``result.bias`` is set so that ``result.ntk`` adds
@@ -178,20 +182,23 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         are run per window; ``result.stderr`` comes from the last one.
     average : int
         Return the means of the undamped estimates (kernels, responses, ``f``) of the last
-        ``average`` sweeps instead of the damped state and the last sweep's ``f`` (spec §3.6).
+        ``average`` sweeps instead of the damped state and the last sweep's ``f`` (Bordelon & Pehlevan (2022), App. B).
         Sweep-to-sweep fluctuations include the noise propagated through the fixed point, which
         the batch errors of one sweep miss and which dominates for strong feature learning
         (e.g. weight-decay fixed points); ``result.stderr`` then comes from that spread (its
         standard deviation ``/ sqrt(average)``, at least the last sweep's batch error
         ``/ sqrt(average)``; checks found it conservative: successive sweeps anticorrelate).
     gradient_independent : bool
-        Set ``A = B = 0`` (the gradient-independence ansatz, seed §5, spec §2.7) and keep the
+        Set ``A = B = 0`` (the gradient-independence ansatz, Bordelon & Pehlevan (2022), §5, Bordelon & Pehlevan (2022), §4.1, App. F, eqs. (11), (68)-(71)) and keep the
         self-consistent kernels.  Requires ``closure='ntk'`` (the exact closure needs the readout
         response, which the ansatz drops), as in :func:`solve_deep_linear`.
     keep_fields : bool
         Return the last sweep's single-site preactivations ``h^ell_mu(t)`` as
         ``result.fields`` ``(L, S, T, n)`` (samples of the non-Gaussian field densities, seed
         Fig. 1b-c; the first ``S/2`` and last ``S/2`` rows are antithetic partners).
+    progress : bool, optional
+        Show a progress bar over the sweeps with the current residual (``None``: only in a
+        terminal or notebook, unless ``EFFTH_PROGRESS=0``; see ``docs/conventions.md``).
 
     Returns
     -------
@@ -215,8 +222,7 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     ConvergenceError
         A kernel entry exceeds ``diverge_at`` (or is not finite).
     """
-    if int(depth) != depth or depth < 1:
-        raise DomainError(f"depth={depth!r} must be a positive integer")
+    n_hidden = hidden_layer_count(depth, hidden_layers)
     if closure not in ("exact", "ntk") or responses not in ("auto", "jacobian", "stein"):
         raise DomainError(f"closure={closure!r} / responses={responses!r} not recognised")
     if not (0.0 < damping <= 1.0):
@@ -231,11 +237,11 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
         raise DomainError(f"average={average!r} must be an integer in [1, iterations]")
     if not (np.isfinite(stein_cut) and stein_cut >= 0):
         raise DomainError(f"stein_cut={stein_cut!r} must be a finite number >= 0")
-    act = get_activation(activation)
+    act = resolve_activation(activation)
     grid = TimeGrid(float(eta), int(steps))
     rho = decay_factor(grid.eta, weight_decay)
     data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
-    L, T, n, P, C = int(depth), grid.steps, data.n_all, data.n_train, Y.shape[1]
+    L, T, n, P, C = n_hidden, grid.steps, data.n_all, data.n_train, Y.shape[1]
     if closure == "ntk" and weight_decay > 0:
         raise DomainError("closure='ntk' is not defined with weight decay (f is no function of the "
                           "NTK alone); use closure='exact'")
@@ -244,14 +250,14 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
             raise DomainError("gamma0 = 0 with weight decay (trivial fixed point f = K = 0) or "
                               "several outputs is not solved here (output factor 1/gamma0); "
                               "use gamma0 > 0")
-        return static_ntk_solve(data, grid, L, act.name, bias=bool(bias))
+        return static_ntk_solve(data, grid, act, hidden_layers=L, bias=bool(bias))
     if gradient_independent and closure != "ntk":
         raise DomainError("gradient_independent=True needs closure='ntk' (A = B = 0 drops the readout "
                           "response of the exact closure)")
     if responses == "auto":
         responses = "stein" if act.kinks else "jacobian"
     phi_f, dphi_f, ddphi_f = act.numpy(0), act.numpy(1), act.numpy(2)
-    phi0, _, g0, ntk0 = lazy_kernels(data.kx, L, act.name, bias=bool(bias))
+    phi0, _, g0, ntk0 = lazy_kernels(data.kx, act, hidden_layers=L, bias=bool(bias))
     check_stability(ntk0[:P, :P], grid.eta)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     S = int(samples) + int(samples) % 2
@@ -265,51 +271,54 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
     Phi = None
     acc = []                                 # undamped estimates of the last `average` sweeps
     diag = Diagnostics(tol=tol)
-    for T in sorted({-(-T_all * k // int(windows)) for k in range(1, int(windows) + 1)}):
-        w = _window(T, n, C, rho, data.kx)   # growing windows (causal: earlier times unchanged)
-        if Phi is None:
-            Phi = [np.tile(p, (T, T)) for p in phi0]
-            G = [np.kron(np.tile(g, (T, T)), np.eye(C)) for g in g0]
-            Ab = [np.zeros((T * n, T * n * C)) for _ in range(L - 1)]
-            Bb = [np.zeros((T * n * C, T * n)) for _ in range(L - 1)]
-            delta = np.stack([Y[:, c] - static_ntk_dynamics(ntk0, Y[:, c], grid.eta, T)[:, :P]
-                              for c in range(C)], axis=-1)                     # (T, P, C)
-        else:
-            Phi, G, Ab, Bb, delta = _extend(Phi, G, Ab, Bb, delta, T, n, C)
-        stderr = None
-        for it in range(1, int(iterations) + 1):
-            last = it == int(iterations) and T == T_all
-            Phin, Gn, Abn, Bbn, ro, bat = _sweep(ctx, w, Phi, G, Ab, Bb, delta,
-                                                 batches if last else 0)
-            bad = [x for x in Phin + Gn
-                   if not np.all(np.isfinite(x)) or np.max(np.abs(x)) > diverge_at]
-            if bad:
-                size = max(float(np.nanmax(np.abs(x))) if np.any(np.isfinite(x)) else np.inf
-                           for x in bad)
-                raise ConvergenceError(
-                    f"Monte-Carlo DMFT diverged at iteration {it} (window of {T} steps; kernel "
-                    f"magnitude {size:.3g}); lower gamma0 or eta, raise samples, damp more, or use "
-                    "more windows")
-            if closure == "exact":
-                f = _exact_closure(Phin[-1], w.rt[:, None, None] * ro.mean(axis=0) / gam, Y,
-                                   grid.eta, rho)
+    window_ends = sorted({-(-T_all * k // int(windows)) for k in range(1, int(windows) + 1)})
+    with progress_bar(len(window_ends) * int(iterations), "DMFT Monte-Carlo sweeps",
+                      progress=progress, unit="sweep") as bar:
+        for T in window_ends:
+            w = _window(T, n, C, rho, data.kx)   # growing windows (causal: earlier times unchanged)
+            if Phi is None:
+                Phi = [np.tile(p, (T, T)) for p in phi0]
+                G = [np.kron(np.tile(g, (T, T)), np.eye(C)) for g in g0]
+                Ab = [np.zeros((T * n, T * n * C)) for _ in range(L - 1)]
+                Bb = [np.zeros((T * n * C, T * n)) for _ in range(L - 1)]
+                delta = np.stack([Y[:, c] - static_ntk_dynamics(ntk0, Y[:, c], grid.eta, T)[:, :P]
+                                  for c in range(C)], axis=-1)                     # (T, P, C)
             else:
-                f = _ntk_euler(data.kx, Phin, Gn, Y, grid.eta, one)
-            delta_new = Y[None] - f[:, :P]
-            res = max(max(float(np.max(np.abs(x - xo))) for x, xo in zip(Phin + Gn, Phi + G)),
-                      float(np.max(np.abs(delta_new - delta))))
-            diag.residuals.append(res)
-            diag.iterations += 1
-            if T == T_all and it > int(iterations) - int(average):
-                acc.append((Phin, Gn, Abn, Bbn, f))
-            mix = lambda old, new: [(1 - damping) * x + damping * xn for x, xn in zip(old, new)]
-            Phi, G, Ab, Bb = mix(Phi, Phin), mix(G, Gn), mix(Ab, Abn), mix(Bb, Bbn)
-            delta = (1 - damping) * delta + damping * delta_new
-            if last:
-                stderr = _batch_stderr(bat, ro, closure, w, Y, gam, grid.eta, rho, batches)
-            if tol > 0 and res < tol:
-                diag.converged = T == T_all
-                break
+                Phi, G, Ab, Bb, delta = _extend(Phi, G, Ab, Bb, delta, T, n, C)
+            stderr = None
+            for it in range(1, int(iterations) + 1):
+                last = it == int(iterations) and T == T_all
+                Phin, Gn, Abn, Bbn, ro, bat = _sweep(ctx, w, Phi, G, Ab, Bb, delta,
+                                                     batches if last else 0)
+                bad = [x for x in Phin + Gn
+                       if not np.all(np.isfinite(x)) or np.max(np.abs(x)) > diverge_at]
+                if bad:
+                    size = max(float(np.nanmax(np.abs(x))) if np.any(np.isfinite(x)) else np.inf
+                               for x in bad)
+                    raise ConvergenceError(
+                        f"Monte-Carlo DMFT diverged at iteration {it} (window of {T} steps; kernel "
+                        f"magnitude {size:.3g}); lower gamma0 or eta, raise samples, damp more, or use "
+                        "more windows")
+                if closure == "exact":
+                    f = _exact_closure(Phin[-1], w.rt[:, None, None] * ro.mean(axis=0) / gam, Y,
+                                       grid.eta, rho)
+                else:
+                    f = _ntk_euler(data.kx, Phin, Gn, Y, grid.eta, one)
+                delta_new = Y[None] - f[:, :P]
+                res = max(max(float(np.max(np.abs(x - xo))) for x, xo in zip(Phin + Gn, Phi + G)),
+                          float(np.max(np.abs(delta_new - delta))))
+                diag.residuals.append(res)
+                diag.iterations += 1
+                if T == T_all and it > int(iterations) - int(average):
+                    acc.append((Phin, Gn, Abn, Bbn, f))
+                mix = lambda old, new: [(1 - damping) * x + damping * xn for x, xn in zip(old, new)]
+                Phi, G, Ab, Bb = mix(Phi, Phin), mix(G, Gn), mix(Ab, Abn), mix(Bb, Bbn)
+                delta = (1 - damping) * delta + damping * delta_new
+                if last:
+                    stderr = _batch_stderr(bat, ro, closure, w, Y, gam, grid.eta, rho, batches)
+                if tol > 0 and res < tol:
+                    diag.converged = T == T_all
+                    break
     diag.converged = diag.converged or tol == 0
     T = T_all
     if int(average) > 1 and len(acc) > 1:
@@ -332,10 +341,10 @@ def solve_monte_carlo(X=None, y=None, *, depth: int, gamma0: float, eta: float, 
             if "f" in stderr:
                 stderr["f"] = stderr["f"][..., 0]
     return DMFTResult(
-        grid=grid, data=data, depth=L, gamma0=gam, activation=act.name,
+        grid=grid, data=data, hidden_layers=L, gamma0=gam, activation=activation_label(act),
         phi=np.stack([x.reshape(T, n, T, n) for x in Phi]), g=gg, A=A, B=B,
         f=f, delta=delta_out, method="monte_carlo", closure=closure, diagnostics=diag,
-        stderr=stderr, bias=bool(bias),
+        mc_stderr=stderr, bias=bool(bias),
         fields=np.stack(ctx["fields"]) if keep_fields else None)
 
 
@@ -471,7 +480,7 @@ def _extend(Phi, G, Ab, Bb, delta, T, n, C):
 
 
 def _sample(rng, K, count):
-    """``count`` draws of ``N(0, K)`` via ``eigh`` with negative eigenvalues clipped (spec §3.5).
+    """``count`` draws of ``N(0, K)`` via ``eigh`` with negative eigenvalues clipped (Bordelon & Pehlevan (2022), App. B).
 
     The symmetric square root ``V sqrt(lambda) V^T`` is used: unlike ``V sqrt(lambda)`` it is a
     continuous function of ``K`` (eigenvectors of near-degenerate kernels are not), so equal
@@ -500,7 +509,7 @@ def _semichol(gram, tol):
 
 
 def _stein(y, x, K, cut, flip, past, eq=None):
-    """Causal Stein regression: ``J ~ <d y / d x>`` for sources ``x ~ N(0, K)`` (spec §3.4).
+    """Causal Stein regression: ``J ~ <d y / d x>`` for sources ``x ~ N(0, K)`` (Bordelon & Pehlevan (2022), App. B).
 
     Row ``r`` of ``J`` is supported on the source columns ``k < past[r]`` (time-major order: the
     strict past of the row) and, if ``eq`` is given, the equal-time column ``eq[r]``.  Because the
@@ -512,7 +521,7 @@ def _stein(y, x, K, cut, flip, past, eq=None):
     most ``cut**2 / m`` of its column's variance (``m`` independent antithetic pairs) is dropped:
     a response to it could not be resolved to better than ``1/cut`` of its natural scale, and
     its effect is carried by the earlier, correlated columns.  ``cut = 0``: the plain
-    pseudo-inverse form ``<y x^T> K^+`` (seed (53)), unstable for slowly varying kernels.
+    pseudo-inverse form ``<y x^T> K^+`` (Bordelon & Pehlevan (2022), eq. (53)), unstable for slowly varying kernels.
 
     ``y``, ``x`` are antithetic: rows ``S/2..`` are the partners of rows ``..S/2`` with ``x``
     negated (``flip``: the ``r``-sources) or repeated (the ``u``-sources)."""
@@ -545,7 +554,7 @@ def _stein(y, x, K, cut, flip, past, eq=None):
 
 
 def _solve_fields(u, r, Cm, Dm, phi_f, dphi_f, T, n, C):
-    """Forward substitution in time (spec §3.3) for all samples at once.
+    """Forward substitution in time (Bordelon & Pehlevan (2022), App. B) for all samples at once.
 
     ``h`` (S, Tn), ``z`` and ``g`` (S, TnC), index ``(i n + mu) C + c``; ``Cm`` (Tn, TnC) maps
     ``g`` into ``h``, ``Dm`` (TnC, Tn) maps ``phi(h)`` into ``z``."""
@@ -565,7 +574,7 @@ def _solve_fields(u, r, Cm, Dm, phi_f, dphi_f, T, n, C):
 
 
 def _jacobians(Cm, Dm, d1, d2, z, rcol, C, need_A, need_B, need_readout, chunk=128):
-    """Sample means of the per-sample Jacobians of the linearised causal system (spec §3.4).
+    """Sample means of the per-sample Jacobians of the linearised causal system (Bordelon & Pehlevan (2022), App. B).
 
     With ``Lambda_1 = diag(phi'(h))`` (on ``z``: ``(x) I_C``) and ``Lambda_2`` the stack of
     ``diag(phi''(h) z_c)``: ``M = 1 - Cm Lambda_2 - Cm Lambda_1 Dm Lambda_1`` (T n x T n, unit lower

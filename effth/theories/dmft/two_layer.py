@@ -1,9 +1,9 @@
 """Two-layer (L = 1) DMFT by forward marching in time: deterministic quadrature or Monte Carlo.
 
 For one hidden layer the kernels that drive the single-site process are fixed, ``Phi^0 = K^x`` and
-``G^2 = 1``, and there are no responses ``A``, ``B`` (spec §2.6).  On the discrete-GD grid
-(spec §3.2; seed App. M) with weight decay ``lambda`` (``theta <- (1 - eta lambda) theta + ...``,
-seed App. J in discrete time, ``rho = 1 - eta lambda``) the single-site fields are
+``G^2 = 1``, and there are no responses ``A``, ``B`` (Bordelon & Pehlevan (2022), eqs. (23), (33), (66)-(67)).  On the discrete-GD grid
+(Bordelon & Pehlevan (2022), App. M; Bordelon & Pehlevan (2022), App. M) with weight decay ``lambda`` (``theta <- (1 - eta lambda) theta + ...``,
+Bordelon & Pehlevan (2022), App. J in discrete time, ``rho = 1 - eta lambda``) the single-site fields are
 
 ``h_mu(t_i) = rho^i u_mu + gamma0 eta sum_alpha K^x_{mu alpha} a_alpha(i)``,
 ``z(t_i) = rho^i r + gamma0 eta sum_alpha b_alpha(i)``,  ``g = phi'(h) z``,
@@ -11,7 +11,7 @@ seed App. J in discrete time, ``rho = 1 - eta lambda``) the single-site fields a
 ``a(i+1) = rho a(i) + Delta(t_i) g(t_i)``, ``b(i+1) = rho b(i) + Delta(t_i) phi(h(t_i))``,
 
 with ``u ~ N(0, K^x)`` constant in time and ``r ~ N(0, 1)`` one scalar, and the predictions are the
-exact single-site average ``f_mu(t_i) = gamma0^-1 <z(t_i) phi(h_mu(t_i))>`` (spec §2.4), which
+exact single-site average ``f_mu(t_i) = gamma0^-1 <z(t_i) phi(h_mu(t_i))>`` (Bordelon & Pehlevan (2022), eqs. (3), (21), App. M), which
 needs fields at ``t_i`` only.  ``Delta(t_i) = y - f(t_i)`` enters later times only, so the whole
 DMFT is one forward pass: no fixed-point iteration at all.  The average over ``(u, r)`` -- a
 ``rank(K^x) + 1``-dimensional Gaussian -- is done by a tensor Gauss-Hermite rule (deterministic,
@@ -24,18 +24,17 @@ import time
 
 import numpy as np
 
-from ...activations import get_activation
 from ...errors import DomainError
 from ...numerics._rules import covariance_root, gaussian_tensor_rule
 from .grid import TimeGrid, decay_factor, prepare_targets
-from .lazy import check_stability, lazy_kernels, static_ntk_solve
+from .lazy import activation_label, check_stability, lazy_kernels, resolve_activation, static_ntk_solve
 from .result import Diagnostics, DMFTResult
 
 __all__ = ["solve_two_layer"]
 
 
 def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
-                    activation: str = "tanh", X_test=None, kernel=None,
+                    activation="tanh", X_test=None, kernel=None,
                     method: str = "quadrature", nodes: int | None = None, max_nodes: int = 30_000,
                     samples: int = 20_000, seed=0, weight_decay: float = 0.0,
                     two_time: bool = True, bias: bool = False) -> DMFTResult:
@@ -45,13 +44,14 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     ----------
     X, y, X_test, kernel
         Training data (see :func:`effth.theories.dmft.grid.prepare_data`).  ``y`` of shape
-        ``(P, C)`` gives ``C`` outputs (seed App. I): ``z, g`` carry an output index, ``r ~ N(0, I_C)``,
+        ``(P, C)`` gives ``C`` outputs (Bordelon & Pehlevan (2022), App. I): ``z, g`` carry an output index, ``r ~ N(0, I_C)``,
         ``f_{mu c} = gamma0^-1 <z_c phi(h_mu)>``; then ``f`` is ``(T, n, C)``, ``delta`` ``(T, P, C)`` and
         ``g`` ``(1, T, n, T, n, C, C)``.
     gamma0, eta, steps
         Feature-learning strength, GD step (grid ``t_i = i eta``) and number of grid points.
-    activation : str
-        Registry name (``effth.get_activation``).
+    activation : str, Activation or sympy.Expr
+        Any registered name or alias (``effth.available_activations()``), an
+        :class:`~effth.activations.Activation`, or a SymPy expression in ``z``.
     method : {'quadrature', 'monte_carlo'}
         ``'quadrature'``: tensor Gauss-Hermite rule over the ``rank(K^x) + 1`` Gaussian
         coordinates of ``(u, r)`` (exact for polynomial activations of low degree; for smooth
@@ -62,10 +62,10 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         (at most 80; ``DomainError`` if that is fewer than 5).
     weight_decay : float
         ``lambda >= 0``: every parameter is multiplied by ``1 - eta lambda`` at each GD step
-        (the discrete form of ``d theta/dt = -gamma^2 grad L - lambda theta``, seed App. J).
+        (the discrete form of ``d theta/dt = -gamma^2 grad L - lambda theta``, Bordelon & Pehlevan (2022), App. J).
     bias : bool
         Trainable bias on the hidden preactivation, ``h = W^0 x / sqrt(D) + b``, ``b(0) ~ N(0, 1)``,
-        ``db/dt = gamma0 sum_mu Delta_mu g_mu`` (seed App. H): exactly the input kernel
+        ``db/dt = gamma0 sum_mu Delta_mu g_mu`` (Bordelon & Pehlevan (2022), App. H): exactly the input kernel
         ``K^x + 1`` (the returned ``data.kx`` and hence the NTK include the ``+1``).
     two_time : bool
         Form the two-time kernels (memory ``S T n`` for the field history); else only the
@@ -84,17 +84,17 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     """
     if method not in ("quadrature", "monte_carlo"):
         raise DomainError(f"method={method!r} must be 'quadrature' or 'monte_carlo'")
-    act = get_activation(activation)
+    act = resolve_activation(activation)
     grid = TimeGrid(float(eta), int(steps))
     rho = decay_factor(grid.eta, weight_decay)
     data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
     T, n, P, C = grid.steps, data.n_all, data.n_train, Y.shape[1]
     if gamma0 == 0 and weight_decay == 0 and not multi:
-        return static_ntk_solve(data, grid, 1, act.name, bias=bool(bias))
+        return static_ntk_solve(data, grid, act, hidden_layers=1, bias=bool(bias))
     if gamma0 == 0:
         raise DomainError("gamma0 = 0 with weight decay (trivial fixed point f = K = 0) or several "
                           "outputs is not solved here (output factor 1/gamma0); use gamma0 > 0")
-    _, _, _, ntk0 = lazy_kernels(data.kx, 1, act.name)
+    _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=1)
     check_stability(ntk0[:P, :P], grid.eta)
     phi_f, dphi_f = act.numpy(0), act.numpy(1)
     gam = float(gamma0)
@@ -141,7 +141,8 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     diag = Diagnostics(iterations=1, residuals=[0.0], converged=True, tol=0.0,
                        seconds=time.perf_counter() - t0)
     empty = np.zeros((0, T, n, T, n))
-    return DMFTResult(grid=grid, data=data, depth=1, gamma0=gam, activation=act.name,
+    return DMFTResult(grid=grid, data=data, hidden_layers=1, gamma0=gam,
+                      activation=activation_label(act),
                       phi=phi[None], g=gg[None], A=empty,
                       B=empty.copy(), f=f, delta=delta, method=f"two_layer_{method}",
                       closure="exact", diagnostics=diag, bias=bool(bias))

@@ -1,4 +1,4 @@
-"""Deep linear DMFT: reference values (spec §7.4), invariants (spec §2.10), lazy limit, bad input."""
+"""Deep linear DMFT: reference values (Bordelon & Pehlevan (2022), our reference checks), invariants (Bordelon & Pehlevan (2022), §5.2, App. P.1), lazy limit, bad input."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ Y = np.array([1.0, -0.5])
 
 @pytest.fixture(scope="module")
 def ref3():
-    return solve_deep_linear(kernel=KX, y=Y, depth=3, gamma0=1.0, eta=0.05, steps=41)
+    return solve_deep_linear(kernel=KX, y=Y, hidden_layers=3, gamma0=1.0, eta=0.05, steps=41)
 
 
 def _tri(M):
@@ -22,7 +22,7 @@ def _tri(M):
 
 
 def test_reference_L2():
-    r = solve_deep_linear(kernel=KX, y=Y, depth=2, gamma0=1.0, eta=0.05, steps=41)
+    r = solve_deep_linear(kernel=KX, y=Y, hidden_layers=2, gamma0=1.0, eta=0.05, steps=41)
     assert r.diagnostics.converged and r.diagnostics.residuals[-1] < 1e-10
     np.testing.assert_allclose(r.f[20], [0.946933, -0.438260], atol=2e-6)
     np.testing.assert_allclose(r.f[40], [0.998889, -0.498678], atol=2e-6)
@@ -47,7 +47,7 @@ def test_reference_L3(ref3):
 
 
 def test_gradient_independence_reference():
-    r = solve_deep_linear(kernel=KX, y=Y, depth=3, gamma0=1.0, eta=0.05, steps=41,
+    r = solve_deep_linear(kernel=KX, y=Y, hidden_layers=3, gamma0=1.0, eta=0.05, steps=41,
                           gradient_independent=True)
     H, G = r.equal_time("phi")[:, 40], r.equal_time("g")[:, 40]
     np.testing.assert_allclose(_tri(H[2]), [1.335309, 0.327917, 1.087010], atol=2e-6)
@@ -65,34 +65,34 @@ def test_structure(ref3):
     np.testing.assert_allclose(r.phi[:, 0, :, 0, :], np.broadcast_to(KX, (3, 2, 2)), atol=1e-14)
     assert np.all(np.triu(r.A[:, :, 0, :, 0].transpose(1, 2, 0)[..., 0]) == 0)
     np.testing.assert_allclose(r.loss, 0.5 * np.sum(r.delta ** 2, axis=1))
-    assert r.ntk.shape == (T, n, T, n) and r.ntk_diag.shape == (T, n, n)
+    assert r.ntk_two_time.shape == (T, n, T, n) and r.ntk.shape == (T, n, n)
 
 
-@pytest.mark.parametrize("depth", [1, 3])
-def test_lazy_limit_is_static_ntk(depth):
-    """gamma0 = 0 reproduces discrete GD on the static NTK K_0 = (L+1) K^x exactly (spec §7.9)."""
-    r = solve_deep_linear(kernel=KX, y=Y, depth=depth, gamma0=0.0, eta=0.05, steps=30)
-    K0 = (depth + 1) * KX
-    np.testing.assert_allclose(lazy_kernels(KX, depth)[3], K0)
+@pytest.mark.parametrize("hidden_layers", [1, 3])
+def test_lazy_limit_is_static_ntk(hidden_layers):
+    """gamma0 = 0 reproduces discrete GD on the static NTK K_0 = (L+1) K^x exactly (Bordelon & Pehlevan (2022), our reference checks)."""
+    r = solve_deep_linear(kernel=KX, y=Y, hidden_layers=hidden_layers, gamma0=0.0, eta=0.05, steps=30)
+    K0 = (hidden_layers + 1) * KX
+    np.testing.assert_allclose(lazy_kernels(KX, hidden_layers=hidden_layers)[3], K0)
     np.testing.assert_allclose(r.f, static_ntk_dynamics(K0, Y, 0.05, 30), atol=1e-13)
     np.testing.assert_allclose(r.ntk_diag, np.broadcast_to(K0, (30, 2, 2)), atol=1e-13)
-    small = solve_deep_linear(kernel=KX, y=Y, depth=depth, gamma0=1e-3, eta=0.05, steps=30)
+    small = solve_deep_linear(kernel=KX, y=Y, hidden_layers=hidden_layers, gamma0=1e-3, eta=0.05, steps=30)
     assert np.max(np.abs(small.f - r.f)) < 1e-5          # O(gamma0^2)
 
 
 def test_even_in_gamma0():
-    a = solve_deep_linear(kernel=KX, y=Y, depth=2, gamma0=0.7, eta=0.05, steps=25)
-    b = solve_deep_linear(kernel=KX, y=Y, depth=2, gamma0=-0.7, eta=0.05, steps=25)
+    a = solve_deep_linear(kernel=KX, y=Y, hidden_layers=2, gamma0=0.7, eta=0.05, steps=25)
+    b = solve_deep_linear(kernel=KX, y=Y, hidden_layers=2, gamma0=-0.7, eta=0.05, steps=25)
     for name in ("phi", "g", "A", "B", "f"):
         np.testing.assert_allclose(getattr(a, name), getattr(b, name), atol=1e-12)
 
 
-@pytest.mark.parametrize("depth", [2, 3])
-def test_layer_reversal_duality_P1(depth):
-    """P = 1, K^x = 1: H^ell(t, s) = G^{L+1-ell}(t, s) for all ell, t, s (spec §2.10)."""
-    r = solve_deep_linear(kernel=[[1.0]], y=[1.0], depth=depth, gamma0=1.0, eta=0.05, steps=30)
-    for ell in range(depth):
-        np.testing.assert_allclose(r.phi[ell, :, 0, :, 0], r.g[depth - 1 - ell, :, 0, :, 0],
+@pytest.mark.parametrize("hidden_layers", [2, 3])
+def test_layer_reversal_duality_P1(hidden_layers):
+    """P = 1, K^x = 1: H^ell(t, s) = G^{L+1-ell}(t, s) for all ell, t, s (Bordelon & Pehlevan (2022), §5.2, App. P.1)."""
+    r = solve_deep_linear(kernel=[[1.0]], y=[1.0], hidden_layers=hidden_layers, gamma0=1.0, eta=0.05, steps=30)
+    for ell in range(hidden_layers):
+        np.testing.assert_allclose(r.phi[ell, :, 0, :, 0], r.g[hidden_layers - 1 - ell, :, 0, :, 0],
                                    atol=1e-9)
     assert np.max(np.abs(r.phi[0] - 1.0)) > 0.1     # the kernels did move
 
@@ -100,8 +100,8 @@ def test_layer_reversal_duality_P1(depth):
 def test_closures_agree_to_order_eta():
     errs = []
     for eta, steps in ((0.05, 21), (0.025, 41)):
-        a = solve_deep_linear(kernel=KX, y=Y, depth=2, gamma0=1.0, eta=eta, steps=steps)
-        b = solve_deep_linear(kernel=KX, y=Y, depth=2, gamma0=1.0, eta=eta, steps=steps,
+        a = solve_deep_linear(kernel=KX, y=Y, hidden_layers=2, gamma0=1.0, eta=eta, steps=steps)
+        b = solve_deep_linear(kernel=KX, y=Y, hidden_layers=2, gamma0=1.0, eta=eta, steps=steps,
                               closure="ntk")
         errs.append(np.max(np.abs(a.f[-1] - b.f[-1])))
     assert errs[0] < 0.05 and 1.5 < errs[0] / errs[1] < 2.6
@@ -110,38 +110,38 @@ def test_closures_agree_to_order_eta():
 def test_test_points_ride_along(ref3):
     X = np.linalg.cholesky(2 * KX)
     xt = np.array([[0.3, -0.8]])
-    r = solve_deep_linear(X, Y, X_test=xt, depth=3, gamma0=1.0, eta=0.05, steps=41)
+    r = solve_deep_linear(X, Y, X_test=xt, hidden_layers=3, gamma0=1.0, eta=0.05, steps=41)
     np.testing.assert_allclose(r.f_train, ref3.f, atol=1e-9)
     np.testing.assert_allclose(r.phi[:, :, :2, :, :2], ref3.phi, atol=1e-9)
     assert r.f_test.shape == (41, 1) and abs(r.f_test[-1, 0]) > 0.01
-    lazy = solve_deep_linear(X, Y, X_test=xt, depth=3, gamma0=0.0, eta=0.05, steps=41)
+    lazy = solve_deep_linear(X, Y, X_test=xt, hidden_layers=3, gamma0=0.0, eta=0.05, steps=41)
     K0 = 4 * np.vstack([X, xt]) @ np.vstack([X, xt]).T / 2
     np.testing.assert_allclose(lazy.f, static_ntk_dynamics(K0, Y, 0.05, 41), atol=1e-12)
 
 
 def test_bad_input():
     with pytest.raises(DomainError, match="stability"):
-        solve_deep_linear(kernel=KX, y=Y, depth=3, gamma0=1.0, eta=0.34, steps=10)   # 4*1.5*0.34>2
+        solve_deep_linear(kernel=KX, y=Y, hidden_layers=3, gamma0=1.0, eta=0.34, steps=10)   # 4*1.5*0.34>2
     with pytest.raises(DomainError, match="positive semi-definite"):
-        solve_deep_linear(kernel=[[1.0, 2.0], [2.0, 1.0]], y=Y, depth=2, gamma0=1.0, eta=0.05,
+        solve_deep_linear(kernel=[[1.0, 2.0], [2.0, 1.0]], y=Y, hidden_layers=2, gamma0=1.0, eta=0.05,
                           steps=10)
     with pytest.raises(DomainError):
-        solve_deep_linear(kernel=KX, y=[1.0, 2.0, 3.0], depth=2, gamma0=1.0, eta=0.05, steps=10)
+        solve_deep_linear(kernel=KX, y=[1.0, 2.0, 3.0], hidden_layers=2, gamma0=1.0, eta=0.05, steps=10)
     with pytest.raises(ConvergenceError, match="iteration"):
-        solve_deep_linear(kernel=KX, y=Y, depth=3, gamma0=1.0, eta=0.05, steps=41, max_iter=3,
+        solve_deep_linear(kernel=KX, y=Y, hidden_layers=3, gamma0=1.0, eta=0.05, steps=41, max_iter=3,
                           method="sweep")
     with pytest.raises(ConvergenceError, match="diverged at iteration"):
-        solve_deep_linear(kernel=KX, y=10 * Y, depth=4, gamma0=3.0, eta=0.05, steps=40, window=40,
+        solve_deep_linear(kernel=KX, y=10 * Y, hidden_layers=4, gamma0=3.0, eta=0.05, steps=40, window=40,
                           method="sweep")
     with pytest.raises(ConvergenceError, match="diverged at time step"):
-        solve_deep_linear(kernel=KX, y=10 * Y, depth=4, gamma0=3.0, eta=0.05, steps=40)
+        solve_deep_linear(kernel=KX, y=10 * Y, hidden_layers=4, gamma0=3.0, eta=0.05, steps=40)
     with pytest.raises(DomainError, match="method"):
-        solve_deep_linear(kernel=KX, y=Y, depth=2, gamma0=1.0, eta=0.05, steps=10, method="newton")
+        solve_deep_linear(kernel=KX, y=Y, hidden_layers=2, gamma0=1.0, eta=0.05, steps=10, method="newton")
 
 
-@pytest.mark.parametrize("kw", [dict(depth=1), dict(depth=3), dict(depth=2, closure="ntk"),
-                                dict(depth=3, gradient_independent=True),
-                                dict(depth=2, gradient_independent=True, closure="exact")])
+@pytest.mark.parametrize("kw", [dict(hidden_layers=1), dict(hidden_layers=3), dict(hidden_layers=2, closure="ntk"),
+                                dict(hidden_layers=3, gradient_independent=True),
+                                dict(hidden_layers=2, gradient_independent=True, closure="exact")])
 def test_march_equals_sweep(kw):
     """The exact forward recursion in time equals the converged whole-window fixed point."""
     X = np.linalg.cholesky(2 * KX)

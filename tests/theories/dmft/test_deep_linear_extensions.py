@@ -1,4 +1,4 @@
-"""Deep linear DMFT with weight decay, trainable biases and several outputs (seed App. H, I, J).
+"""Deep linear DMFT with weight decay, trainable biases and several outputs (Bordelon & Pehlevan (2022), App. H, I, J).
 
 * ``L = 1``: equals the two-layer solver (Gauss-Hermite quadrature, exact for ``phi = id``);
 * ``L = 2, 3``: against finite-width networks trained by GD (``simulate_training``): the
@@ -38,7 +38,7 @@ def test_L1_equals_two_layer_quadrature(kw):
     """phi = id: the quadrature over (u, r) is exact, so the two solvers agree to rounding."""
     kw = dict(kw)
     y = kw.pop("y", Y)
-    a = solve_deep_linear(X, y, X_test=XT, depth=1, gamma0=1.3, eta=0.05, steps=30, **kw)
+    a = solve_deep_linear(X, y, X_test=XT, hidden_layers=1, gamma0=1.3, eta=0.05, steps=30, **kw)
     q = solve_two_layer(X, y, X_test=XT, activation="linear", gamma0=1.3, eta=0.05, steps=30,
                         nodes=4, **kw)
     np.testing.assert_allclose(a.data.kx, q.data.kx, atol=0)
@@ -79,10 +79,10 @@ def _bias_to_noise(th, sim, name):
 
 
 CASES = {
-    "L2-decay": dict(depth=2, weight_decay=1.0),
-    "L3-decay": dict(depth=3, weight_decay=1.0),
-    "L3-bias": dict(depth=3, bias=True),
-    "L2-all": dict(depth=2, y=Y2, bias=True, weight_decay=1.0),      # C = 2 outputs
+    "L2-decay": dict(hidden_layers=2, weight_decay=1.0),
+    "L3-decay": dict(hidden_layers=3, weight_decay=1.0),
+    "L3-bias": dict(hidden_layers=3, bias=True),
+    "L2-all": dict(hidden_layers=2, y=Y2, bias=True, weight_decay=1.0),      # C = 2 outputs
 }
 
 
@@ -97,7 +97,7 @@ def test_matches_networks_with_rate_one_over_N(case):
     kw = dict(CASES[case], gamma0=1.0, eta=0.05, steps=21)
     y = kw.pop("y", Y)
     th = _equal_time(solve_deep_linear(X, y, **kw))
-    sims = [_sim(simulate_training(X, y, width=N, seeds=range(S), activation="linear",
+    sims = [_sim(simulate_training(X, y, widths=N, seed=range(S), activation="linear",
                                    record_kernels=False, **kw)) for N, S in ((250, 48), (1000, 6))]
     d = [_discrepancy(th, sim) for sim in sims]
     slope = np.log(d[1] / d[0]) / np.log(4.0)
@@ -108,7 +108,7 @@ def test_matches_networks_with_rate_one_over_N(case):
 
 # ----------------------------------------------------------------------------- invariants
 def test_even_in_gamma0_with_all_extensions():
-    kw = dict(depth=3, eta=0.05, steps=20, weight_decay=0.8, bias=True)
+    kw = dict(hidden_layers=3, eta=0.05, steps=20, weight_decay=0.8, bias=True)
     a = solve_deep_linear(X, Y2, X_test=XT, gamma0=0.9, **kw)
     b = solve_deep_linear(X, Y2, X_test=XT, gamma0=-0.9, **kw)
     for name in ("phi", "g", "A", "B", "f"):
@@ -116,16 +116,16 @@ def test_even_in_gamma0_with_all_extensions():
     assert a.A.shape == (2, 20, 3, 20, 1, 2) and a.B.shape == (2, 20, 1, 20, 3, 2)
 
 
-@pytest.mark.parametrize("depth,closure,y", [(2, "exact", Y), (3, "exact", Y), (2, "exact", Y2),
+@pytest.mark.parametrize("hidden_layers,closure,y", [(2, "exact", Y), (3, "exact", Y), (2, "exact", Y2),
                                              (2, "ntk", Y)])
-def test_weight_decay_representer_identity(depth, closure, y):
+def test_weight_decay_representer_identity(hidden_layers, closure, y):
     """Seed (98): at a fixed point of the (L+1)-homogeneous linear net,
     f_train = K (K + lambda (L+1) I)^-1 y with the final NTK (per output pair for C = 2)."""
     lam, g0 = 0.5, 2.0
-    r = solve_deep_linear(X, y, depth=depth, gamma0=g0, eta=0.05, steps=300, weight_decay=lam,
+    r = solve_deep_linear(X, y, hidden_layers=hidden_layers, gamma0=g0, eta=0.05, steps=300, weight_decay=lam,
                           closure=closure)
     K = r.ntk_diag[-1]
-    kappa = lam * (depth + 1)
+    kappa = lam * (hidden_layers + 1)
     if y.ndim == 2:
         Km = K.transpose(0, 2, 1, 3).reshape(4, 4)
         pred = (Km @ np.linalg.solve(Km + kappa * np.eye(4), y.reshape(-1))).reshape(2, 2)
@@ -136,7 +136,7 @@ def test_weight_decay_representer_identity(depth, closure, y):
 
 
 def test_single_output_column_is_the_scalar_solver():
-    kw = dict(depth=3, gamma0=1.2, eta=0.05, steps=20, weight_decay=0.4, bias=True)
+    kw = dict(hidden_layers=3, gamma0=1.2, eta=0.05, steps=20, weight_decay=0.4, bias=True)
     one = solve_deep_linear(X, Y[:, None], X_test=XT, **kw)
     ref = solve_deep_linear(X, Y, X_test=XT, **kw)
     np.testing.assert_allclose(one.f[..., 0], ref.f, atol=1e-14)
@@ -151,8 +151,8 @@ def test_outputs_rotate_covariantly(kw):
     """The readout weights' distribution is rotation invariant: y -> y Q gives f -> f Q,
     G^l -> Q^T G^l Q, Phi^l unchanged."""
     Q = _rot(0.7)
-    a = solve_deep_linear(X, Y2, X_test=XT, depth=3, gamma0=1.1, eta=0.05, steps=20, **kw)
-    b = solve_deep_linear(X, Y2 @ Q, X_test=XT, depth=3, gamma0=1.1, eta=0.05, steps=20, **kw)
+    a = solve_deep_linear(X, Y2, X_test=XT, hidden_layers=3, gamma0=1.1, eta=0.05, steps=20, **kw)
+    b = solve_deep_linear(X, Y2 @ Q, X_test=XT, hidden_layers=3, gamma0=1.1, eta=0.05, steps=20, **kw)
     np.testing.assert_allclose(b.f, a.f @ Q, atol=1e-12)
     np.testing.assert_allclose(b.g, np.einsum("...cd,ce,df->...ef", a.g, Q, Q), atol=1e-11)
     np.testing.assert_allclose(b.phi, a.phi, atol=1e-11)
@@ -162,7 +162,7 @@ def test_outputs_rotate_covariantly(kw):
 def test_rank_one_targets_reduce_to_the_scalar_solver():
     """y = y1 q^T: along q the scalar problem with targets y1; perpendicular to q the output is
     never trained (f = 0, G^{perp, q} = 0) but its G^{perp perp} moves with the features."""
-    kw = dict(depth=2, gamma0=1.3, eta=0.05, steps=25, weight_decay=0.3, bias=True)
+    kw = dict(hidden_layers=2, gamma0=1.3, eta=0.05, steps=25, weight_decay=0.3, bias=True)
     q = np.array([np.cos(0.4), np.sin(0.4)])
     p = np.array([-q[1], q[0]])
     two = solve_deep_linear(X, np.outer(Y, q), X_test=XT, **kw)
@@ -178,7 +178,7 @@ def test_lazy_limit_with_biases_and_outputs():
     """gamma0 = 0: static-NTK GD per output with K_0 = (K^x + 1) + sum_{l<L} (Phi^l + 1) + Phi^L,
     Phi^l = K^x + l (the lazy kernels with biases), and ``result.ntk`` is that K_0."""
     L = 3
-    r = solve_deep_linear(X, Y2, X_test=XT, depth=L, gamma0=0.0, eta=0.05, steps=15, bias=True)
+    r = solve_deep_linear(X, Y2, X_test=XT, hidden_layers=L, gamma0=0.0, eta=0.05, steps=15, bias=True)
     Kx = np.vstack([X, XT]) @ np.vstack([X, XT]).T / 2
     K0 = (Kx + 1) + sum(Kx + ell + 1 for ell in range(1, L)) + (Kx + L)
     np.testing.assert_allclose(r.ntk_diag, np.broadcast_to(K0[:, :, None, None] * np.eye(2),
@@ -196,8 +196,8 @@ def test_closures_agree_to_order_eta_with_extensions():
         y = kw.pop("y")
         errs[name] = []
         for eta, steps in ((0.05, 21), (0.025, 41)):
-            a = solve_deep_linear(X, y, depth=2, gamma0=1.0, eta=eta, steps=steps, **kw)
-            b = solve_deep_linear(X, y, depth=2, gamma0=1.0, eta=eta, steps=steps, closure="ntk",
+            a = solve_deep_linear(X, y, hidden_layers=2, gamma0=1.0, eta=eta, steps=steps, **kw)
+            b = solve_deep_linear(X, y, hidden_layers=2, gamma0=1.0, eta=eta, steps=steps, closure="ntk",
                                   **kw)
             errs[name].append(np.max(np.abs(a.f[-1] - b.f[-1])))
         e = errs[name]
@@ -206,7 +206,7 @@ def test_closures_agree_to_order_eta_with_extensions():
 
 def test_gradient_independence_with_extensions():
     """A = B = 0 works with every extension; it differs from the full theory at L >= 2."""
-    kw = dict(depth=2, gamma0=1.0, eta=0.05, steps=20, weight_decay=0.5, bias=True)
+    kw = dict(hidden_layers=2, gamma0=1.0, eta=0.05, steps=20, weight_decay=0.5, bias=True)
     gi = solve_deep_linear(X, Y2, gradient_independent=True, closure="exact", **kw)
     full = solve_deep_linear(X, Y2, **kw)
     assert gi.diagnostics.converged and np.max(np.abs(gi.f - full.f)) > 1e-3
@@ -216,7 +216,7 @@ def test_gradient_independence_with_extensions():
 
 # ----------------------------------------------------------------------------- bad input
 def test_bad_input():
-    kw = dict(depth=2, gamma0=1.0, eta=0.05, steps=10)
+    kw = dict(hidden_layers=2, gamma0=1.0, eta=0.05, steps=10)
     with pytest.raises(DomainError, match="weight_decay"):
         solve_deep_linear(X, Y, weight_decay=-0.1, **kw)
     with pytest.raises(DomainError, match="weight_decay"):

@@ -1,7 +1,7 @@
-"""The gamma0-series of the DMFT (issue 6): derived vs published (spec §4, §7) vs the full solvers.
+"""The gamma0-series of the DMFT : derived vs published (Bordelon & Pehlevan (2022), §5.2, App. P, §7) vs the full solvers.
 
 Tolerance classes: exact symbolic / rational (``==``); closed forms vs the spec's reference tables
-(1e-5 absolute, the tables' printed precision is 1e-6, spec §7); series vs deterministic solvers
+(1e-5 absolute, the tables' printed precision is 1e-6, Bordelon & Pehlevan (2022), our reference checks); series vs deterministic solvers
 (order fits: fitted log-log slope within 0.3 of the declared ``2k + 2``).  Every asserted number
 comes from the spec (tables, closed forms), from an independent recomputation in the test, or from
 the full DMFT solvers -- never from the series code itself.
@@ -35,7 +35,7 @@ from effth.theories.dmft._series_leading import (
     two_layer_order2_exprs,
 )
 
-KX = np.array([[1.0, 0.5], [0.5, 1.0]])          # canonical data, spec §7
+KX = np.array([[1.0, 0.5], [0.5, 1.0]])          # canonical data, Bordelon & Pehlevan (2022), our reference checks
 Y = np.array([1.0, -0.5])
 
 
@@ -45,14 +45,14 @@ def _slope(g, err):
 
 # ---------------------------------------------------------------- derived vs published (§4.3)
 def test_deep_linear_ntk_prefactor_is_the_corrected_one():
-    """Spec §4.3 / §8 #11: L(L+1)^2(L+2)/12 for the DMFT; the seed's L(L+1)/2 is the GI expansion."""
+    """Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here / corrected here: L(L+1)^2(L+2)/12 for the DMFT; the seed's L(L+1)/2 is the GI expansion."""
     L = L_sym
     assert sp.simplify(deep_linear_ntk_prefactor() - L * (L + 1) ** 2 * (L + 2) / 12) == 0
     assert sp.simplify(deep_linear_ntk_prefactor(True) - L * (L + 1) / 2) == 0
-    table = {1: (1, 1), 2: (6, 3), 3: (20, 6), 4: (50, 10), 5: (105, 15)}      # spec §4.3 table
-    for depth, (corrected, paper) in table.items():
-        assert deep_linear_ntk_prefactor().subs(L, depth) == corrected
-        assert deep_linear_ntk_prefactor(True).subs(L, depth) == paper
+    table = {1: (1, 1), 2: (6, 3), 3: (20, 6), 4: (50, 10), 5: (105, 15)}      # Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here table
+    for hidden_layers, (corrected, paper) in table.items():
+        assert deep_linear_ntk_prefactor().subs(L, hidden_layers) == corrected
+        assert deep_linear_ntk_prefactor(True).subs(L, hidden_layers) == paper
 
 
 def test_deep_linear_layer_coefficients_match_spec():
@@ -60,7 +60,7 @@ def test_deep_linear_layer_coefficients_match_spec():
     L, ell = L_sym, ell_sym
     assert sp.simplify(a - ell * (ell + 1) * (3 * L + 2 - 2 * ell) / 6) == 0
     assert sp.simplify(b - ell * (ell + 1) * (2 * ell + 1) / 6) == 0
-    # spec §7.5, L = 2: (a, b, c, d) = (2, 1, 4, 5) at ell = 1 and (4, 5, 2, 1) at ell = 2
+    # Bordelon & Pehlevan (2022), our reference checks, L = 2: (a, b, c, d) = (2, 1, 4, 5) at ell = 1 and (4, 5, 2, 1) at ell = 2
     for layer, ref in ((1, (2, 1, 4, 5)), (2, (4, 5, 2, 1))):
         assert tuple(x.subs({L: 2, ell: layer}) for x in (a, b, c, d)) == ref
 
@@ -75,12 +75,12 @@ SPEC_7_5 = {   # t = s = 1, continuous time: H^ell_2 (11, 12, 22), G^ell_2, K_2 
 }
 
 
-@pytest.mark.parametrize("depth", [1, 2, 3])
-def test_continuous_order2_matches_spec_7_5(depth):
-    out = gamma0_leading_order(kernel=KX, y=Y, depth=depth, times=[1.0])
-    H_ref, G_ref, K_ref = SPEC_7_5[depth]
+@pytest.mark.parametrize("hidden_layers", [1, 2, 3])
+def test_continuous_order2_matches_spec_7_5(hidden_layers):
+    out = gamma0_leading_order(kernel=KX, y=Y, hidden_layers=hidden_layers, times=[1.0])
+    H_ref, G_ref, K_ref = SPEC_7_5[hidden_layers]
     H = out["phi2"][0]
-    for ell in range(depth):
+    for ell in range(hidden_layers):
         np.testing.assert_allclose([H[ell, 0, 0], H[ell, 0, 1], H[ell, 1, 1]], H_ref[ell], atol=1e-5)
     np.testing.assert_allclose(out["g2"][0], G_ref, atol=1e-5)
     K = out["ntk2"][0]
@@ -88,49 +88,49 @@ def test_continuous_order2_matches_spec_7_5(depth):
 
 
 def test_gradient_independent_order2_is_the_seeds_eq_12():
-    """Spec §7.5 '[paper: ...]' values: the seed's eq. (12) = the expansion of A = B = 0."""
-    out = gamma0_leading_order(kernel=KX, y=Y, depth=2, times=[1.0], gradient_independent=True)
+    """Bordelon & Pehlevan (2022), our reference checks '[paper: ...]' values: the seed's eq. (12) = the expansion of A = B = 0."""
+    out = gamma0_leading_order(kernel=KX, y=Y, hidden_layers=2, times=[1.0], gradient_independent=True)
     H, G, K = out["phi2"][0], out["g2"][0], out["ntk2"][0]
     np.testing.assert_allclose([H[0, 0, 0], H[0, 0, 1], H[0, 1, 1]],
                                (0.153043, -0.061859, 0.025003), atol=1e-5)
     np.testing.assert_allclose(G[0], 0.639745, atol=1e-5)
     np.testing.assert_allclose([K[0, 0], K[0, 1], K[1, 1]], (1.418747, 0.294233, 1.034627), atol=1e-5)
-    out3 = gamma0_leading_order(kernel=KX, y=Y, depth=3, times=[1.0], gradient_independent=True)
+    out3 = gamma0_leading_order(kernel=KX, y=Y, hidden_layers=3, times=[1.0], gradient_independent=True)
     K3 = out3["ntk2"][0]
     np.testing.assert_allclose([K3[0, 0], K3[0, 1], K3[1, 1]], (1.928481, 0.393151, 1.443313),
                                atol=1e-5)
 
 
 def test_late_time_ntk_correction_closed_form():
-    """Spec §4.3: K_2(inf, inf) = L(L+2)/6 [K^x y^T K^x^-1 y + y y^T]."""
-    for depth in (1, 3):
-        K2 = gamma0_leading_order(kernel=KX, y=Y, depth=depth, times=[80.0])["ntk2"][0]
-        ref = depth * (depth + 2) / 6 * (KX * (Y @ np.linalg.solve(KX, Y)) + np.outer(Y, Y))
+    """Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here: K_2(inf, inf) = L(L+2)/6 [K^x y^T K^x^-1 y + y y^T]."""
+    for hidden_layers in (1, 3):
+        K2 = gamma0_leading_order(kernel=KX, y=Y, hidden_layers=hidden_layers, times=[80.0])["ntk2"][0]
+        ref = hidden_layers * (hidden_layers + 2) / 6 * (KX * (Y @ np.linalg.solve(KX, Y)) + np.outer(Y, Y))
         np.testing.assert_allclose(K2, ref, rtol=1e-10)
 
 
 def test_discrete_series_reproduces_the_order2_structure():
-    """The series march (no formula inside) equals spec §4.3 with discrete v's, at two times."""
+    """The series march (no formula inside) equals Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here with discrete v's, at two times."""
     L, eta, T = 3, 0.05, 21
-    ser = gamma0_series(kernel=KX, y=Y, depth=L, eta=eta, steps=T, order=2)
+    ser = gamma0_series(kernel=KX, y=Y, hidden_layers=L, eta=eta, steps=T, order=2)
     _, v, vv = lazy_time_functions_discrete((L + 1) * KX, Y, eta, T)
     i, j = 20, 7
-    H2, G2, _ = deep_linear_order2_numeric(KX, v[i], vv[i], v[j], vv[j], depth=L)
+    H2, G2, _ = deep_linear_order2_numeric(KX, v[i], vv[i], v[j], vv[j], hidden_layers=L)
     np.testing.assert_allclose(ser.coefficient(2, "phi")[:, i, :, j, :], H2, atol=1e-12)
     np.testing.assert_allclose(ser.coefficient(2, "g")[:, i, j], G2, atol=1e-12)
-    _, _, K2 = deep_linear_order2_numeric(KX, v, vv, v, vv, depth=L)
+    _, _, K2 = deep_linear_order2_numeric(KX, v, vv, v, vv, hidden_layers=L)
     np.testing.assert_allclose(ser.coefficient(2, "ntk"), K2, atol=1e-12)
 
 
-@pytest.mark.parametrize("depth", [2, 3])
-def test_exact_rational_ntk_prefactor(depth):
+@pytest.mark.parametrize("hidden_layers", [2, 3])
+def test_exact_rational_ntk_prefactor(hidden_layers):
     """In rational arithmetic the gamma0^2 NTK is exactly L(L+1)^2(L+2)/12 times the structure."""
     kx = [[Fraction(1), Fraction(1, 2)], [Fraction(1, 2), Fraction(1)]]
     y = [Fraction(1), Fraction(-1, 2)]
     eta, T = Fraction(1, 10), 4
-    ser = gamma0_series(kernel=kx, y=y, depth=depth, eta=eta, steps=T, order=2, exact=True)
+    ser = gamma0_series(kernel=kx, y=y, hidden_layers=hidden_layers, eta=eta, steps=T, order=2, exact=True)
     # discrete lazy dynamics and v's in Fractions, written out here
-    K0 = [[(depth + 1) * kx[a][b] for b in range(2)] for a in range(2)]
+    K0 = [[(hidden_layers + 1) * kx[a][b] for b in range(2)] for a in range(2)]
     d0, v, vv = [y], [[Fraction(0)] * 2], [[[Fraction(0)] * 2 for _ in range(2)]]
     for _ in range(1, T):
         dp, vp, vvp = d0[-1], v[-1], vv[-1]
@@ -146,7 +146,7 @@ def test_exact_rational_ntk_prefactor(depth):
                for n in range(2)] for m in range(2)]
     K2 = ser.coefficient(2, "ntk")[t]
     ratios = {K2[m, n] / struct[m][n] for m in range(2) for n in range(2)}
-    assert ratios == {Fraction(depth * (depth + 1) ** 2 * (depth + 2), 12)}
+    assert ratios == {Fraction(hidden_layers * (hidden_layers + 1) ** 2 * (hidden_layers + 2), 12)}
 
 
 # ---------------------------------------------------------------- two-layer §4.4 / §7.7
@@ -159,14 +159,14 @@ SPEC_7_7 = {   # t: Phi_2 (11, 12, 22), G_2 (11, 12, 22)
 
 def test_two_layer_order2_atoms_match_spec_7_7():
     times = sorted(SPEC_7_7)
-    out = gamma0_leading_order(kernel=KX, y=Y, depth=1, times=times, activation="tanh")
+    out = gamma0_leading_order(kernel=KX, y=Y, hidden_layers=1, times=times, activation="tanh")
     np.testing.assert_allclose(out["ntk0"], [[0.858697, 0.378698], [0.378698, 0.858697]], atol=1e-6)
     for k, t in enumerate(times):
         ph, g = out["phi2"][k], out["g2"][k]
         np.testing.assert_allclose([ph[0, 0], ph[0, 1], ph[1, 1]], SPEC_7_7[t][0], atol=1e-5)
         np.testing.assert_allclose([g[0, 1], g[1, 1]], SPEC_7_7[t][1][1:], atol=1e-5)
         # G_2,11: the spec's table differs by 2e-5..1.5e-4 from both this formula and the independent
-        # field-level expansion (eta -> 0, 60-node rule): a small erratum in spec §7.7 (reported)
+        # field-level expansion (eta -> 0, 60-node rule): a small erratum in Bordelon & Pehlevan (2022), our reference checks (reported)
         np.testing.assert_allclose(g[0, 0], SPEC_7_7[t][1][0], atol=2e-4)
 
 
@@ -179,11 +179,11 @@ def test_two_layer_atoms_equal_field_level_expansion_sin():
     vals = {}
     for eta in (0.02, 0.01):
         T = round(1.0 / eta) + 1
-        ser = gamma0_series(kernel=KX, y=Y, depth=1, eta=eta, steps=T, order=2, activation="sin",
+        ser = gamma0_series(kernel=KX, y=Y, hidden_layers=1, eta=eta, steps=T, order=2, activation="sin",
                             nodes=14)
         vals[eta] = (ser.coefficient(2, "phi")[0, -1], ser.coefficient(2, "g")[0, -1])
     rich = [2 * vals[0.01][q] - vals[0.02][q] for q in (0, 1)]
-    out = gamma0_leading_order(kernel=KX, y=Y, depth=1, times=[1.0], activation="sin")
+    out = gamma0_leading_order(kernel=KX, y=Y, hidden_layers=1, times=[1.0], activation="sin")
     np.testing.assert_allclose(out["phi2"][0], rich[0], atol=2e-4)
     np.testing.assert_allclose(out["g2"][0], rich[1], atol=2e-4)
 
@@ -192,9 +192,9 @@ def test_two_layer_atoms_equal_field_level_expansion_sin():
 def test_deep_linear_series_error_scales_as_next_order():
     """Truncation at gamma0^{2k} leaves an error ~ gamma0^{2k+2} (k = 1, 2, 3), deep linear L = 3."""
     L, eta, T = 3, 0.05, 41
-    ser = gamma0_series(kernel=KX, y=Y, depth=L, eta=eta, steps=T, order=6)
+    ser = gamma0_series(kernel=KX, y=Y, hidden_layers=L, eta=eta, steps=T, order=6)
     g0 = np.array([0.05, 0.07, 0.1])
-    sols = [solve_deep_linear(kernel=KX, y=Y, depth=L, gamma0=g, eta=eta, steps=T) for g in g0]
+    sols = [solve_deep_linear(kernel=KX, y=Y, hidden_layers=L, gamma0=g, eta=eta, steps=T) for g in g0]
     for k in (1, 2, 3):
         err_f = [np.max(np.abs(ser.evaluate(g, 2 * k, "f") - s.f)) for g, s in zip(g0, sols)]
         err_h = [np.max(np.abs(ser.evaluate(g, 2 * k, "phi") - s.phi)) for g, s in zip(g0, sols)]
@@ -207,10 +207,10 @@ def test_deep_linear_ntk_closure_and_gradient_independence_match_their_solvers()
     L, eta, T = 2, 0.05, 31
     g0 = np.array([0.05, 0.1])
     for kw in ({"closure": "ntk"}, {"gradient_independent": True, "closure": "ntk"}):
-        ser = gamma0_series(kernel=KX, y=Y, depth=L, eta=eta, steps=T, order=4, **kw)
+        ser = gamma0_series(kernel=KX, y=Y, hidden_layers=L, eta=eta, steps=T, order=4, **kw)
         errs = []
         for g in g0:
-            sol = solve_deep_linear(kernel=KX, y=Y, depth=L, gamma0=g, eta=eta, steps=T, **kw)
+            sol = solve_deep_linear(kernel=KX, y=Y, hidden_layers=L, gamma0=g, eta=eta, steps=T, **kw)
             errs.append(np.max(np.abs(ser.evaluate(g, 4, "f") - sol.f)))
         assert abs(_slope(g0, errs) - 6) < 0.3, (kw, errs)
 
@@ -222,7 +222,7 @@ def test_tanh_two_layer_series_error_scales_as_next_order():
     still bends the k = 2 slope (5.6-5.7 between 0.065 and 0.1).
     """
     eta, T, nodes = 0.1, 21, 20
-    ser = gamma0_series(kernel=KX, y=Y, depth=1, eta=eta, steps=T, order=6, activation="tanh",
+    ser = gamma0_series(kernel=KX, y=Y, hidden_layers=1, eta=eta, steps=T, order=6, activation="tanh",
                         nodes=nodes)
     g0 = np.array([0.02, 0.03, 0.045])
     idx = np.arange(T)
@@ -232,39 +232,39 @@ def test_tanh_two_layer_series_error_scales_as_next_order():
             sol = solve_two_layer(kernel=KX, y=Y, gamma0=g, eta=eta, steps=T, activation="tanh",
                                   nodes=nodes, two_time=False)
             err_f.append(np.max(np.abs(ser.evaluate(g, 2 * k, "f") - sol.f)))
-            err_k.append(np.max(np.abs(ser.evaluate(g, 2 * k, "ntk") - sol.ntk[idx, :, idx, :])))
+            err_k.append(np.max(np.abs(ser.evaluate(g, 2 * k, "ntk") - sol.ntk_two_time[idx, :, idx, :])))
         assert abs(_slope(g0, err_f) - (2 * k + 2)) < 0.3, (k, err_f)
         assert abs(_slope(g0, err_k) - (2 * k + 2)) < 0.3, (k, err_k)
 
 
 def test_odd_orders_vanish():
-    ser = gamma0_series(kernel=KX, y=Y, depth=1, eta=0.1, steps=11, order=4, activation="tanh",
+    ser = gamma0_series(kernel=KX, y=Y, hidden_layers=1, eta=0.1, steps=11, order=4, activation="tanh",
                         nodes=12)
     scale = np.max(np.abs(ser.coefficient(2, "ntk")))
     assert ser.odd_residual < 1e-13 * scale                  # field-level gamma0^1, gamma0^3 terms
     assert not np.any(ser.coefficient(3, "f"))
-    # the solver is even in gamma0 (spec §2.10), so no odd term can be hiding
+    # the solver is even in gamma0 (Bordelon & Pehlevan (2022), §5.2, App. P.1), so no odd term can be hiding
     a = solve_two_layer(kernel=KX, y=Y, gamma0=0.3, eta=0.1, steps=11, activation="tanh", nodes=12)
     b = solve_two_layer(kernel=KX, y=Y, gamma0=-0.3, eta=0.1, steps=11, activation="tanh", nodes=12)
     np.testing.assert_allclose(a.f, b.f, atol=1e-14)
     with pytest.raises(DomainError):
-        gamma0_series(kernel=KX, y=Y, depth=2, eta=0.1, steps=5, order=3)
+        gamma0_series(kernel=KX, y=Y, hidden_layers=2, eta=0.1, steps=5, order=3)
 
 
 def test_breakdown_radius_against_the_solver():
-    """Seed Fig. 4 story: inside the estimated radius the series converges to the DMFT, outside it
-    the truncations move away from it; the radius shrinks with depth."""
+    """Bordelon & Pehlevan (2022), Fig. 4 story: inside the estimated radius the series converges to the DMFT, outside it
+    the truncations move away from it; the radius shrinks with hidden_layers."""
     eta, T = 0.05, 41
     radii = {}
     for L in (1, 2, 3):
-        ser = gamma0_series(kernel=KX, y=Y, depth=L, eta=eta, steps=T, order=12)
+        ser = gamma0_series(kernel=KX, y=Y, hidden_layers=L, eta=eta, steps=T, order=12)
         radii[L] = ser.radius("f", "pade")
         if L == 3:
             r = radii[L]
-            inside = solve_deep_linear(kernel=KX, y=Y, depth=L, gamma0=0.5 * r, eta=eta, steps=T)
+            inside = solve_deep_linear(kernel=KX, y=Y, hidden_layers=L, gamma0=0.5 * r, eta=eta, steps=T)
             errs_in = [np.max(np.abs(ser.evaluate(0.5 * r, o, "f") - inside.f)) for o in (4, 8, 12)]
             assert errs_in[0] > errs_in[1] > errs_in[2]
-            outside = solve_deep_linear(kernel=KX, y=Y, depth=L, gamma0=1.6 * r, eta=eta, steps=T)
+            outside = solve_deep_linear(kernel=KX, y=Y, hidden_layers=L, gamma0=1.6 * r, eta=eta, steps=T)
             errs_out = [np.max(np.abs(ser.evaluate(1.6 * r, o, "f") - outside.f)) for o in (4, 8, 12)]
             assert errs_out[0] < errs_out[1] < errs_out[2]
             assert 0.5 * r < ser.radius("f", "ratio") < 2 * r       # the estimates agree roughly
@@ -274,44 +274,44 @@ def test_breakdown_radius_against_the_solver():
 # ---------------------------------------------------------------- API, errors, LaTeX
 def test_bad_input_raises_domain_error():
     with pytest.raises(DomainError):
-        gamma0_series(kernel=KX, y=Y, depth=2, eta=0.1, steps=5, order=-2)
+        gamma0_series(kernel=KX, y=Y, hidden_layers=2, eta=0.1, steps=5, order=-2)
     with pytest.raises(DomainError):
-        gamma0_series(kernel=[[1.0, 2.0], [2.0, 1.0]], y=Y, depth=2, eta=0.1, steps=5)   # not PSD
+        gamma0_series(kernel=[[1.0, 2.0], [2.0, 1.0]], y=Y, hidden_layers=2, eta=0.1, steps=5)   # not PSD
     with pytest.raises(DomainError):
-        gamma0_series(kernel=KX, y=Y, depth=2, eta=2.0, steps=5)                    # unstable GD
-    ser = gamma0_series(kernel=KX, y=Y, depth=2, eta=0.1, steps=5, order=2)
+        gamma0_series(kernel=KX, y=Y, hidden_layers=2, eta=2.0, steps=5)                    # unstable GD
+    ser = gamma0_series(kernel=KX, y=Y, hidden_layers=2, eta=0.1, steps=5, order=2)
     with pytest.raises(DomainError):
         ser.coefficient(4, "f")
     with pytest.raises(DomainError):
         ser.coefficient(2, "nonsense")
     with pytest.raises(NotDerivedError):
-        gamma0_series(kernel=KX, y=Y, depth=2, eta=0.1, steps=5, activation="tanh", exact=True)
+        gamma0_series(kernel=KX, y=Y, hidden_layers=2, eta=0.1, steps=5, activation="tanh", exact=True)
 
 
 def test_latex_is_deterministic_and_in_book_notation():
-    ser = gamma0_series(kernel=KX, y=Y, depth=3, eta=0.1, steps=5, order=2)
+    ser = gamma0_series(kernel=KX, y=Y, hidden_layers=3, eta=0.1, steps=5, order=2)
     assert ser.latex(2, "ntk").startswith(r"K_{2,\mu\nu}(t,s) = 20 ")
     from effth.theories.dmft.gamma_series import latex_coefficient
     sym = latex_coefficient(2, "ntk")
     assert r"L \left(L + 1\right)^{2} \left(L + 2\right)" in sym
-    two = latex_coefficient(2, "g", depth=1, activation="tanh")
-    assert two == latex_coefficient(2, "g", depth=1, activation="tanh")
+    two = latex_coefficient(2, "g", hidden_layers=1, activation="tanh")
+    assert two == latex_coefficient(2, "g", hidden_layers=1, activation="tanh")
     assert r"\sigma'''_{\nu}" in two and r"\left\langle" in two
     assert latex_coefficient(3, "f").endswith("= 0")
 
 
 def test_compare_approximations_orders_the_schemes():
-    c = compare_approximations(kernel=KX, y=Y, depth=3, gamma0=0.3, eta=0.05, steps=41, order=4)
+    c = compare_approximations(kernel=KX, y=Y, hidden_layers=3, gamma0=0.3, eta=0.05, steps=41, order=4)
     err = c.errors()
     assert err["series"][0] < err["gradient_independent"][0] < err["static_ntk"][0]
-    c1 = compare_approximations(kernel=KX, y=Y, depth=1, gamma0=0.3, eta=0.1, steps=11, order=2,
+    c1 = compare_approximations(kernel=KX, y=Y, hidden_layers=1, gamma0=0.3, eta=0.1, steps=11, order=2,
                                 activation="tanh", nodes=12)
     assert c1.errors()["gradient_independent"] == (0.0, 0.0)          # GI is exact at L = 1
     assert "series" in c1.table()
 
 
 def test_two_layer_order2_exprs_expand_to_linear_check():
-    """Spec §4.4 linear check: phi = id gives Phi_2 = 2 (K^x v)(K^x v)^T at equal times."""
+    """Bordelon & Pehlevan (2022), App. P (two-layer, derived here) linear check: phi = id gives Phi_2 = 2 (K^x v)(K^x v)^T at equal times."""
     _, v, vv = lazy_time_functions(2 * KX, Y, np.array([0.7]))
     phi2 = evaluate_two_layer_order2(two_layer_order2_exprs()["phi"], KX, v, vv, "linear")
     kv = KX @ v[0]
@@ -319,14 +319,14 @@ def test_two_layer_order2_exprs_expand_to_linear_check():
 
 
 def test_all_orders_series_sums_to_the_two_layer_linear_closed_form():
-    """Spec §7.1 (closed-form ODE, whitened two-layer linear, y = 1): f(gamma0 = 0.5, t = 1) = 0.8768758.
+    """Bordelon & Pehlevan (2022), our reference checks (closed-form ODE, whitened two-layer linear, y = 1): f(gamma0 = 0.5, t = 1) = 0.8768758.
 
     ``K^x = 1`` (one sample) is the whitened problem.  The series (order 12, converged to 1e-10 at
     gamma0 = 0.5 < radius 1/y) on grids eta = 0.04, 0.02, 0.01, Richardson-extrapolated to eta -> 0.
     """
     vals = []
     for eta in (0.04, 0.02, 0.01):
-        ser = gamma0_series(kernel=[[1.0]], y=[1.0], depth=1, eta=eta, steps=round(1 / eta) + 1,
+        ser = gamma0_series(kernel=[[1.0]], y=[1.0], hidden_layers=1, eta=eta, steps=round(1 / eta) + 1,
                             order=12)
         vals.append(ser.evaluate(0.5, name="f")[-1, 0])
         pade = ser.pade(0.5, "f")[-1, 0]
@@ -337,23 +337,23 @@ def test_all_orders_series_sums_to_the_two_layer_linear_closed_form():
 
 # ---------------------------------------------------------------- deep nonlinear networks (§4.5)
 def test_deep_nonlinear_expansion_reduces_to_the_exact_special_cases():
-    """The deep nonlinear code path at depth 1 equals the field-level two-layer expansion, and with
-    phi = id at depth 2, 3 it equals the deep linear series (responses, Price terms included)."""
+    """The deep nonlinear code path at hidden_layers 1 equals the field-level two-layer expansion, and with
+    phi = id at hidden_layers 2, 3 it equals the deep linear series (responses, Price terms included)."""
     from effth.theories.dmft._series_deep_linear import deep_linear_series_arrays
     from effth.theories.dmft._series_deep_nonlinear import deep_nonlinear_order2_arrays
     from effth.theories.dmft._series_two_layer import two_layer_series_arrays
 
     T, eta = 8, 0.1
-    deep = deep_nonlinear_order2_arrays(KX, Y, depth=1, activation="tanh", eta=eta, steps=T,
+    deep = deep_nonlinear_order2_arrays(KX, Y, hidden_layers=1, activation="tanh", eta=eta, steps=T,
                                         nodes=100)             # trapezoid rule in u
     two = two_layer_series_arrays(KX, Y, activation="tanh", eta=eta, steps=T, order=2, nodes=100)
     idx = np.arange(T)
     assert np.abs(deep.phi[1, 0][idx, :, idx, :] - two.phi[2]).max() < 1e-6
     assert np.abs(deep.g[1, 0][idx, :, idx, :] - two.g[2]).max() < 1e-6
     for L in (2, 3):
-        nl = deep_nonlinear_order2_arrays(KX, Y, depth=L, activation="linear", eta=eta, steps=T,
+        nl = deep_nonlinear_order2_arrays(KX, Y, hidden_layers=L, activation="linear", eta=eta, steps=T,
                                           nodes=3)
-        lin = deep_linear_series_arrays(KX, Y, depth=L, eta=eta, steps=T, order=1, closure="ntk",
+        lin = deep_linear_series_arrays(KX, Y, hidden_layers=L, eta=eta, steps=T, order=1, closure="ntk",
                                         gradient_independent=False, exact=False)
         assert np.abs(nl.phi[1] - lin.H[1]).max() < 1e-12
         assert np.abs(nl.g[1] - lin.G[1][:, :, None, :, None]).max() < 1e-12
@@ -364,8 +364,8 @@ def test_deep_nonlinear_expansion_reduces_to_the_exact_special_cases():
 
 def test_deep_lazy_responses_match_spec_7_8():
     """tanh, L = 2, gamma0 = 0.05, eta = 0.1: block (t8, t3) of Abar^1, Bbar^1 and the equal-time
-    b^1(t9) (spec §7.8 formula values, printed to 1e-6; the spec's antithetic MC agrees to ~1 %)."""
-    ser = gamma0_series(kernel=KX, y=Y, depth=2, eta=0.1, steps=12, order=2, activation="tanh",
+    b^1(t9) (Bordelon & Pehlevan (2022), our reference checks formula values, printed to 1e-6; the spec's antithetic MC agrees to ~1 %)."""
+    ser = gamma0_series(kernel=KX, y=Y, hidden_layers=2, eta=0.1, steps=12, order=2, activation="tanh",
                         closure="ntk", nodes=40)
     g0 = 0.05
     A = g0 * ser.lazy_responses["A"][0]
@@ -387,7 +387,7 @@ def test_deep_tanh_order2_against_the_monte_carlo_solver():
     from effth.theories.dmft.nonlinear import solve_monte_carlo
 
     T, eta, L, seeds = 5, 0.3, 3, 8
-    ser = gamma0_series(kernel=KX, y=Y, depth=L, eta=eta, steps=T, order=2, activation="tanh",
+    ser = gamma0_series(kernel=KX, y=Y, hidden_layers=L, eta=eta, steps=T, order=2, activation="tanh",
                         closure="ntk", nodes=40)
 
     def final(phi, g, ntk, f):
@@ -397,7 +397,7 @@ def test_deep_tanh_order2_against_the_monte_carlo_solver():
     g1, g2 = 0.05, 0.025
     est = []
     for seed in range(seeds):
-        r = [solve_monte_carlo(kernel=KX, y=Y, depth=L, gamma0=g, eta=eta, steps=T,
+        r = [solve_monte_carlo(kernel=KX, y=Y, hidden_layers=L, gamma0=g, eta=eta, steps=T,
                                activation="tanh", samples=3000, iterations=25, closure="ntk",
                                seed=seed) for g in (g1, g2)]
         x = [final(q.phi, q.g, q.ntk_diag, q.f) for q in r]
@@ -409,7 +409,7 @@ def test_deep_tanh_order2_against_the_monte_carlo_solver():
     z = (mean - theory) / se
     assert np.max(np.abs(z)) < 5.0, z
     from effth.theories.dmft._series_deep_nonlinear import deep_nonlinear_order2_arrays
-    arr = deep_nonlinear_order2_arrays(KX, Y, depth=L, activation="tanh", eta=eta, steps=T,
+    arr = deep_nonlinear_order2_arrays(KX, Y, hidden_layers=L, activation="tanh", eta=eta, steps=T,
                                        nodes=40)
     n_k = 2 * L * 4
     wrong = final(arr.self_phi, arr.self_g, arr.ntk[1], arr.f[1])[:n_k]
@@ -418,25 +418,25 @@ def test_deep_tanh_order2_against_the_monte_carlo_solver():
 
 def test_deep_nonlinear_scope_is_explicit():
     with pytest.raises(NotDerivedError, match="gradient"):
-        gamma0_series(kernel=KX, y=Y, depth=2, eta=0.1, steps=5, activation="tanh",
+        gamma0_series(kernel=KX, y=Y, hidden_layers=2, eta=0.1, steps=5, activation="tanh",
                       gradient_independent=True)
     from effth.theories.dmft._series_deep_jets import deep_nonlinear_series_arrays
     with pytest.raises(DomainError, match="max_points"):
-        deep_nonlinear_series_arrays(KX, Y, depth=2, activation="tanh", eta=0.1, steps=5,
+        deep_nonlinear_series_arrays(KX, Y, hidden_layers=2, activation="tanh", eta=0.1, steps=5,
                                      order=4, max_points=10_000)
     with pytest.raises(DomainError, match="kinks"):
-        gamma0_series(kernel=KX, y=Y, depth=2, eta=0.1, steps=5, activation="relu",
+        gamma0_series(kernel=KX, y=Y, hidden_layers=2, eta=0.1, steps=5, activation="relu",
                       closure="ntk")
     from effth.theories.dmft.gamma_series import latex_coefficient
-    tex = latex_coefficient(2, "phi", depth=3, activation="tanh")
+    tex = latex_coefficient(2, "phi", hidden_layers=3, activation="tanh")
     assert r"\Phi^{\ell-1}_{2,ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle" in tex
-    assert latex_coefficient(2, "ntk", depth=3, activation="tanh").startswith(r"K_{2}(t,s) =")
+    assert latex_coefficient(2, "ntk", hidden_layers=3, activation="tanh").startswith(r"K_{2}(t,s) =")
 
 
 def test_compare_approximations_deep_tanh():
     """L = 3 tanh at gamma0 = 0.3 (gamma0 L ~ 1): the gamma0^2 series is closer to the full
     Monte-Carlo DMFT than gradient independence, which is closer than the static NTK."""
-    c = compare_approximations(kernel=KX, y=Y, depth=3, gamma0=0.3, eta=0.3, steps=8, order=2,
+    c = compare_approximations(kernel=KX, y=Y, hidden_layers=3, gamma0=0.3, eta=0.3, steps=8, order=2,
                                activation="tanh")
     err = c.errors()
     assert err["series_ntk"][0] < err["gradient_independent"][0] < err["static_ntk"][0]

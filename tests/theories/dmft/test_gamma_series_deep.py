@@ -2,7 +2,7 @@
 
 Derived corner: the engine against three independent computations -- the closed-form lazy atoms
 of the O(gamma0^2) module, the exact deep linear series (phi = id, to gamma0^6) and the
-field-level two-layer series (depth 1, to gamma0^6).  The measured corner (the Monte-Carlo DMFT
+field-level two-layer series (hidden_layers 1, to gamma0^6).  The measured corner (the Monte-Carlo DMFT
 solver) is in ``test_gamma_series_deep_mc.py``.
 """
 
@@ -57,9 +57,9 @@ def test_formal_root_of_an_indefinite_kernel():
 def test_order_two_equals_the_closed_form_lazy_atoms(kx, y, L):
     """Responses by forward tangents and kernels by quadrature over the sources agree with the
     closed-form lazy responses and Price terms of the O(gamma0^2) module."""
-    a = deep_nonlinear_order2_arrays(kx, y, depth=L, activation="tanh", eta=0.1, steps=8,
+    a = deep_nonlinear_order2_arrays(kx, y, hidden_layers=L, activation="tanh", eta=0.1, steps=8,
                                      nodes=20)
-    b = deep_nonlinear_series_arrays(kx, y, depth=L, activation="tanh", eta=0.1, steps=8,
+    b = deep_nonlinear_series_arrays(kx, y, hidden_layers=L, activation="tanh", eta=0.1, steps=8,
                                      order=2, nodes=20)
     for name in ("phi", "g", "ntk", "f", "delta"):
         x, z = getattr(a, name), getattr(b, name)
@@ -73,9 +73,9 @@ def test_order_two_equals_the_closed_form_lazy_atoms(kx, y, L):
 def test_identity_activation_gives_the_exact_deep_linear_series(kx, y, L, order, T):
     """phi = id through the nonlinear machinery (formal sources, sparse rules, tangents, Price
     tops) against the deep linear series marched in closed form."""
-    a = deep_linear_series_arrays(kx, y, depth=L, eta=0.1, steps=T, order=order // 2,
+    a = deep_linear_series_arrays(kx, y, hidden_layers=L, eta=0.1, steps=T, order=order // 2,
                                   closure="ntk")
-    b = deep_nonlinear_series_arrays(kx, y, depth=L, activation="linear", eta=0.1, steps=T,
+    b = deep_nonlinear_series_arrays(kx, y, hidden_layers=L, activation="linear", eta=0.1, steps=T,
                                      order=order, nodes=3)
     for name, ref in (("f", a.f), ("ntk", a.ntk), ("phi", a.H)):
         got = getattr(b, name)
@@ -92,7 +92,7 @@ def test_depth_one_gives_the_two_layer_series():
     T, order = 8, 6
     a = two_layer_series_arrays(KX1, Y1, activation="tanh", eta=0.1, steps=T, order=order,
                                 nodes=480, closure="ntk")   # Gauss-Hermite: f_6 off by 3e-7 at 320
-    b = deep_nonlinear_series_arrays(KX1, Y1, depth=1, activation="tanh", eta=0.1, steps=T,
+    b = deep_nonlinear_series_arrays(KX1, Y1, hidden_layers=1, activation="tanh", eta=0.1, steps=T,
                                      order=order, nodes=160)  # trapezoid: converged to 1e-17
     idx = np.arange(T)
     for name in ("f", "ntk", "phi", "g"):
@@ -105,19 +105,19 @@ def test_depth_one_gives_the_two_layer_series():
 
 
 def test_exact_closure_against_two_layer_and_deep_linear_series():
-    """The exact discrete-GD closure (readout response one order above f): depth-1 tanh against
+    """The exact discrete-GD closure (readout response one order above f): hidden_layers-1 tanh against
     the two-layer field expansion, and phi = id at L = 3 against the deep linear series, both with
     their own exact closures."""
     T = 6
     a = two_layer_series_arrays(KX1, Y1, activation="tanh", eta=0.1, steps=T, order=4, nodes=480,
                                 closure="exact")
-    b = deep_nonlinear_series_arrays(KX1, Y1, depth=1, activation="tanh", eta=0.1, steps=T,
+    b = deep_nonlinear_series_arrays(KX1, Y1, hidden_layers=1, activation="tanh", eta=0.1, steps=T,
                                      order=4, nodes=120, closure="exact")
     for k in range(3):
         assert np.max(np.abs(a.f[2 * k] - b.f[k])) < 1e-9, k      # Gauss-Hermite reference
-    lin = deep_linear_series_arrays(KX1, Y1, depth=3, eta=0.1, steps=T, order=2, closure="exact")
-    ntk = deep_linear_series_arrays(KX1, Y1, depth=3, eta=0.1, steps=T, order=2, closure="ntk")
-    b = deep_nonlinear_series_arrays(KX1, Y1, depth=3, activation="linear", eta=0.1, steps=T,
+    lin = deep_linear_series_arrays(KX1, Y1, hidden_layers=3, eta=0.1, steps=T, order=2, closure="exact")
+    ntk = deep_linear_series_arrays(KX1, Y1, hidden_layers=3, eta=0.1, steps=T, order=2, closure="ntk")
+    b = deep_nonlinear_series_arrays(KX1, Y1, hidden_layers=3, activation="linear", eta=0.1, steps=T,
                                      order=4, nodes=3, closure="exact")
     assert np.max(np.abs(lin.f[2] - ntk.f[2])) > 1e-4           # the closures differ at gamma0^4
     for k in range(3):
@@ -125,7 +125,7 @@ def test_exact_closure_against_two_layer_and_deep_linear_series():
 
 
 def test_deep_tanh_fourth_order_is_even_real_and_causal():
-    b = deep_nonlinear_series_arrays(KX1, Y1, depth=3, activation="tanh", eta=0.2, steps=6,
+    b = deep_nonlinear_series_arrays(KX1, Y1, hidden_layers=3, activation="tanh", eta=0.2, steps=6,
                                      order=4, nodes=40)
     assert b.odd_residual < 1e-13 and b.imag_residual < 1e-13
     assert np.all(b.f[1:, 0] == 0) and np.max(np.abs(b.f[2])) > 1e-3
@@ -139,11 +139,11 @@ def test_deep_tanh_fourth_order_is_even_real_and_causal():
 
 def test_bad_input():
     with pytest.raises(DomainError, match="kinks"):
-        deep_nonlinear_series_arrays(KX1, Y1, depth=2, activation="relu", eta=0.1, steps=4,
+        deep_nonlinear_series_arrays(KX1, Y1, hidden_layers=2, activation="relu", eta=0.1, steps=4,
                                      order=4)
     with pytest.raises(DomainError, match="even"):
-        deep_nonlinear_series_arrays(KX1, Y1, depth=2, activation="tanh", eta=0.1, steps=4,
+        deep_nonlinear_series_arrays(KX1, Y1, hidden_layers=2, activation="tanh", eta=0.1, steps=4,
                                      order=3)
     with pytest.raises(DomainError, match="max_points"):
-        deep_nonlinear_series_arrays(KX2, Y2, depth=3, activation="tanh", eta=0.1, steps=3,
+        deep_nonlinear_series_arrays(KX2, Y2, hidden_layers=3, activation="tanh", eta=0.1, steps=3,
                                      order=4, nodes=8, max_points=20_000)

@@ -26,7 +26,7 @@ def _final(phi, g, ntk, f):
 
 
 def _series_x4():
-    ser = gamma0_series(kernel=KX, y=Y, depth=L, eta=ETA, steps=T, order=4, activation="tanh",
+    ser = gamma0_series(kernel=KX, y=Y, hidden_layers=L, eta=ETA, steps=T, order=4, activation="tanh",
                         closure="ntk", nodes=120)
     return _final(*(ser.coefficient(4, name) for name in ("phi", "g", "ntk", "f")))
 
@@ -62,7 +62,7 @@ def test_deep_tanh_order4_against_the_monte_carlo_solver(monkeypatch):
     for seed in range(SEEDS):
         vals = []
         for g in GAMMAS:
-            r = solve_monte_carlo(kernel=KX, y=Y, depth=L, gamma0=g, eta=ETA, steps=T,
+            r = solve_monte_carlo(kernel=KX, y=Y, hidden_layers=L, gamma0=g, eta=ETA, steps=T,
                                   activation="tanh", samples=3000, iterations=25, average=15,
                                   closure="ntk", seed=seed)
             vals.append(_final(r.phi, r.g, r.ntk_diag, r.f))

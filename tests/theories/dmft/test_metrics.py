@@ -1,4 +1,4 @@
-"""Kernel alignment A(K1, K2) of seed 000 (§4)."""
+"""Kernel alignment A(K1, K2) of Bordelon & Pehlevan (2022), §4."""
 
 from __future__ import annotations
 

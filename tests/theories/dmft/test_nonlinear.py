@@ -15,37 +15,37 @@ Y = np.array([1.0, -0.5])
 
 def test_linear_activation_matches_closed_equations():
     """The MC solver with phi = id reproduces the deterministic deep linear solver."""
-    ref = solve_deep_linear(kernel=KX, y=Y, depth=2, gamma0=1.0, eta=0.1, steps=8)
-    mc = solve_monte_carlo(kernel=KX, y=Y, depth=2, gamma0=1.0, eta=0.1, steps=8,
+    ref = solve_deep_linear(kernel=KX, y=Y, hidden_layers=2, gamma0=1.0, eta=0.1, steps=8)
+    mc = solve_monte_carlo(kernel=KX, y=Y, hidden_layers=2, gamma0=1.0, eta=0.1, steps=8,
                            activation="linear", samples=4000, iterations=12, seed=1)
     assert np.max(np.abs(mc.f - ref.f)) < 0.04
     for name in ("phi", "g"):
         err = np.abs(getattr(mc, name) - getattr(ref, name))
-        assert np.all(err < 4 * mc.stderr[name] + 2e-3), name
+        assert np.all(err < 4 * mc.mc_stderr[name] + 2e-3), name
     # responses: the row sums of the MC A^1 equal the deep linear A^1
     assert np.max(np.abs(mc.A[0].sum(axis=-1) - ref.A[0][..., 0])) < 0.03
-    assert mc.stderr["phi"].shape == mc.phi.shape and 0 < np.max(mc.stderr["phi"]) < 0.05
+    assert mc.mc_stderr["phi"].shape == mc.phi.shape and 0 < np.max(mc.mc_stderr["phi"]) < 0.05
 
 
 def test_lazy_limit_tanh():
     """gamma0 -> 0: constant kernels equal to the NNGP/NTK recursion, static-NTK dynamics."""
     T = 10
-    phi0, _, g0, K0 = lazy_kernels(KX, 2, "tanh")
-    exact = solve_monte_carlo(kernel=KX, y=Y, depth=2, gamma0=0.0, eta=0.1, steps=T,
+    phi0, _, g0, K0 = lazy_kernels(KX, "tanh", hidden_layers=2)
+    exact = solve_monte_carlo(kernel=KX, y=Y, hidden_layers=2, gamma0=0.0, eta=0.1, steps=T,
                               activation="tanh")
     np.testing.assert_allclose(exact.f, static_ntk_dynamics(K0, Y, 0.1, T), atol=1e-14)
     np.testing.assert_allclose(phi0[0], [[0.394294, 0.186324], [0.186324, 0.394294]], atol=1e-6)
-    small = solve_monte_carlo(kernel=KX, y=Y, depth=2, gamma0=1e-3, eta=0.1, steps=T,
+    small = solve_monte_carlo(kernel=KX, y=Y, hidden_layers=2, gamma0=1e-3, eta=0.1, steps=T,
                               activation="tanh", samples=3000, iterations=6, seed=2)
     assert np.max(np.abs(small.f - exact.f)) < 0.02
     # within the Monte-Carlo error estimate (from independent batches of the last sweep)
     for name in ("phi", "g"):
         err = np.abs(getattr(small, name) - getattr(exact, name))
-        assert np.all(err < 4 * small.stderr[name] + 1e-3), name
+        assert np.all(err < 4 * small.mc_stderr[name] + 1e-3), name
 
 
 def test_even_in_gamma0_with_antithetic_sampling():
-    kw = dict(kernel=KX, y=Y, depth=2, eta=0.1, steps=6, activation="tanh", samples=400,
+    kw = dict(kernel=KX, y=Y, hidden_layers=2, eta=0.1, steps=6, activation="tanh", samples=400,
               iterations=3, seed=5)
     a = solve_monte_carlo(gamma0=0.8, **kw)
     b = solve_monte_carlo(gamma0=-0.8, **kw)
@@ -54,7 +54,7 @@ def test_even_in_gamma0_with_antithetic_sampling():
 
 
 def test_relu_stein_runs_and_is_causal():
-    r = solve_monte_carlo(kernel=KX, y=Y, depth=2, gamma0=1.0, eta=0.1, steps=6,
+    r = solve_monte_carlo(kernel=KX, y=Y, hidden_layers=2, gamma0=1.0, eta=0.1, steps=6,
                           activation="relu", samples=1000, iterations=4)
     assert np.all(np.isfinite(r.phi)) and r.loss[-1] < r.loss[0]
     T, n = 6, 2
@@ -64,19 +64,19 @@ def test_relu_stein_runs_and_is_causal():
 
 def test_bad_input():
     with pytest.raises(DomainError, match="stability"):
-        solve_monte_carlo(kernel=KX, y=Y, depth=1, gamma0=1.0, eta=5.0, steps=5)
+        solve_monte_carlo(kernel=KX, y=Y, hidden_layers=1, gamma0=1.0, eta=5.0, steps=5)
     with pytest.raises(DomainError):
-        solve_monte_carlo(kernel=[[1.0, 0.0], [0.0, -1.0]], y=Y, depth=1, gamma0=1.0, eta=0.1,
+        solve_monte_carlo(kernel=[[1.0, 0.0], [0.0, -1.0]], y=Y, hidden_layers=1, gamma0=1.0, eta=0.1,
                           steps=5)
     with pytest.raises(ConvergenceError, match="iteration 1"):
-        solve_monte_carlo(kernel=KX, y=Y, depth=1, gamma0=1.0, eta=0.1, steps=5, samples=100,
+        solve_monte_carlo(kernel=KX, y=Y, hidden_layers=1, gamma0=1.0, eta=0.1, steps=5, samples=100,
                           diverge_at=0.1)
 
 
 @pytest.mark.slow
 def test_reference_tanh_L2():
-    """Spec §7.6: tanh, L = 2, y = (1, -1), gamma0 = 1, eta = 0.1, T = 20 (MC values +-0.01)."""
-    r = solve_monte_carlo(kernel=KX, y=[1.0, -1.0], depth=2, gamma0=1.0, eta=0.1, steps=20,
+    """Bordelon & Pehlevan (2022), our reference checks: tanh, L = 2, y = (1, -1), gamma0 = 1, eta = 0.1, T = 20 (MC values +-0.01)."""
+    r = solve_monte_carlo(kernel=KX, y=[1.0, -1.0], hidden_layers=2, gamma0=1.0, eta=0.1, steps=20,
                           activation="tanh", samples=8000, iterations=15, seed=0)
     P, G = r.equal_time("phi")[:, 19], r.equal_time("g")[:, 19]
     np.testing.assert_allclose(r.f[19], [0.767, -0.761], atol=0.02)

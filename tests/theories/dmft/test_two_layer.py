@@ -19,7 +19,7 @@ XT = np.array([[0.3, -0.8]])
 
 def test_quadrature_linear_is_exact():
     """phi = id: the fields are linear in (u, r), Gauss-Hermite is exact -> the closed equations."""
-    ref = solve_deep_linear(X, Y, X_test=XT, depth=1, gamma0=1.3, eta=0.05, steps=30)
+    ref = solve_deep_linear(X, Y, X_test=XT, hidden_layers=1, gamma0=1.3, eta=0.05, steps=30)
     q = solve_two_layer(X, Y, X_test=XT, activation="linear", gamma0=1.3, eta=0.05, steps=30,
                         nodes=6)
     for name in ("phi", "g", "f"):
@@ -30,11 +30,11 @@ def test_quadrature_tanh_matches_alternating_monte_carlo():
     q = solve_two_layer(X, Y, activation="tanh", gamma0=1.0, eta=0.1, steps=12)
     q2 = solve_two_layer(X, Y, activation="tanh", gamma0=1.0, eta=0.1, steps=12, nodes=40)
     assert np.max(np.abs(q.phi - q2.phi)) < 1e-3 and np.max(np.abs(q.f - q2.f)) < 1e-3
-    mc = solve_monte_carlo(X, Y, depth=1, activation="tanh", gamma0=1.0, eta=0.1, steps=12,
+    mc = solve_monte_carlo(X, Y, hidden_layers=1, activation="tanh", gamma0=1.0, eta=0.1, steps=12,
                            samples=8000, iterations=12, seed=3)
     for name in ("phi", "g"):
         err = np.abs(getattr(mc, name) - getattr(q, name))
-        assert np.all(err < 5 * mc.stderr[name] + 2e-3), name
+        assert np.all(err < 5 * mc.mc_stderr[name] + 2e-3), name
     assert np.max(np.abs(mc.f - q.f)) < 0.02
     # the marching Monte-Carlo variant of the same solver
     m = solve_two_layer(X, Y, activation="tanh", gamma0=1.0, eta=0.1, steps=12,
@@ -54,7 +54,7 @@ def test_even_in_gamma0_and_lazy_limit():
 
 
 def test_weight_decay_representer_fixed_point_linear():
-    """Seed App. J, eq. (98): at the fixed point of a kappa-homogeneous net (linear L = 1:
+    """Bordelon & Pehlevan (2022), App. J, eq. (98): at the fixed point of a kappa-homogeneous net (linear L = 1:
     kappa = 2), f_train = K (K + lambda kappa I)^-1 y with the final NTK -- exact here."""
     for g0, lam in ((2.0, 0.5), (1.0, 0.2)):
         r = solve_two_layer(X, Y, activation="linear", gamma0=g0, eta=0.05, steps=600,
@@ -66,7 +66,7 @@ def test_weight_decay_representer_fixed_point_linear():
 
 
 def test_weight_decay_relu_figure3():
-    """Seed Fig. 3 (L = 1 ReLU, lambda = 1): the fixed point is trivial (f, K -> 0) at small
+    """Bordelon & Pehlevan (2022), Fig. 3 (L = 1 ReLU, lambda = 1): the fixed point is trivial (f, K -> 0) at small
     gamma0, nontrivial at larger gamma0, and the final loss falls with gamma0; the representer
     identity (kappa = 2) holds up to the chattering of units stuck at the ReLU kink."""
     final = []
@@ -86,8 +86,8 @@ def test_weight_decay_relu_figure3():
 def test_weight_decay_matches_network():
     r = solve_two_layer(X, Y, activation="relu", gamma0=3.0, eta=0.05, steps=200,
                         weight_decay=1.0, two_time=False, nodes=30)
-    s = simulate_training(X, Y, depth=1, width=2000, gamma0=3.0, eta=0.05, steps=200,
-                          activation="relu", seeds=range(4), weight_decay=1.0,
+    s = simulate_training(X, Y, hidden_layers=1, widths=2000, gamma0=3.0, eta=0.05, steps=200,
+                          activation="relu", seed=range(4), weight_decay=1.0,
                           record_kernels=False)
     assert np.max(np.abs(s.mean("loss") - r.loss)) < 0.01
     assert np.max(np.abs(s.mean("f")[-1] - r.f[-1])) < 0.01
@@ -110,12 +110,12 @@ Y2 = np.array([[1.0, 0.3], [-0.5, 0.8]])
 
 @pytest.mark.parametrize("activation,nodes", [("linear", 5), ("tanh", 12)])
 def test_multiple_outputs_match_network(activation, nodes):
-    """Seed App. I: C = 2 outputs share the features; G^{cc'} and the NTK K^{cc'} (eq. (95))."""
+    """Bordelon & Pehlevan (2022), App. I: C = 2 outputs share the features; G^{cc'} and the NTK K^{cc'} (eq. (95))."""
     r = solve_two_layer(X, Y2, activation=activation, gamma0=1.0, eta=0.1, steps=20, nodes=nodes)
     assert r.f.shape == (20, 2, 2) and r.g.shape == (1, 20, 2, 20, 2, 2, 2)
     assert r.ntk_diag.shape == (20, 2, 2, 2, 2)
-    s = simulate_training(X, Y2, depth=1, width=4000, activation=activation, gamma0=1.0, eta=0.1,
-                          steps=20, seeds=range(4))
+    s = simulate_training(X, Y2, hidden_layers=1, widths=4000, activation=activation, gamma0=1.0, eta=0.1,
+                          steps=20, seed=range(4))
     assert s.f.shape == (4, 20, 2, 2) and s.ntk.shape == (4, 20, 2, 2, 2, 2)
     err_f = np.max(np.abs(s.mean("f") - r.f))
     assert err_f < 0.01
@@ -135,11 +135,11 @@ def test_multiple_outputs_match_network(activation, nodes):
 
 
 def test_trainable_bias_matches_network():
-    """Seed App. H: a bias on h^1 (b(0) ~ N(0,1), db/dt = gamma0 sum Delta g) is K^x -> K^x + 1."""
+    """Bordelon & Pehlevan (2022), App. H: a bias on h^1 (b(0) ~ N(0,1), db/dt = gamma0 sum Delta g) is K^x -> K^x + 1."""
     r = solve_two_layer(X, Y, activation="tanh", gamma0=1.0, eta=0.1, steps=20, bias=True)
     np.testing.assert_allclose(r.data.kx, KX + 1.0)
-    s = simulate_training(X, Y, depth=1, width=4000, activation="tanh", gamma0=1.0, eta=0.1,
-                          steps=20, seeds=range(4), bias=True)
+    s = simulate_training(X, Y, hidden_layers=1, widths=4000, activation="tanh", gamma0=1.0, eta=0.1,
+                          steps=20, seed=range(4), bias=True)
     assert np.max(np.abs(s.mean("f") - r.f)) < 0.01
     assert np.max(np.abs(s.mean("ntk") - r.ntk_diag)) < 0.05
     no_bias = solve_two_layer(X, Y, activation="tanh", gamma0=1.0, eta=0.1, steps=20)

@@ -27,40 +27,40 @@ def discrepancy(theory, run) -> float:
     return float(per_seed.mean())
 
 
-def width_study(theory, widths, seeds, **kw):
-    d = [discrepancy(theory, simulate_training(X, Y, width=N, seeds=seeds, **kw)) for N in widths]
+def width_study(theory, widths, seed, **kw):
+    d = [discrepancy(theory, simulate_training(X, Y, widths=N, seed=seed, **kw)) for N in widths]
     slope = np.polyfit(np.log(widths), np.log(d), 1)[0]
     return np.array(d), slope
 
 
 def test_deep_linear_L3_quick():
     """Quick version: the discrepancy falls about 4x from N = 250 to 1000 and is small."""
-    kw = dict(depth=3, gamma0=1.0, eta=0.05, steps=21)
+    kw = dict(hidden_layers=3, gamma0=1.0, eta=0.05, steps=21)
     theory = solve_deep_linear(X, Y, **kw)
-    d, slope = width_study(theory, [250, 1000], seeds=range(6), activation="linear", **kw)
+    d, slope = width_study(theory, [250, 1000], seed=range(6), activation="linear", **kw)
     assert d[-1] < 0.05
     assert -1.5 < slope < -0.6, (d, slope)
 
 
 @pytest.mark.slow
 def test_deep_linear_L3_width_scaling():
-    kw = dict(depth=3, gamma0=1.0, eta=0.05, steps=21)
+    kw = dict(hidden_layers=3, gamma0=1.0, eta=0.05, steps=21)
     theory = solve_deep_linear(X, Y, **kw)
-    d, slope = width_study(theory, [250, 500, 1000, 2000], seeds=range(8), activation="linear",
+    d, slope = width_study(theory, [250, 500, 1000, 2000], seed=range(8), activation="linear",
                            **kw)
     print("deep linear L=3: D(N) =", d, "slope", slope)
     assert abs(slope + 1.0) < 0.3, (d, slope)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("depth,samples,seeds", [(1, 40000, 32), (2, 16000, 8)])
-def test_tanh_width_scaling(depth, samples, seeds):
-    kw = dict(depth=depth, gamma0=1.0, eta=0.1, steps=11)
+@pytest.mark.parametrize("hidden_layers,samples,seeds", [(1, 40000, 32), (2, 16000, 8)])
+def test_tanh_width_scaling(hidden_layers, samples, seeds):
+    kw = dict(hidden_layers=hidden_layers, gamma0=1.0, eta=0.1, steps=11)
     theory = solve_monte_carlo(X, Y, activation="tanh", samples=samples, iterations=12, seed=0,
                                **kw)
-    d, slope = width_study(theory, [250, 500, 1000, 2000], seeds=range(seeds), activation="tanh",
+    d, slope = width_study(theory, [250, 500, 1000, 2000], seed=range(seeds), activation="tanh",
                            **kw)
-    print(f"tanh L={depth}: D(N) =", d, "slope", slope)
+    print(f"tanh L={hidden_layers}: D(N) =", d, "slope", slope)
     assert abs(slope + 1.0) < 0.3, (d, slope)
 
 
@@ -69,13 +69,13 @@ def test_tanh_L1_quadrature_width_scaling():
     from effth.theories.dmft import solve_two_layer
     kw = dict(gamma0=1.0, eta=0.1, steps=11)
     theory = solve_two_layer(X, Y, activation="tanh", **kw)
-    d, slope = width_study(theory, [250, 500, 1000, 2000], seeds=range(64), activation="tanh",
-                           depth=1, **kw)
+    d, slope = width_study(theory, [250, 500, 1000, 2000], seed=range(64), activation="tanh",
+                           hidden_layers=1, **kw)
     assert abs(slope + 1.0) < 0.25, (d, slope)
 
 
 def test_single_site_field_density_matches_network_preactivations():
-    """Seed Fig. 1b-c: the DMFT's single-site preactivations h^l_mu(t_final) (tanh, L = 2,
+    """Bordelon & Pehlevan (2022), Fig. 1b-c: the DMFT's single-site preactivations h^l_mu(t_final) (tanh, L = 2,
     gamma0 = 1.5) have the variance and the (non-Gaussian) kurtosis of the width-2000 networks'
     neurons, within 5 standard errors (batches of samples / of neurons); the lazy Gaussian
     (kurtosis 3) is rejected."""
@@ -86,9 +86,9 @@ def test_single_site_field_density_matches_network_preactivations():
 
     kx = np.array([[1.0, 0.5], [0.5, 1.0]])
     X, y = np.linalg.cholesky(2 * kx), np.array([1.0, -0.5])
-    kw = dict(depth=2, gamma0=1.5, eta=0.1, steps=10)
+    kw = dict(hidden_layers=2, gamma0=1.5, eta=0.1, steps=10)
     res = solve_monte_carlo(X, y, samples=8000, iterations=12, keep_fields=True, seed=3, **kw)
-    nets = simulate_training(X, y, width=2000, activation="tanh", seeds=range(4),
+    nets = simulate_training(X, y, widths=2000, activation="tanh", seed=range(4),
                              record_preactivations=True, **kw)
 
     def moments(batches):
