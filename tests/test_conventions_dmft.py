@@ -153,15 +153,20 @@ def test_kinked_activations_only_refused_where_smoothness_is_needed():
 @pytest.mark.parametrize("activation", ["gelu", "silu"])
 def test_trainer_runs_registry_activations_against_the_dmft(activation):
     """Width-4000 networks (4 seeds) with gelu / silu match the two-layer DMFT within 5 standard
-    errors (+ a 1/N allowance); tanh's DMFT solution is rejected by the same test."""
+    errors (at this width the O(1/N) bias is below the noise: max|z| 2.7-3.1 on phi); tanh's DMFT
+    solution is rejected by the same test."""
     theory = solve_two_layer(X, Y, activation=activation, gamma0=1.0, eta=0.1, steps=12, nodes=16)
     wrong = solve_two_layer(X, Y, activation="tanh", gamma0=1.0, eta=0.1, steps=12, nodes=16)
     run = simulate_training(X, Y, hidden_layers=1, widths=4000, activation=activation,
                             gamma0=1.0, eta=0.1, steps=12, seed=range(4))
 
+    # f(t_0) = 0 exactly in both (centred outputs): the only entries without spread.
+    assert np.max(np.abs(run.value("f")[0])) < 1e-12
+    assert np.max(np.abs(theory.value("f")[0])) < 1e-12
+    assert np.all(run.stderr("f")[1:] > 0)
+
     def z(th, name, layer=None):
-        se = run.stderr(name, layer)
-        return np.max(np.abs(run.value(name, layer) - th.value(name, layer)) / (se + 2.5e-3))
+        return et.compare(th, run, name, layer).max_abs_z     # entries with stderr > 0
 
     for name, layer in (("f", None), ("ntk", None), ("phi", 1), ("g", 1)):
         assert z(theory, name, layer) < 5, (activation, name)
