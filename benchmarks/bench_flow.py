@@ -1,6 +1,6 @@
 """Benchmark of :func:`effth.flow` (compiled K, V, G1 over all layers and inputs).
 
-Bar (issue 3): a depth-20 tanh network on 8 inputs gives K, V, G1 at every layer in under 2 s;
+Bar: a depth-20 tanh network on 8 inputs gives K, V, G1 at every layer in under 2 s;
 on 16 inputs in under 20 s.  Baseline in the same process: the naive evaluation, one quadrature
 call per tensor entry per layer (``initialization_flow``, which evaluates each of the
 symmetry-distinct components of the derived expression separately).  The naive run is timed on

@@ -1,4 +1,4 @@
-"""Width-scaling bar of issue 3: theory vs simulation across n in {16, 32, 64, 128}.
+"""Width-scaling bar: theory vs simulation across n in {16, 32, 64, 128}.
 
 For ReLU, tanh and GELU (depth 4, two inputs, critical C_W, C_b) prints per activation a table
 n, Delta_G = G - (K + G^{1}/n) (off-diagonal component, control-variate estimator) +- se,

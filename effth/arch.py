@@ -4,7 +4,7 @@ Theories (:mod:`effth.algebra` and, later, the theory modules) and the simulator
 (:mod:`effth.simulation`) both read these specs; that is the only thing they share, so a
 simulation can never reuse the code it checks.
 
-Conventions (PDLT §2.1, spec ``seed-001-pdlt-ch0-4.md`` §1.1–§1.3): ``depth`` is the number of
+Conventions (PDLT §2.1 and §2.3, ``docs/conventions.md``): ``depth`` is the number of
 weight layers :math:`L` (the output layer counts); hidden widths are
 :math:`n_1,\dots,n_{L-1}`; :math:`n_0` is the input dimension; biases
 :math:`b^{(\ell)}\sim\mathcal N(0, C_b^{(\ell)})` and weights
@@ -28,13 +28,59 @@ from .errors import DomainError
 __all__ = ["MLP", "resolve_depth"]
 
 
+def as_real(value: Any, name: str) -> float:
+    """A finite-or-not Python float from a Python, NumPy or SymPy real number.
+
+    Bools, strings, complex numbers and symbolic (non-numeric) SymPy expressions are refused with
+    :class:`~effth.errors.DomainError` naming ``name``.
+    """
+    import numbers
+
+    if isinstance(value, bool) or (hasattr(value, "dtype") and getattr(value, "dtype", None) is not None
+                                   and getattr(value.dtype, "kind", "") == "b"):
+        raise DomainError(f"{name} must be a real number, got the bool {value!r}")
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0 and value.dtype.kind in "iuf":
+        return float(value)
+    if getattr(value, "is_number", False) and hasattr(value, "is_real"):   # SymPy number
+        if value.is_real is False or (value.is_real is None and abs(complex(value).imag) > 0):
+            raise DomainError(f"{name} must be a real number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    raise DomainError(f"{name} must be a real number (Python, NumPy or SymPy), got {value!r}")
+
+
+def _is_scalar(value: Any) -> bool:
+    return (not isinstance(value, (str, bytes)) and not hasattr(value, "__len__")
+            and not hasattr(value, "__iter__")) or getattr(value, "ndim", None) == 0
+
+
+def real_sequence(value: Any, counts: Sequence[int], name: str) -> tuple[float, ...] | float:
+    """One real number (returned as a float) or a sequence whose length is one of ``counts``.
+
+    Raises :class:`~effth.errors.DomainError` (naming ``name`` and the lengths allowed) otherwise.
+    """
+    if _is_scalar(value):
+        return as_real(value, name)
+    if isinstance(value, (str, bytes)):
+        raise DomainError(f"{name} must be a number or a sequence of numbers, got {value!r}")
+    try:
+        values = tuple(as_real(v, name) for v in value)
+    except TypeError as exc:                       # not iterable
+        raise DomainError(f"{name} must be a number or a sequence of numbers, got {value!r}") from exc
+    if len(values) not in counts:
+        want = " or ".join(str(c) for c in counts)
+        raise DomainError(f"{name} needs one value or {want} values (one per weight layer), "
+                          f"got {len(values)}")
+    return values
+
+
 def _per_layer(value: Any, count: int, name: str, *, positive: bool) -> tuple[float, ...]:
-    if isinstance(value, (int, float)):
-        values = (float(value),) * count
-    else:
-        values = tuple(float(v) for v in value)
-        if len(values) != count:
-            raise DomainError(f"{name} needs one value per weight layer ({count}), got {len(values)}")
+    seq = real_sequence(value, (count,), name)
+    values = (seq,) * count if isinstance(seq, float) else seq
     for v in values:
         if not (v == v) or v in (float("inf"), float("-inf")):
             raise DomainError(f"{name} must be finite, got {values}")
@@ -105,6 +151,23 @@ def _as_int(value: Any, name: str) -> int:
     raise DomainError(f"{name} must be an integer, got {value!r}")
 
 
+def _widths(widths: Any, depth: int) -> tuple[int, ...]:
+    """Hidden widths n_1..n_{L-1} from an int or a sequence / array of ints (exact integers only)."""
+    if _is_scalar(widths):
+        n = _as_int(widths, "widths")
+        values = (n,) * (depth - 1)
+    else:
+        if isinstance(widths, (str, bytes)):
+            raise DomainError(f"widths must be an int or a sequence of ints, got {widths!r}")
+        values = tuple(_as_int(n, "widths") for n in widths)
+        if len(values) != depth - 1:
+            raise DomainError(
+                f"widths needs depth-1 = {depth - 1} hidden widths (n_1..n_{{L-1}}), got {len(values)}")
+    if any(n < 1 for n in values):
+        raise DomainError(f"hidden widths must be positive ints, got {values}")
+    return values
+
+
 @dataclass(frozen=True)
 class MLP:
     r"""A fully connected network :math:`z^{(\ell+1)} = b^{(\ell+1)} + W^{(\ell+1)}\sigma(z^{(\ell)})`.
@@ -141,21 +204,16 @@ class MLP:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_act", get_activation(self.activation))
-        if not isinstance(self.depth, int) or self.depth < 1:
+        depth = _as_int(self.depth, "depth")
+        if depth < 1:
             raise DomainError(f"depth must be an int >= 1 (number of weight layers), got {self.depth!r}")
+        object.__setattr__(self, "depth", depth)
         if self.widths is not None:
-            if isinstance(self.widths, int):
-                widths = (self.widths,) * (self.depth - 1)
-            else:
-                widths = tuple(self.widths)
-            if len(widths) != self.depth - 1:
-                raise DomainError(
-                    f"widths needs depth-1 = {self.depth - 1} hidden widths, got {len(widths)}")
-            if any((not isinstance(n, int)) or n < 1 for n in widths):
-                raise DomainError(f"hidden widths must be positive ints, got {widths}")
-            object.__setattr__(self, "widths", widths)
-        if not isinstance(self.n_out, int) or self.n_out < 1:
+            object.__setattr__(self, "widths", _widths(self.widths, depth))
+        n_out = _as_int(self.n_out, "n_out")
+        if n_out < 1:
             raise DomainError(f"n_out must be a positive int, got {self.n_out!r}")
+        object.__setattr__(self, "n_out", n_out)
         object.__setattr__(self, "c_w", _per_layer(self.c_w, self.depth, "c_w", positive=True))
         object.__setattr__(self, "c_b", _per_layer(self.c_b, self.depth, "c_b", positive=False))
 
@@ -187,6 +245,20 @@ class MLP:
         if not 1 <= layer <= self.depth:
             raise DomainError(f"layer must be in 1..{self.depth}, got {layer}")
         return layer - 1
+
+    def __repr__(self) -> str:
+        def short(values: tuple) -> str:
+            if len(set(values)) == 1:
+                return f"{values[0]:g}"
+            text = "(" + ", ".join(f"{v:g}" for v in values) + ")"
+            return text if len(text) <= 60 else f"({values[0]:g}, ..., {values[-1]:g})"
+
+        widths = "None" if self.widths is None else (
+            short(self.widths) if self.widths else "()")
+        out = f", n_out={self.n_out}" if self.n_out != 1 else ""
+        name = self.activation if isinstance(self.activation, str) else self._act.name
+        return (f"MLP({name!r}, depth={self.depth}, widths={widths}, "
+                f"c_w={short(self.c_w)}, c_b={short(self.c_b)}{out})")
 
     def with_widths(self, widths: int | Sequence[int]) -> "MLP":
         """The same network with other hidden widths."""

@@ -134,7 +134,7 @@ def _four_point(s1, s2, s3, s4):
 
 
 #: Non-Gaussian data of layer ℓ at O(1/n_{ℓ-1}): (rank, cumulant function).  Odd cumulants
-#: vanish by parity (spec §7.12); the sixth cumulant and products of two O(1/n) cumulants are
+#: vanish by parity z -> -z (PDLT §4.1); the sixth cumulant and products of two O(1/n) cumulants are
 #: O(1/n^2).
 _LAYER_CUMULANTS = ((2, _two_point), (4, _four_point))
 
@@ -160,7 +160,7 @@ def _normal_ordered(zs: list) -> sp.Expr:
 def _hermite_atom(F: sp.Expr, labels: tuple) -> sp.Expr:
     r"""Book (raised-index) form of :math:`\langle\partial_{\gamma_1}\cdots\partial_{\gamma_k}F\rangle_K`.
 
-    Gaussian integration by parts (Stein, spec §4.8) run backwards:
+    Gaussian integration by parts (Stein's lemma, PDLT (4.118)–(4.120) in Edgeworth form) run backwards:
 
     .. math:: \langle\partial_{\gamma_1}\cdots\partial_{\gamma_k}F\rangle_K=\sum_{\beta}
               K^{\gamma_1\beta_1}\cdots K^{\gamma_k\beta_k}

@@ -24,7 +24,8 @@ Steps, for a joint moment of layer-:math:`(\ell+1)` objects (each a :class:`Leg`
 5. expectations over distinct neurons factorize into single-neuron derivative atoms.
 
 The derivative sums :math:`\sum_\gamma` collapse onto the labels of the activations they act on
-(Edgeworth form, spec §4.8), as in :mod:`._derive`.
+(Edgeworth form: the book's inverse kernels removed by Gaussian integration by parts), as in
+:mod:`._derive`.
 """
 
 from __future__ import annotations

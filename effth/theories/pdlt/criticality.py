@@ -1,7 +1,7 @@
 r"""Criticality and universality classes of the single-input kernel recursion (PDLT §5.2–§5.4).
 
-Single input, layer-independent :math:`(C_b, C_W)`, equal widths: kernel map (5.4), susceptibilities
-(5.50)–(5.51), criticality (5.55)–(5.57), vertex (5.109), NLO metric (5.110)/(5.140). Classes (spec §2.2–§2.5):
+Single input, layer-independent :math:`(C_W, C_b)`, equal widths: kernel map (5.4), susceptibilities
+(5.50)–(5.51), criticality (5.55)–(5.57), vertex (5.109), NLO metric (5.110)/(5.140). Classes (PDLT §5.2, §5.3.2–§5.3.4):
 ``'scale-invariant'``, ``'K*=0'``, ``'half-stable'``, ``'none'``. Which Gaussian form is used for
 :math:`g', g''` (heat form, polynomial-weighted form, homogeneity) is explained in ``docs/criticality.md``.
 """
@@ -19,6 +19,7 @@ import sympy as sp
 from scipy.optimize import brentq
 
 from effth.activations import Z, get_activation
+from effth.arch import as_real, resolve_depth
 from effth.errors import ConvergenceError, DomainError
 from effth.numerics import gaussian_expectation
 
@@ -68,11 +69,12 @@ def _check_K(K: Any) -> np.ndarray:
     return K
 
 
-def _check_c(c_b: Any, c_w: Any) -> tuple[float, float]:
-    c_b, c_w = float(c_b), float(c_w)
+def _check_c(c_w: Any, c_b: Any) -> tuple[float, float]:
+    """(C_W, C_b) as floats from Python, NumPy or SymPy numbers; C_W > 0, C_b >= 0, finite."""
+    c_w, c_b = as_real(c_w, "c_w"), as_real(c_b, "c_b")
     if not (math.isfinite(c_b) and math.isfinite(c_w)) or c_b < 0 or c_w <= 0:
-        raise DomainError(f"need C_b >= 0 and C_W > 0 (finite); got C_b={c_b!r}, C_W={c_w!r}")
-    return c_b, c_w
+        raise DomainError(f"need c_w = C_W > 0 and c_b = C_b >= 0 (finite); got c_w={c_w!r}, c_b={c_b!r}")
+    return c_w, c_b
 
 
 def _g(act: Any, K: np.ndarray, rtol: float) -> np.ndarray:
@@ -122,14 +124,14 @@ def _half_gpp(act: Any, K: np.ndarray, rtol: float) -> np.ndarray:
     return num / (8 * K ** 4)
 
 
-def kernel_map(act: Any, c_b: float, c_w: float, *, rtol: float = 1e-12) -> Callable[[Any], np.ndarray]:
+def kernel_map(act: Any, *, c_w: float, c_b: float, rtol: float = 1e-12) -> Callable[[Any], np.ndarray]:
     r"""The single-input kernel map :math:`K\mapsto C_b+C_W\,g(K)` (PDLT (5.4), (5.46)).
 
     Parameters
     ----------
     act : str or Activation
-    c_b, c_w : float
-        Bias and weight variances (:math:`C_b\ge0`, :math:`C_W>0`).
+    c_w, c_b : float (keyword-only)
+        Weight and bias variances (:math:`C_W>0`, :math:`C_b\ge0`); Python, NumPy or SymPy numbers.
     rtol : float
         Quadrature tolerance of :func:`effth.numerics.gaussian_expectation`.
 
@@ -139,31 +141,38 @@ def kernel_map(act: Any, c_b: float, c_w: float, *, rtol: float = 1e-12) -> Call
         ``f(K: array_like (...)) -> ndarray (...)``.
     """
     act = get_activation(act)
-    c_b, c_w = _check_c(c_b, c_w)
+    c_w, c_b = _check_c(c_w, c_b)
     return lambda K: c_b + c_w * _g(act, _check_K(K), rtol)
 
 
-def chi_parallel(act: Any, c_w: float, K: Any, *, rtol: float = 1e-12) -> np.ndarray:
+def chi_parallel(act: Any, K: Any, *, c_w: float, rtol: float = 1e-12) -> np.ndarray:
     r"""Parallel susceptibility :math:`\chi_\parallel(K)=C_Wg'(K)` (PDLT (5.10), (5.50)).
+
+    ``c_w`` (:math:`C_W>0`) is keyword-only; ``K`` is a float or an array of kernels.
 
     Smooth σ: :math:`C_W\langle\sigma'\sigma'+\sigma\sigma''\rangle_K`; kinked σ:
     :math:`\frac{C_W}{2K^2}\langle\sigma\sigma(z^2-K)\rangle_K` (:math:`K>0`); piecewise linear: :math:`C_WA_2`.
     """
-    return _check_c(0.0, c_w)[1] * _gprime(get_activation(act), _check_K(K), rtol)
+    return _check_c(c_w, 0.0)[0] * _gprime(get_activation(act), _check_K(K), rtol)
 
 
-def chi_perp(act: Any, c_w: float, K: Any, *, rtol: float = 1e-12) -> np.ndarray:
+def chi_perp(act: Any, K: Any, *, c_w: float, rtol: float = 1e-12) -> np.ndarray:
     r"""Perpendicular susceptibility :math:`\chi_\perp(K)=C_W\langle\sigma'\sigma'\rangle_K` (PDLT (5.51)).
+
+    ``c_w`` (:math:`C_W>0`) is keyword-only.
 
     ``inf`` for jump activations (step/perceptron/sign), whose :math:`\sigma'` is a Dirac delta.
     """
-    return _check_c(0.0, c_w)[1] * _perp(get_activation(act), _check_K(K), rtol)
+    return _check_c(c_w, 0.0)[0] * _perp(get_activation(act), _check_K(K), rtol)
 
 
-def j_function(act: Any, c_w: float, K: Any, *, rtol: float = 1e-12) -> np.ndarray:
-    r""":math:`j(K)=C_W\langle\sigma\sigma[(z^2/K)^2-6z^2/K+3]\rangle_K=4K^2C_Wg''(K)` (PDLT (5.111))."""
+def j_function(act: Any, K: Any, *, c_w: float, rtol: float = 1e-12) -> np.ndarray:
+    r""":math:`j(K)=C_W\langle\sigma\sigma[(z^2/K)^2-6z^2/K+3]\rangle_K=4K^2C_Wg''(K)` (PDLT (5.111)).
+
+    ``c_w`` (:math:`C_W>0`) is keyword-only.
+    """
     K = _check_K(K)
-    return 8 * K * K * _check_c(0.0, c_w)[1] * _half_gpp(get_activation(act), K, rtol)
+    return 8 * K * K * _check_c(c_w, 0.0)[0] * _half_gpp(get_activation(act), K, rtol)
 
 
 # ------------------------------------------------------------------ exact Taylor expansions
@@ -237,8 +246,10 @@ class Criticality:
         ``repr`` of the activation.
     universality_class : str
         One of :data:`CLASSES`.
-    c_b, c_w : sympy.Expr or float or None
-        Critical :math:`(C_b, C_W)` (exact SymPy numbers where derived symbolically); ``None`` for ``'none'``.
+    c_w, c_b : sympy.Expr or float or None
+        Critical :math:`(C_W, C_b)`, weights first (exact SymPy numbers where derived symbolically;
+        ``None`` for ``'none'``).  Usable as they are:
+        ``MLP(act, depth, c_w=crit.c_w, c_b=crit.c_b)``.
     K_star : float or None
         Fixed point; ``None`` for the scale-invariant line of fixed points (any :math:`K^\star`).
     chi_parallel, chi_perp : float or None
@@ -249,15 +260,16 @@ class Criticality:
     asymptotics : DepthAsymptotics or None
     stability : str
     other_fixed_points : tuple of float
-        Further fixed points of the critical kernel map (half-stable: the "trivial" one, spec §2.5).
+        Further fixed points of the critical kernel map (half-stable: the "trivial" one, PDLT §5.3.4; footnote 21 as printed has
+        ≈3.2 for GELU, corrected here to 3.035 because two independent quadratures give it).
     reason : str
         Why the class was assigned (for ``'none'``: why there is no criticality).
     """
 
     activation: str
     universality_class: str
-    c_b: Any
     c_w: Any
+    c_b: Any
     K_star: Any
     chi_parallel: Any
     chi_perp: Any
@@ -266,6 +278,29 @@ class Criticality:
     stability: str = ""
     other_fixed_points: tuple = ()
     reason: str = ""
+
+    def __repr__(self) -> str:
+        if self.universality_class == "none":
+            return f"Criticality({self.activation}: no critical point)"
+        ks = "any (line of fixed points)" if self.K_star is None else _short(self.K_star)
+        return (f"Criticality({self.activation}: {self.universality_class} class, "
+                f"c_w={_short(self.c_w)}, c_b={_short(self.c_b)}, K*={ks})")
+
+    def _repr_html_(self) -> str:
+        a = self.asymptotics
+        rows = [("activation", self.activation), ("universality class", self.universality_class)]
+        if self.universality_class != "none":
+            rows += [("c_w = C_W", _short(self.c_w)), ("c_b = C_b", _short(self.c_b)),
+                     ("K*", "any" if self.K_star is None else _short(self.K_star)),
+                     ("chi_par, chi_perp", f"{_short(self.chi_parallel)}, {_short(self.chi_perp)}")]
+            if a is not None and a.slope is not None:
+                rows.append(("V/(nK^2) ~ slope * l/n", _short(a.slope)))
+            rows.append(("stability", self.stability))
+        rows.append(("reason", self.reason))
+        return _html_rows("Criticality (PDLT §5.2–§5.3)", rows)
+
+    def _repr_latex_(self) -> str:
+        return "$" + self.latex() + "$"
 
     def latex(self) -> str:
         """One-line LaTeX summary (critical point, class, leading asymptotics)."""
@@ -278,14 +313,35 @@ class Criticality:
         if self.universality_class == "none":
             return name + r":\ \text{no criticality (}" + self.reason.split(";")[0].replace("_", r"\_") + ")"
         ks = r"\text{any}" if self.K_star is None else L(self.K_star)
-        out = (name + r":\ \text{" + self.universality_class + r" class},\ (C_b,C_W)=(" + L(self.c_b) + ","
-               + L(self.c_w) + r"),\ K^\star=" + ks)
+        out = (name + r":\ \text{" + self.universality_class + r" class},\ (C_W,C_b)=(" + L(self.c_w) + ","
+               + L(self.c_b) + r"),\ K^\star=" + ks)
         a = self.asymptotics
         if a is not None and a.slope is not None:
             out += r",\ \frac{V^{(\ell)}}{n(K^{(\ell)})^2}\simeq" + L(a.slope) + r"\,\frac{\ell}{n}"
         if a is not None and self.universality_class == "K*=0":
             out += r",\ K^{(\ell)}\simeq" + L(a.K_coeff) + r"\,\ell^{-" + L(a.p0) + "}"
         return out
+
+
+def _short(x: Any) -> str:
+    """A number in a few characters (exact SymPy numbers as printed when short)."""
+    if x is None:
+        return "None"
+    if isinstance(x, sp.Basic):
+        text = str(x)
+        return text if len(text) <= 16 else f"{float(x):.8g}"
+    try:
+        return f"{float(x):.8g}"
+    except (TypeError, ValueError):
+        return str(x)[:24]
+
+
+def _html_rows(title: str, rows: list) -> str:
+    import html
+
+    body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
+                   f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    return f"<table><caption>{html.escape(title)}</caption>{body}</table>"
 
 
 # ------------------------------------------------------------------ find_criticality
@@ -320,7 +376,7 @@ def _nonzero_critical_points(act: Any, k_range: tuple, n_grid: int, rtol: float)
 @lru_cache(maxsize=128)
 def find_criticality(act: Any, *, k_range: tuple = (1e-3, 1e3), n_grid: int = 161,
                      rtol: float = 1e-12) -> Criticality:
-    r"""Critical :math:`(C_b, C_W)`, fixed point and universality class (PDLT §5.2–§5.3, spec §2.1–§2.5).
+    r"""Critical :math:`(C_W, C_b)`, fixed point and universality class (PDLT §5.2–§5.3.4).
 
     Parameters
     ----------
@@ -340,7 +396,7 @@ def find_criticality(act: Any, *, k_range: tuple = (1e-3, 1e3), n_grid: int = 16
     -----
     * Piecewise linear (incl. linear, |z|): :math:`C_b=0`, :math:`C_W=1/A_2` (5.67), any :math:`K^\star`.
     * Smooth with :math:`\sigma_0=0\ne\sigma_1` (5.89): :math:`(0,1/\sigma_1^2)` (5.90); stable iff the first
-      nonzero :math:`a_k` of :math:`C_Wg=K+a_1K^2+a_2K^3+\dots` is negative (spec §7.13); else the scan
+      nonzero :math:`a_k` of :math:`C_Wg=K+a_1K^2+a_2K^3+\dots` is negative (PDLT §5.3.3 and its footnote 19); else the scan
       looks for half-stable points (5.71)–(5.73) with :math:`C_b\ge0`.
     * Jump activations: :math:`\chi_\perp=\infty`, no criticality.
     """
@@ -356,7 +412,7 @@ def find_criticality(act: Any, *, k_range: tuple = (1e-3, 1e3), n_grid: int = 16
         slope = sp.nsimplify(3 * A4 / A2 ** 2 - 1)
         asym = DepthAsymptotics(p0=0, K_coeff=0, pV=-1, V_coeff=slope, slope=slope, p_parallel=0, p_perp=0,
                                 G1_bare_limit=0, G1_ren_coeff=0, c_w1_renormalization=0)
-        return Criticality(name, "scale-invariant", sp.S.Zero, 1 / A2, None, 1.0, 1.0,
+        return Criticality(name, "scale-invariant", 1 / A2, sp.S.Zero, None, 1.0, 1.0,
                            {"a_plus": ap, "a_minus": am, "A2": A2, "A4": A4}, asym,
                            "marginal: line of fixed points K* = K^(1) (5.66)", (),
                            "g(K) = A2 K is linear (5.60): chi_par = chi_perp = A2 C_W (5.62)")
@@ -379,10 +435,10 @@ def find_criticality(act: Any, *, k_range: tuple = (1e-3, 1e3), n_grid: int = 16
         coeffs.update(a1=a[2], a2=a[3], a3=a[4], b1=b1, alternatives=tuple(good))
         first = next(((k - 1, a[k]) for k in range(2, 5) if a[k] != 0), None)
         if first is not None and first[1] < 0:
-            return Criticality(name, "K*=0", sp.S.Zero, c_w, 0.0, 1.0, 1.0, coeffs,
+            return Criticality(name, "K*=0", c_w, sp.S.Zero, 0.0, 1.0, 1.0, coeffs,
                                _kstar0_asymptotics(a[2], a[3], b1, first, c_w),
                                f"stable: first nonzero a_{first[0]} = {first[1]} < 0", (),
-                               "sigma_0 = 0, sigma_1 != 0 (5.89): (C_b, C_W) = (0, 1/sigma_1^2) (5.90)")
+                               "sigma_0 = 0, sigma_1 != 0 (5.89): (C_W, C_b) = (1/sigma_1^2, 0) (5.90)")
         coeffs["unstable_K0"] = (f"K*=0 with C_W=1/sigma_1^2 is unstable (a_{first[0]} = {first[1]} > 0)" if first
                                  else "a_1 = a_2 = a_3 = 0: stability of K*=0 undetermined at this order")
     else:
@@ -393,7 +449,7 @@ def find_criticality(act: Any, *, k_range: tuple = (1e-3, 1e3), n_grid: int = 16
 
 
 def _kstar0_asymptotics(a1: Any, a2: Any, b1: Any, first: tuple, c_w: Any) -> DepthAsymptotics:
-    if first[0] != 1:   # a1 = 0, first nonzero a_k < 0: Delta K ~ (-k a_k l)^(-1/k)  (spec §2.4, §7.13)
+    if first[0] != 1:   # a1 = 0, first nonzero a_k < 0: Delta K ~ (-k a_k l)^(-1/k)  (PDLT §5.3.3, footnote 19)
         k, ak = first
         return DepthAsymptotics(p0=sp.Rational(1, k), K_coeff=(-k * ak) ** sp.Rational(-1, k), pV=None,
                                 V_coeff=None, slope=None, exact=True)
@@ -414,14 +470,14 @@ def _half_stable(act: Any, good: list, note: str, rtol: float, coeffs: dict) -> 
     Ka = np.array([K])
     at1 = float(c_w * _half_gpp(act, Ka, rtol)[0])                      # (5.102)
     var = float(c_w ** 2 * (_E([(0, "sigma", 0)] * 4, Ka, act, rtol)[0] - _g(act, Ka, rtol)[0] ** 2))
-    fmap = kernel_map(act, c_b, c_w, rtol=rtol)
+    fmap = kernel_map(act, c_w=c_w, c_b=c_b, rtol=rtol)
     others = tuple(_scan_roots(lambda k: fmap(k) - k, 0.5 * K, 2.0 * K, 201,
                                exclude=lambda r: abs(r - K) < 1e-3 * K))
     coeffs = dict(coeffs, a1_tilde=at1, alternatives=tuple(good[1:]))
     stab = ("attracting from below, repelled above" if at1 > 0 else "attracting from above, repelled below")
     asym = DepthAsymptotics(p0=1, K_coeff=1.0 / (-at1) if at1 else None, pV=-1, V_coeff=var,
                             slope=var / K ** 2, exact=False)
-    return Criticality(name, "half-stable", c_b, c_w, K, float(c_w * _gprime(act, Ka, rtol)[0]),
+    return Criticality(name, "half-stable", c_w, c_b, K, float(c_w * _gprime(act, Ka, rtol)[0]),
                        float(c_w * _perp(act, Ka, rtol)[0]), coeffs, asym, stab, others,
                        "R(K*) = 1 at K* > 0 with C_b >= 0 (5.71)-(5.73); chi_par = 1 makes it non-hyperbolic"
                        + (f"; {note.strip('; ')}" if note.strip("; ") else ""))
@@ -440,15 +496,28 @@ class CriticalityCheck:
     deviation: float
     message: str
 
+    def __repr__(self) -> str:
+        return (f"CriticalityCheck({'critical' if self.is_critical else 'NOT critical'}, K={self.K:.6g}, "
+                f"chi_par={self.chi_parallel:.8g}, chi_perp={self.chi_perp:.8g}, "
+                f"deviation={self.deviation:.3g})")
 
-def check_critical(act: Any, c_b: float, c_w: float, K: float | None = None, *, tol: float = 1e-6,
+    def _repr_html_(self) -> str:
+        return _html_rows("CriticalityCheck (PDLT (5.55)–(5.57))", [
+            ("critical", self.is_critical), ("K", f"{self.K:.6g}"),
+            ("chi_par", f"{self.chi_parallel:.10g}"), ("chi_perp", f"{self.chi_perp:.10g}"),
+            ("fixed-point residual", f"{self.fixed_point_residual:.3g}"),
+            ("deviation", f"{self.deviation:.3g}")])
+
+
+def check_critical(act: Any, *, c_w: float, c_b: float, K: float | None = None, tol: float = 1e-6,
                    action: str = "raise") -> CriticalityCheck:
     r"""Check :math:`\chi_\parallel=\chi_\perp=1` and :math:`K=C_b+C_Wg(K)` (PDLT (5.55)–(5.57)).
 
     Parameters
     ----------
     act : str or Activation
-    c_b, c_w : float
+    c_w, c_b : float (keyword-only)
+        :math:`C_W, C_b`; Python, NumPy or SymPy numbers (e.g. a :class:`Criticality`'s).
     K : float, optional
         Where to evaluate; default the class's :math:`K^\star` (0 for the :math:`K^\star=0` class,
         1 for the scale-invariant line, where nothing depends on it but :math:`C_b`).
@@ -460,7 +529,7 @@ def check_critical(act: Any, c_b: float, c_w: float, K: float | None = None, *, 
     if action not in ("raise", "warn", "return"):
         raise DomainError(f"action must be 'raise', 'warn' or 'return', got {action!r}")
     act = get_activation(act)
-    c_b, c_w = _check_c(c_b, c_w)
+    c_w, c_b = _check_c(c_w, c_b)
     crit = find_criticality(act)
     if K is None:
         K = 1.0 if crit.universality_class in ("scale-invariant", "none") else float(crit.K_star)
@@ -473,8 +542,8 @@ def check_critical(act: Any, c_b: float, c_w: float, K: float | None = None, *, 
     dev = max(abs(cp - 1), abs(cq - 1), abs(res) / max(1.0, Ka[0]))
     ok = bool(np.isfinite(dev) and dev <= tol)
     target = ("no critical point exists" if crit.universality_class == "none" else
-              f"critical point ({crit.universality_class}): C_b={float(crit.c_b):.10g}, C_W={float(crit.c_w):.10g}")
-    msg = (f"{act!r} at C_b={c_b:.10g}, C_W={c_w:.10g}, K={Ka[0]:.6g}: chi_par={cp:.8g}, chi_perp={cq:.8g}, "
+              f"critical point ({crit.universality_class}): c_w={float(crit.c_w):.10g}, c_b={float(crit.c_b):.10g}")
+    msg = (f"{act!r} at c_w={c_w:.10g}, c_b={c_b:.10g}, K={Ka[0]:.6g}: chi_par={cp:.8g}, chi_perp={cq:.8g}, "
            f"fixed-point residual C_b+C_W g(K)-K={res:.3g}, deviation={dev:.3g} (tol {tol:g}); {target}")
     out = CriticalityCheck(ok, float(Ka[0]), cp, cq, res, dev, ("critical: " if ok else "NOT critical: ") + msg)
     if not ok and action == "raise":
@@ -495,9 +564,22 @@ class DepthFlow:
     G1: np.ndarray
     method: str
 
+    @property
+    def layers(self) -> tuple:
+        r"""Book layer numbers held, :math:`(1, \dots, L)`."""
+        return tuple(int(x) for x in self.ell)
+
+    def __repr__(self) -> str:
+        return f"DepthFlow(depth={len(self.ell)}, method={self.method!r}, K^(L)={float(self.K[-1]):.6g})"
+
+    def _repr_html_(self) -> str:
+        return _html_rows("DepthFlow: single-input K, V, G1 (PDLT (5.46), (5.109), (5.140))", [
+            ("depth L", len(self.ell)), ("method", self.method), ("K^(L)", f"{float(self.K[-1]):.6g}"),
+            ("V^(L)", f"{float(self.V[-1]):.6g}"), ("G1^(L)", f"{float(self.G1[-1]):.6g}")])
+
 
 class _GH:
-    """Fast Gauss–Hermite helpers for smooth σ (spec §2.4 used 120 nodes)."""
+    """Fast Gauss–Hermite helpers for smooth σ (probabilists' nodes, weights normalized)."""
 
     def __init__(self, act: Any, n: int) -> None:
         x, w = np.polynomial.hermite_e.hermegauss(n)
@@ -515,8 +597,9 @@ class _GH:
         return g, w @ (s1 * s1 + s0 * s2), w @ (s0 ** 4) - g * g, q
 
 
-def iterate_single_input(act: Any, c_b: float, c_w: float, K1: float, depth: int, *, c_b1: float = 0.0,
-                         c_w1: float = 0.0, method: str = "auto", nodes: int = 160,
+def iterate_single_input(act: Any, *, c_w: float, c_b: float, K1: float, depth: int | None = None,
+                         hidden_layers: int | None = None, c_w1: float = 0.0, c_b1: float = 0.0,
+                         method: str = "auto", nodes: int = 160,
                          k_max: float = 1e150, k_min: float = 1e-280) -> DepthFlow:
     r"""Iterate (5.46), (5.109), (5.140) (bare (5.110) for ``c_b1 = c_w1 = 0``) from :math:`K^{(1)}`.
 
@@ -526,12 +609,13 @@ def iterate_single_input(act: Any, c_b: float, c_w: float, K1: float, depth: int
     Parameters
     ----------
     act : str or Activation
-    c_b, c_w : float
+    c_w, c_b : float (keyword-only, like every argument after ``act``)
+        :math:`C_W, C_b`; Python, NumPy or SymPy numbers.
     K1 : float
         :math:`K^{(1)}=C_b+C_W\overline{x^2}` (5.2).
     depth : int
-        Number of layers :math:`L\ge1`.
-    c_b1, c_w1 : float
+        Number of layers :math:`L\ge1`; or give ``hidden_layers = depth - 1``.
+    c_w1, c_b1 : float
         :math:`1/n` hyperparameter corrections (5.138); :math:`c_W^{\{1\}}=\tfrac23C_W` renormalizes (5.142).
     method : {'auto', 'exact', 'gauss_hermite', 'quadrature'}
         'auto': exact homogeneity for piecewise linear, Gauss–Hermite (``nodes``) for smooth σ,
@@ -547,10 +631,10 @@ def iterate_single_input(act: Any, c_b: float, c_w: float, K1: float, depth: int
         Bad arguments.
     """
     act = get_activation(act)
-    c_b, c_w = _check_c(c_b, c_w)
-    K1 = float(_check_K(K1))
-    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
-        raise DomainError(f"depth must be an int >= 1, got {depth!r}")
+    c_w, c_b = _check_c(c_w, c_b)
+    K1 = float(_check_K(as_real(K1, "K1")))
+    depth = resolve_depth(depth, hidden_layers, minimum=1)
+    c_w1, c_b1 = as_real(c_w1, "c_w1"), as_real(c_b1, "c_b1")
     if method == "auto":
         method = "exact" if _is_pl(act) else ("gauss_hermite" if act.is_smooth else "quadrature")
     if method == "exact" and not _is_pl(act):
@@ -620,6 +704,11 @@ class MeasuredAsymptotics:
     G1: float
     flow: DepthFlow = field(repr=False, compare=False)
 
+    def __repr__(self) -> str:
+        p0 = "None" if self.p0 is None else f"{self.p0:.4g}"
+        return (f"MeasuredAsymptotics(window={self.window}, p0={p0}, pV={self.pV:.4g}, "
+                f"slope={self.slope:.6g})")
+
 
 def measure_asymptotics(act: Any, depth: int = 10_000, K1: float | None = None, *, renormalized: bool = False,
                         window: tuple | None = None, **kw: Any) -> MeasuredAsymptotics:
@@ -637,7 +726,7 @@ def measure_asymptotics(act: Any, depth: int = 10_000, K1: float | None = None, 
     if K1 is None:
         K1 = float(crit.K_star) if crit.universality_class == "half-stable" else 1.0
     c_w1 = (2.0 / 3.0) * float(crit.c_w) if renormalized else 0.0
-    fl = iterate_single_input(act, float(crit.c_b), float(crit.c_w), K1, depth, c_w1=c_w1, **kw)
+    fl = iterate_single_input(act, c_w=crit.c_w, c_b=crit.c_b, K1=K1, depth=depth, c_w1=c_w1, **kw)
     lo, hi = window or (max(2, depth // 10), depth)
     if not (1 <= lo and hi <= depth and hi - lo >= 2):
         raise DomainError(f"window {(lo, hi)!r} must satisfy 1 <= lo, hi <= depth={depth}, hi - lo >= 2")

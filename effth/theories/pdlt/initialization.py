@@ -18,7 +18,7 @@ The result is a :class:`Recursion`: the layer-:math:`(\ell+1)` component as a Sy
 in layer-:math:`\ell` tensors (``Kernel``, ``FourPointVertex``, ``NLOMetric`` at layer
 :math:`\ell`), derivative atoms :math:`\langle\sigma^{(a)}_{\alpha}\cdots\rangle_{K^{(\ell)}}`
 and the hyperparameters :math:`C_W^{(\ell+1)}, C_b^{(\ell+1)}`.  The Edgeworth form has no
-inverse kernel (spec §4.8); the derivative sums :math:`\sum_\gamma` collapse onto the external
+inverse kernel (the book's (4.118)–(4.120) after Gaussian integration by parts); the derivative sums :math:`\sum_\gamma` collapse onto the external
 labels, so the components carry no dummy indices.
 
 **Spectator check.**  The widths enter only as :math:`n_\ell/n_{\ell-1}`; the derivation checks
@@ -70,7 +70,7 @@ class Recursion:
     activation : optional
         Default activation for :meth:`evaluate` (from the ``MLP`` given to the derivation).
     form : {"edgeworth", "book"}
-        Derivative atoms without inverse kernel (spec §4.8), or the book's raised-index form
+        Derivative atoms without inverse kernel (Gaussian integration by parts), or the book's raised-index form
         (:math:`K^{-1}`, SampleSums over dummies :math:`\beta`), obtained from the same
         derivation by Stein's identity.
     """
@@ -93,6 +93,14 @@ class Recursion:
 
     def _repr_latex_(self) -> str:
         return f"$${self.latex()}$$"
+
+    def __repr__(self) -> str:
+        return derivation_repr("Recursion", self.statistic, self.expr, self.provenance,
+                               f"form={self.form!r}")
+
+    def _repr_html_(self) -> str:
+        return derivation_html("Recursion", self.statistic, self.expr, self.provenance,
+                               [("form", self.form), ("labels", len(self.labels))])
 
     # -- numerics ----------------------------------------------------------------------------
     def components(self, n_samples: int) -> list[tuple]:
@@ -165,6 +173,31 @@ class Recursion:
         return out
 
 
+def _terms(expr: sp.Expr) -> int:
+    return len(sp.Add.make_args(sp.expand(expr))) if expr != 0 else 0
+
+
+def _clip(text: str, n: int = 90) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def derivation_repr(kind: str, statistic: str, expr: sp.Expr, provenance: str, extra: str = "") -> str:
+    """One-line summary of a derived recursion (never the expression itself)."""
+    more = f", {extra}" if extra else ""
+    return f"{kind}({statistic!r}, {_terms(expr)} terms{more}, {_clip(provenance)!r})"
+
+
+def derivation_html(kind: str, statistic: str, expr: sp.Expr, provenance: str, rows: list) -> str:
+    """A small HTML table for a derived recursion (the equation itself is ``_repr_latex_``)."""
+    import html
+
+    rows = [("statistic", statistic), ("terms", _terms(expr))] + list(rows) + [("provenance", provenance)]
+    body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
+                   f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    return f"<table><caption>{html.escape(kind)}</caption>{body}</table>"
+
+
 def ratio_latex(lhs: sp.Expr, expr: sp.Expr) -> str:
     r"""``lhs = rhs`` as LaTeX with the :math:`n_\ell/n_{\ell-1}` terms grouped in one bracket."""
     from effth.printing import latex
@@ -211,7 +244,7 @@ def derive_initialization(statistic: str, net: Any = None, form: str = "edgewort
         Only its activation is used (as the default for :meth:`Recursion.evaluate`); the
         derivation is activation-independent.
     form : {"edgeworth", "book"}
-        Derivative atoms (default; spec §4.8) or the raised-index book form (same derivation,
+        Derivative atoms (default; Gaussian integration by parts) or the raised-index book form (same derivation,
         derivative atoms converted by Stein's identity).
 
     Returns
@@ -238,7 +271,7 @@ def derive_initialization(statistic: str, net: Any = None, form: str = "edgewort
 
 def initialization_flow(K1, depth: int, activation, c_w=1.0, c_b=0.0, ratios=1.0,
                         method: str = "auto", rtol: float = 1e-10) -> dict:
-    r"""Iterate the derived recursions from layer 1 (:math:`V^{(1)}=G^{\{1\}(1)}=0`, spec §7.10).
+    r"""Iterate the derived recursions from layer 1 (:math:`V^{(1)}=G^{\{1\}(1)}=0`, PDLT §4.1–§4.2).
 
     Parameters
     ----------

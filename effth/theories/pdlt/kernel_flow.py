@@ -1,7 +1,8 @@
 r"""Fast layer-by-layer evaluation of the derived :math:`K, V, G^{\{1\}}` recursions on a batch of inputs.
 
 :func:`flow` compiles the recursions *derived* by :func:`~effth.theories.pdlt.derive_initialization`
-(Edgeworth form, spec §4.8) into array programs over the whole sample index space:
+(Edgeworth form: PDLT (4.118)–(4.120) with the inverse kernel removed by Gaussian integration by
+parts) into array programs over the whole sample index space:
 
 * every atom of the derived expressions is a table over samples:
   :math:`\langle\sigma^{(p)}_{\alpha}\sigma^{(q)}_{\beta}\rangle_K` (an :math:`N\times N` table per
@@ -32,8 +33,10 @@ from typing import Any, Callable
 import numpy as np
 import sympy as sp
 
+from effth._progress import progress_bar
 from effth._threads import blas_threads
 from effth.activations import get_activation
+from effth.arch import _widths, real_sequence, resolve_depth
 from effth.algebra.expectation import GaussianExpectation
 from effth.algebra.tensors import FourPointVertex, NLOMetric
 from effth.errors import DomainError, NotDerivedError
@@ -250,9 +253,65 @@ def _tables(K: np.ndarray, act: Any, orders: set, four: bool, rtol: float) -> tu
 
 
 # ----------------------------------------------------------------------------- results
-@dataclass
+FLOW_NAMES = ("K", "V", "G1", "G")
+
+
+def _layer_index(layers: tuple, layer: Any, what: str) -> int:
+    """Index of book layer ``layer`` in ``layers`` (``None`` only when one layer is held)."""
+    if layer is None:
+        if len(layers) == 1:
+            return 0
+        raise DomainError(f"layer=None is ambiguous: {what} holds layers {list(layers)}; "
+                          "pass layer=<book layer number>")
+    if isinstance(layer, bool):
+        raise DomainError(f"layer must be a book layer number in {list(layers)}, got {layer!r}")
+    try:
+        import numbers
+
+        ok = isinstance(layer, numbers.Integral) or (getattr(layer, "is_Integer", False))
+        ell = int(layer) if ok else None
+    except (TypeError, ValueError):
+        ell = None
+    if ell is None or ell not in layers:
+        raise DomainError(f"{what} holds layers {list(layers)} (book numbers 1..L); "
+                          f"layer={layer!r} is not one of them")
+    return layers.index(ell)
+
+
+def _widths_summary(widths: Any) -> str:
+    if widths is None:
+        return "symbolic"
+    widths = tuple(widths)
+    if widths and all(w == widths[0] for w in widths):
+        return str(widths[0])
+    text = str(widths)
+    return text if len(text) <= 60 else f"({widths[0]}, ..., {widths[-1]})"
+
+
+def _html_table(title: str, rows: list) -> str:
+    import html
+
+    body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
+                   f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    return f"<table><caption>{html.escape(title)}</caption>{body}</table>"
+
+
+@dataclass(repr=False)
 class Flow:
     r"""Layer-by-layer :math:`K^{(\ell)}, V^{(\ell)}, G^{\{1\}(\ell)}` on a batch of inputs.
+
+    Read it as every effth result (``docs/conventions.md``): ``flow.value(name, layer=ℓ)``
+    with book layer numbers :math:`\ell=1..L`, ``flow.stderr(name, layer=ℓ)`` (``None``: a
+    deterministic theory) and ``flow.layers``.
+
+    ========  =====================================================================  ================
+    name      quantity                                                               shape
+    ========  =====================================================================  ================
+    ``"K"``   kernel at infinite width :math:`K^{(\ell)}_{\alpha_1\alpha_2}` (PDLT (4.118))  ``(N, N)``
+    ``"V"``   four-point vertex :math:`V^{(\ell)}_{(\alpha_1\alpha_2)(\alpha_3\alpha_4)}` (PDLT (4.119))  ``(N, N, N, N)``
+    ``"G1"``  NLO metric :math:`G^{\{1\}(\ell)}_{\alpha_1\alpha_2}` (PDLT (4.120))   ``(N, N)``
+    ``"G"``   metric at finite width :math:`K^{(\ell)}+G^{\{1\}(\ell)}/n_{\ell-1}` (PDLT (4.104))  ``(N, N)``
+    ========  =====================================================================  ================
 
     Attributes
     ----------
@@ -260,8 +319,9 @@ class Flow:
     V : ndarray (L, N, N, N, N)
         :math:`V^{(\ell)}_{(\alpha_1\alpha_2)(\alpha_3\alpha_4)}` (full tensor, all 8 symmetries).
     G1 : ndarray (L, N, N)
-    layers : ndarray (L,)
-        Layer numbers :math:`1..L`.
+        Raw arrays keep layer :math:`\ell` at index :math:`\ell-1`.
+    layers : tuple of int
+        Book layer numbers held, :math:`(1, \dots, L)`.
     activation : Activation
     c_w, c_b : ndarray (L,)
         :math:`C_W^{(\ell)}, C_b^{(\ell)}` used to reach layer :math:`\ell` (entry 0: first layer).
@@ -272,20 +332,74 @@ class Flow:
     table_error : ndarray (L,)
         Largest estimated relative error of the Gaussian-expectation tables used to *reach*
         layer :math:`\ell` (0 for layer 1; relative to max(|entry|, 1e-3 max|table|); for
-        kinked activations the requested ``rtol``).  A heuristic from the step-2h comparison;
-        the accuracy statement is ``rtol``, which the tests check against references.
+        kinked activations the requested ``rtol``).  A heuristic; the accuracy statement is
+        ``rtol``, which the tests check against references.
     """
 
     K: np.ndarray
     V: np.ndarray
     G1: np.ndarray
-    layers: np.ndarray
+    layers: tuple
     activation: Any
     c_w: np.ndarray
     c_b: np.ndarray
     ratios: np.ndarray
     widths: tuple | None = None
     table_error: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self) -> None:
+        self.layers = tuple(int(x) for x in np.asarray(self.layers).ravel())
+
+    @property
+    def depth(self) -> int:
+        """Number of weight layers :math:`L` (PDLT's :math:`L`)."""
+        return len(self.layers)
+
+    @property
+    def hidden_layers(self) -> int:
+        """``depth - 1``."""
+        return self.depth - 1
+
+    def value(self, name: str, layer: int | None = None, widths: Any = None) -> np.ndarray:
+        r"""The prediction for ``name`` at book layer ``layer``.
+
+        Parameters
+        ----------
+        name : {"K", "V", "G1", "G"}
+            See the class docstring; ``"G"`` is :math:`K^{(\ell)}+G^{\{1\}(\ell)}/n_{\ell-1}`
+            (PDLT (4.104); exactly :math:`K^{(1)}` at layer 1).
+        layer : int
+            Book layer number in :attr:`layers` (may be omitted only when one layer is held).
+        widths : int or sequence of int, optional
+            Hidden widths :math:`n_1..n_{L-1}` for ``"G"`` (default: the network's).
+
+        Returns
+        -------
+        ndarray
+            ``(N, N)``, or ``(N, N, N, N)`` for ``"V"``.
+
+        Raises
+        ------
+        DomainError
+            Unknown name, a layer not held or omitted (the message lists the held layers), ``"G"`` with no
+            widths known, or ``widths`` given for another name.
+        """
+        i = self._index(name, layer)
+        if name == "G":
+            return self.kernel_at_width(widths)[i]
+        if widths is not None:
+            raise DomainError(f"widths= only applies to 'G' (K + G1/n), not to {name!r}")
+        return np.array(getattr(self, name)[i])
+
+    def stderr(self, name: str, layer: int | None = None) -> None:
+        """``None``: the flow is a deterministic theory (the name and layer are checked)."""
+        self._index(name, layer)
+        return None
+
+    def _index(self, name: str, layer: Any) -> int:
+        if name not in FLOW_NAMES:
+            raise DomainError(f"Flow holds {list(FLOW_NAMES)}, not {name!r}")
+        return _layer_index(self.layers, layer, "this Flow")
 
     def kernel_at_width(self, widths: Any = None) -> np.ndarray:
         r""":math:`K^{(\ell)}+G^{\{1\}(\ell)}/n_{\ell-1}` for every layer (PDLT (4.104)).
@@ -304,14 +418,22 @@ class Flow:
         return self.V / n[:, None, None, None, None]
 
     def __getitem__(self, key: str) -> np.ndarray:
-        """``flow["K"]`` etc., like the dict returned by :func:`initialization_flow`."""
+        """``flow["K"]`` etc. (all layers), like the dict returned by :func:`initialization_flow`."""
         if key not in ("K", "V", "G1"):
             raise KeyError(key)
         return getattr(self, key)
 
     def __repr__(self) -> str:
-        return (f"Flow({self.activation.name}, layers 1..{int(self.layers[-1])}, "
-                f"N={self.K.shape[-1]} inputs)")
+        return (f"Flow(activation={self.activation.name!r}, depth={self.depth}, "
+                f"inputs={self.K.shape[-1]}, widths={_widths_summary(self.widths)})")
+
+    def _repr_html_(self) -> str:
+        return _html_table("Flow: K, V, G1 by layer (PDLT ch. 4)", [
+            ("activation", self.activation.name), ("depth L", self.depth),
+            ("layers", f"{self.layers[0]}..{self.layers[-1]}"), ("inputs N", self.K.shape[-1]),
+            ("hidden widths", _widths_summary(self.widths)),
+            ("names", ", ".join(FLOW_NAMES)),
+            ("max table error", f"{float(np.max(self.table_error, initial=0.0)):.2g}")])
 
 
 def _prev_widths(fl: Flow, widths: Any) -> np.ndarray:
@@ -320,16 +442,15 @@ def _prev_widths(fl: Flow, widths: Any) -> np.ndarray:
     if w is None:
         raise DomainError("widths unknown: pass widths= (hidden widths n_1..n_{L-1}, or one int)")
     L = len(fl.layers)
-    w = [int(w)] * (L - 1) if np.isscalar(w) else list(w)
-    if len(w) < L - 1:
-        raise DomainError(f"need {L - 1} hidden widths, got {len(w)}")
-    return np.array([np.inf] + [float(x) for x in w[:L - 1]])
+    w = _widths(w, L)
+    return np.array([np.inf] + [float(x) for x in w])
 
 
 # ------------------------------------------------------------------------------- driver
 def flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None = None,
-         activation: Any = None, c_w: Any = 1.0, c_b: Any = 0.0, ratios: Any = 1.0,
-         rtol: float = 1e-8, require_critical: bool = False) -> Flow:
+         hidden_layers: int | None = None, activation: Any = None, c_w: Any = 1.0, c_b: Any = 0.0,
+         ratios: Any = 1.0, rtol: float = 1e-8, require_critical: bool = False,
+         progress: bool | None = None) -> Flow:
     r"""Iterate the derived recursions for :math:`K, V, G^{\{1\}}` through every layer.
 
     Either an MLP and its inputs, ``flow(net, X)``, or a first-layer kernel,
@@ -344,18 +465,27 @@ def flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None = 
     K1 : array_like (N, N), optional
         First-layer kernel (instead of ``net, X``).
     depth : int
-        Number of layers :math:`L` (with ``K1``).
+        Number of weight layers :math:`L` (with ``K1``; PDLT's :math:`L`, output layer included).
+    hidden_layers : int
+        ``depth - 1``; give ``depth`` or ``hidden_layers``, not both (with ``K1``).
     activation : str or Activation
         With ``K1``.
     c_w, c_b : float or sequence
-        :math:`C_W^{(\ell+1)}, C_b^{(\ell+1)}` for :math:`\ell=1..L-1` (with ``K1``).
+        With ``K1``: one value, or :math:`C_W^{(\ell)}, C_b^{(\ell)}` for the steps
+        :math:`\ell=2..L` (``L - 1`` values), or one per weight layer :math:`\ell=1..L`
+        (``L`` values; the first is not used, since ``K1`` fixes layer 1).  Python, NumPy and
+        SymPy numbers are accepted; other lengths raise :class:`~effth.errors.DomainError`.
     ratios : float or sequence
-        :math:`n_\ell/n_{\ell-1}` for :math:`\ell=1..L-1` (with ``K1``; from ``net`` otherwise).
+        :math:`n_\ell/n_{\ell-1}` for :math:`\ell=1..L-1` (with ``K1``, exactly ``L - 1`` values
+        when a sequence; from ``net`` otherwise).
     rtol : float
         Target relative accuracy of every Gaussian expectation (default 1e-8).
     require_critical : bool
         If true, warn (:class:`~effth.theories.pdlt.criticality.NonCriticalWarning`) when the
         hyperparameters are not critical (PDLT (5.55)–(5.57)).
+    progress : bool or None
+        Draw a progress bar over the layers (``None``: when stderr is a terminal or in a notebook,
+        unless ``EFFTH_PROGRESS=0``).
 
     Returns
     -------
@@ -375,13 +505,13 @@ def flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None = 
         Non-PSD or non-finite kernel, bad hyperparameters, or a kernel that overflows (the layer
         is named).
     """
-    spec = _resolve(net, X, K1, depth, activation, c_w, c_b, ratios)
+    spec = _resolve(net, X, K1, depth, hidden_layers, activation, c_w, c_b, ratios)
     K, L, act, cws, cbs, rats, widths = spec
     if require_critical:
         from .criticality import check_critical
 
         for c_b_, c_w_ in sorted({(float(b), float(w)) for b, w in zip(cbs[1:], cws[1:])}):
-            check_critical(act, c_b_, c_w_, action="warn")
+            check_critical(act, c_w=c_w_, c_b=c_b_, action="warn")
     steps = layer_steps()
     # kinked sigma: pair tables of distributional derivatives come from Stein's identity (see
     # _generic_pairs); if even that fails, G1 is evaluated in the book form entry by entry
@@ -398,7 +528,7 @@ def flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None = 
     Ks, Vs, Gs, errs = [K], [np.zeros((N,) * 4)], [np.zeros((N, N))], [0.0]
     scale0 = float(np.max(np.abs(np.diag(K))))
     warned = False
-    with blas_threads():
+    with blas_threads(), progress_bar(L - 1, "flow: layers", progress=progress, unit="layer") as bar:
         for layer in range(1, L):
             K, V, G1 = Ks[-1], Vs[-1], Gs[-1]
             c_w_, c_b_, r_ = cws[layer], cbs[layer], rats[layer - 1]
@@ -419,6 +549,7 @@ def flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None = 
             Vs.append(Vn)
             Gs.append(Gn)
             errs.append(err)
+            bar.update()
     out = Flow(np.array(Ks), np.array(Vs), np.array(Gs), np.arange(1, L + 1), act,
                np.asarray(cws, float), np.asarray(cbs, float), np.asarray(rats, float), widths,
                np.asarray(errs))
@@ -427,11 +558,14 @@ def flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None = 
     return out
 
 
-def _resolve(net, X, K1, depth, activation, c_w, c_b, ratios) -> tuple:
+def _resolve(net, X, K1, depth, hidden_layers, activation, c_w, c_b, ratios) -> tuple:
     """Normalize the two calling conventions to (K1, L, act, c_w[L], c_b[L], ratios[L-1], widths)."""
     if net is not None:
         if X is None:
             raise DomainError("flow(net, X): inputs X are required with a network")
+        if depth is not None or hidden_layers is not None or activation is not None:
+            raise DomainError("flow(net, X) takes depth and activation from net: do not pass "
+                              "depth=, hidden_layers= or activation= as well")
         if K1 is not None:
             raise DomainError("give either (net, X) or K1, not both")
         X = np.asarray(X, dtype=float)
@@ -453,25 +587,23 @@ def _resolve(net, X, K1, depth, activation, c_w, c_b, ratios) -> tuple:
             rats = [full[k] / full[k - 1] for k in range(1, len(full))] or [1.0]
             rats[0] = 1.0          # V^(1) = G1^(1) = 0: n_1/n_0 never enters
     else:
-        if K1 is None or depth is None or activation is None:
-            raise DomainError("flow needs (net, X) or K1=, depth= and activation=")
-        L = int(depth)
-        if L != depth or L < 1:
-            raise DomainError(f"depth must be a positive integer, got {depth!r}")
+        if K1 is None or (depth is None and hidden_layers is None) or activation is None:
+            raise DomainError("flow needs (net, X) or K1=, depth= (or hidden_layers=) and activation=")
+        L = resolve_depth(depth, hidden_layers, minimum=1)
         K = np.asarray(K1, dtype=float)
         act = get_activation(activation)
 
-        def per_layer(x: Any, n: int, name: str) -> list:
-            if np.isscalar(x):
-                return [float(x)] * n
-            x = [float(v) for v in x]
-            if len(x) < n:
-                raise DomainError(f"{name}: need {n} values (one per layer transition), got {len(x)}")
-            return x[:n]
+        def per_layer(x: Any, n: int, name: str, counts: tuple) -> list:
+            seq = real_sequence(x, counts, name)
+            if isinstance(seq, float):
+                return [seq] * n
+            return list(seq[len(seq) - n:])
 
-        cws = [math.nan] + per_layer(c_w, L - 1, "c_w")
-        cbs = [math.nan] + per_layer(c_b, L - 1, "c_b")
-        rats = per_layer(ratios, max(L - 1, 1), "ratios")
+        # c_w, c_b: one per step l = 2..L (L - 1 values) or one per weight layer l = 1..L
+        # (L values; the first is not used: K1 fixes layer 1); ratios: n_l/n_{l-1}, l = 1..L-1
+        cws = [math.nan] + per_layer(c_w, L - 1, "c_w", (L - 1, L))
+        cbs = [math.nan] + per_layer(c_b, L - 1, "c_b", (L - 1, L))
+        rats = per_layer(ratios, max(L - 1, 1), "ratios", (max(L - 1, 1),))
         widths = None
         for r in rats:
             if not (r > 0 and math.isfinite(r)):

@@ -90,6 +90,18 @@ class NTKRecursion:
     def _repr_latex_(self) -> str:
         return f"$${self.latex()}$$"
 
+    def __repr__(self) -> str:
+        from .initialization import derivation_repr
+
+        extra = f"special={self.special!r}" if self.special else ""
+        return derivation_repr("NTKRecursion", self.statistic, self.expr, self.provenance, extra)
+
+    def _repr_html_(self) -> str:
+        from .initialization import derivation_html
+
+        return derivation_html("NTKRecursion", self.statistic, self.expr, self.provenance,
+                               [("special", self.special or "general"), ("labels", len(self.labels))])
+
     def tensors(self) -> set:
         """Layer-ℓ tensor classes the recursion reads."""
         return {type(t) for t in self.expr.atoms(SampleTensor) if not isinstance(t, Kernel)}

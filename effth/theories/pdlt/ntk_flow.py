@@ -18,7 +18,7 @@ zero (PDLT (8.23), (9.17), (11.57), (∞.11)).
 
 Kinked activations: the recursions contain :math:`\sigma''` and higher derivatives, which are
 distributions for ReLU-like :math:`\sigma`; :math:`\langle\sigma''\sigma''\rangle` diverges and
-the :math:`1/n` expansion of the dNTK/ddNTK breaks down (PDLT §∞.1, spec chinf §3.6).
+the :math:`1/n` expansion of the dNTK/ddNTK breaks down (PDLT §∞.1).
 :func:`ntk_flow` therefore rejects kinked activations except for the sector that needs no second
 derivative (``statistics=("Theta", "B")``), which it evaluates exactly; the linear activation
 is smooth and fully supported.
@@ -34,7 +34,9 @@ from typing import Any, Callable
 import numpy as np
 import sympy as sp
 
+from effth._progress import progress_bar
 from effth._threads import blas_threads
+from effth.arch import real_sequence, resolve_depth
 from effth.algebra.expectation import GaussianExpectation
 from effth.algebra.ntk_tensors import NTK_TENSORS
 from effth.algebra.tensors import FourPointVertex, Kernel, NLOMetric, SampleTensor
@@ -45,7 +47,7 @@ from effth.numerics.atom_tables import AtomTables
 from ._derive import CB, CW
 from ._ntk_forward import LAMBDA_B, LAMBDA_W
 from .initialization import RATIO
-from .kernel_flow import Flow, _grids, flow
+from .kernel_flow import FLOW_NAMES, Flow, _grids, _html_table, _layer_index, _widths_summary, flow
 from .ntk import NTK_STATISTICS, derive_ntk
 
 __all__ = ["ntk_flow", "NTKFlow", "NTKLayerStep", "learning_rates"]
@@ -145,9 +147,28 @@ def _closure(statistics) -> tuple:
     return tuple(s for s in NTK_STATISTICS if s in need)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class NTKFlow:
     r"""Layer-by-layer NTK hierarchy on a batch of inputs.
+
+    Read it as every effth result (``docs/conventions.md``): ``nf.value(name, layer=ℓ)`` with
+    book layer numbers :math:`\ell=1..L`, ``nf.stderr(name, layer=ℓ)`` (``None``: a deterministic
+    theory) and ``nf.layers``.  Names (each statistic is held only if computed; see
+    ``statistics=`` of :func:`ntk_flow`):
+
+    * ``"Theta"``: the NTK mean at infinite width :math:`\Theta^{(\ell)}_{\delta_1\delta_2}`
+      (PDLT (8.63)/(9.5)), ``(N, N)``;
+    * ``"H1"``: its :math:`1/n` correction :math:`H^{\{1\}(\ell)}_{\delta_1\delta_2}` (PDLT (9.3)),
+      ``(N, N)``;
+    * ``"H"``: the NTK mean at finite width, :math:`\mathbb E[\widehat H^{(\ell)}]=
+      \Theta^{(\ell)}+H^{\{1\}(\ell)}/n_{\ell-1}` (PDLT (9.3); exactly :math:`\Theta^{(1)}` at layer
+      1) at the network's widths or ``widths=``; ``(N, N)``; the name the NTK simulation uses
+      for the measured mean;
+    * ``"A"``, ``"B"`` (NTK variance, PDLT (8.97), (8.89)), ``"D"``, ``"F"`` (NTK–preactivation
+      cross-correlation, PDLT (8.77), (8.79)), ``"P"``, ``"Q"`` (dNTK, PDLT (11.49), (11.52)),
+      ``"R"``, ``"S"``, ``"T"``, ``"U"`` (ddNTKs, PDLT (∞.172)–(∞.176)): ``(N, N, N, N)`` in the
+      book's slot order;
+    * the kernel sector ``"K"``, ``"V"``, ``"G1"``, ``"G"`` as :class:`Flow`.
 
     Attributes
     ----------
@@ -158,23 +179,88 @@ class NTKFlow:
         ``"A"``, ... in the book's slot order; layer :math:`\ell` at index :math:`\ell-1`).
     lambda_b, lambda_w : ndarray (L,)
         Learning rates :math:`\lambda_b^{(\ell)}, \lambda_W^{(\ell)}` of every layer.
-    layers : ndarray (L,)
+    layers : tuple of int
+        Book layer numbers held, :math:`(1, \dots, L)`.
     """
 
     kernel: Flow
     tensors: dict
     lambda_b: np.ndarray
     lambda_w: np.ndarray
-    layers: np.ndarray
+    layers: tuple
     table_error: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", tuple(int(x) for x in np.asarray(self.layers).ravel()))
+
+    @property
+    def depth(self) -> int:
+        """Number of weight layers :math:`L`."""
+        return len(self.layers)
+
+    @property
+    def hidden_layers(self) -> int:
+        """``depth - 1``."""
+        return self.depth - 1
+
+    @property
+    def names(self) -> tuple:
+        """Every name :meth:`value` answers for this result."""
+        extra = ("H",) if "H1" in self.tensors else ()
+        return tuple(s for s in NTK_STATISTICS if s in self.tensors) + extra + FLOW_NAMES
 
     def __getitem__(self, key: str) -> np.ndarray:
         if key in self.tensors:
             return self.tensors[key]
         return self.kernel[key]
 
+    def value(self, name: str, layer: int | None = None, widths: Any = None) -> np.ndarray:
+        r"""The prediction for ``name`` at book layer ``layer``.
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names` (see the class docstring).
+        layer : int
+            Book layer number in :attr:`layers` (may be omitted only when one layer is held).
+        widths : int or sequence of int, optional
+            Hidden widths :math:`n_1..n_{L-1}` for ``"H"`` and ``"G"`` (default: the network's).
+
+        Returns
+        -------
+        ndarray
+            ``(N, N)`` for ``"Theta"``, ``"H1"``, ``"H"``, ``"K"``, ``"G1"``, ``"G"``;
+            ``(N, N, N, N)`` otherwise.
+
+        Raises
+        ------
+        DomainError
+            A name not computed (the message lists those held), a layer not held, or no widths
+            known for ``"H"``/``"G"``.
+        """
+        i = self._index(name, layer)
+        if name in FLOW_NAMES:
+            return self.kernel.value(name, layer=self.layers[i], widths=widths)
+        if name == "H":
+            return self.ntk_mean_at_width(widths)[i]
+        if widths is not None:
+            raise DomainError(f"widths= only applies to 'H' and 'G', not to {name!r}")
+        return np.array(self.tensors[name][i])
+
+    def stderr(self, name: str, layer: int | None = None) -> None:
+        """``None``: a deterministic theory (the name and layer are checked)."""
+        self._index(name, layer)
+        return None
+
+    def _index(self, name: str, layer: Any) -> int:
+        if name not in self.names:
+            raise DomainError(f"this NTKFlow holds {list(self.names)}, not {name!r}"
+                              + (" (pass statistics= including it to ntk_flow)"
+                                 if name in NTK_STATISTICS or name == "H" else ""))
+        return _layer_index(self.layers, layer, "this NTKFlow")
+
     def ntk_mean_at_width(self, widths: Any = None) -> np.ndarray:
-        r""":math:`\Theta^{(\ell)}+H^{\{1\}(\ell)}/n_{\ell-1}` for every layer (PDLT (9.3)).
+        r""":math:`\Theta^{(\ell)}+H^{\{1\}(\ell)}/n_{\ell-1}` for every layer (PDLT (9.3)); ``value("H")``.
 
         Parameters
         ----------
@@ -189,9 +275,21 @@ class NTKFlow:
         return self.tensors["Theta"] + self.tensors["H1"] / n_prev[:, None, None]
 
     def __repr__(self) -> str:
-        L, N = self.tensors["Theta"].shape[:2]
-        return (f"NTKFlow(layers=1..{L}, inputs={N}, activation={self.kernel.activation!r}, "
-                f"statistics={sorted(self.tensors)})")
+        stats = [s for s in NTK_STATISTICS if s in self.tensors]
+        return (f"NTKFlow(activation={self.kernel.activation.name!r}, depth={self.depth}, "
+                f"inputs={self.kernel.K.shape[-1]}, widths={_widths_summary(self.kernel.widths)}, "
+                f"statistics={' '.join(stats)})")
+
+    def _repr_html_(self) -> str:
+        stats = [s for s in NTK_STATISTICS if s in self.tensors]
+        return _html_table("NTKFlow: NTK hierarchy by layer (PDLT ch. 8, 9, 11, ∞)", [
+            ("activation", self.kernel.activation.name), ("depth L", self.depth),
+            ("layers", f"{self.layers[0]}..{self.layers[-1]}"),
+            ("inputs N", self.kernel.K.shape[-1]),
+            ("hidden widths", _widths_summary(self.kernel.widths)),
+            ("statistics", ", ".join(stats)),
+            ("learning rates", "uniform" if np.ptp(self.lambda_b) == 0 and np.ptp(self.lambda_w) == 0
+             else "per layer")])
 
 
 def learning_rates(schedule: str, depth: int, lambda_b: float = 1.0, lambda_w: float = 1.0,
@@ -238,21 +336,18 @@ def learning_rates(schedule: str, depth: int, lambda_b: float = 1.0, lambda_w: f
 
 
 def _per_layer(x: Any, L: int, name: str) -> np.ndarray:
-    if np.isscalar(x):
-        out = np.full(L, float(x))
-    else:
-        out = np.asarray(x, dtype=float).ravel()
-        if out.size != L:
-            raise DomainError(f"{name}: need one value or {L} (one per layer 1..L), got {out.size}")
+    seq = real_sequence(x, (L,), name)
+    out = np.full(L, seq) if isinstance(seq, float) else np.asarray(seq, dtype=float)
     if not np.all(np.isfinite(out)) or np.any(out < 0):
         raise DomainError(f"{name} must be finite and >= 0, got {out}")
     return out
 
 
 def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = None,
-             depth: int | None = None, activation: Any = None, c_w: Any = 1.0, c_b: Any = 0.0,
-             ratios: Any = 1.0, lambda_b: Any = 1.0, lambda_w: Any = 1.0,
-             statistics: Any = None, rtol: float = 1e-8) -> NTKFlow:
+             depth: int | None = None, hidden_layers: int | None = None, activation: Any = None,
+             c_w: Any = 1.0, c_b: Any = 0.0, ratios: Any = 1.0, lambda_b: Any = 1.0,
+             lambda_w: Any = 1.0, statistics: Any = None, rtol: float = 1e-8,
+             progress: bool | None = None) -> NTKFlow:
     r"""Iterate the derived NTK-hierarchy recursions through every layer.
 
     Either ``ntk_flow(net, X, lambda_b=..., lambda_w=...)`` or, from a first-layer kernel,
@@ -265,8 +360,9 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         Inputs: :math:`\Theta^{(1)}=\lambda_b^{(1)}+\lambda_W^{(1)}XX^\top/n_0` (PDLT (8.23)).
     K1, Theta1 : array_like (N, N), optional
         First-layer kernel and NTK (instead of ``net, X``).
-    depth, activation, c_w, c_b, ratios
-        As :func:`~effth.theories.pdlt.flow` (with ``K1``).
+    depth, hidden_layers, activation, c_w, c_b, ratios
+        As :func:`~effth.theories.pdlt.flow` (with ``K1``; ``c_w``, ``c_b``, ``ratios`` of
+        another length than documented there raise :class:`~effth.errors.DomainError`).
     lambda_b, lambda_w : float or sequence of L values
         :math:`\lambda_b^{(\ell)}, \lambda_W^{(\ell)}` for :math:`\ell=1..L` (PDLT (8.6); see
         :func:`learning_rates` for the depth prescriptions of chapter 9).
@@ -275,6 +371,9 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         they depend on are computed too.
     rtol : float
         Target relative accuracy of the Gaussian expectations.
+    progress : bool or None
+        Draw a progress bar over the layers (``None``: when stderr is a terminal or in a notebook,
+        unless ``EFFTH_PROGRESS=0``).
 
     Returns
     -------
@@ -293,6 +392,9 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         X = np.asarray(X, dtype=float)
         if X.ndim != 2:
             raise DomainError(f"X must be (N_inputs, n_0), got shape {X.shape}")
+        if depth is not None or hidden_layers is not None or activation is not None:
+            raise DomainError("ntk_flow(net, X) takes depth and activation from net: do not pass "
+                              "depth=, hidden_layers= or activation= as well")
         L = net.depth
         lb = _per_layer(lambda_b, L, "lambda_b")
         lw = _per_layer(lambda_w, L, "lambda_w")
@@ -302,12 +404,12 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     else:
         if Theta1 is None:
             raise DomainError("ntk_flow with K1= needs Theta1= (the first-layer NTK)")
-        L = int(depth) if depth is not None else 0
+        L = resolve_depth(depth, hidden_layers, minimum=1)
         lb = _per_layer(lambda_b, L, "lambda_b")
         lw = _per_layer(lambda_w, L, "lambda_w")
         Th = np.asarray(Theta1, dtype=float)
         _check_theta(Th, np.shape(K1)[0] if np.ndim(K1) == 2 else -1)
-        kern = flow(K1=K1, depth=depth, activation=activation, c_w=c_w, c_b=c_b, ratios=ratios, rtol=rtol)
+        kern = flow(K1=K1, depth=L, activation=activation, c_w=c_w, c_b=c_b, ratios=ratios, rtol=rtol)
     N = kern.K.shape[1]
     wanted = tuple(NTK_STATISTICS) if statistics is None else tuple(statistics)
     for s in wanted:
@@ -327,7 +429,7 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     out = {s: [np.zeros((N,) * (2 if s in ("Theta", "H1") else 4))] for s in stats}
     out["Theta"][0] = Th
     errs = [0.0]
-    with blas_threads():
+    with blas_threads(), progress_bar(L - 1, "ntk_flow: layers", progress=progress, unit="layer") as bar:
         for layer in range(1, L):
             K = kern.K[layer - 1]
             params = dict(c_w=kern.c_w[layer], c_b=kern.c_b[layer], lambda_b=lb[layer],
@@ -342,6 +444,7 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
                     raise DomainError(f"{s} overflows or is undefined at layer {layer + 1}")
                 out[s].append(val)
             errs.append(tables.max_error)
+            bar.update()
     tensors = {s: np.stack(v) for s, v in out.items()}
     return NTKFlow(kern, tensors, lb, lw, np.arange(1, L + 1), np.asarray(errs))
 

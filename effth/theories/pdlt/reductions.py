@@ -54,6 +54,16 @@ class Reduction:
     def _repr_latex_(self) -> str:
         return f"$${self.latex()}$$"
 
+    def __repr__(self) -> str:
+        from .initialization import derivation_repr
+
+        return derivation_repr("Reduction", self.statistic, self.expr, self.provenance)
+
+    def _repr_html_(self) -> str:
+        from .initialization import derivation_html
+
+        return derivation_html("Reduction", self.statistic, self.expr, self.provenance, [])
+
 
 def second_layer(statistic: str) -> Reduction:
     r"""The exact layer-2 form: the derived recursion at :math:`\ell=1` with :math:`V^{(1)}=G^{\{1\}(1)}=0`.

@@ -1,7 +1,7 @@
 r"""The book's printed recursions, typed independently in NumPy (the "published" corner).
 
 PDLT (4.118), (4.119), (4.115) in raised-index form with :math:`K^{-1}` over the whole dataset
-(spec ``seed-001-pdlt-ch0-4.md`` §4.5–4.6), and the single-input χ forms of §4.7.  Atoms are
+(PDLT §4.5–§4.6), and the single-input χ forms of PDLT (5.109)–(5.110).  Atoms are
 evaluated with ``effth.numerics.gaussian_expectation`` on the marginal sub-kernel of the samples
 they involve.  Nothing here imports the theory under test.
 """
@@ -91,7 +91,7 @@ def book_G1(K, V, G1, act, c_w, ratio):
 
 
 def single_input_atoms(K: float, act, c_w):
-    r"""Book definitions (spec §4.7): :math:`\chi_\parallel`, :math:`j`, and :math:`e(s, p)=\langle\sigma^sz^p\rangle_K`."""
+    r"""Book definitions (PDLT §5.1, §5.4): :math:`\chi_\parallel`, :math:`j`, and :math:`e(s, p)=\langle\sigma^sz^p\rangle_K`."""
     k = np.array([[K]])
 
     def e(s, p=0):
@@ -104,7 +104,7 @@ def single_input_atoms(K: float, act, c_w):
 
 
 def chi_forms(K: float, V: float, G1: float, act, c_w, c_b, ratio):
-    r"""Single-input χ forms (spec §4.7): returns :math:`(K', V', G^{\{1\}\prime})`."""
+    r"""Single-input χ forms (PDLT (5.109)–(5.110)): returns :math:`(K', V', G^{\{1\}\prime})`."""
     chi, j, e = single_input_atoms(K, act, c_w)
     Kn = c_b + c_w * e(2)
     Vn = ratio * chi**2 * V + c_w**2 * (e(4) - e(2) ** 2)

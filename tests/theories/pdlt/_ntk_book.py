@@ -1,6 +1,6 @@
 r"""Independent numeric oracle: PDLT's *printed* NTK-hierarchy recursions (errata corrected).
 
-Test helper for issue 4.  NumPy/SciPy only; it imports nothing from effth's ``theories``,
+Test helper for the NTK hierarchy (PDLT ch. 8, 9, 11, ∞).  NumPy/SciPy only; it imports nothing from effth's ``theories``,
 ``algebra``, ``numerics`` or ``codegen`` (only :func:`effth.activations.get_activation` to
 obtain :math:`\sigma,\sigma',\sigma'',\sigma'''`), so it is an independent reference for both
 the derived flow and the simulator.

@@ -1,4 +1,4 @@
-r"""Width study of the NTK hierarchy: ensemble simulation vs a leading-order theory (issue 4).
+r"""Width study of the NTK hierarchy: ensemble simulation vs a leading-order theory (PDLT ch. 8–11).
 
 For an MLP of depth :math:`L` with equal hidden widths :math:`n` the simulator
 (:func:`effth.simulation.simulate_ntk_ensemble`) estimates :math:`n\times` (cumulant) for each of

@@ -50,7 +50,7 @@ def test_raised_4109_holds_to_first_order():
 
 def test_closed_loop_and_single_input_consistency():
     """Put g, v back into the derived action moments: K + G1/n and V/n come back to O(1/n^2);
-    single input: E[z^2] = g + (m+2) v g^3/2 (spec §5.4, lower-g form)."""
+    single input: E[z^2] = g + (m+2) v g^3/2 (PDLT (4.47), lower-g form)."""
     N, n_l = 2, 2.0
     K, V, G1 = _inputs(N, 4)
     a, two, four = _expanded(N)

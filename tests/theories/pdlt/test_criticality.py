@@ -1,6 +1,7 @@
-"""Tests of effth.theories.pdlt.criticality (PDLT §5.2–§5.4; spec seed-001 ch5-8 §2, errata §1–2).
+"""Tests of effth.theories.pdlt.criticality (PDLT §5.2–§5.4, with the corrected (5.81), (5.143)
+and footnote 21).
 
-Three corners: published (spec/book numbers), derived (exact Taylor-series results),
+Three corners: published (book numbers and independent high-precision reference values), derived (exact Taylor-series results),
 measured (iterating the single-input recursions to large depth and fitting exponents).
 """
 
@@ -22,7 +23,7 @@ z = sp.Symbol("z")
 
 
 def R(act, K):
-    return float(chi_perp(act, 1.0, K) / chi_parallel(act, 1.0, K))
+    return float(chi_perp(act, K, c_w=1.0) / chi_parallel(act, K, c_w=1.0))
 
 
 # ================================================================ published corner
@@ -36,7 +37,7 @@ def test_scale_invariant_published(name, c_w, slope):
 
 @pytest.mark.parametrize("a_minus, c_w, slope", [(0.01, 1.999800, 4.998800), (0.1, 1.980198, 4.882364),
                                                  (0.2, 1.923077, 4.556213)])
-def test_leaky_relu_table(a_minus, c_w, slope):      # spec §2.2 table
+def test_leaky_relu_table(a_minus, c_w, slope):      # PDLT (5.61), (5.114), (5.130) for a_- = slope
     from effth.activations import get_activation
     c = find_criticality(get_activation("leaky_relu", slope=a_minus))
     assert float(c.c_w) == pytest.approx(c_w, abs=1e-6)
@@ -44,7 +45,7 @@ def test_leaky_relu_table(a_minus, c_w, slope):      # spec §2.2 table
 
 
 def test_relu_vertex_exact():
-    fl = iterate_single_input("relu", 0.0, 2.0, 2.0, 8)          # spec §2.2 test 1: V = 20(l-1)
+    fl = iterate_single_input("relu", c_w=2.0, c_b=0.0, K1=2.0, depth=8)          # PDLT (5.120): V = 20(l-1)
     np.testing.assert_allclose(fl.V, 20.0 * np.arange(8), rtol=1e-14)
     np.testing.assert_allclose(fl.K, 2.0)
     np.testing.assert_allclose(fl.G1, 0.0)
@@ -62,7 +63,7 @@ def test_kstar0_published(name, c_w, a1, a2, b1, kc, vc, g1b, g1r):
     assert (co["a1"], co["a2"], co["b1"]) == (a1, a2, b1)
     assert (a.p0, a.pV, a.slope, a.p_parallel, a.p_perp) == (1, 1, sp.Rational(2, 3), 2, 1)
     assert (a.K_coeff, a.V_coeff, a.G1_bare_limit) == (kc, vc, g1b)
-    assert a.G1_ren_coeff == g1r                                   # corrected (5.143), errata §1
+    assert a.G1_ren_coeff == g1r                                   # PDLT (5.143) as printed has 13/12 (tanh); corrected
     assert a.c_w1_renormalization == sp.Rational(2, 3) * c_w
 
 
@@ -73,18 +74,18 @@ def test_erf_kstar0():
 
 
 def test_tanh_reference_helpers():
-    K = np.array([0.1, 0.5, 1.0])                                 # spec §2.4 tanh table (mpmath)
-    np.testing.assert_allclose(kernel_map("tanh", 0, 1)(K), [0.0842139284, 0.2736763079, 0.3942944904], atol=1e-10)
-    np.testing.assert_allclose(chi_parallel("tanh", 1, K), [0.7160490621, 0.3246299960, 0.1817976881], atol=1e-9)
-    np.testing.assert_allclose(chi_perp("tanh", 1, K), [0.8492070684, 0.5924257934, 0.4644029024], atol=1e-9)
-    np.testing.assert_allclose(j_function("tanh", 1, K), [-0.0814619205, -0.4729098141, -0.6851737935], atol=1e-9)
+    K = np.array([0.1, 0.5, 1.0])                                 # reference values (mpmath, 30 digits)
+    np.testing.assert_allclose(kernel_map("tanh", c_w=1, c_b=0)(K), [0.0842139284, 0.2736763079, 0.3942944904], atol=1e-10)
+    np.testing.assert_allclose(chi_parallel("tanh", K, c_w=1), [0.7160490621, 0.3246299960, 0.1817976881], atol=1e-9)
+    np.testing.assert_allclose(chi_perp("tanh", K, c_w=1), [0.8492070684, 0.5924257934, 0.4644029024], atol=1e-9)
+    np.testing.assert_allclose(j_function("tanh", K, c_w=1), [-0.0814619205, -0.4729098141, -0.6851737935], atol=1e-9)
 
 
 def test_sin_closed_forms():
     K = np.array([0.05, 0.7, 3.0])
-    np.testing.assert_allclose(chi_parallel("sin", 1, K), np.exp(-2 * K), rtol=1e-10)
-    np.testing.assert_allclose(chi_perp("sin", 1, K), (1 + np.exp(-2 * K)) / 2, rtol=1e-10)
-    np.testing.assert_allclose(j_function("sin", 1, K), -8 * K ** 2 * np.exp(-2 * K), rtol=1e-8)
+    np.testing.assert_allclose(chi_parallel("sin", K, c_w=1), np.exp(-2 * K), rtol=1e-10)
+    np.testing.assert_allclose(chi_perp("sin", K, c_w=1), (1 + np.exp(-2 * K)) / 2, rtol=1e-10)
+    np.testing.assert_allclose(j_function("sin", K, c_w=1), -8 * K ** 2 * np.exp(-2 * K), rtol=1e-8)
 
 
 @pytest.mark.parametrize("name, Ks, Cb, Cw, at1, other", [
@@ -92,7 +93,7 @@ def test_sin_closed_forms():
     ("gelu", (3 + math.sqrt(17)) / 2, 0.1729223908, 1.983058257, -1.436264187e-4, 3.034981436),
 ])
 def test_half_stable_published(name, Ks, Cb, Cw, at1, other):
-    c = find_criticality(name)                                    # spec §2.5 (book -a1~ = -at1)
+    c = find_criticality(name)                                    # PDLT §5.3.4 (the book quotes -a1~)
     assert c.universality_class == "half-stable"
     assert c.K_star == pytest.approx(Ks, rel=1e-9)
     assert float(c.c_b) == pytest.approx(Cb, rel=1e-8) and float(c.c_w) == pytest.approx(Cw, rel=1e-8)
@@ -100,7 +101,7 @@ def test_half_stable_published(name, Ks, Cb, Cw, at1, other):
     assert c.chi_parallel == pytest.approx(1, abs=1e-9) and c.chi_perp == pytest.approx(1, abs=1e-12)
     assert len(c.other_fixed_points) == 1 and c.other_fixed_points[0] == pytest.approx(other, rel=1e-7)
     assert ("below" in c.stability.split(",")[0]) == (at1 > 0)
-    assert c.coefficients["a1"] > 0                                # K*=0 unstable (spec table)
+    assert c.coefficients["a1"] > 0                                # K*=0 unstable (PDLT §5.3.4)
 
 
 def test_half_stable_slopes():
@@ -175,14 +176,14 @@ def test_sigmoid_shifted_table():
 
 
 def test_corrected_581():
-    ser = taylor_expansions(1 + z + z ** 2, 1)                      # errata §2: 3K, not 5K
+    ser = taylor_expansions(1 + z + z ** 2, 1)                      # PDLT (5.81) as printed has 2 sigma_0 sigma_2: 3K, not 5K
     assert ser["g"][1] == 3
     assert ser["g"][0] == 1
 
 
 def test_j_small_K_series():
     K = 1e-4                                                       # (5.123): j/(8K^2) = a1 + 3 a2 K
-    assert j_function("tanh", 1, K) / (8 * K * K) == pytest.approx(-2 + 17 * K, abs=5e-6)
+    assert j_function("tanh", K, c_w=1) / (8 * K * K) == pytest.approx(-2 + 17 * K, abs=5e-6)
 
 
 def test_half_stable_from_K0_unstable_coefficients():
@@ -191,7 +192,7 @@ def test_half_stable_from_K0_unstable_coefficients():
 
 
 def test_a1_zero_branch():
-    c = find_criticality(z - z ** 5)                               # spec §7.13: p0 = 1/2 when a1 = 0 < -a2
+    c = find_criticality(z - z ** 5)                               # PDLT §5.3.3 fn. 19: p0 = 1/2 when a1 = 0 < -a2
     assert c.universality_class == "K*=0" and c.coefficients["a1"] == 0
     assert c.asymptotics.p0 == sp.Rational(1, 2) and c.asymptotics.K_coeff == 1 / sp.sqrt(60)
 
@@ -207,10 +208,15 @@ def test_latex_and_fields():
 
 
 # ================================================================ measured corner
-@pytest.mark.parametrize("name, depth, p0, pV, slope", [
-    ("relu", 10_000, 0, -1, 5), ("linear", 10_000, 0, -1, 2), ("abs", 2_000, 0, -1, 2),
-    ("tanh", 10_000, 1, 1, 2 / 3), ("sin", 10_000, 1, 1, 2 / 3), ("erf", 10_000, 1, 1, 2 / 3)])
-def test_measured_exponents(name, depth, p0, pV, slope):
+# book values (PDLT (5.120), (5.130), (5.131), (5.94), (5.127)): slopes of V/(nK^2) against l/n are
+# 5 (ReLU), 2 (linear, |z|), 2/3 (K*=0 class); l K -> 1/(-a1), l V -> 2/(3 a1^2) with a1 = -2
+# (tanh, erf) and -1 (sin), PDLT (5.86)
+@pytest.mark.parametrize("name, depth, p0, pV, slope, lK, lV", [
+    ("relu", 10_000, 0, -1, 5, None, None), ("linear", 10_000, 0, -1, 2, None, None),
+    ("abs", 2_000, 0, -1, 2, None, None),
+    ("tanh", 10_000, 1, 1, 2 / 3, 1 / 2, 1 / 6), ("sin", 10_000, 1, 1, 2 / 3, 1, 2 / 3),
+    ("erf", 10_000, 1, 1, 2 / 3, 1 / 2, 1 / 6)])
+def test_measured_exponents(name, depth, p0, pV, slope, lK, lV):
     m = measure_asymptotics(name, depth)
     c = find_criticality(name).asymptotics
     assert (c.p0, c.pV) == (p0, pV) and float(c.slope) == pytest.approx(slope)
@@ -218,23 +224,25 @@ def test_measured_exponents(name, depth, p0, pV, slope):
     assert m.pV == pytest.approx(pV, abs=0.05)
     assert m.slope == pytest.approx(slope, abs=0.05)
     if p0 == 1:
-        assert m.lK == pytest.approx(float(c.K_coeff), rel=2e-3)
-        assert m.lV == pytest.approx(float(c.V_coeff), rel=2e-3)
+        assert float(c.K_coeff) == pytest.approx(lK) and float(c.V_coeff) == pytest.approx(lV)
+        assert m.lK == pytest.approx(lK, rel=2e-3)
+        assert m.lV == pytest.approx(lV, rel=2e-3)
 
 
 def test_measured_tanh_published_values():
     m = measure_asymptotics("tanh", 10_000, renormalized=True)
-    assert m.lK == pytest.approx(0.500214, abs=2e-6)               # spec §2.4 table, l = 1e4
+    assert m.lK == pytest.approx(0.500214, abs=2e-6)               # reference iteration (mpmath), l = 1e4
     assert m.lV == pytest.approx(0.166730, abs=2e-6)
-    assert m.lG1 == pytest.approx(1.234520, abs=1e-5)              # errata §1 table
+    assert m.lG1 == pytest.approx(1.234520, abs=1e-5)              # corrected (5.143), reference iteration
     b = measure_asymptotics("tanh", 1_000)
     assert b.G1 == pytest.approx(-0.165816, abs=2e-6)
 
 
-@pytest.mark.parametrize("name", ["swish", "gelu"])
-def test_measured_half_stable_slope(name):
+@pytest.mark.parametrize("name, slope", [("swish", 4.9231871), ("gelu", 4.9042262)])
+def test_measured_half_stable_slope(name, slope):
+    # C_W^2 Var_{K*}(sigma^2)/K*^2 from independent 30-digit quadrature (the book gives no value)
     m = measure_asymptotics(name, 100)
-    assert m.slope == pytest.approx(float(find_criticality(name).asymptotics.slope), abs=0.05)
+    assert m.slope == pytest.approx(slope, abs=0.05)
 
 
 def test_measured_a1_zero_exponent():
@@ -243,18 +251,18 @@ def test_measured_a1_zero_exponent():
 
 
 def test_gauss_hermite_matches_quadrature():
-    a = iterate_single_input("tanh", 0.0, 1.0, 1.0, 30)
-    b = iterate_single_input("tanh", 0.0, 1.0, 1.0, 30, method="quadrature")
+    a = iterate_single_input("tanh", c_w=1.0, c_b=0.0, K1=1.0, depth=30)
+    b = iterate_single_input("tanh", c_w=1.0, c_b=0.0, K1=1.0, depth=30, method="quadrature")
     np.testing.assert_allclose(a.K, b.K, rtol=1e-9)
     np.testing.assert_allclose(a.V, b.V, rtol=1e-7, atol=1e-12)
     np.testing.assert_allclose(a.G1, b.G1, rtol=1e-6, atol=1e-12)
 
 
-def test_half_stable_iteration_matches_spec():
+def test_half_stable_iteration_matches_reference():
     c = find_criticality("gelu")
-    fl = iterate_single_input("gelu", float(c.c_b), float(c.c_w), c.K_star + 1, 2001)
-    assert fl.K[-1] == pytest.approx(4.2116, abs=2e-3)             # spec §2.5 (2000 layers)
-    fl = iterate_single_input("gelu", float(c.c_b), float(c.c_w), c.K_star - 1, 2001)
+    fl = iterate_single_input("gelu", c_w=float(c.c_w), c_b=float(c.c_b), K1=c.K_star + 1, depth=2001)
+    assert fl.K[-1] == pytest.approx(4.2116, abs=2e-3)             # PDLT §5.3.4, 2000 layers (reference iteration)
+    fl = iterate_single_input("gelu", c_w=float(c.c_w), c_b=float(c.c_b), K1=c.K_star - 1, depth=2001)
     assert fl.K[-1] == pytest.approx(2.7782, abs=2e-3)
 
 
@@ -271,64 +279,66 @@ def test_measured_1e5(name, lK, lV, lG):
 @pytest.mark.slow
 def test_erf_renormalized_G1_coefficient():
     m = measure_asymptotics("erf", 100_000, renormalized=True)
-    assert m.lG1 == pytest.approx(float(find_criticality("erf").asymptotics.G1_ren_coeff), abs=1e-3)   # 43/36
+    # corrected (5.143) for odd sigma: (6 a1^2 + a2)/(3 (-a1)^3) = 43/36 with a1 = -2, a2 = 14/3
+    assert find_criticality("erf").asymptotics.G1_ren_coeff == sp.Rational(43, 36)
+    assert m.lG1 == pytest.approx(43 / 36, abs=1e-3)
 
 
 # ================================================================ flagging / bad input
 def test_check_critical_ok():
-    assert check_critical("tanh", 0.0, 1.0).is_critical
-    assert check_critical("relu", 0.0, 2.0).is_critical
+    assert check_critical("tanh", c_w=1.0, c_b=0.0).is_critical
+    assert check_critical("relu", c_w=2.0, c_b=0.0).is_critical
     c = find_criticality("gelu")
-    assert check_critical("gelu", float(c.c_b), float(c.c_w), tol=1e-8).is_critical
+    assert check_critical("gelu", c_w=float(c.c_w), c_b=float(c.c_b), tol=1e-8).is_critical
 
 
 def test_check_critical_flags():
     with pytest.raises(DomainError, match="chi_par=1.1"):
-        check_critical("tanh", 0.0, 1.1)
+        check_critical("tanh", c_w=1.1, c_b=0.0)
     with pytest.raises(DomainError, match="residual"):
-        check_critical("relu", 0.1, 2.0)                           # semi-critical
+        check_critical("relu", c_w=2.0, c_b=0.1)                           # semi-critical
     with pytest.warns(NonCriticalWarning, match="no critical point"):
-        r = check_critical("sigmoid", 0.0, 16.0, action="warn")
+        r = check_critical("sigmoid", c_w=16.0, c_b=0.0, action="warn")
     assert not r.is_critical
-    r = check_critical("perceptron", 0.0, 1.0, action="return")
+    r = check_critical("perceptron", c_w=1.0, c_b=0.0, action="return")
     assert not r.is_critical and math.isinf(r.chi_perp)
-    r = check_critical("tanh", 0.0, 1.0, K=0.5, action="return")
+    r = check_critical("tanh", c_w=1.0, c_b=0.0, K=0.5, action="return")
     assert r.chi_parallel == pytest.approx(0.3246299960) and r.deviation > 0.5
 
 
 def test_blow_up_and_vanishing_report_layer():
     with pytest.raises(ConvergenceError, match=r"blows up at layer \d+"):
-        iterate_single_input("relu", 0.0, 2.5, 1.0, 5000)
+        iterate_single_input("relu", c_w=2.5, c_b=0.0, K1=1.0, depth=5000)
     with pytest.raises(ConvergenceError, match=r"vanishes .* at layer \d+"):
-        iterate_single_input("relu", 0.0, 1.0, 1.0, 5000)
+        iterate_single_input("relu", c_w=1.0, c_b=0.0, K1=1.0, depth=5000)
     with pytest.raises(ConvergenceError, match="layer"):
-        iterate_single_input("tanh", 0.0, 0.5, 1.0, 5000)
+        iterate_single_input("tanh", c_w=0.5, c_b=0.0, K1=1.0, depth=5000)
     with pytest.raises(ConvergenceError, match="layer"):
-        iterate_single_input(z ** 3, 0.0, 1.0, 2.0, 100)
+        iterate_single_input(z ** 3, c_w=1.0, c_b=0.0, K1=2.0, depth=100)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        fl = iterate_single_input("tanh", 0.0, 0.9, 1.0, 200)      # decays but stays finite
+        fl = iterate_single_input("tanh", c_w=0.9, c_b=0.0, K1=1.0, depth=200)      # decays but stays finite
     assert np.all(np.isfinite(fl.K)) and np.all(np.isfinite(fl.V))
 
 
 @pytest.mark.parametrize("call", [
     lambda: find_criticality("no_such_activation"),
-    lambda: kernel_map("tanh", -1.0, 1.0),
-    lambda: kernel_map("tanh", 0.0, 0.0),
-    lambda: kernel_map("tanh", 0.0, float("nan")),
-    lambda: kernel_map("tanh", 0.0, 1.0)(-0.5),
-    lambda: chi_parallel("tanh", 1.0, [0.1, np.inf]),
-    lambda: chi_parallel("perceptron", 1.0, 0.0),
-    lambda: iterate_single_input("tanh", 0.0, 1.0, 1.0, 0),
-    lambda: iterate_single_input("tanh", 0.0, 1.0, 1.0, 2.5),
-    lambda: iterate_single_input("tanh", 0.0, 1.0, -1.0, 10),
-    lambda: iterate_single_input("tanh", 0.0, 1.0, 1.0, 10, method="exact"),
-    lambda: iterate_single_input("relu", 0.0, 1.0, 1.0, 10, method="gauss_hermite"),
-    lambda: iterate_single_input("relu", 0.0, 1.0, 1.0, 10, method="bogus"),
-    lambda: check_critical("tanh", 0.0, 1.0, action="explode"),
+    lambda: kernel_map("tanh", c_w=1.0, c_b=-1.0),
+    lambda: kernel_map("tanh", c_w=0.0, c_b=0.0),
+    lambda: kernel_map("tanh", c_w=float("nan"), c_b=0.0),
+    lambda: kernel_map("tanh", c_w=1.0, c_b=0.0)(-0.5),
+    lambda: chi_parallel("tanh", [0.1, np.inf], c_w=1.0),
+    lambda: chi_parallel("perceptron", 0.0, c_w=1.0),
+    lambda: iterate_single_input("tanh", c_w=1.0, c_b=0.0, K1=1.0, depth=0),
+    lambda: iterate_single_input("tanh", c_w=1.0, c_b=0.0, K1=1.0, depth=2.5),
+    lambda: iterate_single_input("tanh", c_w=1.0, c_b=0.0, K1=-1.0, depth=10),
+    lambda: iterate_single_input("tanh", c_w=1.0, c_b=0.0, K1=1.0, depth=10, method="exact"),
+    lambda: iterate_single_input("relu", c_w=1.0, c_b=0.0, K1=1.0, depth=10, method="gauss_hermite"),
+    lambda: iterate_single_input("relu", c_w=1.0, c_b=0.0, K1=1.0, depth=10, method="bogus"),
+    lambda: check_critical("tanh", c_w=1.0, c_b=0.0, action="explode"),
     lambda: measure_asymptotics("sigmoid", 10),
     lambda: measure_asymptotics("tanh", 100, window=(50, 200)),
-    lambda: chi_perp("tanh", -1.0, 0.5),
+    lambda: chi_perp("tanh", 0.5, c_w=-1.0),
     lambda: fit_power_law([1, 2, 3], [1, -1, 2]),
     lambda: find_criticality(sp.Integer(0) * z),
 ])
@@ -349,12 +359,13 @@ def test_fit_power_law_exact():
 
 
 def test_measured_non_odd_example():
-    act = sp.tanh(z) + sp.tanh(z) ** 2 / 2                         # spec §2.4: lK -> 0.8 = 1/(-a1), K1 = 0.5
+    act = sp.tanh(z) + sp.tanh(z) ** 2 / 2                         # PDLT (5.94), (5.127): lK -> 0.8 = 1/(-a1), lV -> 32/75
     m = measure_asymptotics(act, 10_000, K1=0.5)
     a = find_criticality(act).asymptotics
     assert m.p0 == pytest.approx(1, abs=0.05) and m.pV == pytest.approx(1, abs=0.05)
     assert m.slope == pytest.approx(2 / 3, abs=0.05)
-    assert m.lK == pytest.approx(float(a.K_coeff), rel=2e-3) and m.lV == pytest.approx(float(a.V_coeff), rel=3e-3)
+    assert float(a.K_coeff) == pytest.approx(0.8) and float(a.V_coeff) == pytest.approx(32 / 75)
+    assert m.lK == pytest.approx(0.8, rel=2e-3) and m.lV == pytest.approx(32 / 75, rel=3e-3)
 
 
 @pytest.mark.parametrize("expr, slope", [(sp.Max(z, 0), 5), (2 * z, 2), (sp.Max(z, 0) + sp.Min(z, 0) / 10, 4.882364)])

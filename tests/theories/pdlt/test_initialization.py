@@ -1,8 +1,8 @@
 """Derived initialization recursions (K, V, G^{1}) vs the book's printed forms and numbers.
 
 Corners of the verification triangle used here: *derived* (``derive_initialization``) vs
-*published* (PDLT (4.115), (4.118), (4.119) typed in ``_book.py``; spec §4.7 χ forms; spec §5.2–5.3
-tables).  The measured corner is in ``test_simulation.py``.
+*published* (PDLT (4.115), (4.118), (4.119) typed in ``_book.py``; PDLT (5.109)–(5.110) χ forms;
+independent two-input and single-input reference tables).  The measured corner is in ``test_simulation.py``.
 """
 
 from __future__ import annotations
@@ -123,14 +123,14 @@ def test_single_input_chi_forms(act):
 
 
 # --------------------------------------------------------------------------------------------
-# published numbers (spec §5.2, §5.3)
+# independent reference numbers (two inputs: layers 2, 3; single input: layers 2..6)
 # --------------------------------------------------------------------------------------------
 def _flat(V):
     """(11)(11), (11)(22), (12)(12), (11)(12) components."""
     return [V[0, 0, 0, 0], V[0, 0, 1, 1], V[0, 1, 0, 1], V[0, 0, 0, 1]]
 
 
-TABLE = {  # spec §5.2, K1 = [[1, .5], [.5, 1]]
+TABLE = {  # two-input reference table, K1 = [[1, .5], [.5, 1]]
     "relu": dict(cw=2.0, tol=2e-9, K2=(1, 0.6089977810), V2=(5, 1.8269933431, 2.4561150458, 2.6314922337),
                  K3=(1, 0.6839056509), G3=(0, -0.0965443052),
                  V3=(10, 4.2173505637, 5.3142071725, 5.8278979070),
@@ -163,7 +163,7 @@ def test_two_input_tables(act):
     assert [V3r[0, 0, 0, 0], V3r[0, 0, 1, 1], G3r[0, 1]] == pytest.approx(t["ratio2"], **tol)
 
 
-SEQ = {  # spec §5.3: (cw, cb, K1) -> rows (K, V, G1) for layers 2..
+SEQ = {  # single-input reference sequences: (cw, cb, K1) -> rows (K, V, G1) for layers 2..
     "a": (1.0, 0.0, 1.0, [(0.3942944904, 0.09752373809, 0), (0.2364504105, 0.06780749389, -0.03093251987),
                           (0.1666563538, 0.05014659647, -0.05268246734), (0.1279047353, 0.03939844304, -0.06822537136),
                           (0.1034406081, 0.03231099025, -0.07986126159)]),

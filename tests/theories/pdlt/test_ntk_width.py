@@ -1,4 +1,4 @@
-r"""Issue 4's width bar: ensemble NTK hierarchy of depth-3 MLPs vs the leading-order theory.
+r"""Width bar of the NTK hierarchy: ensemble NTK hierarchy of depth-3 MLPs vs the leading-order theory.
 
 For tanh and GELU at criticality, two inputs, depth 3, equal hidden widths :math:`n`, every
 simulated statistic :math:`X_{\rm sim}(n)` (:math:`n\times` cumulant at the output layer, see

@@ -35,7 +35,7 @@ def test_single_input_is_the_book_chi_form_symbolically():
 
 @pytest.mark.parametrize("act", ["tanh", "erf"])
 def test_single_input_numbers_against_spec_chi_forms(act):
-    """chi_par and j from their book definitions (z-weighted atoms) reproduce spec §4.7 numbers."""
+    """chi_par and j from their book definitions (z-weighted atoms) reproduce the reference numbers."""
     K, V, G1, cw, cb, rho = 0.8, 0.4, -0.1, 1.4, 0.05, 2.0
     chi, j, e = single_input_atoms(K, act, cw)
     Kn, Vn, Gn = chi_forms(K, V, G1, act, cw, cb, rho)

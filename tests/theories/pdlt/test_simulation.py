@@ -63,5 +63,5 @@ def test_nlo_metric_measured_by_width_fit(measured, theory):
 def test_vertex_leading_order(measured, theory):
     _, _, V3 = theory
     V, Verr = measured[32][2], measured[32][3]
-    # V^{(3)} has O(1/n) corrections (V^{1}, spec §7.13): allow 10% at n = 32 plus noise
+    # V^{(3)} has O(1/n) corrections (V^{1}, PDLT §4.5): allow 10% at n = 32 plus noise
     assert np.all(np.abs(V - V3) <= 0.1 * np.abs(V3) + 4 * Verr)

@@ -1,4 +1,4 @@
-r"""Width scaling of theory vs simulation (issue 3): :math:`G-(K+G^{\{1\}}/n)=O(1/n^2)`, :math:`V_{\rm sim}-V=O(1/n)`.
+r"""Width scaling of theory vs simulation: :math:`G-(K+G^{\{1\}}/n)=O(1/n^2)`, :math:`V_{\rm sim}-V=O(1/n)`.
 
 For an MLP of depth :math:`L` on two inputs the exact mean metric of the last layer is
 :math:`G^{(L)}=K^{(L)}+G^{\{1\}(L)}/n+O(1/n^2)` and the exact vertex
