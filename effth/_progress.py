@@ -2,7 +2,7 @@
 
 Every long-running entry point takes ``progress=None | bool``:
 
-* ``True`` shows a ``tqdm`` bar (in Jupyter the notebook widget when ``ipywidgets`` is present,
+* ``True`` shows a ``tqdm`` bar (in Jupyter the notebook widget when ``ipywidgets`` is installed,
   else the text bar on stderr);
 * ``False`` shows nothing;
 * ``None`` (the default) follows ``$EFFTH_PROGRESS`` (``0``/``1``); unset, a bar is shown only
@@ -75,10 +75,13 @@ def progress_bar(total: int | None, desc: str, *, progress: bool | None = None,
         yield _Silent()
         return
     try:
+        from tqdm import tqdm
         if _in_notebook():
-            from tqdm.auto import tqdm
-        else:
-            from tqdm import tqdm
+            try:                           # the widget bar needs ipywidgets; else the text bar
+                import ipywidgets  # noqa: F401
+                from tqdm.notebook import tqdm
+            except ImportError:
+                pass
     except ImportError:                    # pragma: no cover - tqdm is a dependency
         yield _Silent()
         return
