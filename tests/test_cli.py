@@ -96,31 +96,34 @@ def test_derive_vertex_recursion_prints_book_symbols():
 
 
 def test_gamma0_prints_the_corrected_deep_linear_ntk_prefactor():
-    """Spec §4.3: the gamma0^2 NTK prefactor is L(L+1)^2(L+2)/12 = 20 at L = 3 (seed's eq. (12): 6)."""
-    code, text = run("gamma0", "--order", "2", "--depth", "3", "--linear", "--quantity", "ntk")
-    assert code == 0
-    assert text.startswith(r"K_{2,\mu\nu}(t,s) = 20 ")
-    code, text = run("gamma0", "--order", "2", "--depth", "3", "--gradient-independent")
-    assert code == 0 and text.startswith(r"K_{2,\mu\nu}(t,s) = 6 ")
+    """The gamma0^2 NTK prefactor of a deep linear net with L hidden layers is L(L+1)^2(L+2)/12:
+    20 at L = 3 (= 3*16*5/12); Bordelon & Pehlevan (2022), eq. (12), prints L(L+1)/2 = 6, the
+    gradient-independence value.  --depth counts weight layers: --depth 4 is L = 3."""
+    for size in (("--hidden-layers", "3"), ("--depth", "4")):
+        code, text = run("gamma0", "--order", "2", *size, "--linear", "--quantity", "ntk")
+        assert code == 0
+        assert text.startswith(r"K_{2,\mu\nu}(t,s) = 20 ")
+        code, text = run("gamma0", "--order", "2", *size, "--gradient-independent")
+        assert code == 0 and text.startswith(r"K_{2,\mu\nu}(t,s) = 6 ")
     code, text = run("gamma0", "--quantity", "ntk")
     assert code == 0 and r"L \left(L + 1\right)^{2} \left(L + 2\right)" in text
 
 
 def test_gamma0_two_layer_atoms_and_odd_orders():
-    code, text = run("gamma0", "--order", "2", "--depth", "1", "--activation", "tanh",
+    code, text = run("gamma0", "--order", "2", "--hidden-layers", "1", "--activation", "tanh",
                      "--quantity", "phi")
     assert code == 0 and r"\left\langle" in text and r"\sigma''_{\mu}" in text
-    code, text = run("gamma0", "--order", "3", "--depth", "2")
+    code, text = run("gamma0", "--order", "3", "--hidden-layers", "2")
     assert code == 0 and text.strip().endswith("= 0")
 
 
 def test_gamma0_bad_input_exits_2(capsys):
     assert run("gamma0", "--order", "-2")[0] == 2
     assert "effth:" in capsys.readouterr().err
-    code, text = run("gamma0", "--order", "4", "--depth", "3", "--activation", "tanh",
+    code, text = run("gamma0", "--order", "4", "--hidden-layers", "3", "--activation", "tanh",
                      "--quantity", "phi")
     assert code == 0 and r"B_jB_j^\top=\Phi^{\ell-1}_{2j}" in text and "Price" in text
-    code, text = run("gamma0", "--order", "2", "--depth", "3", "--activation", "tanh",
+    code, text = run("gamma0", "--order", "2", "--depth", "4", "--activation", "tanh",
                      "--quantity", "phi")
     assert code == 0 and r"\Phi^{\ell-1}_{2,ab}" in text
     assert run("gamma0", "--order", "-2")[0] == 2
@@ -138,3 +141,88 @@ def test_derive_ntk_statistics_print_latex():
     buf = io.StringIO()
     assert main(["derive", "B", "--second-layer"], out=buf) == 0
     assert "B^{(\\ell)}" not in buf.getvalue()            # no layer-1 fluctuations
+
+
+# ------------------------------------------------------------------ bad input: exit 2, one line
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("effth") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (("gamma0", "--activation", "foo"), "unknown activation"),
+    (("gamma0", "--activation", "relu", "--hidden-layers", "2"), "smooth"),
+    (("gamma0", "--depth", "4", "--hidden-layers", "3"), "not allowed with"),
+    (("gamma0", "--hidden-layers", "3", "--layer", "4"), "1..3"),
+    (("gamma0", "--depth", "4", "--layer", "4"), "1..3"),
+    (("gamma0", "--depth", "1"), "--depth"),
+    (("derive", "cumulant", "--order", "12"), "at most 8"),
+    (("derive", "connected-four-point", "--order", "5"), "at most 2"),
+    (("derive", "K", "--single-input", "--second-layer"), "not both"),
+    (("wick", "40"), "0..14"),
+    (("expect", "sigma(1,1.5)*sigma(2)", "--activation", "tanh", "--kernel", "1,0;0,1"),
+     "derivative order"),
+    (("expect", "sigma(1)*", "--activation", "tanh", "--kernel", "1,0;0,1"), "cannot parse"),
+    (("expect", "sigma(1)", "--activation", "tanh", "--kernel", "1,a"), "--kernel"),
+    (("expect", "sigma(1)", "--activation", "tanh", "--kernel", "1,0;0"), "--kernel"),
+    (("expect", "z(1)**0.5", "--activation", "tanh", "--kernel", "1"), "exponent"),
+    (("expect", "1/0", "--activation", "tanh", "--kernel", "1"), "not finite"),
+    (("expect", "relu(z(1))", "--activation", "tanh", "--kernel", "1"), "relu"),
+    (("expect", "sigma(1)", "--activation", "monomial", "--kernel", "1"), "degree"),
+    (("expect", "sigma(1)", "--activation", "tanh", "--kernel", "1", "--digits", "99"), "digits"),
+    (("bogus",), "invalid choice"),
+])
+def test_bad_input_exits_2_with_one_line(argv, needle, capsys):
+    assert run(*argv)[0] == 2
+    assert needle in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("payload", [
+    "__import__('pathlib').Path({path!r}).touch()",
+    "sigma(1)*__import__('pathlib').Path({path!r}).touch()",
+    "(lambda: __import__('pathlib').Path({path!r}).touch())()",
+    "[c for c in ().__class__.__bases__[0].__subclasses__()]",
+    "sigma(1).__class__",
+])
+def test_expect_never_executes_the_integrand(payload, tmp_path, capsys):
+    target = tmp_path / "pwned"
+    text = payload.format(path=str(target))
+    assert run("expect", text, "--activation", "tanh", "--kernel", "1,0;0,1")[0] == 2
+    _one_line_error(capsys)
+    assert run("expect", "sigma(1)", "--activation", text, "--kernel", "1,0;0,1")[0] == 2
+    _one_line_error(capsys)
+    assert not target.exists()
+
+
+def test_expect_accepts_what_its_help_invites():
+    # registry aliases, parameterized families, expressions in z, the activation by its name
+    code, text = run("expect", "sigma(1)*sigma(2)", "--activation", "ReLU", "--kernel",
+                     "1,0.5;0.5,1", "--format", "text")
+    assert code == 0 and float(text) == pytest.approx(math.sqrt(3) / (4 * math.pi) + 1 / 6, rel=1e-13)
+    # sigma = z + z^3 at K = [[1, r], [r, 1]], Wick (PDLT (1.45)): E[z1 z2] = r,
+    # E[z1 z2^3] = E[z1^3 z2] = 3r, E[z1^3 z2^3] = 9r + 6r^3; total 16r + 6r^3 = 8.75 at r = 1/2
+    code, text = run("expect", "sigma(1)*sigma(2)", "--activation", "z + z**3", "--kernel",
+                     "1,0.5;0.5,1", "--format", "text")
+    assert code == 0 and float(text) == pytest.approx(8.75, rel=1e-12)
+    # leaky ReLU with slope a at K = I: independent samples, E[s(z)]^2 = ((1-a)/sqrt(2 pi))^2
+    code, text = run("expect", "sigma(1)*sigma(2)", "--activation", "leaky_relu(slope=0.1)",
+                     "--kernel", "1,0;0,1", "--format", "text")
+    assert code == 0 and float(text) == pytest.approx(0.9 ** 2 / (2 * math.pi), rel=1e-12)
+    code, text = run("expect", "tanh(z(1))*sigma(2, 1) + 0.5", "--activation", "tanh",
+                     "--kernel", "1,0;0,1", "--format", "text")
+    assert code == 0 and float(text) == pytest.approx(0.5, abs=1e-12)   # <tanh z> = 0
+    code, text = run("expect", "z(1)**2", "--activation", "tanh", "--kernel", "2.5",
+                     "--format", "text")
+    assert code == 0 and float(text) == pytest.approx(2.5, rel=1e-13)
+
+
+def test_help_cites_papers_not_internal_notes(capsys):
+    for argv in (("gamma0", "--help"), ("expect", "--help"), ("report", "--help"),
+                 ("derive", "--help"), ("--help",)):
+        assert run(*argv)[0] == 0
+        text = capsys.readouterr().out
+        assert "spec" not in text.lower().replace("special", "") and "seed 0" not in text
+    assert run("gamma0", "--help")[0] == 0
+    text = capsys.readouterr().out
+    assert "Bordelon & Pehlevan (2022)" in text and "even order" in text

@@ -5,7 +5,7 @@ Corners:
     ``expand_sample_sums`` over 1, 2, 3 concrete samples with random symmetric tensors;
 (b) brute force: explicit Wick sums over (neuron, sample) variables with explicit Kronecker deltas,
     n = 1, 2, 3 neurons (independent of the graph / cycle machinery);
-(c) measured: quadrature of the actual non-Gaussian density (spec §2.5 numbers), residual ~ lambda^2.
+(c) measured: quadrature of the actual non-Gaussian density (PDLT §1.3, (1.71)–(1.78)), residual ~ lambda^2.
 """
 
 from __future__ import annotations
@@ -353,7 +353,7 @@ def test_ch1_quadrature_spec_2_5():
     ex = np.array([ch1_exact(x) for x in lams])
     assert (ex[1:, 1] - 1) / lams[1:] == pytest.approx(c2, abs=0.02)
     assert ex[-1, 2] / lams[-1] == pytest.approx(c4, abs=0.01)
-    _, m2, k4 = ch1_exact(0.001)  # spec §2.5 second row
+    _, m2, k4 = ch1_exact(0.001)  # PDLT (1.71), second coupling value
     assert ((m2 - 1) / 0.001, k4 / 0.001) == pytest.approx((-0.49933, -0.99651), abs=1e-5)
     for col, c, base in [(0, float(zc), 1.0), (1, c2, 1.0), (2, c4, 0.0)]:
         res = ex[:, col] - (base + c * lams)
@@ -409,9 +409,9 @@ def test_ch4_quadrature(n_neurons):
     s4 = {**{a: 0 for a in A}, I[0]: 0, I[1]: 0, I[2]: 1, I[3]: 1, N_SYM: n_neurons}
     c0 = 1 / gval
     c2 = evaluate(two, [0], t, s2) - c0  # coefficient of v (v = 1 in t)
-    assert c2 == pytest.approx((n_neurons + 2) / (2 * gval**3), rel=1e-12)  # spec §5.4
+    assert c2 == pytest.approx((n_neurons + 2) / (2 * gval**3), rel=1e-12)  # PDLT (4.47)–(4.48)
     c4 = evaluate(four, [0], t, s4)
-    assert c4 == pytest.approx(1 / gval**4, rel=1e-12)  # spec §5.4
+    assert c4 == pytest.approx(1 / gval**4, rel=1e-12)  # PDLT (4.47)–(4.48)
     vs = -np.array([0.02, 0.01, 0.005, 0.0025])  # v < 0: normalizable
     ex = np.array([ch4_exact(v, n_neurons, gval) for v in vs])
     res2 = ex[:, 0] - (c0 + c2 * vs)

@@ -37,7 +37,7 @@ K0 = KernelMatrix(Kernel)  # layer-less, chapter-1 style
 # a polynomial σ with exact rational coefficients (the 'polynomial' family stores floats)
 CUBIC = get_activation(sp.Rational(1, 5) + Z + sp.Rational(3, 10) * Z**3)
 
-SPEC_K = np.array([[2.0, 1.0, 0.0], [1.0, 3.0, 1.0], [0.0, 1.0, 1.0]])  # spec §2.2
+SPEC_K = np.array([[2.0, 1.0, 0.0], [1.0, 3.0, 1.0], [0.0, 1.0, 1.0]])  # Wick, PDLT (1.45)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ def test_wick_known_values():
     [(z(1) ** 2 * z(2) ** 2, 8), (z(1) ** 2 * z(2) * z(3), 2), (z(1) * z(2) * z(3) ** 2, 1)],
 )
 def test_wick_spec_values(integrand, value):
-    """Spec §2.2: K = [[2,1,0],[1,3,1],[0,1,1]] gives 8, 2, 1."""
+    """Wick (PDLT (1.44)–(1.45)) by hand: K = [[2,1,0],[1,3,1],[0,1,1]] gives 8, 2, 1."""
     w = GaussianExpectation(integrand, K0).wick()
     sub = {Kernel(i + 1, j + 1): int(SPEC_K[i, j]) for i in range(3) for j in range(3)}
     assert w.xreplace(sub) == value
@@ -226,7 +226,7 @@ def test_stein_simple():
 
 
 def test_stein_spec_4_8_identity():
-    r"""<F (z_a z_b - K_ab)> = sum_{c,d} K_ac K_bd <d_c d_d F> for F = σ_1 σ_2 (spec §4.8)."""
+    r"""<F (z_a z_b - K_ab)> = sum_{c,d} K_ac K_bd <d_c d_d F> for F = σ_1 σ_2 (Stein's lemma, Gaussian integration by parts)."""
     a, b = 1, 2
     F = sigma(1) * sigma(2)
     lhs = stein(expect(F * (z(a) * z(b) - Kernel(a, b)), K0))
@@ -277,12 +277,12 @@ def test_price_is_exact_for_polynomial_activation():
 
 
 def test_derivative_identity_spec_5_1():
-    r"""<σ²(z²−K)>_K = 2K² ∂_K <σ²>_K (spec §5.1), symbolically via stein and diff."""
+    r"""<σ²(z²−K)>_K = 2K² ∂_K <σ²>_K (PDLT (5.10), (5.50)), symbolically via stein and diff."""
     k = Kernel(0, 0, ell)
     lhs = stein(expect(sigma(0) ** 2 * (z(0) ** 2 - k), KM))
     rhs = 2 * k**2 * sp.diff(GaussianExpectation(sigma(0) ** 2, KM), k)
     assert sp.expand(lhs - rhs) == 0
-    # and the χ_∥ form of spec §4.7: ∂_K<σ²> = <σ'² + σσ''>
+    # and the χ_∥ form of PDLT (5.10)/(5.50): ∂_K<σ²> = <σ'² + σσ''>
     assert sp.expand(sp.diff(GaussianExpectation(sigma(0) ** 2, KM), k)
                      - expect(sigma(0, 1) ** 2 + sigma(0) * sigma(0, 2), KM)) == 0
 

@@ -1,4 +1,4 @@
-"""Neuron-index counting: cycle histograms, c_{2m}(n), deep-linear values (spec §2.3, §3.3, §3.6)."""
+"""Neuron-index counting: cycle histograms, c_{2m}(n), deep-linear values (PDLT (3.18)–(3.47))."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_histograms_spec_table(m):
 def test_c2m_equals_cycle_polynomial_and_gamma(m):
     assert sp.expand(cycle_polynomial(m, n) - c2m(m, n)) == 0
     assert sp.simplify(c2m_gamma(m, n) - c2m(m, n)) == 0
-    for nv in (1, 3, 5, 7):  # odd n: Gamma form (spec §3.3)
+    for nv in (1, 3, 5, 7):  # odd n: Gamma form (PDLT (3.46))
         assert c2m_gamma(m, nv) == c2m(m, nv)
 
 

@@ -1,4 +1,4 @@
-"""Wick pairings: counts (2m-1)!!, the explicit 3- and 15-term expansions, numeric Wick (spec §2.2)."""
+"""Wick pairings: counts (2m-1)!!, the explicit 3- and 15-term expansions, numeric Wick (PDLT (1.45))."""
 
 from __future__ import annotations
 
