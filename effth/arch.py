@@ -223,6 +223,11 @@ class MLP:
         return self._act
 
     @property
+    def hidden_layers(self) -> int:
+        """Number of hidden layers, ``depth - 1`` (the DMFT papers' :math:`L`)."""
+        return self.depth - 1
+
+    @property
     def hidden_widths(self) -> tuple[int, ...] | None:
         """:math:`(n_1, \\dots, n_{L-1})`, or ``None`` if symbolic."""
         return self.widths
