@@ -207,6 +207,34 @@ def _resolve_callables(activation):
     return label, (act.numpy(0), act.numpy(1))
 
 
+def _real_array(a, name: str) -> np.ndarray:
+    """``a`` as a finite float array; complex, non-numeric, NaN or infinite entries are rejected
+    with a :class:`DomainError` naming ``name`` (never silently truncated to the real part)."""
+    try:
+        raw = np.asarray(a)
+    except (TypeError, ValueError) as exc:
+        raise DomainError(f"{name} must be a real numeric array: {exc}") from None
+    if raw.dtype.kind == "c":
+        raise DomainError(f"{name} must be real, got a complex array (pass {name}.real if the "
+                          "imaginary part is meant to be dropped)")
+    if raw.dtype.kind not in "biuf":
+        raise DomainError(f"{name} must be a real numeric array, got dtype {raw.dtype}")
+    out = raw.astype(float)
+    if not np.all(np.isfinite(out)):
+        raise DomainError(f"{name} contains NaN or infinite entries")
+    return out
+
+
+def _real_scalar(v, name: str) -> float:
+    """A real Python/NumPy number as float; complex or non-numeric values raise DomainError."""
+    if isinstance(v, (bool, np.bool_, complex, np.complexfloating, str, bytes)) or np.ndim(v):
+        raise DomainError(f"{name}={v!r} must be a real number")
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise DomainError(f"{name}={v!r} must be a real number") from None
+
+
 def _resolve_seeds(seed) -> tuple:
     """One entry per network: ints, a sequence of ints, a SeedSequence, a Generator, or None."""
     if seed is None:
@@ -217,6 +245,8 @@ def _resolve_seeds(seed) -> tuple:
         raise DomainError(f"seed must be an int, a sequence of ints, a SeedSequence or a Generator, "
                           f"got {seed!r}")
     if isinstance(seed, (int, np.integer)):
+        if seed < 0:
+            raise DomainError(f"seed={seed!r} must be a non-negative int")
         return (int(seed),)
     try:
         seeds = tuple(seed)
@@ -226,6 +256,8 @@ def _resolve_seeds(seed) -> tuple:
     if not seeds or any(isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer))
                         for s in seeds):
         raise DomainError(f"seed as a sequence needs one int per network, got {seed!r}")
+    if any(s < 0 for s in seeds):
+        raise DomainError(f"seed={seed!r}: every seed must be a non-negative int")
     return tuple(int(s) for s in seeds)
 
 
@@ -320,21 +352,32 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
     act_label, fns = _resolve_callables(activation)
     if parameterization not in ("mean_field", "mup"):
         raise DomainError(f"parameterization={parameterization!r}: use 'mean_field' or 'mup'")
+    gamma0, eta, weight_decay = (_real_scalar(v, k) for v, k in
+                                 ((gamma0, "gamma0"), (eta, "eta"), (weight_decay, "weight_decay")))
     if not (np.isfinite(gamma0) and gamma0 != 0):
         raise DomainError(f"gamma0={gamma0!r} must be finite and nonzero (output factor 1/gamma0)")
     if not (np.isfinite(eta) and eta > 0):
         raise DomainError(f"eta={eta!r} must be positive")
     if not (np.isfinite(weight_decay) and 0 <= eta * weight_decay < 1):
         raise DomainError(f"weight_decay={weight_decay!r} must satisfy 0 <= eta * weight_decay < 1")
-    X = np.asarray(X, dtype=float)
-    y = np.asarray(y, dtype=float)
-    if X.ndim != 2 or y.ndim not in (1, 2) or y.shape[0] != X.shape[0]:
-        raise DomainError(f"X must be (P, D) and y (P,) or (P, C), got {X.shape} and {y.shape}")
+    X = _real_array(X, "X")
+    y = _real_array(y, "y")
+    if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1:
+        raise DomainError(f"X must be a 2-D array (P, D) with P, D >= 1, got shape {X.shape}")
+    if y.ndim not in (1, 2) or y.shape[0] != X.shape[0] or (y.ndim == 2 and y.shape[1] < 1):
+        raise DomainError(f"y must be (P,) or (P, C) with P = X.shape[0] = {X.shape[0]} rows, "
+                          f"got shape {y.shape} (X: {X.shape})")
     multi = y.ndim == 2
     Y = y.reshape(y.shape[0], -1)
     if X_test is not None:
-        X = np.vstack([X, np.asarray(X_test, dtype=float)])
-    if isinstance(steps, (bool, np.bool_)) or int(steps) != steps or steps < 1:
+        Xt = _real_array(X_test, "X_test")
+        if Xt.ndim != 2 or Xt.shape[1] != X.shape[1]:
+            raise DomainError(f"X_test must be 2-D with X's {X.shape[1]} columns (Q, "
+                              f"{X.shape[1]}), got shape {Xt.shape}")
+        X = np.vstack([X, Xt])
+    if (isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer, float,
+                                                                      np.floating))
+            or not np.isfinite(steps) or int(steps) != steps or steps < 1):
         raise DomainError(f"steps={steps!r} must be a positive integer")
     seeds = _resolve_seeds(seed)
     runs = []
@@ -360,6 +403,45 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
     return TrainingRun(f=f, loss=loss, phi=phi, g=g, ntk=ntk, kx=kx, widths=width,
                        hidden_layers=L, gamma0=float(gamma0), eta=float(eta), seed=seeds, h=h,
                        activation=act_label)
+
+
+#: a run whose training loss exceeds this multiple of max(initial loss, |y|^2 / 2) has diverged
+_RUNAWAY = 1e6
+
+
+class _Diverged(Exception):
+    def __init__(self, step, loss, ref):
+        super().__init__(step)
+        self.step, self.loss, self.ref = step, loss, ref
+
+
+def _lazy_bound(phis, es, X, P, C, N, gamma0, bias):
+    """``2 / lambda_max`` of the network's NTK on the training points at initialization (the
+    stability edge of GD on a frozen NTK), from the recorded features and backprop signals."""
+    D = X.shape[1]
+    one = 1.0 if bias else 0.0
+    kx = X[:P] @ X[:P].T / D
+    gs = [gamma0 * N * e[:P] for e in es]                              # g^l, (P, N, C)
+    G = [np.einsum("aic,bid->acbd", g, g) / N for g in gs]              # (P, C, P, C)
+    Ph = [ph[:P] @ ph[:P].T / N for ph in phis]
+    K = G[0] * (kx + one)[:, None, :, None]
+    for ell in range(1, len(G)):
+        K = K + G[ell] * (Ph[ell - 1] + one)[:, None, :, None]
+    K = K + Ph[-1][:, None, :, None] * np.eye(C)[None, :, None, :]
+    lam = float(np.linalg.eigvalsh(K.reshape(P * C, P * C))[-1])
+    return 2.0 / lam if lam > 0 else np.inf
+
+
+def _diverged_error(step, loss, ref, eta, bound) -> DomainError:
+    what = ("a floating-point overflow" if loss is None else
+            f"non-finite outputs" if not np.isfinite(loss) else
+            f"training loss {loss:.3g} > {_RUNAWAY:g} x its initial scale {ref:.3g}")
+    edge = ("" if bound is None else
+            f"; the lazy stability bound is eta < 2 / lambda_max(NTK at initialization) = "
+            f"{bound:.4g} (here eta lambda_max / 2 = {eta / bound:.3g}; feature learning moves "
+            "the NTK, so the edge of the trained run can lie below it)")
+    return DomainError(f"training diverged at step {step} ({what}): eta={eta:g} is beyond the "
+                       f"stable range of gradient descent{edge}; lower eta")
 
 
 def _train_one(X, Y, L, N, gamma0, eta, T, fns, seed, parameterization, center, record,
@@ -388,41 +470,51 @@ def _train_one(X, Y, L, N, gamma0, eta, T, fns, seed, parameterization, center, 
     grads = np.zeros((L, T, n, N, C))
     f_rec = np.zeros((T, n, C))
     f0 = None
-    with np.errstate(over="raise", invalid="raise"):
-        for t in range(T):
-            hs = [X @ W0.T / np.sqrt(D) + bs[0]]
-            for ell, W in enumerate(Ws):
-                hs.append(m * act(hs[-1]) @ W.T + bs[ell + 1])
-            phis = [act(h) for h in hs]
-            f = m * inv_gamma * phis[-1] @ w                                  # (n, C)
-            if f0 is None:
-                f0 = f.copy() if center else np.zeros((n, C))
-            f = f - f0
-            # backprop e^l_c = df_c/dh^l, shape (n, N, C)
-            es = [None] * L
-            es[-1] = dact(hs[-1])[:, :, None] * (m * inv_gamma * w)[None]
-            for ell in range(L - 2, -1, -1):
-                es[ell] = dact(hs[ell])[:, :, None] * (m * np.matmul(Ws[ell].T, es[ell + 1]))
-            f_rec[t] = f
-            for ell in range(L):
-                feats[ell, t] = phis[ell]
-                if keep_h:
-                    pre[ell, t] = hs[ell]
-                grads[ell, t] = gamma0 * N * es[ell]
-            if t == T - 1:
-                break
-            delta = np.zeros((n, C))
-            delta[:P] = Y - f[:P]
-            # GD: theta <- rho theta + lr * sum_mu,c Delta_mu,c df_mu,c/dtheta  (rho = 1 - eta lambda)
-            back = [np.einsum("mjc,mc->mj", e, delta) for e in es]           # sum_c Delta_c e_c
-            w = rho * w + lr * (m * inv_gamma) * (phis[-1].T @ delta)
-            for ell in range(L - 1):
-                Ws[ell] = rho * Ws[ell] + lr * m * back[ell + 1].T @ phis[ell]
-            W0 = rho * W0 + lr0 * back[0].T @ X / np.sqrt(D)
-            if bias:
-                bs = [rho * b + lr0 * bk.sum(axis=0) for b, bk in zip(bs, back)]
-    if not np.all(np.isfinite(f_rec)):
-        raise DomainError("training diverged (non-finite outputs); lower eta")
+    t, bound = 0, None
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            for t in range(T):
+                hs = [X @ W0.T / np.sqrt(D) + bs[0]]
+                for ell, W in enumerate(Ws):
+                    hs.append(m * act(hs[-1]) @ W.T + bs[ell + 1])
+                phis = [act(h) for h in hs]
+                f = m * inv_gamma * phis[-1] @ w                                  # (n, C)
+                if f0 is None:
+                    f0 = f.copy() if center else np.zeros((n, C))
+                f = f - f0
+                # backprop e^l_c = df_c/dh^l, shape (n, N, C)
+                es = [None] * L
+                es[-1] = dact(hs[-1])[:, :, None] * (m * inv_gamma * w)[None]
+                for ell in range(L - 2, -1, -1):
+                    es[ell] = dact(hs[ell])[:, :, None] * (m * np.matmul(Ws[ell].T, es[ell + 1]))
+                f_rec[t] = f
+                loss_t = 0.5 * float(np.sum((Y - f[:P]) ** 2))
+                if t == 0:
+                    loss_ref = max(loss_t, 0.5 * float(np.sum(Y ** 2))) or 1.0
+                    bound = _lazy_bound(phis, es, X, P, C, N, gamma0, bias)
+                if not (np.all(np.isfinite(f)) and loss_t <= _RUNAWAY * loss_ref):
+                    raise _Diverged(t, loss_t, loss_ref)
+                for ell in range(L):
+                    feats[ell, t] = phis[ell]
+                    if keep_h:
+                        pre[ell, t] = hs[ell]
+                    grads[ell, t] = gamma0 * N * es[ell]
+                if t == T - 1:
+                    break
+                delta = np.zeros((n, C))
+                delta[:P] = Y - f[:P]
+                # GD: theta <- rho theta + lr * sum_mu,c Delta_mu,c df_mu,c/dtheta  (rho = 1 - eta lambda)
+                back = [np.einsum("mjc,mc->mj", e, delta) for e in es]           # sum_c Delta_c e_c
+                w = rho * w + lr * (m * inv_gamma) * (phis[-1].T @ delta)
+                for ell in range(L - 1):
+                    Ws[ell] = rho * Ws[ell] + lr * m * back[ell + 1].T @ phis[ell]
+                W0 = rho * W0 + lr0 * back[0].T @ X / np.sqrt(D)
+                if bias:
+                    bs = [rho * b + lr0 * bk.sum(axis=0) for b, bk in zip(bs, back)]
+    except FloatingPointError:
+        raise _diverged_error(t, None, None, eta, bound) from None
+    except _Diverged as exc:
+        raise _diverged_error(exc.step, exc.loss, exc.ref, eta, bound) from None
     loss = 0.5 * np.sum((Y[None] - f_rec[:, :P]) ** 2, axis=(1, 2))
     if record:
         phi = np.einsum("ltan,lsbn->ltasb", feats, feats, optimize=True) / N

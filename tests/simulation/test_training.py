@@ -90,8 +90,22 @@ def test_weight_decay_step():
     first step changes by -2 eta lambda f(theta_0) + O(eta^2)."""
     kw = dict(hidden_layers=1, widths=64, gamma0=1.0, steps=2, activation="linear", seed=(0,),
               center=False)
-    np.testing.assert_allclose(simulate_training(X, Y, eta=0.05, **kw).f,
-                               simulate_training(X, Y, eta=0.05, weight_decay=0.0, **kw).f, atol=0)
+    # one GD step of the linear L = 1 net recomputed by hand from the same draws (W0, then w):
+    # f = h w / (gamma0 N), h = X W0^T / sqrt(D); w <- rho w + eta gamma0 h^T Delta,
+    # W0 <- rho W0 + eta gamma0 w (Delta^T X) / sqrt(D), rho = 1 - eta lambda
+    eta, lam, g0, N = 0.05, 0.7, 1.0, 64
+    rng = np.random.default_rng(0)
+    W0, w = rng.standard_normal((N, 2)), rng.standard_normal(N)
+    h = X @ W0.T / np.sqrt(2)
+    f0 = h @ w / (g0 * N)
+    d0 = Y - f0
+    rho = 1 - eta * lam
+    w1 = rho * w + eta * g0 * h.T @ d0
+    W1 = rho * W0 + eta * g0 * np.outer(w, d0 @ X) / np.sqrt(2)
+    f1 = (X @ W1.T / np.sqrt(2)) @ w1 / (g0 * N)
+    run = simulate_training(X, Y, eta=eta, weight_decay=lam, **kw).f[0]
+    np.testing.assert_allclose(run, [f0, f1], rtol=1e-12, atol=1e-14)
+    assert np.max(np.abs(simulate_training(X, Y, eta=eta, **kw).f[0, 1] - f1)) > 1e-3  # decay matters
     a = simulate_training(X, Y, eta=0.05, weight_decay=0.7, **kw)
     b = simulate_training(X, Y, eta=0.05, weight_decay=0.7, parameterization="mup", **kw)
     np.testing.assert_allclose(a.f, b.f, atol=1e-10)
@@ -124,3 +138,54 @@ def test_multiple_outputs_and_bias_shapes_and_first_step():
         K0 = r.ntk[0, 0]                                  # (n, n, C, C)
         pred = eta * np.einsum("mace,ae->mc", K0, Y2)
         assert np.max(np.abs(r.f[0, 1] - pred)) < 5 * eta ** 2 * np.max(np.abs(K0)) ** 2 + 1e-12
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(X=X + 1j), "X must be real"),
+    (dict(y=Y + 0j), "y must be real"),
+    (dict(X_test=np.array([[0.1, 0.2]]) + 1j), "X_test must be real"),
+    (dict(X=np.where([[True, False], [False, False]], np.nan, X)), "X contains NaN"),
+    (dict(y=np.array([1.0, np.inf])), "y contains NaN"),
+    (dict(X_test=[[np.nan, 0.0]]), "X_test contains NaN"),
+    (dict(X_test=[[0.1, 0.2, 0.3]]), "X_test must be 2-D with X's 2 columns"),
+    (dict(X_test=[0.1, 0.2]), "X_test must be 2-D"),
+    (dict(y=np.ones(3)), "y must be"),
+    (dict(X=X[0]), "X must be a 2-D"),
+    (dict(steps=0), "steps"), (dict(steps=2.5), "steps"), (dict(steps="3"), "steps"),
+    (dict(steps=True), "steps"),
+    (dict(seed=-1), "seed"), (dict(seed=(1, -2)), "seed"), (dict(seed=1.5), "seed"),
+    (dict(eta=0.1 + 0j), "eta"), (dict(gamma0=1j), "gamma0"), (dict(eta=np.nan), "eta"),
+])
+def test_bad_input_names_the_argument(bad, match):
+    """NaN / complex / mis-shaped input raised nothing, raised a bare NumPy error, or was
+    reported as 'training diverged; lower eta' -- now a DomainError naming the argument."""
+    kw = dict(X=X, y=Y, hidden_layers=1, widths=8, gamma0=1.0, eta=0.1, steps=3)
+    kw.update(bad)
+    with pytest.raises(DomainError, match=match):
+        simulate_training(**kw)
+
+
+@pytest.mark.parametrize("activation,eta,steps", [("linear", 1.0, 8), ("linear", 3.0, 60),
+                                                  ("tanh", 3.0, 40)])
+def test_divergence_is_detected_with_step_and_stability_bound(activation, eta, steps):
+    """Past the stability edge the loss grew to 1e22-1e280 and was returned silently.  Now the
+    run stops with a DomainError naming the step and the lazy bound eta < 2 / lambda_max(NTK at
+    initialization); the bound printed equals the one read off the recorded NTK of a stable run
+    with the same seed (the initial NTK does not depend on eta)."""
+    kw = dict(hidden_layers=2, widths=64, gamma0=1.0, activation=activation, seed=0)
+    with pytest.raises(DomainError, match=r"diverged at step \d+") as info:
+        simulate_training(X, Y, eta=eta, steps=steps, **kw)
+    msg = str(info.value)
+    assert f"eta={eta:g} is beyond the stable range" in msg
+    stable = simulate_training(X, Y, eta=0.01, steps=1, **kw)
+    bound = 2.0 / np.linalg.eigvalsh(stable.ntk[0, 0])[-1]
+    assert f"lambda_max(NTK at initialization) = {bound:.4g}" in msg
+    assert eta > bound
+
+
+def test_stable_run_is_not_flagged():
+    """Just inside the lazy edge (eta = 0.9 x the bound) a wide linear net converges."""
+    kw = dict(hidden_layers=2, widths=256, gamma0=0.2, activation="linear", seed=0)
+    bound = 2.0 / np.linalg.eigvalsh(simulate_training(X, Y, eta=0.01, steps=1, **kw).ntk[0, 0])[-1]
+    run = simulate_training(X, Y, eta=0.9 * bound, steps=60, **kw)
+    assert run.loss[0, -1] < 1e-3 * run.loss[0, 0]

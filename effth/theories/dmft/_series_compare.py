@@ -17,7 +17,8 @@ from .nonlinear import solve_monte_carlo
 from .gamma_series import gamma0_series
 from .grid import TimeGrid, prepare_data
 from ..._progress import progress_bar
-from .lazy import activation_label, hidden_layer_count, is_linear, resolve_activation, static_ntk_solve
+from .lazy import (activation_label, hidden_layer_count, is_linear, require_smooth,
+                   resolve_activation, static_ntk_solve)
 from .result import _html_table, activation_text
 from .two_layer import solve_two_layer
 
@@ -138,6 +139,8 @@ def compare_approximations(X=None, y=None, *, depth: int | None = None,
     linear = is_linear(act)
     if not np.isfinite(gamma0):
         raise DomainError(f"gamma0={gamma0!r} must be finite")
+    if not linear:
+        require_smooth(act, "the gamma0-series")
     deep_nonlinear = not linear and L > 1
     with progress_bar(4, "DMFT approximations", progress=progress, unit="solve") as bar:
         ser = gamma0_series(kernel=data.kx, y=data.y, hidden_layers=L, eta=eta, steps=steps,

@@ -316,7 +316,9 @@ def evaluate_two_layer_order2(expr: sp.Expr, kx: np.ndarray, v: np.ndarray, vv: 
     ndarray, shape (T, P, P)
     """
     from ...codegen import compile_expression
+    from .lazy import require_smooth, resolve_activation
 
+    require_smooth(resolve_activation(activation), "the gamma0-expansion")
     P = kx.shape[0]
     T = v.shape[0]
     labels = list(range(P))

@@ -110,6 +110,10 @@ def two_layer_series_arrays(kx, y, *, activation: str, eta: float, steps: int, o
     TwoLayerSeriesArrays
     """
     act = get_activation(activation)
+    if act.kinks:                        # sigma'' has delta functions there: the pointwise
+        raise DomainError(                # expansion below would drop them (wrong gamma0^2 sign)
+            f"activation={act.name!r} has kinks at z = {list(act.kinks)}: the gamma0-expansion "
+            "needs its derivatives pointwise, so only smooth activations are accepted here")
     kx = np.asarray(kx, dtype=float)
     y = np.asarray(y, dtype=float)
     n, P, T = kx.shape[0], y.size, int(steps)

@@ -77,8 +77,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ConvergenceError, DomainError
-from .grid import TimeGrid, causal_mask, decay_factor, prepare_targets
-from .lazy import check_stability, hidden_layer_count, lazy_kernels, static_ntk_dynamics
+from .grid import TimeGrid, causal_mask, decay_factor, prepare_targets, real_scalar
+from .lazy import check_stability_along, check_stability, hidden_layer_count, lazy_kernels, static_ntk_dynamics
 from .result import Diagnostics, DMFTResult
 
 __all__ = ["solve_deep_linear"]
@@ -215,6 +215,7 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
     if method not in ("march", "sweep"):
         raise DomainError(f"method={method!r} must be 'march' or 'sweep'")
     data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
+    gamma0, eta = real_scalar(gamma0, "gamma0"), real_scalar(eta, "eta")
     grid = TimeGrid(float(eta), int(steps))
     L, T, n, P, C = n_hidden, grid.steps, data.n_all, data.n_train, Y.shape[1]
     rho = decay_factor(grid.eta, weight_decay)
@@ -285,10 +286,10 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         A = np.stack([a.reshape(T, n, T, 1) for a in A]) if L > 1 else np.zeros((0, T, n, T, 1))
         B = np.stack([bb.reshape(T, 1, T, n) for bb in B]) if L > 1 else np.zeros((0, T, 1, T, n))
         f, delta = f[..., 0], delta[:, :P, 0]
-    return DMFTResult(
+    return check_stability_along(DMFTResult(
         grid=grid, data=data, hidden_layers=L, gamma0=float(gamma0), activation="linear",
         phi=np.stack([h.reshape(T, n, T, n) for h in H]), g=g, A=A, B=B, f=f, delta=delta,
-        method="deep_linear", closure=closure, diagnostics=diag, bias=bool(bias))
+        method="deep_linear", closure=closure, diagnostics=diag, bias=bool(bias)))
 
 
 def _march(data, model, L, T):

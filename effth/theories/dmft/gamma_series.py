@@ -388,7 +388,10 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layer
         raise DomainError(f"order={order!r} must be a non-negative even integer")
     if name not in _NAMES:
         raise DomainError(f"unknown quantity {name!r}; choose from {', '.join(_NAMES)}")
-    linear = is_linear(resolve_activation(activation))
+    act = resolve_activation(activation)
+    linear = is_linear(act)
+    if not linear and order >= 2 and order % 2 == 0:
+        require_smooth(act, "the gamma0-series")
     deep_nonlinear = not linear and hidden_layers not in (1, None)
     sym = _SYMBOLS[name]
     if order % 2:

@@ -109,6 +109,33 @@ class TrainingData:
         return out
 
 
+def real_scalar(v, name: str) -> float:
+    """A real number as float; complex values (never truncated to their real part) and
+    non-numeric ones raise :class:`DomainError` naming ``name``."""
+    if isinstance(v, (bool, np.bool_, complex, np.complexfloating, str, bytes)) or np.ndim(v):
+        raise DomainError(f"{name}={v!r} must be a real number")
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise DomainError(f"{name}={v!r} must be a real number") from None
+
+
+def real_array(a, name: str) -> np.ndarray:
+    """``a`` as a float array; complex input is rejected with :class:`DomainError` naming
+    ``name`` (never silently truncated to its real part), as is non-numeric input."""
+    try:
+        raw = np.asarray(a)
+    except (TypeError, ValueError) as exc:
+        raise DomainError(f"{name} must be a real numeric array: {exc}") from None
+    if raw.dtype.kind == "c":
+        raise DomainError(f"{name} must be real, got a complex array (pass {name}.real if the "
+                          "imaginary part is meant to be dropped)")
+    try:
+        return raw.astype(float)
+    except (TypeError, ValueError) as exc:
+        raise DomainError(f"{name} must be a real numeric array: {exc}") from None
+
+
 def _check_kernel(kx: np.ndarray, name: str) -> np.ndarray:
     if kx.ndim != 2 or kx.shape[0] != kx.shape[1]:
         raise DomainError(f"{name} must be a square matrix, got shape {kx.shape}")
@@ -146,23 +173,23 @@ def prepare_data(X=None, y=None, *, X_test=None, kernel=None) -> TrainingData:
     """
     if y is None:
         raise DomainError("targets y are required")
-    y = np.asarray(y, dtype=float)
+    y = real_array(y, "y")
     if y.ndim != 1 or y.size == 0 or not np.all(np.isfinite(y)):
         raise DomainError(f"y must be a finite 1-D array of targets, got shape {y.shape}")
     if kernel is not None:
         if X is not None or X_test is not None:
             raise DomainError("pass either inputs X (and X_test) or kernel, not both")
-        kx = _check_kernel(np.asarray(kernel, dtype=float), "kernel")
+        kx = _check_kernel(real_array(kernel, "kernel"), "kernel")
         if kx.shape[0] < y.size:
             raise DomainError(f"kernel has {kx.shape[0]} points but y has {y.size} targets")
         return TrainingData(kx, y, y.size)
     if X is None:
         raise DomainError("pass inputs X or a kernel")
-    X = np.asarray(X, dtype=float)
+    X = real_array(X, "X")
     if X.ndim != 2 or X.shape[0] != y.size:
         raise DomainError(f"X must have shape (P, D) with P = len(y) = {y.size}, got {X.shape}")
     if X_test is not None:
-        X_test = np.asarray(X_test, dtype=float)
+        X_test = real_array(X_test, "X_test")
         if X_test.ndim != 2 or X_test.shape[1] != X.shape[1]:
             raise DomainError(f"X_test must have shape (Q, {X.shape[1]}), got {X_test.shape}")
         X = np.vstack([X, X_test])
@@ -182,7 +209,7 @@ def prepare_targets(X=None, y=None, *, X_test=None, kernel=None, bias: bool = Fa
     """
     if y is None:
         raise DomainError("targets y are required")
-    y_arr = np.asarray(y, dtype=float)
+    y_arr = real_array(y, "y")
     multi = y_arr.ndim == 2
     if y_arr.ndim > 2 or (multi and (min(y_arr.shape) < 1 or not np.all(np.isfinite(y_arr)))):
         raise DomainError(f"y of shape {y_arr.shape} must be (P,) or (P, C) with P, C >= 1, finite")

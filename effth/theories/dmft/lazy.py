@@ -146,6 +146,35 @@ def check_stability(ntk_train: np.ndarray, eta: float) -> float:
     return eta * lam
 
 
+def check_stability_along(result):
+    """Warn if GD leaves its stable region along the run: ``eta lambda_max(K(t_i, t_i)) >= 2`` at
+    some step (``K`` the equal-time NTK on the training points).  :func:`check_stability` tests
+    ``t = 0`` only; feature learning and weight decay move the NTK.  Records the largest
+    ``eta lambda_max`` in ``result.diagnostics.stability`` and returns ``result``."""
+    import warnings
+
+    K = np.asarray(result.ntk)
+    P, T, eta = result.data.n_train, K.shape[0], result.grid.eta
+    K = K[:, :P, :P]
+    if K.ndim == 5:                                           # (T, P, P, C, C) -> (T, PC, PC)
+        C = K.shape[-1]
+        K = K.transpose(0, 1, 3, 2, 4).reshape(T, P * C, P * C)
+    if not np.all(np.isfinite(K)):
+        return result
+    x = eta * np.linalg.eigvalsh(0.5 * (K + np.swapaxes(K, -1, -2)))[:, -1]
+    result.diagnostics.stability = float(x.max())
+    bad = np.flatnonzero(x >= 2.0)
+    if bad.size:
+        i, j = int(bad[0]), int(np.argmax(x))
+        warnings.warn(
+            f"gradient descent leaves its stable region along the run: eta * lambda_max(K(t,t)) = "
+            f"{x[i]:.4g} >= 2 first at step {i} (t = {i * eta:g}; largest {x[j]:.4g} at step {j}). "
+            "The check at t = 0 passed; feature learning or weight decay grew the NTK.  Past this "
+            "edge discrete GD oscillates or diverges at finite width; use a smaller eta",
+            UserWarning, stacklevel=3)
+    return result
+
+
 def static_ntk_dynamics(ntk: np.ndarray, y: np.ndarray, eta: float, steps: int) -> np.ndarray:
     """Discrete GD on a static NTK: ``f_{i+1} = f_i + eta K_0[:, :P] (y - f_i[:P])``, ``f_0 = 0``.
 

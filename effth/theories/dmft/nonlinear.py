@@ -84,13 +84,15 @@ estimates, with standard errors from their spread.
 from __future__ import annotations
 
 import time
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
 
 from ...errors import ConvergenceError, DomainError
-from .grid import TimeGrid, causal_mask, decay_factor, prepare_targets
-from .lazy import (activation_label, check_stability, hidden_layer_count, lazy_kernels,
+from .grid import TimeGrid, causal_mask, decay_factor, prepare_targets, real_scalar
+from .lazy import (activation_label, check_stability, check_stability_along,
+                   hidden_layer_count, lazy_kernels,
                    resolve_activation, static_ntk_dynamics, static_ntk_solve)
 from ..._progress import progress_bar
 from .result import Diagnostics, DMFTResult
@@ -105,7 +107,7 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
                       seed=0, diverge_at: float = 1e6, weight_decay: float = 0.0,
                       bias: bool = False, stein_cut: float = 2.0, windows: int = 1,
                       average: int = 1, keep_fields: bool = False,
-                      gradient_independent: bool = False,
+                      gradient_independent: bool = False, replicas: int = 8,
                       progress: bool | None = None) -> DMFTResult:
     """Solve the nonlinear DMFT by alternating Monte Carlo (Bordelon & Pehlevan (2022), Algorithm 1).
 
@@ -140,19 +142,39 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
     responses : {'auto', 'jacobian', 'stein'}
         How ``Abar``, ``Bbar`` and the readout response are estimated; ``'auto'`` is
         ``'stein'`` for activations with kinks, else ``'jacobian'``.  Both work with every
-        extension below.
+        extension below.  ``'stein'`` is the fast path for smooth activations too: it needs no
+        per-sample ``(T n)^2`` Jacobian inverses.  In one measured case (tanh) it took 2.6 s
+        against 67 s for ``'jacobian'`` and gave the same answer within 0.12-0.43 standard
+        errors; pass ``responses='stein'`` when the Jacobians are too slow.
     closure : {'exact', 'ntk'}
         Prediction rule (see :class:`DMFTResult`).  ``'ntk'`` (NTK-Euler) is not defined with
         weight decay (``DomainError``): there ``f`` is no function of the NTK alone.
     batches : int
-        The last sweep's samples are split into this many independent batches to estimate the
-        Monte-Carlo standard error of ``Phi``, ``G`` and (exact closure) ``f``
-        (``result.stderr``).  This is the noise of one sweep given its input kernels: it
-        overestimates that of the damped kernels and can underestimate that of ``f`` (noise
-        propagated through the fixed point; by up to about 1.5x in checks).
+        With ``replicas = 1`` only: the last sweep's samples are split into this many batches
+        to estimate the standard error of ``Phi``, ``G`` and (exact closure) ``f``.  This is the
+        noise of one sweep given its input kernels only: it misses the noise carried by the
+        damped state through the fixed point, and underestimates the error of ``f`` (by 1.9x
+        against the exact deep linear solver, ``L = 2``, ``gamma0 = 1``: z-variance 3.6 over 20
+        seeds).  Prefer ``replicas >= 2``.
+    replicas : int
+        The ``samples`` are split over this many independent solves (seeds spawned from
+        ``seed``), each a whole alternating iteration with ``samples / replicas`` draws; the
+        result is their mean and ``result.stderr`` (``'phi'``, ``'g'``, ``'f'``) the spread of
+        the replicas ``/ sqrt(replicas)``: the error of the whole solve, noise propagated
+        through the fixed point included (coverage tested against the exact deep linear solver).
+        The cost is that of one solve with ``samples`` draws.  The estimated error has
+        ``replicas - 1`` degrees of freedom: z-scores follow Student's t with ``replicas - 1``
+        degrees of freedom (variance ``(R-1)/(R-3)``, 1.4 at the default 8).  Reduced to
+        ``samples // 32`` when that is smaller (at least 32 draws per replica); the replica
+        count used is ``result.diagnostics.replicas``.  The mean of replicas carries the
+        ``O(replicas / samples)`` bias of a nonlinear fixed point at ``samples / replicas``
+        draws (below 0.5 standard error in the coverage checks).
     seed : int or numpy.random.Generator
     diverge_at : float
-        Raise :class:`ConvergenceError` when a kernel entry exceeds this magnitude.
+        Raise :class:`ConvergenceError` when a kernel entry exceeds this magnitude.  Residuals
+        that grow (median of the last three above 5x that of the first three) set
+        ``result.diagnostics.diverged`` and issue a :class:`UserWarning`; ``tol = 0`` (no
+        tolerance asked) leaves ``result.diagnostics.converged = None``.
     weight_decay : float
         ``lambda >= 0`` with ``0 <= eta lambda < 1``: every parameter (weights and biases) is
         multiplied by ``rho = 1 - eta lambda`` at each GD step (discrete form of
@@ -222,6 +244,8 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
     ConvergenceError
         A kernel entry exceeds ``diverge_at`` (or is not finite).
     """
+    kwargs = {k: v for k, v in locals().items() if k not in ("seed", "progress")}
+    gamma0, eta = real_scalar(gamma0, "gamma0"), real_scalar(eta, "eta")
     n_hidden = hidden_layer_count(depth, hidden_layers)
     if closure not in ("exact", "ntk") or responses not in ("auto", "jacobian", "stein"):
         raise DomainError(f"closure={closure!r} / responses={responses!r} not recognised")
@@ -237,6 +261,13 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         raise DomainError(f"average={average!r} must be an integer in [1, iterations]")
     if not (np.isfinite(stein_cut) and stein_cut >= 0):
         raise DomainError(f"stein_cut={stein_cut!r} must be a finite number >= 0")
+    if isinstance(replicas, (bool, np.bool_)) or int(replicas) != replicas or replicas < 1:
+        raise DomainError(f"replicas={replicas!r} must be a positive integer")
+    if not (np.isfinite(tol) and tol >= 0):
+        raise DomainError(f"tol={tol!r} must be a finite number >= 0")
+    R = min(int(replicas), max(1, int(samples) // 32))
+    if R > 1 and gamma0 != 0:
+        return _replicated(dict(kwargs, replicas=1, progress=False), R, seed, progress)
     act = resolve_activation(activation)
     grid = TimeGrid(float(eta), int(steps))
     rho = decay_factor(grid.eta, weight_decay)
@@ -319,7 +350,9 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
                 if tol > 0 and res < tol:
                     diag.converged = T == T_all
                     break
-    diag.converged = diag.converged or tol == 0
+    if tol == 0:
+        diag.converged = None                   # no tolerance asked: nothing was tested
+    _flag_growth(diag)
     T = T_all
     if int(average) > 1 and len(acc) > 1:
         Phi, G, f, stderr = _average(acc, stderr, T, n, C)
@@ -340,12 +373,70 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
             stderr["g"] = stderr["g"][..., 0, 0]
             if "f" in stderr:
                 stderr["f"] = stderr["f"][..., 0]
-    return DMFTResult(
+    return check_stability_along(DMFTResult(
         grid=grid, data=data, hidden_layers=L, gamma0=gam, activation=activation_label(act),
         phi=np.stack([x.reshape(T, n, T, n) for x in Phi]), g=gg, A=A, B=B,
         f=f, delta=delta_out, method="monte_carlo", closure=closure, diagnostics=diag,
         mc_stderr=stderr, bias=bool(bias),
-        fields=np.stack(ctx["fields"]) if keep_fields else None)
+        fields=np.stack(ctx["fields"]) if keep_fields else None))
+
+
+def _flag_growth(diag):
+    """Set ``diag.diverged`` (and warn) when the residuals grew: median of the last three above
+    5x the median of the first three (a plateau at the Monte-Carlo noise floor is not growth)."""
+    r = diag.residuals
+    if len(r) >= 6 and np.median(r[-3:]) > 5 * np.median(r[:3]):
+        diag.diverged = True
+        warnings.warn(f"Monte-Carlo DMFT iteration is diverging: residuals grew from "
+                      f"{min(r):.3g} to {r[-1]:.3g} over {len(r)} sweeps; the result is not a fixed "
+                      "point (lower gamma0 or eta, raise samples, damp more, or use windows)",
+                      UserWarning, stacklevel=3)
+
+
+def _replicated(kwargs, R, seed, progress):
+    """Mean of ``R`` independent solves with ``samples / R`` draws each; standard errors from
+    their spread (the error of the whole alternating solve)."""
+    S = int(kwargs["samples"])
+    kwargs["samples"] = -(-S // R)
+    if isinstance(seed, np.random.Generator):
+        children = seed.spawn(R)
+    else:
+        ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+        children = [np.random.default_rng(c) for c in ss.spawn(R)]
+    subs, caught = [], []
+    with progress_bar(R, "DMFT Monte-Carlo replicas", progress=progress, unit="replica") as bar:
+        for child in children:
+            with warnings.catch_warnings(record=True) as got:
+                warnings.simplefilter("always")
+                subs.append(solve_monte_carlo(seed=child, **kwargs))
+            caught += [w for w in got if "diverging" not in str(w.message)
+                       and "stable region" not in str(w.message)]
+            bar.update()
+    first = subs[0]
+    stack = {k: np.stack([getattr(r, k) for r in subs]) for k in ("phi", "g", "A", "B", "f", "delta")}
+    mean = {k: v.mean(axis=0) for k, v in stack.items()}
+    se = {k: stack[k].std(axis=0, ddof=1) / np.sqrt(R) for k in ("phi", "g", "f")}
+    res = np.max(np.array([r.diagnostics.residuals for r in subs]), axis=0)
+    diag = Diagnostics(iterations=first.diagnostics.iterations, residuals=[float(x) for x in res],
+                       tol=float(kwargs["tol"]), seconds=sum(r.diagnostics.seconds for r in subs),
+                       replicas=R)
+    conv = [r.diagnostics.converged for r in subs]
+    diag.converged = None if kwargs["tol"] == 0 else all(conv)
+    if any(r.diagnostics.diverged for r in subs):
+        diag.diverged = True
+        warnings.warn("Monte-Carlo DMFT iteration is diverging in "
+                      f"{sum(r.diagnostics.diverged for r in subs)} of {R} replicas (residuals "
+                      "grew); the result is not a fixed point (lower gamma0 or eta, raise samples, "
+                      "damp more, or use windows)", UserWarning, stacklevel=3)
+    for msg in dict.fromkeys((str(w.message), w.category) for w in caught):  # once each
+        warnings.warn(msg[0], msg[1], stacklevel=3)
+    fields = (np.concatenate([r.fields for r in subs], axis=1)
+              if first.fields is not None else None)
+    return check_stability_along(DMFTResult(grid=first.grid, data=first.data, hidden_layers=first.hidden_layers,
+                      gamma0=first.gamma0, activation=first.activation, phi=mean["phi"],
+                      g=mean["g"], A=mean["A"], B=mean["B"], f=mean["f"], delta=mean["delta"],
+                      method="monte_carlo", closure=first.closure, diagnostics=diag,
+                      mc_stderr=se, bias=first.bias, fields=fields))
 
 
 def _window(T, n, C, rho, kx):

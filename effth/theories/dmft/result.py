@@ -22,24 +22,44 @@ class Diagnostics:
         Number of fixed-point sweeps performed.
     residuals : list of float
         Max-abs change of the state (kernels, responses, error signal) after each sweep.
-    converged : bool
-        Whether the last residual fell below the tolerance.
+    converged : bool or None
+        Whether the last residual fell below ``tol``.  ``None`` when no tolerance was asked
+        (``tol = 0``): then nothing was tested, and a Monte-Carlo iteration is only known to have
+        run ``iterations`` sweeps (read ``residuals``, ``diverged``).  Deterministic one-pass
+        solvers (two-layer) set ``True``.
     tol : float
         The tolerance used.
     seconds : float
         Wall time of the solve.
+    diverged : bool
+        The residuals grew: the median of the last three is more than
+        ``5 x`` that of the first three (Monte-Carlo solver; a :class:`UserWarning` is issued).
+    replicas : int
+        Independent replicas of the Monte-Carlo solve whose spread gives ``mc_stderr``
+        (1: one chain, errors from batches of its last sweep).
+    quadrature_error : dict or None
+        Two-layer quadrature: max-abs difference of ``'f'``, ``'loss'``, ``'phi'``, ``'g'``
+        between the rule used and a finer one (an estimate of the quadrature error).
+    stability : float or None
+        The largest ``eta lambda_max(K(t, t))`` met along the run (GD on the NTK at each step is
+        stable below 2).
     """
 
     iterations: int = 0
     residuals: list = field(default_factory=list)
-    converged: bool = False
+    converged: bool | None = False
     tol: float = 0.0
     seconds: float = 0.0
+    diverged: bool = False
+    replicas: int = 1
+    quadrature_error: dict | None = None
+    stability: float | None = None
 
     def __repr__(self) -> str:
         last = f"{self.residuals[-1]:.3g}" if self.residuals else "-"
+        extra = ", diverged=True" if self.diverged else ""
         return (f"Diagnostics(iterations={self.iterations}, converged={self.converged}, "
-                f"last_residual={last}, tol={self.tol:g}, seconds={self.seconds:.3g})")
+                f"last_residual={last}, tol={self.tol:g}{extra}, seconds={self.seconds:.3g})")
 
     def _repr_html_(self) -> str:
         last = f"{self.residuals[-1]:.3g}" if self.residuals else "-"

@@ -26,8 +26,8 @@ import numpy as np
 
 from ...errors import DomainError
 from ...numerics._rules import covariance_root, gaussian_tensor_rule
-from .grid import TimeGrid, decay_factor, prepare_targets
-from .lazy import activation_label, check_stability, lazy_kernels, resolve_activation, static_ntk_solve
+from .grid import TimeGrid, decay_factor, prepare_targets, real_scalar
+from .lazy import check_stability_along, activation_label, check_stability, lazy_kernels, resolve_activation, static_ntk_solve
 from .result import Diagnostics, DMFTResult
 
 __all__ = ["solve_two_layer"]
@@ -37,7 +37,8 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
                     activation="tanh", X_test=None, kernel=None,
                     method: str = "quadrature", nodes: int | None = None, max_nodes: int = 30_000,
                     samples: int = 20_000, seed=0, weight_decay: float = 0.0,
-                    two_time: bool = True, bias: bool = False) -> DMFTResult:
+                    two_time: bool = True, bias: bool = False,
+                    quad_tol: float | None = 1e-6) -> DMFTResult:
     """Solve the two-layer (``L = 1``) DMFT, optionally with weight decay, in one pass over time.
 
     Parameters
@@ -71,6 +72,19 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         Form the two-time kernels (memory ``S T n`` for the field history); else only the
         equal-time blocks ``Phi(t, t)``, ``G(t, t)`` are filled (other entries zero).
 
+    quad_tol : float or None
+        Quadrature only: the solve is repeated with ``3/4`` of the nodes per dimension (about
+        ``0.4x`` the cost for two Gaussian dimensions, less for more) and the max-abs differences
+        of ``f``, ``loss``, ``Phi(t,t)``, ``G(t,t)`` are returned in
+        ``result.diagnostics.quadrature_error``: the coarser rule's error, an order-of-magnitude
+        estimate of the returned rule's (not a bound: Gauss-Hermite converges slowly for tanh at
+        strong feature learning).  An
+        :class:`~effth.errors.AccuracyWarning` is issued when the estimate for ``f`` exceeds
+        ``quad_tol`` (raise ``nodes``/``max_nodes`` or use ``method='monte_carlo'``).  ``None``
+        skips the estimate.  (Canonical two-point data, tanh, ``gamma0 = 1``, ``eta = 0.1``,
+        ``T = 30``: the default 31 nodes are 1.3e-4 off in ``f`` and 1.1e-3 in ``G`` against 80
+        nodes; the estimate reads 1.2e-4 and 3.3e-3.)
+
     Returns
     -------
     DMFTResult
@@ -84,6 +98,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     """
     if method not in ("quadrature", "monte_carlo"):
         raise DomainError(f"method={method!r} must be 'quadrature' or 'monte_carlo'")
+    gamma0, eta = real_scalar(gamma0, "gamma0"), real_scalar(eta, "eta")
     act = resolve_activation(activation)
     grid = TimeGrid(float(eta), int(steps))
     rho = decay_factor(grid.eta, weight_decay)
@@ -140,12 +155,36 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         f, delta, gg = f[..., 0], delta[..., 0], gg[..., 0, 0]
     diag = Diagnostics(iterations=1, residuals=[0.0], converged=True, tol=0.0,
                        seconds=time.perf_counter() - t0)
+    if method == "quadrature" and quad_tol is not None:
+        used = round(S ** (1.0 / (covariance_root(data.kx).shape[1] + C)))
+        coarse = max(2, (3 * used) // 4)
+        kw = dict(kernel=data.kx - (1.0 if bias else 0.0), y=y, gamma0=gam, eta=grid.eta,
+                  steps=T, activation=act, method="quadrature", nodes=coarse,
+                  weight_decay=weight_decay, two_time=False, bias=bool(bias), quad_tol=None)
+        if X_test is not None or X is not None:
+            kw = dict(kw, kernel=None, X=X, X_test=X_test)
+        lo = solve_two_layer(**kw)
+        idx = np.arange(T)
+        eq = lambda x: x[idx, :, idx, :]
+        err = {"f": float(np.max(np.abs(f - lo.f))),
+               "loss": float(np.max(np.abs(0.5 * np.sum((Y[None] - (f if multi else f[..., None])[:, :P]) ** 2, axis=(1, 2))
+                                           - lo.value("loss")))),
+               "phi": float(np.max(np.abs(eq(phi) - eq(lo.phi[0])))),
+               "g": float(np.max(np.abs(eq(gg) - eq(lo.g[0])))), "nodes": (used, coarse)}
+        diag.quadrature_error = err
+        if err["f"] > quad_tol and nodes is None:
+            import warnings
+            from ...errors import AccuracyWarning
+            warnings.warn(f"two-layer quadrature: estimated error of f is {err['f']:.2g} > "
+                          f"quad_tol={quad_tol:g} ({used} nodes per dimension against {coarse}); "
+                          "raise nodes/max_nodes or use method='monte_carlo'",
+                          AccuracyWarning, stacklevel=2)
     empty = np.zeros((0, T, n, T, n))
-    return DMFTResult(grid=grid, data=data, hidden_layers=1, gamma0=gam,
+    return check_stability_along(DMFTResult(grid=grid, data=data, hidden_layers=1, gamma0=gam,
                       activation=activation_label(act),
                       phi=phi[None], g=gg[None], A=empty,
                       B=empty.copy(), f=f, delta=delta, method=f"two_layer_{method}",
-                      closure="exact", diagnostics=diag, bias=bool(bias))
+                      closure="exact", diagnostics=diag, bias=bool(bias)))
 
 
 def _nodes(kx, method, nodes, max_nodes, samples, seed, C=1):

@@ -63,7 +63,7 @@ def test_deep_tanh_order4_against_the_monte_carlo_solver(monkeypatch):
         vals = []
         for g in GAMMAS:
             r = solve_monte_carlo(kernel=KX, y=Y, hidden_layers=L, gamma0=g, eta=ETA, steps=T,
-                                  activation="tanh", samples=3000, iterations=25, average=15,
+                                  activation="tanh", samples=3000, iterations=25, average=15, replicas=1,
                                   closure="ntk", seed=seed)
             vals.append(_final(r.phi, r.g, r.ntk_diag, r.f))
         est.append(np.linalg.solve(vander, np.array(vals))[2])
