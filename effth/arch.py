@@ -23,34 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .activations import Activation, get_activation
+from ._validate import integer, real_scalar
 from .errors import DomainError
 
 __all__ = ["MLP", "resolve_depth"]
 
 
-def as_real(value: Any, name: str) -> float:
-    """A finite-or-not Python float from a Python, NumPy or SymPy real number.
-
-    Bools, strings, complex numbers and symbolic (non-numeric) SymPy expressions are refused with
-    :class:`~effth.errors.DomainError` naming ``name``.
-    """
-    import numbers
-
-    if isinstance(value, bool) or (hasattr(value, "dtype") and getattr(value, "dtype", None) is not None
-                                   and getattr(value.dtype, "kind", "") == "b"):
-        raise DomainError(f"{name} must be a real number, got the bool {value!r}")
-    if isinstance(value, numbers.Real):
-        return float(value)
-    if hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0 and value.dtype.kind in "iuf":
-        return float(value)
-    if getattr(value, "is_number", False) and hasattr(value, "is_real"):   # SymPy number
-        if value.is_real is False or (value.is_real is None and abs(complex(value).imag) > 0):
-            raise DomainError(f"{name} must be a real number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            pass
-    raise DomainError(f"{name} must be a real number (Python, NumPy or SymPy), got {value!r}")
+as_real = real_scalar      # the one rule for real numbers (effth._validate)
 
 
 def _is_scalar(value: Any) -> bool:
@@ -134,21 +113,7 @@ def resolve_depth(depth: Any = None, hidden_layers: Any = None, *, minimum: int 
     return L
 
 
-def _as_int(value: Any, name: str) -> int:
-    """An exact integer from Python, NumPy or SymPy integers (bools and floats are refused)."""
-    if isinstance(value, bool):
-        raise DomainError(f"{name} must be an integer, got {value!r}")
-    try:
-        import numbers
-        if isinstance(value, numbers.Integral):
-            return int(value)
-        if getattr(value, "is_Integer", False):          # SymPy Integer
-            return int(value)
-        if hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0 and value.dtype.kind in "iu":
-            return int(value)
-    except (TypeError, ValueError):
-        pass
-    raise DomainError(f"{name} must be an integer, got {value!r}")
+_as_int = integer      # the one rule for integers (effth._validate)
 
 
 def _widths(widths: Any, depth: int) -> tuple[int, ...]:

@@ -35,6 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ._validate import real_array
 from .errors import DomainError
 
 __all__ = ["Comparison", "ScalingFit", "compare", "scaling_fit"]
@@ -54,13 +55,7 @@ def _read(result: Any, name: str, layer: Any, kwargs: dict) -> tuple[np.ndarray,
 
 
 def _real_array(x: Any, what: str) -> np.ndarray:
-    a = np.asarray(x)
-    if np.iscomplexobj(a):
-        raise DomainError(f"compare: the {what} is complex; compare real quantities")
-    try:
-        return a.astype(float)
-    except (TypeError, ValueError) as exc:
-        raise DomainError(f"compare: the {what} is not numeric ({type(x).__name__})") from exc
+    return real_array(x, f"compare: the {what}")
 
 
 @dataclass(frozen=True, repr=False)
@@ -246,6 +241,8 @@ def compare(theory: Any, measured: Any, name: str, layer: int | None = None, *,
         raise DomainError(f"compare({name!r}): theory has shape {t_val.shape}, measurement "
                           f"{m_val.shape}; the conventions give both the same shape")
     errs = [e for e in (m_err, t_err) if e is not None]
+    if any(np.any(e < 0) for e in errs):
+        raise DomainError(f"compare({name!r}): negative standard errors (stderr must be >= 0)")
     for e in errs:
         if e.shape != m_val.shape:
             try:
@@ -257,8 +254,6 @@ def compare(theory: Any, measured: Any, name: str, layer: int | None = None, *,
     for what, a in (("theory", t_val), ("measured", m_val), ("stderr", total)):
         if not np.all(np.isfinite(a)):
             raise DomainError(f"compare({name!r}): the {what} values are not all finite")
-    if np.any(total < 0):
-        raise DomainError(f"compare({name!r}): negative standard errors")
     return Comparison(name=name, layer=None if layer is None else int(layer), theory=t_val,
                       measured=m_val, stderr=np.array(total, dtype=float), label=label)
 

@@ -109,6 +109,19 @@ class Activation:
         return False
 
     @property
+    def homogeneity(self) -> int | None:
+        r"""Degree :math:`h` of positive homogeneity, :math:`\sigma(\lambda z)=\lambda^h\sigma(z)`
+        for all :math:`\lambda>0` (piecewise-linear family: 1, step family: 0), else None.
+
+        Gaussian expectations of such activations scale exactly with the kernel, which the
+        numerics use to evaluate them at any kernel scale without overflow or underflow."""
+        if self.family == "piecewise_linear":
+            return 1
+        if self.family == "step":
+            return 0
+        return None
+
+    @property
     def polynomial_degree(self) -> int | None:
         """Degree of sigma if it is a polynomial, else None."""
         if not self.is_polynomial:

@@ -88,6 +88,17 @@ def clear_cache() -> None:
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
+def _real_array(x, what: str) -> np.ndarray:
+    """A real float64 array, or DomainError (complex values are not silently truncated)."""
+    raw = np.asarray(x)
+    if np.iscomplexobj(raw):
+        raise DomainError(f"{what} must be real; got a complex array")
+    try:
+        return np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DomainError(f"{what} must be an array of real numbers: {exc}") from None
+
+
 def _resolve_activation(activation):
     if activation is None or not isinstance(activation, str):
         return activation
@@ -324,7 +335,7 @@ class CompiledStep:
         for k, inp in enumerate(self.inputs):
             if inp.argname not in arrays:
                 raise DomainError(f"missing input array {inp.argname!r}")
-            a = np.asarray(arrays[inp.argname], dtype=np.float64)
+            a = _real_array(arrays[inp.argname], f"input {inp.argname!r}")
             r = inp.rank
             if a.ndim < r or len(set(a.shape[-r:])) != 1:
                 raise DomainError(
@@ -366,7 +377,7 @@ class CompiledStep:
                 atom_vals.append(
                     gaussian_expectation(p.factors, sub, act, method=self.method, rtol=self.rtol)
                 )
-        param_vals = [np.asarray(params[n], dtype=np.float64) for n in self.param_names]
+        param_vals = [_real_array(params[n], f"parameter {n!r}") for n in self.param_names]
         for v in param_vals:
             batch = np.broadcast_shapes(batch, v.shape)
         return [*comp_vals, *atom_vals, *param_vals], batch

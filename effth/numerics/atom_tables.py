@@ -28,7 +28,7 @@ import numpy as np
 from ..activations import get_activation
 from ..errors import AccuracyWarning, DomainError
 from ._rules import gauss_hermite, truncation
-from .sample_tables import _coarse, _growth, _rule, _step
+from .sample_tables import _coarse, _growth, _rule, _step, real_kernel
 
 __all__ = ["AtomTables"]
 
@@ -61,9 +61,7 @@ class AtomTables:
     smooth_only = True
 
     def __init__(self, K: Any, activation: Any, rtol: float = 1e-8) -> None:
-        K = np.asarray(K, dtype=float)
-        if K.ndim != 2 or K.shape[0] != K.shape[1]:
-            raise DomainError(f"K must be a square matrix, got shape {K.shape}")
+        K = real_kernel(K)
         self.K = K
         self.N = K.shape[0]
         self.act = get_activation(activation)

@@ -90,13 +90,70 @@ def _try_closed(act: Any, factors: tuple, K: np.ndarray) -> np.ndarray | None:
         return None
     if _jump_on_point_mass(act, factors, K):
         return None
-    res = closed_form(act, list(factors), K)
+    try:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            res = closed_form(act, list(factors), K)
+    except np.linalg.LinAlgError:          # a formula degenerate at this kernel (e.g. overflowed): quadrature
+        return None
     if res is None:
         return None
     res = np.asarray(res, dtype=np.float64).reshape(K.shape[:-2])
     if not np.all(np.isfinite(res)):
         return None
     return res
+
+
+# ------------------------------------------------------- homogeneous scaling
+_RESCALE_BITS = 16     # rescale when max diag K is outside [2^-16, 2^16] (exact: by a power of 2)
+
+
+def _degree(factors: tuple, act: Any) -> int | None:
+    """Degree of homogeneity of the integrand in z, or None if it is not homogeneous."""
+    h = None
+    if any(kind == "sigma" for _, kind, _ in factors):
+        h = getattr(act, "homogeneity", None)
+        if h is None:
+            return None
+    return sum((h - o) if kind == "sigma" else o for _, kind, o in factors)
+
+
+def _homogeneous_rescale(factors: tuple, K: np.ndarray, mean: Any, act: Any, method: str) -> tuple:
+    r"""For a positively homogeneous integrand and zero mean, evaluate at K/2^e instead of K.
+
+    :math:`\langle f\rangle_{\lambda K}=\lambda^{d/2}\langle f\rangle_K` exactly (Dirac parts
+    included), so kernels of any scale (1e-300 .. 1e300) are computed at unit scale and scaled
+    back; 2^e is a power of two, so K/2^e is exact.  Returns (K', e per batch entry) or (K, None).
+    """
+    if mean is not None or method == "mpmath" or K.shape[0] == 0:
+        return K, None
+    if _degree(factors, act) is None:
+        return K, None
+    dmax = np.max(np.diagonal(K, axis1=-2, axis2=-1), axis=-1)
+    with np.errstate(divide="ignore"):
+        e = np.where(dmax > 0, np.round(np.log2(np.where(dmax > 0, dmax, 1.0))), 0.0)
+    e = np.where(np.abs(e) > _RESCALE_BITS, e, 0.0).astype(np.int64)
+    if not np.any(e):
+        return K, None
+    return np.ldexp(K, -e[:, None, None]), e
+
+
+def _scale_back(total: np.ndarray, e: np.ndarray, factors: tuple, act: Any, check: bool = True) -> np.ndarray:
+    """Multiply by (2^e)^(d/2) without intermediate overflow; refuse a result beyond float64."""
+    d = _degree(factors, act)
+    half, odd = divmod(int(d) * e, 2)                        # 2^(e d / 2) = 2^half * sqrt(2)^odd
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        out = np.ldexp(total * np.where(odd != 0, math.sqrt(2.0), 1.0), half)
+    if check:
+        bad = np.isfinite(total) & ~np.isfinite(out)
+        if np.any(bad):
+            b = int(np.argmax(bad))
+            with np.errstate(divide="ignore"):
+                mag = (math.log10(abs(float(total[b]))) + (float(half[b]) + 0.5 * float(odd[b])) * math.log10(2.0))
+            raise DomainError(
+                f"the expectation of {list(factors)} overflows float64 at batch entry {b}: it is about "
+                f"1e{mag:.0f} (kernel scale {2.0 ** float(e[b]):.3g}, homogeneous of degree {d}); rescale "
+                "the inputs or the kernel")
+    return out
 
 
 # --------------------------------------------------------------- conditioning
@@ -351,6 +408,7 @@ def gaussian_expectation(factors: Sequence[tuple], K: Any, activation: Any = Non
     if method == "mc":
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     backend = _Backend(method, act, float(rtol), rng, n_samples, dps)
+    Kf, rescale = _homogeneous_rescale(factors, Kf, mf, act, method)
     ex = _Expander(act, backend, Kf, mf)
     total = np.zeros(Kf.shape[0])
     for coef, regs, deltas in _expand(factors, act):
@@ -370,6 +428,10 @@ def gaussian_expectation(factors: Sequence[tuple], K: Any, activation: Any = Non
         warnings.warn(f"no closed form for {act!r} with factors {list(backend.missed[0])}"
                       f"{' (and %d more terms)' % (len(backend.missed) - 1) if len(backend.missed) > 1 else ''}"
                       "; used quadrature", ClosedFormUnavailableWarning, stacklevel=2)
+    if rescale is not None:
+        total = _scale_back(total, rescale, factors, act)
+        ex.errs = [np.abs(_scale_back(np.broadcast_to(e, total.shape), rescale, factors, act, check=False))
+                   for e in ex.errs]
     value = total.reshape(batch)
     if not return_error:
         return value

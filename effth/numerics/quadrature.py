@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import AccuracyWarning, ConvergenceError
+from ..errors import AccuracyWarning, ConvergenceError, DomainError
 from ._rules import (INV_SQRT_2PI, eval_product, factor_degrees, gauss_hermite, gauss_legendre,
                      group_factors, log_inv_tol, trapezoid, truncation)
 
@@ -58,6 +58,20 @@ def _extrapolated_error(fine: np.ndarray, coarse: np.ndarray, absval: np.ndarray
     return scale * np.minimum(rel, 10.0 * rel ** _COARSE) + 1e-15 * absval
 
 
+def _check_finite(absf: np.ndarray, K: np.ndarray, mean: np.ndarray | None, factors: Sequence) -> None:
+    """Refuse an integrand that overflows float64 (refining the rule cannot help: it would only
+    grow the grid until max_nodes, which takes minutes)."""
+    bad = ~np.isfinite(absf)
+    if np.any(bad):
+        b = int(np.argmax(bad))
+        scale = float(np.max(np.abs(np.diagonal(K[b])))) if K.shape[-1] else 0.0
+        where = "" if mean is None else f" and mean up to {float(np.max(np.abs(mean[b]))):.3g}"
+        raise DomainError(
+            f"the integrand {list(factors)} overflows float64 (or is undefined) at kernel entry {b} "
+            f"(variance up to {scale:.3g}{where}): its expectation is not representable; rescale the "
+            "inputs or the kernel")
+
+
 # ---------------------------------------------------------------- smooth path
 def _scales(A: np.ndarray, slots: np.ndarray) -> np.ndarray:
     """(B, k): max_s |A[b, s, j]| over the given slots (0 if none)."""
@@ -74,12 +88,13 @@ def _quantize(x: np.ndarray) -> np.ndarray:
 
 
 def _direction_rules(s_vec: np.ndarray, t_vec: np.ndarray, q_vec: np.ndarray, activation: Any,
-                     factors: Sequence, rtol: float, mult: float) -> list:
+                     factors: Sequence, rtol: float, mult: float, max_nodes: float = math.inf) -> tuple:
     """One 1-D rule per eigen-direction, each a pair (fine, coarse).
 
     ``s_vec[j]``/``t_vec[j]``: scale of direction j in the sigma slots / in all used slots;
     ``q_vec[j]``: sum over sigma factors of the squared scale (bandwidths of entire
-    activations add in quadrature).
+    activations add in quadrature).  Returns ``(rules, None)``, or ``(None, nodes)`` when one
+    direction alone would need more than ``max_nodes`` nodes (nothing is allocated then).
     """
     poly_deg, growth, m = factor_degrees(factors, activation)
     k = len(s_vec)
@@ -107,8 +122,10 @@ def _direction_rules(s_vec: np.ndarray, t_vec: np.ndarray, q_vec: np.ndarray, ac
             W = max(1.25 * (L / _COARSE + 3.0) * s_j / strip, base) + 1.0
         W *= mult
         h = 2.0 * math.pi / W
+        if not (2.0 * X / h + 1.0 <= max_nodes):        # bound the grid before allocating it
+            return None, 2.0 * X / h + 1.0
         rules.append((trapezoid(h, X), trapezoid(min(h * _COARSE, X), X)))
-    return rules
+    return rules, None
 
 
 def _tensor_sum(rules: list, which: int, A: np.ndarray, mean: np.ndarray | None, by_slot: list,
@@ -195,13 +212,17 @@ def _smooth(factors: Sequence, K: np.ndarray, mean: np.ndarray | None, activatio
         while todo.size:
             Asub = A[todo]
             msub = None if mean is None else mean[todo]
-            rules = _direction_rules(s_vec, t_vec, q_vec, activation, factors, rtol, mult)
+            rules, too_many = _direction_rules(s_vec, t_vec, q_vec, activation, factors, rtol, mult, max_nodes)
+            if rules is None:
+                nodes[todo] = int(min(too_many, 2 ** 62))
+                break
             n_fine = int(np.prod([len(r[0][0]) for r in rules]))
             exact = all(r[0] is r[1] for r in rules)
             if n_fine > max_nodes:
                 nodes[todo] = n_fine
                 break
             fine, absf = _tensor_sum(rules, 0, Asub, msub, by_slot, activation)
+            _check_finite(absf, K[todo], msub, factors)
             if exact:
                 e = np.abs(fine) * 1e-16
             else:
@@ -372,6 +393,7 @@ def _kinked(factors: Sequence, K: np.ndarray, mean: np.ndarray | None, activatio
         mean_t = None if mean is None else mean[todo]
         fine, absf, nf = _nested(A[todo], level[todo], mean_t, by_slot, activation, kink_slots, n, X,
                                  grade)
+        _check_finite(absf, K[todo], mean_t, factors)
         coarse, _, _ = _nested(A[todo], level[todo], mean_t, by_slot, activation, kink_slots,
                                max(2, int(round(n / _COARSE))), X, grade)
         e = _extrapolated_error(fine, coarse, absf)

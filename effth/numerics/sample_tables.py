@@ -44,7 +44,7 @@ import numpy as np
 from ..errors import AccuracyWarning, DomainError
 from ._rules import INV_SQRT_2PI, gauss_hermite, log_inv_tol, truncation
 
-__all__ = ["pair_tables", "four_point_table", "multiset_index", "multiset_groups", "parity"]
+__all__ = ["pair_tables", "four_point_table", "kinked_pair_tables", "multiset_index", "multiset_groups", "parity"]
 
 _MAX_REFINE = 4
 _DROP = 1e-13          # conditional variances <= this * max diagonal are zero
@@ -119,11 +119,35 @@ def _rules_for(scale: float, act: Any, rtol: float, nfac: int, mult: float,
     return x, w, _coarse(w)
 
 
+_MAX_LINE = 1 << 22        # nodes of one 1-D rule
+_MAX_ENTRY = 1 << 25       # nodes of the grid of one table entry (pairs: n1 * ny; four-point: n1 n2 n3, n1 ny)
+
+
+def _too_big(nodes: float, scale: float, what: str) -> DomainError:
+    return DomainError(
+        f"{what}: the kernel scale {scale * scale:.3g} (standard deviation {scale:.3g}) needs about "
+        f"{nodes:.3g} quadrature nodes per entry (limit {_MAX_ENTRY}): a smooth activation with "
+        "complex singularities must be resolved on its own scale, which is far below the kernel's "
+        "here (the activation is saturated). Rescale the inputs or lower C_W / C_b so that the "
+        "kernel stays moderate (the tables are accurate for kernels up to about 1e3-1e4)")
+
+
+def _check_grid(sizes: list, scale: float, what: str) -> None:
+    """Refuse a grid of more than _MAX_ENTRY nodes per entry before allocating it."""
+    n = float(np.prod([float(v) for v in sizes]))
+    if n > _MAX_ENTRY:
+        raise _too_big(n, scale, what)
+
+
 @lru_cache(maxsize=256)
 def _rule(h: float, X: float) -> tuple[np.ndarray, np.ndarray]:
     """Nodes and weights (fine); 1 node if h is infinite (direction absent)."""
     if math.isinf(h):
         return np.zeros(1), np.ones(1)
+    if not (X / h <= _MAX_LINE):
+        raise DomainError(f"a 1-D quadrature rule of step {h:.3g} on |x| <= {X:.3g} needs "
+                          f"{2 * X / h:.3g} nodes (limit {2 * _MAX_LINE}): the kernel scale is too "
+                          "large for this smooth activation; rescale the inputs or lower C_W / C_b")
     m = max(int(math.floor(X / h)), 1)
     x = h * np.arange(-m, m + 1, dtype=np.float64)
     w = h * INV_SQRT_2PI * np.exp(-0.5 * x * x)
@@ -253,6 +277,9 @@ def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
     if even and not act.is_polynomial:     # f(-x) = f(x): half of the x_1 line
         rules[0] = _fold(*rules[0][:2])
     y, wy, wyc = _rules_for(float(s.max()), act, rtol, nfac, mult, X)
+    top = max(scales + [float(s.max())])
+    _check_grid([len(rule[0]) for rule in rules], top, "four-point table")
+    _check_grid([len(rules[0][0]), len(y)], top, "four-point table")
     per = 2 * int(np.prod([len(rule[0]) for rule in rules]))
     chunk = max(1, _CHUNK // per)
     parts = [_outer_sum(A[i:i + chunk], c[i:i + chunk], s[i:i + chunk], Po[i:i + chunk], act, rules,
@@ -335,25 +362,46 @@ def multiset_groups(N: int) -> dict:
     return {p: (np.array([i for i, _ in g]), np.array([d for _, d in g])) for p, g in groups.items()}
 
 
-def _check(K: Any, activation: Any) -> np.ndarray:
-    K = np.asarray(K, dtype=float)
+def real_kernel(K: Any) -> np.ndarray:
+    """K as a real, finite float (N, N) array, or DomainError (complex input is not truncated)."""
+    raw = np.asarray(K)
+    if np.iscomplexobj(raw):
+        raise DomainError("K must be real; got a complex array (a covariance of real preactivations "
+                          "is real symmetric): pass K.real if the imaginary part is rounding noise")
+    try:
+        K = np.asarray(raw, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise DomainError(f"K must be a real (N, N) matrix of numbers: {exc}") from None
     if K.ndim != 2 or K.shape[0] != K.shape[1]:
         raise DomainError(f"K must be a square (N, N) matrix, got shape {K.shape}")
+    if not np.all(np.isfinite(K)):
+        raise DomainError("K has non-finite entries (the kernel overflowed or is undefined)")
+    return K
+
+
+def _check(K: Any, activation: Any) -> np.ndarray:
+    K = real_kernel(K)
     if not activation.is_smooth:
         raise DomainError(f"shared-node tables need a smooth activation; {activation.name!r} has kinks")
     return K
 
 
-def _refined(fn, n: int, rtol: float, what: str) -> tuple[np.ndarray, np.ndarray]:
+def _refined(fn, n: int, rtol: float, what: str, scale: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Run ``fn(mult, members)`` on all n entries, then again with finer steps on those whose
-    error estimate is above rtol (relative to max(|value|, 1e-3 E|f|))."""
+    error estimate is above rtol (relative to max(|value|, 1e-3 E|f|, 1e-3 scale), where
+    ``scale`` bounds the table's entries: an entry that vanishes by symmetry is not an accuracy
+    failure because its absolute error is 1e-18)."""
     val, err = np.empty(n), np.empty(n)
     todo = np.arange(n)
     mult = 1.0
     for _ in range(_MAX_REFINE + 1):
         v, e, a = fn(mult, todo)
         val[todo], err[todo] = v, e
-        bad = e > rtol * np.maximum(np.abs(v), 1e-3 * a) + 1e-300
+        scale = max(scale, float(np.max(np.abs(v), initial=0.0)))
+        # an entry that vanishes (by symmetry, e.g. an odd moment) is judged against the
+        # table's scale: an absolute error of 1e-18 on an exact 0 is not an accuracy failure
+        floor = np.maximum(1e-3 * a, 1e-3 * scale)
+        bad = e > rtol * np.maximum(np.abs(v), floor) + 1e-300
         if not bad.any():
             return val, err
         todo = todo[bad]
@@ -385,15 +433,20 @@ def four_point_table(K: Any, activation: Any, *, rtol: float = 1e-9) -> tuple[np
     idx, sets = multiset_index(N)
     vals = np.empty(len(sets))
     errs = np.empty(len(sets))
-    for pattern, (ids, var) in multiset_groups(N).items():
+    # the one-sample group <sigma_a^4> first: by Hoelder every entry is at most max_a <sigma_a^4>,
+    # the scale against which entries that vanish by symmetry are judged
+    groups = sorted(multiset_groups(N).items(), key=lambda kv: len(kv[0]))
+    scale = 0.0
+    for pattern, (ids, var) in groups:
         P = np.tile(pattern, (len(ids), 1))
         Kb = K[var[:, :, None], var[:, None, :]]
 
         def run(mult: float, sel: np.ndarray, Kb=Kb, P=P) -> tuple:
             return _four_point_group(Kb[sel], P[sel], activation, rtol, mult)
 
-        v, e = _refined(run, len(ids), rtol, f"four-point table (multiplicities {pattern})")
+        v, e = _refined(run, len(ids), rtol, f"four-point table (multiplicities {pattern})", scale)
         vals[ids], errs[ids] = v, e
+        scale = max(scale, float(np.max(np.abs(v), initial=0.0)))
     return vals[idx], errs[idx]
 
 
@@ -446,6 +499,7 @@ def pair_tables(K: Any, activation: Any, orders: Any, *, rtol: float = 1e-10) ->
             sc1 = float(np.max(np.maximum(np.abs(A[:, 0, 0]), np.abs(c))))
             x1, w1, w1c = _rules_for(sc1, activation, rtol, 2, mult, X)
             y, wy, wyc = _rules_for(float(s.max()), activation, rtol, 2, mult, X)
+            _check_grid([len(x1), len(y)], max(sc1, float(s.max())), "pair tables")
             first = np.where(order[:, 0] == 0, a, b)
             z = A[:, 0, 0][:, None] * x1
             m = c[:, None] * x1
@@ -473,3 +527,209 @@ def pair_tables(K: Any, activation: Any, orders: Any, *, rtol: float = 1e-10) ->
     fine, errs = _refined(run, int(np.prod(shape)), rtol, "pair tables")
     fine, errs = fine.reshape(shape), errs.reshape(shape)
     return ({o: fine[i] for i, o in enumerate(orders)}, {o: errs[i] for i, o in enumerate(orders)})
+
+
+# ------------------------------------------------------------------ kinked pairs (any rank)
+_COLLINEAR = 1e-12     # pairs with 1 - |rho| <= this are one Gaussian variable up to a factor
+
+
+def _hermite_coeffs(m: int) -> list[list[float]]:
+    r"""Coefficients of the probabilists' Hermite polynomials :math:`He_n(z;k)` (variance k) as
+    ``[[c_0, ..., c_n] for n = 0..m]``, with :math:`c_j` multiplying :math:`z^j k^{(n-j)/2}`."""
+    H = [[1.0], [0.0, 1.0]]
+    for n in range(1, m):
+        nxt = [0.0] + H[n]                       # z He_n
+        for j, c in enumerate(H[n - 1]):
+            nxt[j] -= n * c                      # - n k He_{n-1}
+        H.append(nxt)
+    return H[:m + 1]
+
+
+def _stein(E: Any, sigma_factors: list, slot: int, m: int, k: np.ndarray) -> np.ndarray:
+    r""":math:`\langle \prod\sigma\cdot He_m(z_{slot};k)\rangle/k^m` — the m-th derivative in
+    :math:`z_{slot}` moved onto the Gaussian weight (Stein / Price), computed without derivatives
+    of :math:`\sigma` (``k`` is the variance of :math:`z_{slot}`, > 0)."""
+    out = 0.0
+    for j, c in enumerate(_hermite_coeffs(m)[m]):
+        if c:
+            extra = [(slot, "z", j)] if j else []
+            out = out + c * k ** ((m - j) / 2) * E(sigma_factors + extra)
+    return out / k ** m
+
+
+def kinked_pair_tables(K: Any, activation: Any, orders: Any, rtol: float = 1e-10) -> dict:
+    r"""Pair tables :math:`T_{pq}[\alpha,\beta]` for the Edgeworth-form recursions, for any
+    activation (kinked ones included) and any PSD kernel, singular ones included.
+
+    The recursions (PDLT (4.118)–(4.120) with the inverse kernel integrated away) use a table
+    entry :math:`T_{pq}[\alpha,\beta]` only in Leibniz combinations
+    :math:`\sum_p\binom mp T_{p,m-p}[\alpha,\beta]\,X_{\alpha^p\beta^{m-p}}`, where the tensor
+    entry :math:`X` (of :math:`V` or :math:`G^{\{1\}}`) carries one label per derivative.  The
+    entries are:
+
+    * **regular pairs** (:math:`|\rho|<1`, both variances > 0): :math:`\langle\sigma^{(p)}_\alpha
+      \sigma^{(q)}_\beta\rangle_K` by :func:`effth.gaussian_expectation`; where that product of
+      distributions is not reduced (e.g. :math:`\delta''` of ReLU), two derivatives on the slot
+      with the higher order are traded for the Hermite weight of the pair (Stein's identity).
+    * **the diagonal** and **collinear pairs** (:math:`z_\beta=c\,z_\alpha` exactly: duplicated
+      inputs, :math:`\rho=\pm1`): there every :math:`X_{\alpha^p\beta^{m-p}}=c^{m-p}X_{\alpha^m}`,
+      so only :math:`\sum_p\binom mp c^{m-p}T_{p,m-p}=\langle\partial^m_z[\sigma(z)\sigma(cz)]\rangle`
+      is used; it is computed by Stein without derivatives of :math:`\sigma`,
+      :math:`\langle\sigma(z)\sigma(cz)He_m(z;K_{\alpha\alpha})\rangle/K_{\alpha\alpha}^m`, and
+      :math:`T_{p,m-p}` is set to that value times :math:`c^{m-p}/(1+c^2)^m` (for a kinked
+      :math:`\sigma` the single terms, e.g. :math:`\langle\delta(z)\delta(z)\rangle`, diverge;
+      their combination does not).  For :math:`m=0` the entry is exact.
+    * **zero-variance inputs** (:math:`z_\beta\equiv0`): entries without a derivative on
+      :math:`\beta` are exact (:math:`\sigma(0)\langle\sigma^{(p)}_\alpha\rangle`); entries with
+      one are set to 0 — they multiply tensor entries carrying the label :math:`\beta`, which
+      vanish identically.
+
+    So the tables are exact Gaussian expectations wherever those are finite and the recursions'
+    results are exact limits elsewhere; they are **not** a general-purpose table of
+    :math:`\langle\sigma^{(p)}\sigma^{(q)}\rangle` on singular kernels.
+
+    Parameters
+    ----------
+    K : ndarray (N, N)
+        Symmetric PSD kernel.
+    activation : str or Activation
+    orders : iterable of (p, q)
+    rtol : float
+
+    Returns
+    -------
+    dict
+        ``{(p, q): (N, N) table}`` for every requested order (and its transpose).
+    """
+    from ..activations import get_activation
+    from .dispatch import gaussian_expectation
+    from ..errors import NotDerivedError
+
+    act = get_activation(activation)
+    K = real_kernel(K)
+    N = K.shape[0]
+    orders = sorted({tuple(o) for o in orders} | {tuple(o)[::-1] for o in orders})
+    d = np.clip(np.diag(K).copy(), 0.0, None)
+    h = act.homogeneity
+    if h is not None and d.max(initial=0.0) > 0:
+        # positively homogeneous sigma: T_pq(2^e K) = 2^(e (2h - p - q) / 2) T_pq(K) exactly, so a
+        # decaying (1e-300) or growing kernel is computed at unit scale (no k^4 underflow)
+        e = int(round(math.log2(float(d.max()))))
+        if abs(e) > 16:
+            base = kinked_pair_tables(np.ldexp(K, -e), act, orders, rtol)
+            out = {}
+            with np.errstate(over="ignore", under="ignore"):
+                for (p, q), T in base.items():
+                    half, odd = divmod(e * (2 * h - p - q), 2)
+                    out[p, q] = np.ldexp(T * (math.sqrt(2.0) if odd else 1.0), half)
+            return out
+    zero = d <= _DROP * max(float(d.max(initial=0.0)), 1e-300)
+    zero |= d == 0.0
+    sigma0 = float(act.numpy(0)(np.array(0.0)))
+
+    def E(factors: list, kern: np.ndarray) -> np.ndarray:
+        if kern.shape[0] == 0:
+            return np.zeros(0)
+        return np.asarray(gaussian_expectation(factors, kern, act, rtol=rtol), dtype=float)
+
+    def single(p: int, var: np.ndarray) -> np.ndarray:
+        """<sigma^(p)(z)> for z ~ N(0, var), var > 0 (Stein for p >= 2)."""
+        kern = var[:, None, None]
+        if p < 2 or act.is_smooth:
+            return E([(0, "sigma", p)], kern)
+        return _stein(lambda f: E(f, kern), [(0, "sigma", 0)], 0, p, var)
+
+    # ------------------------------------------------------------------ classify the pairs
+    a, b = np.triu_indices(N, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = K[a, b] / np.sqrt(d[a] * d[b])
+    zp = zero[a] | zero[b]
+    coll = ~zp & (1.0 - np.abs(rho) <= _COLLINEAR)
+    reg = ~zp & ~coll
+    out = {o: np.zeros((N, N)) for o in orders}
+
+    # ------------------------------------------------------------------ diagonal
+    nz = np.flatnonzero(~zero)
+    dk = d[nz]
+    diag_cache: dict = {}
+
+    def diag_m(m: int) -> np.ndarray:
+        """<(sigma^2)^(m)> on the nonzero-variance diagonal."""
+        if m not in diag_cache:
+            kern = dk[:, None, None]
+            s2 = [(0, "sigma", 0), (0, "sigma", 0)]
+            diag_cache[m] = E(s2, kern) if m == 0 else _stein(lambda f: E(f, kern), s2, 0, m, dk)
+        return diag_cache[m]
+
+    for (p, q) in orders:
+        T = out[p, q]
+        if act.is_smooth or p + q == 0:
+            T[nz, nz] = E([(0, "sigma", p), (0, "sigma", q)], dk[:, None, None])
+        else:
+            T[nz, nz] = diag_m(p + q) / 2 ** (p + q)
+        zi = np.flatnonzero(zero)
+        T[zi, zi] = sigma0 ** 2 if p + q == 0 else 0.0
+
+    if N == 1:
+        return out
+
+    # ------------------------------------------------------------------ regular pairs
+    ra, rb = a[reg], b[reg]
+    Kr = np.stack([np.stack([K[ra, ra], K[ra, rb]], -1), np.stack([K[ra, rb], K[rb, rb]], -1)], -2)
+    Kinv = None
+
+    def off(p: int, q: int) -> np.ndarray:
+        nonlocal Kinv
+        try:
+            return E([(0, "sigma", p), (1, "sigma", q)], Kr)
+        except NotDerivedError:
+            if act.is_smooth or max(p, q) < 2:
+                raise
+        if Kinv is None:
+            Kinv = np.linalg.inv(Kr)
+        t, u = (0, 1) if p >= q else (1, 0)
+        A, B = Kinv[:, t, t], Kinv[:, t, u]
+        o = {0: p, 1: q}
+        o[t] -= 2
+        base = [(0, "sigma", o[0]), (1, "sigma", o[1])]
+        return (A * A * E(base + [(t, "z", 2)], Kr) + 2 * A * B * E(base + [(0, "z", 1), (1, "z", 1)], Kr)
+                + B * B * E(base + [(u, "z", 2)], Kr) - A * E(base, Kr))
+
+    for (p, q) in orders:
+        if len(ra):
+            out[p, q][ra, rb] = off(p, q)
+            out[p, q][rb, ra] = off(q, p)
+
+    # ------------------------------------------------------------------ collinear pairs
+    ca, cb = a[coll], b[coll]
+    if len(ca):
+        Kc = np.stack([np.stack([K[ca, ca], K[ca, cb]], -1), np.stack([K[ca, cb], K[cb, cb]], -1)], -2)
+        c = K[ca, cb] / d[ca]                       # z_b = c z_a
+        s2 = [(0, "sigma", 0), (1, "sigma", 0)]
+        cache: dict = {}
+        for (p, q) in orders:
+            m = p + q
+            if m == 0:
+                val = E(s2, Kc)
+                out[p, q][ca, cb] = out[p, q][cb, ca] = val
+                continue
+            if m not in cache:
+                cache[m] = _stein(lambda f: E(f, Kc), s2, 0, m, d[ca])
+            out[p, q][ca, cb] = cache[m] * c ** q / (1 + c * c) ** m
+            out[p, q][cb, ca] = cache[m] * c ** p / (1 + c * c) ** m
+
+    # ------------------------------------------------------------------ zero-variance pairs
+    for i in np.flatnonzero(zp):
+        x, y = int(a[i]), int(b[i])
+        for (p, q) in orders:
+            for s, t, ps, pt in ((x, y, p, q), (y, x, q, p)):   # entry [s, t] = <sigma^(ps)_s sigma^(pt)_t>
+                if (zero[s] and ps) or (zero[t] and pt):
+                    v = 0.0
+                elif zero[s] and zero[t]:
+                    v = sigma0 ** 2
+                elif zero[t]:
+                    v = sigma0 * float(single(ps, d[[s]])[0])
+                else:
+                    v = sigma0 * float(single(pt, d[[t]])[0])
+                out[p, q][s, t] = v
+    return out

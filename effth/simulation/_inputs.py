@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import input_matrix
 from ..arch import MLP
 from ..errors import DomainError
 
@@ -34,24 +35,7 @@ def check_inputs(X: Any) -> np.ndarray:
 
     Complex inputs are rejected (never silently truncated to their real part).
     """
-    raw = X if isinstance(X, np.ndarray) else None
-    if raw is None:
-        try:
-            raw = np.asarray(X)
-        except (TypeError, ValueError):
-            raw = None
-    if raw is not None and raw.dtype.kind == "c":
-        raise DomainError("X must be real; got a complex array (pass X.real explicitly if the "
-                          "imaginary part is meant to be dropped)")
-    try:
-        Xa = np.asarray(X, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise DomainError(f"X must be a real array of shape (N_D, n_0): {exc}") from None
-    if Xa.ndim != 2 or Xa.shape[0] < 1 or Xa.shape[1] < 1:
-        raise DomainError(f"X must be 2-D with shape (N_D, n_0), N_D, n_0 >= 1; got shape {Xa.shape}")
-    if not np.isfinite(Xa).all():
-        raise DomainError("X contains NaN or infinite entries")
-    return Xa
+    return input_matrix(X, "X")
 
 
 def check_ensemble(net: Any, X: Any, size: Any, batch: Any) -> np.ndarray:

@@ -45,7 +45,7 @@ from .._progress import progress_bar
 from .._threads import blas_threads
 from ..arch import MLP
 from ..errors import DomainError
-from ._display import html_table, short
+from .._display import html_table, short
 from ._inputs import as_generator, check_ensemble
 from ._jackknife import group_units
 from ._estimators import layer_estimates

@@ -52,7 +52,7 @@ from .._progress import progress_bar
 from ..activations import get_activation
 from ..arch import MLP
 from ..errors import DomainError
-from ._display import html_table, short
+from .._display import html_table, short
 from ._inputs import as_generator, check_ensemble, check_inputs
 from ._jackknife import group_units, jackknife_error
 

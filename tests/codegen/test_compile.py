@@ -208,3 +208,11 @@ def test_compiled_polynomial_atoms_equal_exact_doit():
     f_num = compile_expression(expr, kernel=KM, activation=act, params=[CW])
     K = random_psd_batch(np.random.default_rng(11), (6,), 3)
     np.testing.assert_allclose(f_num(K, C_W=0.7), f_exact(K, C_W=0.7), rtol=1e-10)
+
+
+def test_compiled_functions_reject_complex_input():
+    f = compile_expression(Kernel(0, 0, ell) * Kernel(1, 1, ell) - Kernel(0, 1, ell) ** 2, kernel=KM,
+                           activation=None)
+    K = np.array([[1.0 + 1j, 0.1], [0.1, 1.0]])
+    with pytest.raises(DomainError, match="real"):        # the imaginary part was dropped silently
+        f(K)

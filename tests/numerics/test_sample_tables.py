@@ -115,3 +115,16 @@ def test_rtol_met_across_kernel_scales(act, scale):
     for m in [(0, 1, 2, 3), (1, 2, 3, 4), (0, 0, 2, 4)]:
         ref = _reference_four(K, a, m, rtol=1e-10)
         assert abs(F[m] - ref) <= 1e-8 * max(abs(ref), 1e-3 * abs(F).max())
+
+
+def test_entries_that_vanish_by_symmetry_raise_no_accuracy_warning():
+    """Orthogonal inputs make the odd four-point entries exactly 0; their 1e-18 absolute error
+    used to be judged against a relative tolerance and raised AccuracyWarning."""
+    import warnings
+    from effth.activations import get_activation
+    from effth.numerics.sample_tables import four_point_table
+    K = np.diag([0.5, 0.7])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        F, E = four_point_table(K, get_activation("tanh"), rtol=1e-8)
+    assert abs(F[0, 0, 0, 1]) < 1e-15 and F[0, 0, 1, 1] > 0

@@ -457,33 +457,3 @@ def test_kinked_activation_statistics_need_smoothness():
             simulate_ntk_ensemble(relu, X, size=8, seed=0, **kw)
     with pytest.raises(DomainError, match="order 1 has a Dirac part"):
         simulate_ntk_ensemble(MLP("step", depth=3, widths=4, n_out=2), X, size=8, seed=0, order=1)
-
-
-def test_ntk_simulator_imports_no_theory():
-    """Like test_simulator_imports_no_theory: ntk.py may only use arch, activations, errors and
-    _threads of effth (never theories, algebra, numerics, codegen)."""
-    import ast
-    import pathlib
-
-    import effth.simulation.ntk as mod
-
-    allowed = {"arch", "activations", "errors", "_threads", "_progress"}
-    tree = ast.parse(pathlib.Path(mod.__file__).read_text())
-    seen = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level == 2:
-                seen.add((node.module or "").split(".")[0])
-                assert (node.module or "").split(".")[0] in allowed, node.module
-            elif node.level == 1:      # siblings are simulation modules, checked by test_ensemble's
-                sibling = pathlib.Path(mod.__file__).parent / f"{node.module}.py"   # package-wide test
-                assert sibling.exists(), f"ntk.py imports {node.module!r}, not a simulation module"
-            elif node.module and node.module.startswith("effth"):
-                assert node.module.split(".")[1] in allowed, node.module
-            else:
-                assert (node.module or "").split(".")[0] in {
-                    "__future__", "collections", "dataclasses", "types", "typing", "numpy"}, node.module
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                assert alias.name.split(".")[0] in {"numpy"}, alias.name
-    assert seen <= allowed

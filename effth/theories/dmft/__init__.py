@@ -9,8 +9,8 @@ full-batch gradient descent (§2-§3):
 * :func:`solve_two_layer` -- ``L = 1`` by one forward pass in time (Gauss-Hermite quadrature
   or Monte Carlo), with weight decay;
 * :func:`static_ntk_solve` -- the lazy ``gamma0 = 0`` limit (static NTK);
-* :func:`kernel_alignment`, :func:`target_alignment`, :func:`layer_alignment` -- the seed's
-  alignment metric ``A(K1, K2)``.
+* :func:`kernel_alignment`, :func:`target_alignment`, :func:`layer_alignment` -- the
+  alignment metric ``A(K1, K2)`` of Bordelon & Pehlevan (2022), Fig. 1.
 """
 
 from __future__ import annotations

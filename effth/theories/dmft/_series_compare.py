@@ -17,7 +17,7 @@ from .nonlinear import solve_monte_carlo
 from .gamma_series import gamma0_series
 from .grid import TimeGrid, prepare_data
 from ..._progress import progress_bar
-from .lazy import (activation_label, hidden_layer_count, is_linear, require_smooth,
+from .lazy import (hidden_layer_count, is_linear, require_smooth,
                    resolve_activation, static_ntk_solve)
 from .result import _html_table, activation_text
 from .two_layer import solve_two_layer
@@ -147,7 +147,7 @@ def compare_approximations(X=None, y=None, *, depth: int | None = None,
                             order=order, activation=act, nodes=None if deep_nonlinear else nodes,
                             closure="ntk" if deep_nonlinear else "exact", progress=False)
         bar.update()
-        lazy = static_ntk_solve(data, TimeGrid(float(eta), int(steps)), act, hidden_layers=L)
+        lazy = static_ntk_solve(data, TimeGrid(eta, steps), act, hidden_layers=L)
         bar.update()
         if linear:
             full = solve_deep_linear(kernel=data.kx, y=data.y, hidden_layers=L, gamma0=gamma0,

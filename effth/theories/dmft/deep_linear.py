@@ -216,7 +216,7 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         raise DomainError(f"method={method!r} must be 'march' or 'sweep'")
     data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
     gamma0, eta = real_scalar(gamma0, "gamma0"), real_scalar(eta, "eta")
-    grid = TimeGrid(float(eta), int(steps))
+    grid = TimeGrid(eta, steps)
     L, T, n, P, C = n_hidden, grid.steps, data.n_all, data.n_train, Y.shape[1]
     rho = decay_factor(grid.eta, weight_decay)
     lam = float(weight_decay)

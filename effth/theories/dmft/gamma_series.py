@@ -59,7 +59,6 @@ from ._series_leading import (
 )
 from ._series_two_layer import two_layer_series_arrays
 from .grid import TimeGrid, TrainingData, prepare_data
-from ..._progress import progress_bar
 from .lazy import (activation_label, check_stability, hidden_layer_count, is_linear, lazy_kernels,
                    require_smooth, resolve_activation)
 from .result import _html_table, activation_text, check_layer
@@ -573,7 +572,7 @@ def gamma0_series(X=None, y=None, *, depth: int | None = None, hidden_layers: in
     if not linear:
         require_smooth(act, "the gamma0-series")
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)
-    grid = TimeGrid(float(eta), int(steps))
+    grid = TimeGrid(eta, steps)
     P = data.n_train
     _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=L)
     check_stability(ntk0[:P, :P], grid.eta)

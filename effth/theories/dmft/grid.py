@@ -16,17 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._display import html_table
+from ..._validate import integer, real_array, real_scalar  # noqa: F401  (re-exported)
 from ...errors import DomainError
 
 __all__ = ["TimeGrid", "TrainingData", "causal_mask", "prepare_data"]
 
 
-def _html_table(title: str, rows) -> str:
-    """A small two-column HTML table (the ``_repr_html_`` of effth's results)."""
-    import html
-    body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
-                   f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
-    return f"<table><caption>{html.escape(title)}</caption>{body}</table>"
+_html_table = html_table
 
 
 @dataclass(frozen=True)
@@ -46,10 +43,10 @@ class TimeGrid:
     steps: int
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "eta", real_scalar(self.eta, "eta"))
+        object.__setattr__(self, "steps", integer(self.steps, "steps", minimum=1))
         if not (np.isfinite(self.eta) and self.eta > 0):
             raise DomainError(f"step size eta={self.eta!r} must be a positive finite number")
-        if int(self.steps) != self.steps or self.steps < 1:
-            raise DomainError(f"steps={self.steps!r} must be a positive integer")
 
     @property
     def times(self) -> np.ndarray:
@@ -107,33 +104,6 @@ class TrainingData:
         out = np.zeros(delta.shape[:-1] + (self.n_all,))
         out[..., : self.n_train] = delta
         return out
-
-
-def real_scalar(v, name: str) -> float:
-    """A real number as float; complex values (never truncated to their real part) and
-    non-numeric ones raise :class:`DomainError` naming ``name``."""
-    if isinstance(v, (bool, np.bool_, complex, np.complexfloating, str, bytes)) or np.ndim(v):
-        raise DomainError(f"{name}={v!r} must be a real number")
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        raise DomainError(f"{name}={v!r} must be a real number") from None
-
-
-def real_array(a, name: str) -> np.ndarray:
-    """``a`` as a float array; complex input is rejected with :class:`DomainError` naming
-    ``name`` (never silently truncated to its real part), as is non-numeric input."""
-    try:
-        raw = np.asarray(a)
-    except (TypeError, ValueError) as exc:
-        raise DomainError(f"{name} must be a real numeric array: {exc}") from None
-    if raw.dtype.kind == "c":
-        raise DomainError(f"{name} must be real, got a complex array (pass {name}.real if the "
-                          "imaginary part is meant to be dropped)")
-    try:
-        return raw.astype(float)
-    except (TypeError, ValueError) as exc:
-        raise DomainError(f"{name} must be a real numeric array: {exc}") from None
 
 
 def _check_kernel(kx: np.ndarray, name: str) -> np.ndarray:

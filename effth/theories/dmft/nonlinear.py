@@ -48,7 +48,7 @@ Equivalently, the sources that enter the fields are ``u(t_i) = rho^i uh(t_i)`` a
 ``r(t_i) = rho^i rh(t_i)``, with covariances ``rho^{i+j} Phit^{l-1}(t_i, t_j)`` and
 ``rho^{i+j} G^{l+1}(t_i, t_j)``, and the response terms ``A, B`` carry the weight
 ``rho^{i+j} = e^{-lambda (t + s)}`` relative to ``d/du``, ``d/dr`` -- *not* the drift terms'
-``rho^{i-1-j}`` (for ``L = 1`` there are no responses and (99) of the seed is recovered).
+``rho^{i-1-j}`` (for ``L = 1`` there are no responses and eq. (99) of Bordelon & Pehlevan (2022) is recovered).
 Biases only add the ``+ 1`` to the forward kernel (source covariance and drift); the bias column
 does not back-propagate, so ``z`` and the form of the responses are unchanged.  With ``C``
 outputs ``h`` stays scalar, ``z, g`` carry an output index, ``G^l`` is ``(C x C)``-valued and
@@ -193,7 +193,7 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         regression only if it carries more than ``stein_cut**2 / (S/2)`` of its column's
         variance, i.e. if the response to it is resolved to better than ``1/stein_cut`` of its
         natural scale.  ``0`` selects the plain pseudo-inverse forms ``<phi r^T> G^+``,
-        ``<g u^T> Phi^+`` of the seed (unstable for smooth deep networks).
+        ``<g u^T> Phi^+`` of Bordelon & Pehlevan (2022), App. B (unstable for smooth deep networks).
     windows : int
         Growing time windows: the sweeps are first run on the first ``ceil(T k / windows)`` grid
         points, ``k = 1 .. windows``, each window starting from the previous window's state
@@ -231,7 +231,7 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         ``A[l-1, t, mu, s, alpha, c] = gamma0^-1 <d phi(h^l_mu(t)) / d rh^l_{alpha c}(s)>`` and
         ``B[l-1, t, mu, s, alpha, c] = gamma0^-1 <d g^{l+1}_{mu c}(t) / d uh^{l+1}_alpha(s)>``.
         Stein responses are determined only on the directions the sampled sources resolve (as
-        with the seed's pseudo-inverse): their action on the fields is the Jacobian one, their
+        with the paper's pseudo-inverse): their action on the fields is the Jacobian one, their
         individual entries need not be.  ``stderr`` holds ``'phi'``, ``'g'`` and, for the exact
         closure or with ``average``, ``'f'``.
 
@@ -269,7 +269,7 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
     if R > 1 and gamma0 != 0:
         return _replicated(dict(kwargs, replicas=1, progress=False), R, seed, progress)
     act = resolve_activation(activation)
-    grid = TimeGrid(float(eta), int(steps))
+    grid = TimeGrid(eta, steps)
     rho = decay_factor(grid.eta, weight_decay)
     data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
     L, T, n, P, C = n_hidden, grid.steps, data.n_all, data.n_train, Y.shape[1]

@@ -100,7 +100,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         raise DomainError(f"method={method!r} must be 'quadrature' or 'monte_carlo'")
     gamma0, eta = real_scalar(gamma0, "gamma0"), real_scalar(eta, "eta")
     act = resolve_activation(activation)
-    grid = TimeGrid(float(eta), int(steps))
+    grid = TimeGrid(eta, steps)
     rho = decay_factor(grid.eta, weight_decay)
     data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
     T, n, P, C = grid.steps, data.n_all, data.n_train, Y.shape[1]

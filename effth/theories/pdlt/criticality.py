@@ -18,6 +18,8 @@ import numpy as np
 import sympy as sp
 from scipy.optimize import brentq
 
+from effth._display import html_table
+from effth._validate import integer, real_scalar
 from effth.activations import Z, get_activation
 from effth.arch import as_real, resolve_depth
 from effth.errors import ConvergenceError, DomainError
@@ -336,12 +338,7 @@ def _short(x: Any) -> str:
         return str(x)[:24]
 
 
-def _html_rows(title: str, rows: list) -> str:
-    import html
-
-    body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
-                   f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
-    return f"<table><caption>{html.escape(title)}</caption>{body}</table>"
+_html_rows = html_table
 
 
 # ------------------------------------------------------------------ find_criticality
@@ -402,6 +399,13 @@ def find_criticality(act: Any, *, k_range: tuple = (1e-3, 1e3), n_grid: int = 16
     """
     act = get_activation(act)
     name = repr(act)
+    try:
+        k_lo, k_hi = (real_scalar(k, "k_range") for k in k_range)
+    except (TypeError, ValueError):
+        raise DomainError(f"k_range must be a pair (K_min, K_max), got {k_range!r}") from None
+    if not (0 < k_lo < k_hi < math.inf):
+        raise DomainError(f"k_range must satisfy 0 < K_min < K_max < inf, got {k_range!r}")
+    n_grid = integer(n_grid, "n_grid", minimum=3)
     if act.expr is not None and sp.simplify(act.expr) == 0:
         raise DomainError(f"{name} is identically zero: chi_par = chi_perp = 0 for every C_W, no criticality")
     if _is_pl(act):

@@ -190,12 +190,10 @@ def derivation_repr(kind: str, statistic: str, expr: sp.Expr, provenance: str, e
 
 def derivation_html(kind: str, statistic: str, expr: sp.Expr, provenance: str, rows: list) -> str:
     """A small HTML table for a derived recursion (the equation itself is ``_repr_latex_``)."""
-    import html
+    from effth._display import html_table
 
     rows = [("statistic", statistic), ("terms", _terms(expr))] + list(rows) + [("provenance", provenance)]
-    body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
-                   f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
-    return f"<table><caption>{html.escape(kind)}</caption>{body}</table>"
+    return html_table(kind, rows)
 
 
 def ratio_latex(lhs: sp.Expr, expr: sp.Expr) -> str:

@@ -33,15 +33,18 @@ from typing import Any, Callable
 import numpy as np
 import sympy as sp
 
+from effth._display import html_table
 from effth._progress import progress_bar
 from effth._threads import blas_threads
+from effth._validate import input_matrix, kernel_matrix
 from effth.activations import get_activation
 from effth.arch import _widths, real_sequence, resolve_depth
 from effth.algebra.expectation import GaussianExpectation
 from effth.algebra.tensors import FourPointVertex, NLOMetric
 from effth.errors import DomainError, NotDerivedError
 from effth.numerics import gaussian_expectation, validate_covariance
-from effth.numerics.sample_tables import four_point_table, multiset_groups, multiset_index, pair_tables
+from effth.numerics.sample_tables import (four_point_table, kinked_pair_tables, multiset_groups,
+                                          multiset_index, pair_tables)
 
 from ._derive import CB, CW
 from .initialization import RATIO, derive_initialization
@@ -96,7 +99,7 @@ class LayerStep:
             self._inputs.append((s, key))
             return s
 
-        for atom in expr.atoms(GaussianExpectation):
+        for atom in sorted(expr.atoms(GaussianExpectation), key=sp.default_sort_key):
             samples, factors = atom.to_numeric()
             labs = [pos[samples[s]] for s, _, _ in factors]
             if any(kind != "sigma" for _, kind, _ in factors):
@@ -108,7 +111,7 @@ class LayerStep:
             else:
                 raise NotDerivedError(f"no sample table for atom {atom}")
             reps[atom] = sym_for(key)
-        for t in expr.atoms(FourPointVertex) | expr.atoms(NLOMetric):
+        for t in sorted(expr.atoms(FourPointVertex) | expr.atoms(NLOMetric), key=sp.default_sort_key):
             name = "V" if isinstance(t, FourPointVertex) else "G1"
             reps[t] = sym_for((name, tuple(pos[a] for a in t.args[:-1])))
         self.params = (sp.Symbol("C_W"), sp.Symbol("C_b"), sp.Symbol("ratio"))
@@ -151,73 +154,6 @@ def layer_steps() -> dict:
 
 
 # ------------------------------------------------------------------------------ tables
-def _generic_pairs(K: np.ndarray, act: Any, orders: set, rtol: float) -> dict:
-    r"""Pair tables through gaussian_expectation (closed forms / quadrature), batched.
-
-    Kinked :math:`\sigma`: :math:`\sigma^{(p)}` may be a distribution the numerics cannot
-    reduce (:math:`\delta''`, or :math:`\delta^2` at one sample).
-
-    * Off the diagonal, two derivatives on sample :math:`a` are traded for the Hermite weight
-      by Stein's identity on the pair, :math:`\langle\partial_a^2F\rangle=
-      \langle F\,[(K^{-1}z)_a^2-(K^{-1})_{aa}]\rangle`.
-    * On the diagonal the derived recursions only use the symmetric combinations
-      :math:`\sum_p\binom{m}{p}T_{p,m-p}[a,a]=\langle(\sigma^2)^{(m)}\rangle` (all labels of a
-      tensor coincide there, so every term of the Price sum carries the same tensor entry), which
-      Stein gives without derivatives: :math:`\langle\sigma^2He_m(z;K)\rangle/K^m`; each
-      :math:`T_{p,m-p}[a,a]` is set to that value over :math:`2^m`.
-    """
-    N = K.shape[0]
-    a, b = np.triu_indices(N, 1)
-    Kb = np.stack([np.stack([K[a, a], K[a, b]], -1), np.stack([K[a, b], K[b, b]], -1)], -2)
-    d = np.diag(K)[:, None, None]
-    kinked = not act.is_smooth
-    Kinv = np.linalg.inv(Kb) if (kinked and N > 1) else None
-
-    def E(factors: list, kern: np.ndarray) -> np.ndarray:
-        return gaussian_expectation(factors, kern, act, rtol=rtol)
-
-    def off(p: int, q: int) -> np.ndarray:
-        """<sigma^(p)(z_0) sigma^(q)(z_1)> over the pairs (slot 0 = a, slot 1 = b)."""
-        try:
-            return E([(0, "sigma", p), (1, "sigma", q)], Kb)
-        except NotDerivedError:
-            if not kinked or max(p, q) < 2:
-                raise
-        # Stein twice on the slot t with the higher order: H = (A z_t + B z_u)^2 - A,
-        # A = Kinv_tt, B = Kinv_tu
-        t, u = (0, 1) if p >= q else (1, 0)
-        A, B = Kinv[:, t, t], Kinv[:, t, u]
-        orders_ = {0: p, 1: q}
-        orders_[t] -= 2
-        base = [(0, "sigma", orders_[0]), (1, "sigma", orders_[1])]
-        return (A * A * E(base + [(t, "z", 2)], Kb) + 2 * A * B * E(base + [(0, "z", 1), (1, "z", 1)], Kb)
-                + B * B * E(base + [(u, "z", 2)], Kb) - A * E(base, Kb))
-
-    def diag(p: int, q: int) -> np.ndarray:
-        if not kinked or p + q == 0:
-            return E([(0, "sigma", p), (0, "sigma", q)], d)
-        k = d[:, 0, 0]
-        m = p + q
-        s2 = [(0, "sigma", 0), (0, "sigma", 0)]
-        if m == 2:
-            val = (E(s2 + [(0, "z", 2)], d) - k * E(s2, d)) / k**2
-        elif m == 4:
-            val = (E(s2 + [(0, "z", 4)], d) - 6 * k * E(s2 + [(0, "z", 2)], d) + 3 * k**2 * E(s2, d)) / k**4
-        else:
-            raise NotDerivedError(f"no diagonal rule for derivative order {m}")
-        return val / 2**m
-
-    out = {}
-    for (p, q) in orders:
-        T = np.empty((N, N))
-        T[np.diag_indices(N)] = diag(p, q)
-        if N > 1:
-            T[a, b] = off(p, q)
-            T[b, a] = off(q, p)
-        out[p, q] = T
-    return out
-
-
 def _generic_four(K: np.ndarray, act: Any, rtol: float) -> np.ndarray:
     """Four-point table through gaussian_expectation, batched by multiplicity pattern."""
     idx, sets = multiset_index(K.shape[0])
@@ -246,7 +182,7 @@ def _tables(K: np.ndarray, act: Any, orders: set, four: bool, rtol: float) -> tu
             tabs["four"] = F
             err = max(err, _relative(FE, F))
         return tabs, err
-    tabs = _generic_pairs(K, act, orders, rtol)
+    tabs = kinked_pair_tables(K, act, orders, rtol)
     if four:
         tabs["four"] = _generic_four(K, act, rtol)
     return tabs, rtol
@@ -288,12 +224,7 @@ def _widths_summary(widths: Any) -> str:
     return text if len(text) <= 60 else f"({widths[0]}, ..., {widths[-1]})"
 
 
-def _html_table(title: str, rows: list) -> str:
-    import html
-
-    body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
-                   f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
-    return f"<table><caption>{html.escape(title)}</caption>{body}</table>"
+_html_table = html_table
 
 
 @dataclass(repr=False)
@@ -514,12 +445,13 @@ def flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None = 
             check_critical(act, c_w=c_w_, c_b=c_b_, action="warn")
     steps = layer_steps()
     # kinked sigma: pair tables of distributional derivatives come from Stein's identity (see
-    # _generic_pairs); if even that fails, G1 is evaluated in the book form entry by entry
+    # effth.numerics.sample_tables.kinked_pair_tables); if even that fails, G1 is evaluated in
+    # the book form entry by entry
     g1_book = None
     orders = set().union(*(steps[s].pair_orders for s in ("K", "V", "G1")))
     if not act.is_smooth:
         try:
-            _generic_pairs(np.eye(2), act, orders, 1e-6)
+            kinked_pair_tables(np.eye(2), act, orders, 1e-6)
         except NotDerivedError:
             g1_book = derive_initialization("G1", form="book")
             orders = set().union(*(steps[s].pair_orders for s in ("K", "V")))
@@ -568,14 +500,14 @@ def _resolve(net, X, K1, depth, hidden_layers, activation, c_w, c_b, ratios) -> 
                               "depth=, hidden_layers= or activation= as well")
         if K1 is not None:
             raise DomainError("give either (net, X) or K1, not both")
-        X = np.asarray(X, dtype=float)
-        if X.ndim != 2:
-            raise DomainError(f"X must be (N_inputs, n_0), got shape {X.shape}")
-        if not np.all(np.isfinite(X)):
-            raise DomainError("X contains NaN or inf")
+        X = input_matrix(X, "X")
         L = net.depth
         n0 = X.shape[1]
-        K = net.c_b_at(1) + net.c_w_at(1) * (X @ X.T) / n0
+        with np.errstate(over="ignore", invalid="ignore"):
+            K = net.c_b_at(1) + net.c_w_at(1) * (X @ X.T) / n0
+        if not np.all(np.isfinite(K)):
+            raise DomainError("X is too large: the first-layer kernel C_b + C_W X X^T/n_0 "
+                              "overflows float64")
         act = net.act
         cws = [net.c_w_at(k) for k in range(1, L + 1)]
         cbs = [net.c_b_at(k) for k in range(1, L + 1)]
@@ -590,7 +522,7 @@ def _resolve(net, X, K1, depth, hidden_layers, activation, c_w, c_b, ratios) -> 
         if K1 is None or (depth is None and hidden_layers is None) or activation is None:
             raise DomainError("flow needs (net, X) or K1=, depth= (or hidden_layers=) and activation=")
         L = resolve_depth(depth, hidden_layers, minimum=1)
-        K = np.asarray(K1, dtype=float)
+        K = kernel_matrix(K1, "K1")
         act = get_activation(activation)
 
         def per_layer(x: Any, n: int, name: str, counts: tuple) -> list:

@@ -36,6 +36,7 @@ import sympy as sp
 
 from effth._progress import progress_bar
 from effth._threads import blas_threads
+from effth._validate import input_matrix, kernel_matrix
 from effth.arch import real_sequence, resolve_depth
 from effth.algebra.expectation import GaussianExpectation
 from effth.algebra.ntk_tensors import NTK_TENSORS
@@ -80,7 +81,7 @@ class NTKLayerStep:
         reps: dict = {}
         self._inputs: list[tuple[sp.Symbol, Any]] = []
         self.atoms: list[tuple] = []
-        for atom in expr.atoms(GaussianExpectation):
+        for atom in sorted(expr.atoms(GaussianExpectation), key=sp.default_sort_key):
             samples, factors = atom.to_numeric()
             if any(kind != "sigma" for _, kind, _ in factors):
                 raise NotDerivedError(f"unexpected z factor in {atom}")
@@ -91,7 +92,7 @@ class NTKLayerStep:
             reps[atom] = s
         body = expr.xreplace(reps)
         self.reads = set()
-        for t in body.atoms(SampleTensor):
+        for t in sorted(body.atoms(SampleTensor), key=sp.default_sort_key):
             if isinstance(t, Kernel):
                 raise NotDerivedError(f"{statistic}: bare kernel component {t} in the recursion")
             name = _NAME[type(t)]
@@ -389,9 +390,7 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     if net is not None:
         if X is None:
             raise DomainError("ntk_flow(net, X): inputs X are required with a network")
-        X = np.asarray(X, dtype=float)
-        if X.ndim != 2:
-            raise DomainError(f"X must be (N_inputs, n_0), got shape {X.shape}")
+        X = input_matrix(X, "X")
         if depth is not None or hidden_layers is not None or activation is not None:
             raise DomainError("ntk_flow(net, X) takes depth and activation from net: do not pass "
                               "depth=, hidden_layers= or activation= as well")
@@ -407,8 +406,8 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         L = resolve_depth(depth, hidden_layers, minimum=1)
         lb = _per_layer(lambda_b, L, "lambda_b")
         lw = _per_layer(lambda_w, L, "lambda_w")
-        Th = np.asarray(Theta1, dtype=float)
-        _check_theta(Th, np.shape(K1)[0] if np.ndim(K1) == 2 else -1)
+        Th = kernel_matrix(Theta1, "Theta1")
+        _check_theta(Th, kernel_matrix(K1, "K1").shape[0])
         kern = flow(K1=K1, depth=L, activation=activation, c_w=c_w, c_b=c_b, ratios=ratios, rtol=rtol)
     N = kern.K.shape[1]
     wanted = tuple(NTK_STATISTICS) if statistics is None else tuple(statistics)

@@ -143,8 +143,12 @@ def derive(statistic: str, *, special: str | None = None, form: str = "edgeworth
     >>> print(et.derive("G1", special="second-layer").expr)
     0
     """
+    from effth.arch import MLP
     from effth.errors import DomainError
 
+    if net is not None and not isinstance(net, MLP):
+        raise DomainError(f"net must be an effth.MLP (or None), got {type(net).__name__}: "
+                          "describe the network with et.MLP(activation, depth=..., ...)")
     if special is None:
         return derive_initialization(statistic, net=net, form=form)
     if special == "second-layer":

@@ -1,4 +1,4 @@
-"""One-line summaries and small HTML tables for the simulators' result types (NumPy only)."""
+"""One-line summaries and small HTML tables for the result types of every layer (no NumPy needed)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,123 @@
+"""Input validation shared by every layer: real numbers and real arrays, never truncated.
+
+One place for the rules of ``docs/conventions.md`` on numbers: Python, NumPy and SymPy reals are
+accepted; bools, strings, complex values (never silently truncated to their real part) and
+symbolic expressions raise :class:`~effth.errors.DomainError` naming the argument.
+
+Examples
+--------
+>>> real_array([[1, 2], [3, 4]], "K").dtype
+dtype('float64')
+>>> real_array([1 + 1j], "X")
+Traceback (most recent call last):
+...
+effth.errors.DomainError: X must be real, got a complex array (pass X.real if the imaginary part is meant to be dropped)
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from .errors import DomainError
+
+__all__ = ["input_matrix", "integer", "kernel_matrix", "real_array", "real_scalar"]
+
+
+def real_scalar(value: Any, name: str) -> float:
+    """A Python float from a Python, NumPy (0-d arrays included) or SymPy real number.
+
+    Infinite and NaN values are returned as they are (callers decide what they allow).
+    """
+    if isinstance(value, (bool, np.bool_)) or getattr(getattr(value, "dtype", None), "kind", "") == "b":
+        raise DomainError(f"{name} must be a real number, got the bool {value!r}")
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if hasattr(value, "dtype") and np.ndim(value) == 0 and value.dtype.kind in "iuf":
+        return float(value)
+    if getattr(value, "is_number", False) and hasattr(value, "is_real"):   # SymPy number
+        if value.is_real is False or (value.is_real is None and abs(complex(value).imag) > 0):
+            raise DomainError(f"{name} must be a real number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    raise DomainError(f"{name} must be a real number (Python, NumPy or SymPy), got {value!r}")
+
+
+def real_array(a: Any, name: str, *, finite: bool = False) -> np.ndarray:
+    """``a`` as a float64 array; complex or non-numeric input raises :class:`DomainError`.
+
+    Parameters
+    ----------
+    a : array_like
+    name : str
+        The argument's name, for the message.
+    finite : bool
+        Also refuse NaN and infinite entries.
+    """
+    try:
+        raw = np.asarray(a)
+    except (TypeError, ValueError) as exc:
+        raise DomainError(f"{name} must be a real numeric array: {exc}") from None
+    if raw.dtype.kind == "c":
+        raise DomainError(f"{name} must be real, got a complex array (pass {name}.real if the "
+                          "imaginary part is meant to be dropped)")
+    if raw.dtype.kind == "O" and any(isinstance(v, (complex, np.complexfloating))
+                                     for v in raw.ravel()):
+        raise DomainError(f"{name} must be real, got complex entries")
+    try:
+        out = raw.astype(np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DomainError(f"{name} must be a real numeric array: {exc}") from None
+    if finite and not np.all(np.isfinite(out)):
+        raise DomainError(f"{name} has NaN or infinite entries")
+    return out
+
+
+def input_matrix(X: Any, name: str = "X") -> np.ndarray:
+    """Network inputs as a finite float64 array of shape ``(N_D, n_0)``, ``N_D, n_0 >= 1``."""
+    Xa = real_array(X, name)
+    if Xa.ndim != 2 or Xa.shape[0] < 1 or Xa.shape[1] < 1:
+        raise DomainError(f"{name} must be 2-D with shape (N_D, n_0), N_D, n_0 >= 1; got shape "
+                          f"{Xa.shape}")
+    if not np.isfinite(Xa).all():
+        raise DomainError(f"{name} contains NaN or infinite entries")
+    return Xa
+
+
+def kernel_matrix(K: Any, name: str = "K", *, check_psd: bool = True) -> np.ndarray:
+    """A real, finite, symmetric (N, N) kernel (positive semi-definite if ``check_psd``)."""
+    Ka = real_array(K, name)
+    if Ka.ndim != 2 or Ka.shape[0] != Ka.shape[1] or Ka.shape[0] < 1:
+        raise DomainError(f"{name} must be a square (N, N) matrix with N >= 1, got shape {Ka.shape}")
+    if not np.isfinite(Ka).all():
+        raise DomainError(f"{name} has NaN or infinite entries (overflow upstream?)")
+    scale = float(np.max(np.abs(Ka))) or 1.0
+    if not np.allclose(Ka, Ka.T, rtol=0.0, atol=1e-12 * scale):
+        raise DomainError(f"{name} is not symmetric (max |{name} - {name}^T| = "
+                          f"{float(np.max(np.abs(Ka - Ka.T))):.3g})")
+    if check_psd:
+        lam = float(np.min(np.linalg.eigvalsh(0.5 * (Ka + Ka.T))))
+        if lam < -1e-10 * scale:
+            raise DomainError(f"{name} is not positive semi-definite (smallest eigenvalue "
+                              f"{lam:.3g}); a kernel is a covariance")
+    return Ka
+
+
+def integer(value: Any, name: str, *, minimum: int | None = None) -> int:
+    """An exact integer from Python, NumPy or SymPy integers (bools and floats such as 5.5, or
+    even 5.0, are refused: a count is never rounded)."""
+    out = None
+    if not isinstance(value, (bool, np.bool_)):
+        if isinstance(value, numbers.Integral) or getattr(value, "is_Integer", False):
+            out = int(value)
+        elif hasattr(value, "dtype") and np.ndim(value) == 0 and value.dtype.kind in "iu":
+            out = int(value)
+    if out is None:
+        raise DomainError(f"{name} must be an integer, got {value!r}")
+    if minimum is not None and out < minimum:
+        raise DomainError(f"{name} must be an integer >= {minimum}, got {out}")
+    return out

@@ -1,0 +1,454 @@
+"""The bad-input table: what every public entry point does with bad input.
+
+One row per (entry point, kind of bad input). Each row says which exception the call must raise
+(``effth.DomainError`` — a ``ValueError`` — unless the documentation names another type) and a
+regular expression its message must match (the argument's name, or the reason). Every call runs
+under a 20 s alarm, so a hang fails instead of blocking the suite.
+
+Rows where effth does the wrong thing today (a silent NaN, another exception type, a hang) are
+marked ``xfail(strict=True)`` with what happens, so they flip to failures once the source is fixed.
+
+``docs/bad_input.md`` is generated from :data:`CASES`::
+
+    python tests/test_bad_input.py > docs/bad_input.md
+
+and ``test_docs_table_in_sync`` checks that it is up to date.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+if __name__ == "__main__":                 # run as a script from anywhere in the checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import effth as et  # noqa: E402
+from effth import ConvergenceError, DomainError, UnknownActivationError
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "bad_input.md"
+TIMEOUT_S = 20
+
+
+class Hang(Exception):
+    """The call ran past the alarm."""
+
+
+# ----------------------------------------------------------------------------- good inputs
+_RNG = np.random.default_rng(7)
+X = _RNG.standard_normal((3, 4))            # 3 inputs in n0 = 4 dimensions
+Y = np.array([1.0, -1.0, 0.5])
+K1 = X @ X.T / X.shape[1] + 0.1 * np.eye(3)  # a well-conditioned first-layer kernel
+K2 = np.array([[1.0, 0.3], [0.3, 0.8]])
+NOT_PSD = np.array([[1.0, 2.0], [2.0, 1.0]])            # eigenvalues 3, -1
+NOT_SYM = np.array([[1.0, 0.5], [0.1, 1.0]])
+# <tanh tanh> at a huge kernel is <sign sign> = (2/pi) arcsin(rho) (the arcsine law)
+_ARCSINE = 2 / np.pi * np.arcsin(0.3 / np.sqrt(0.8))
+# <relu relu> = sqrt(K11 K22) (sin t + (pi - t) cos t) / (2 pi), cos t = rho (Cho & Saul arc-cosine)
+_T = np.arccos(0.3 / np.sqrt(0.8))
+_ARCCOS = np.sqrt(0.8) * (np.sin(_T) + (np.pi - _T) * np.cos(_T)) / (2 * np.pi)
+NOT_PSD3 = np.array([[1.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+
+
+def _with(a: np.ndarray, value: Any, index: tuple = (0, 0)) -> np.ndarray:
+    out = np.array(a, dtype=complex if isinstance(value, complex) else float)
+    out[index] = value
+    if out.ndim == 2 and out.shape[0] == out.shape[1] and index[0] != index[1]:
+        out[index[::-1]] = value
+    return out
+
+
+def _sym(a: np.ndarray, value: Any) -> np.ndarray:
+    """``a`` with an off-diagonal pair replaced (keeps the symmetry)."""
+    return _with(a, value, (0, 1))
+
+
+NET = et.MLP("tanh", depth=3, widths=8)
+LIN = et.MLP("linear", depth=2, widths=8)
+TRAIN = dict(depth=2, widths=16, gamma0=0.5, eta=0.1, steps=5, seed=0)
+DL = dict(depth=3, gamma0=0.5, eta=0.1, steps=5)
+TL = dict(gamma0=0.5, eta=0.1, steps=5, activation="tanh")
+MC = dict(depth=2, gamma0=0.5, eta=0.1, steps=5, samples=200, iterations=3)
+SER = dict(depth=3, eta=0.1, steps=5, order=2)
+GE2 = [(0, "sigma", 0), (1, "sigma", 0)]
+
+
+def _ntk_ens(net=NET, X_=X, **kw):
+    from effth.simulation import simulate_ntk_ensemble
+    kw.setdefault("size", 10)
+    kw.setdefault("seed", 0)
+    return simulate_ntk_ensemble(net, X_, **kw)
+
+
+def _crit(*a, **kw):
+    from effth.theories.pdlt.criticality import find_criticality
+    return find_criticality(*a, **kw)
+
+
+_PAIR: dict[str, Any] = {}
+
+
+def _pair():
+    """A (theory, measurement) pair for ``compare``: the flow and an ensemble of a linear net."""
+    if not _PAIR:
+        _PAIR["fl"] = et.flow(LIN, X)
+        _PAIR["ens"] = et.simulate_ensemble(LIN, X, size=40, seed=0)
+    return _PAIR["fl"], _PAIR["ens"]
+
+
+def _cmp(name="G", layer=2, **kw):
+    fl, ens = _pair()
+    return et.compare(fl, ens, name, layer=layer, **kw)
+
+
+# ----------------------------------------------------------------------------- the table
+@dataclass(frozen=True)
+class Case:
+    entry: str                       # public entry point
+    kind: str                        # kind of bad input
+    call: Callable[[], Any]
+    match: str                       # regex the message must match (names the argument / reason)
+    raises: Any = DomainError        # the documented exception type(s)
+    ok: Callable[[Any], bool] | None = None   # a correct value, if returning one is also right
+    today: str | None = None         # what happens today when it is wrong (-> strict xfail)
+
+    @property
+    def id(self) -> str:
+        return f"{self.entry}-{self.kind}"
+
+
+C = Case
+CASES: list[Case] = [
+    # --- MLP
+    C("MLP", "depth 0", lambda: et.MLP("tanh", depth=0, widths=8), "depth"),
+    C("MLP", "depth non-integer", lambda: et.MLP("tanh", depth=2.5, widths=8), "depth"),
+    C("MLP", "widths non-integer", lambda: et.MLP("tanh", depth=3, widths=8.5), "widths"),
+    C("MLP", "widths 0", lambda: et.MLP("tanh", depth=3, widths=0), "widths"),
+    C("MLP", "widths wrong length", lambda: et.MLP("tanh", depth=3, widths=[8, 8, 8]), "widths"),
+    C("MLP", "c_w negative", lambda: et.MLP("tanh", depth=3, widths=8, c_w=-1.0), "c_w"),
+    C("MLP", "c_b negative", lambda: et.MLP("tanh", depth=3, widths=8, c_b=-0.1), "c_b"),
+    C("MLP", "c_w NaN", lambda: et.MLP("tanh", depth=3, widths=8, c_w=float("nan")), "c_w"),
+    C("MLP", "c_w inf", lambda: et.MLP("tanh", depth=3, widths=8, c_w=float("inf")), "c_w"),
+    C("MLP", "c_w complex", lambda: et.MLP("tanh", depth=3, widths=8, c_w=1 + 1j), "c_w"),
+    C("MLP", "unknown activation", lambda: et.MLP("tanhh", depth=3, widths=8), "tanhh",
+      UnknownActivationError),
+    # --- flow
+    C("flow", "X NaN", lambda: et.flow(NET, _with(X, np.nan)), "X"),
+    C("flow", "X inf", lambda: et.flow(NET, _with(X, np.inf)), "X"),
+    C("flow", "X complex", lambda: et.flow(NET, _with(X, 1j)), "X"),
+    C("flow", "X empty", lambda: et.flow(NET, X[:0]), r"\bX\b"),
+    C("flow", "X 3-d", lambda: et.flow(NET, X[None]), "X"),
+    C("flow", "X overflowing scale", lambda: et.flow(NET, X * 1e200), r"\bX\b|overflow"),
+    C("flow", "K1 NaN", lambda: et.flow(K1=_sym(K1, np.nan), depth=3, activation="tanh"), "K1"),
+    C("flow", "K1 complex", lambda: et.flow(K1=_sym(K1, 0.1j), depth=3, activation="tanh"), "K1"),
+    C("flow", "K1 not PSD", lambda: et.flow(K1=NOT_PSD3, depth=3, activation="tanh"), "K1"),
+    C("flow", "K1 not symmetric", lambda: et.flow(K1=NOT_SYM, depth=3, activation="tanh"), "K1"),
+    C("flow", "K1 not square", lambda: et.flow(K1=X, depth=3, activation="tanh"), "K1|first-layer kernel"),
+    C("flow", "depth 0", lambda: et.flow(K1=K1, depth=0, activation="tanh"), "depth"),
+    C("flow", "depth and hidden_layers", lambda: et.flow(K1=K1, depth=3, hidden_layers=2, activation="tanh"),
+      "depth|hidden_layers"),
+    C("flow", "c_w negative", lambda: et.flow(K1=K1, depth=3, activation="tanh", c_w=-1.0), "(?i)c_w"),
+    C("flow", "c_w overflowing", lambda: et.flow(K1=K1, depth=4, activation="linear", c_w=1e200),
+      "overflow|c_w"),
+    C("flow", "c_w wrong length", lambda: et.flow(K1=K1, depth=4, activation="tanh", c_w=[1.0] * 7), "c_w"),
+    C("flow", "ratios negative", lambda: et.flow(K1=K1, depth=3, activation="tanh", ratios=-1.0), "ratio"),
+    # --- ntk_flow
+    C("ntk_flow", "X NaN", lambda: et.ntk_flow(NET, _with(X, np.nan)), r"\bX\b"),
+    C("ntk_flow", "K1 not PSD", lambda: et.ntk_flow(K1=NOT_PSD3, Theta1=np.eye(3), depth=3, activation="tanh"), "K1"),
+    C("ntk_flow", "Theta1 wrong shape",
+      lambda: et.ntk_flow(K1=K1, Theta1=np.eye(2), depth=3, activation="tanh"), "Theta1"),
+    C("ntk_flow", "depth 0", lambda: et.ntk_flow(K1=K1, Theta1=K1, depth=0, activation="tanh"), "depth"),
+    C("ntk_flow", "lambda_b negative", lambda: et.ntk_flow(K1=K1, Theta1=K1, depth=3, activation="tanh", lambda_b=-1.0),
+      "lambda_b"),
+    C("ntk_flow", "lambda_w NaN",
+      lambda: et.ntk_flow(K1=K1, Theta1=K1, depth=3, activation="tanh", lambda_w=float("nan")), "lambda_w"),
+    C("ntk_flow", "c_w negative", lambda: et.ntk_flow(K1=K1, Theta1=K1, depth=3, activation="tanh", c_w=-1.0), "(?i)c_w"),
+    # --- gaussian_expectation
+    C("gaussian_expectation", "K NaN", lambda: et.gaussian_expectation(GE2, _sym(K2, np.nan), "relu"), r"\bK\b|covariance"),
+    C("gaussian_expectation", "K inf", lambda: et.gaussian_expectation(GE2, _with(K2, np.inf), "relu"), r"\bK\b|covariance"),
+    C("gaussian_expectation", "K complex", lambda: et.gaussian_expectation(GE2, _sym(K2, 0.1j), "relu"), r"\bK\b|covariance"),
+    C("gaussian_expectation", "K not PSD", lambda: et.gaussian_expectation(GE2, NOT_PSD, "relu"), r"\bK\b|covariance"),
+    C("gaussian_expectation", "K not symmetric", lambda: et.gaussian_expectation(GE2, NOT_SYM, "tanh"), r"\bK\b|covariance"),
+    C("gaussian_expectation", "K not square", lambda: et.gaussian_expectation(GE2, X[:2], "tanh"), r"\bK\b|covariance"),
+    C("gaussian_expectation", "K huge (relu)",
+      lambda: et.gaussian_expectation(GE2, K2 * 1e300, "relu"), r"\bK\b|covariance|overflow",
+      ok=lambda v: abs(float(v) / 1e300 / _ARCCOS - 1) < 1e-12),
+    C("gaussian_expectation", "K huge (tanh)",
+      lambda: et.gaussian_expectation(GE2, K2 * 1e300, "tanh"), r"\bK\b|covariance|rtol|overflow",
+      (DomainError, ConvergenceError), ok=lambda v: abs(float(v) - _ARCSINE) < 1e-8),
+    C("gaussian_expectation", "result overflows",
+      lambda: et.gaussian_expectation([(0, "sigma", 0)] * 4, [[1e200]], "linear"), r"\bK\b|overflow"),
+    C("gaussian_expectation", "slot out of range",
+      lambda: et.gaussian_expectation([(0, "sigma", 0), (5, "sigma", 0)], K2, "tanh"), "slot|factor|5"),
+    C("gaussian_expectation", "unknown method",
+      lambda: et.gaussian_expectation(GE2, K2, "tanh", method="exact"), "method"),
+    C("gaussian_expectation", "rtol negative",
+      lambda: et.gaussian_expectation(GE2, K2, "tanh", rtol=-1.0), "rtol"),
+    C("gaussian_expectation", "n_samples 0",
+      lambda: et.gaussian_expectation(GE2, K2, "tanh", method="mc", n_samples=0), "n_samples"),
+    C("gaussian_expectation", "unknown activation",
+      lambda: et.gaussian_expectation(GE2, K2, "tanhh"), "tanhh", UnknownActivationError),
+    # --- simulate_ensemble
+    C("simulate_ensemble", "X NaN", lambda: et.simulate_ensemble(NET, _with(X, np.nan), size=10, seed=0), "X"),
+    C("simulate_ensemble", "X inf", lambda: et.simulate_ensemble(NET, _with(X, np.inf), size=10, seed=0), "X"),
+    C("simulate_ensemble", "X complex", lambda: et.simulate_ensemble(NET, _with(X, 1j), size=10, seed=0), "X"),
+    C("simulate_ensemble", "X 3-d", lambda: et.simulate_ensemble(NET, X[None], size=10, seed=0), "X"),
+    C("simulate_ensemble", "X overflowing scale",
+      lambda: et.simulate_ensemble(NET, X * 1e300, size=10, seed=0), "X|overflow|finite"),
+    C("simulate_ensemble", "size 0", lambda: et.simulate_ensemble(NET, X, size=0, seed=0), "size"),
+    C("simulate_ensemble", "size non-integer", lambda: et.simulate_ensemble(NET, X, size=10.5, seed=0), "size"),
+    C("simulate_ensemble", "bad seed", lambda: et.simulate_ensemble(NET, X, size=10, seed="abc"), "seed"),
+    C("simulate_ensemble", "layer 0", lambda: et.simulate_ensemble(NET, X, size=10, seed=0, layers=[0]), "layer"),
+    # --- simulate_ntk_ensemble
+    C("simulate_ntk_ensemble", "X NaN", lambda: _ntk_ens(X_=_with(X, np.nan)), "X"),
+    C("simulate_ntk_ensemble", "X 3-d", lambda: _ntk_ens(X_=X[None]), "X"),
+    C("simulate_ntk_ensemble", "size 0", lambda: _ntk_ens(size=0), "size"),
+    C("simulate_ntk_ensemble", "lambda_b negative", lambda: _ntk_ens(lambda_b=-1.0), "lambda_b"),
+    C("simulate_ntk_ensemble", "order 7", lambda: _ntk_ens(order=7), "order"),
+    # --- simulate_training
+    C("simulate_training", "X NaN", lambda: et.simulate_training(_with(X, np.nan), Y, **TRAIN), "X"),
+    C("simulate_training", "X complex", lambda: et.simulate_training(_with(X, 1j), Y, **TRAIN), "X"),
+    C("simulate_training", "y NaN", lambda: et.simulate_training(X, _with(Y[None], np.nan)[0], **TRAIN), "y"),
+    C("simulate_training", "y wrong length", lambda: et.simulate_training(X, Y[:2], **TRAIN), "y"),
+    C("simulate_training", "steps 0", lambda: et.simulate_training(X, Y, **{**TRAIN, "steps": 0}), "steps"),
+    C("simulate_training", "eta negative", lambda: et.simulate_training(X, Y, **{**TRAIN, "eta": -0.1}), "eta"),
+    C("simulate_training", "eta NaN", lambda: et.simulate_training(X, Y, **{**TRAIN, "eta": float("nan")}), "eta"),
+    C("simulate_training", "gamma0 NaN",
+      lambda: et.simulate_training(X, Y, **{**TRAIN, "gamma0": float("nan")}), "gamma0"),
+    C("simulate_training", "gamma0 complex",
+      lambda: et.simulate_training(X, Y, **{**TRAIN, "gamma0": 0.5j}), "gamma0"),
+    C("simulate_training", "depth 0", lambda: et.simulate_training(X, Y, **{**TRAIN, "depth": 0}), "depth"),
+    C("simulate_training", "widths non-integer",
+      lambda: et.simulate_training(X, Y, **{**TRAIN, "widths": 16.5}), "widths"),
+    C("simulate_training", "widths 0", lambda: et.simulate_training(X, Y, **{**TRAIN, "widths": 0}), "widths"),
+    C("simulate_training", "weight_decay negative",
+      lambda: et.simulate_training(X, Y, **{**TRAIN, "weight_decay": -1.0}), "weight_decay"),
+    C("simulate_training", "unknown parameterization",
+      lambda: et.simulate_training(X, Y, **TRAIN, parameterization="ntk_param"), "parameterization"),
+    C("simulate_training", "X overflowing scale",
+      lambda: et.simulate_training(X * 1e200, Y, **TRAIN), "X|overflow|diverge|finite"),
+    # --- solve_deep_linear
+    C("solve_deep_linear", "X NaN", lambda: et.dmft.solve_deep_linear(_with(X, np.nan), Y, **DL), r"\bX\b|inputs"),
+    C("solve_deep_linear", "X complex", lambda: et.dmft.solve_deep_linear(_with(X, 1j), Y, **DL), r"\bX\b|inputs"),
+    C("solve_deep_linear", "y wrong length", lambda: et.dmft.solve_deep_linear(X, Y[:2], **DL), "y"),
+    C("solve_deep_linear", "kernel NaN",
+      lambda: et.dmft.solve_deep_linear(kernel=_sym(K1, np.nan), y=Y, **DL), "kernel"),
+    C("solve_deep_linear", "kernel not PSD",
+      lambda: et.dmft.solve_deep_linear(kernel=NOT_PSD3, y=Y, **DL), "kernel"),
+    C("solve_deep_linear", "steps 0", lambda: et.dmft.solve_deep_linear(X, Y, **{**DL, "steps": 0}), "steps"),
+    C("solve_deep_linear", "steps non-integer",
+      lambda: et.dmft.solve_deep_linear(X, Y, **{**DL, "steps": 5.5}), "steps"),
+    C("solve_deep_linear", "eta negative", lambda: et.dmft.solve_deep_linear(X, Y, **{**DL, "eta": -0.1}), "eta"),
+    C("solve_deep_linear", "eta inf",
+      lambda: et.dmft.solve_deep_linear(X, Y, **{**DL, "eta": float("inf")}), "eta"),
+    C("solve_deep_linear", "gamma0 NaN",
+      lambda: et.dmft.solve_deep_linear(X, Y, **{**DL, "gamma0": float("nan")}), "gamma0"),
+    C("solve_deep_linear", "gamma0 complex",
+      lambda: et.dmft.solve_deep_linear(X, Y, **{**DL, "gamma0": 0.5 + 0.1j}), "gamma0"),
+    C("solve_deep_linear", "depth 0", lambda: et.dmft.solve_deep_linear(X, Y, **{**DL, "depth": 0}), "depth"),
+    C("solve_deep_linear", "X overflowing scale",
+      lambda: et.dmft.solve_deep_linear(X * 1e200, Y, **DL), "X|kernel|overflow|finite"),
+    # --- solve_two_layer
+    C("solve_two_layer", "X NaN", lambda: et.dmft.solve_two_layer(_with(X, np.nan), Y, **TL), r"\bX\b|inputs"),
+    C("solve_two_layer", "kernel not PSD", lambda: et.dmft.solve_two_layer(kernel=NOT_PSD3, y=Y, **TL), "kernel"),
+    C("solve_two_layer", "kernel inf",
+      lambda: et.dmft.solve_two_layer(kernel=_with(K1, np.inf), y=Y, **TL), "kernel"),
+    C("solve_two_layer", "steps 0", lambda: et.dmft.solve_two_layer(X, Y, **{**TL, "steps": 0}), "steps"),
+    C("solve_two_layer", "eta negative", lambda: et.dmft.solve_two_layer(X, Y, **{**TL, "eta": -0.1}), "eta"),
+    C("solve_two_layer", "gamma0 inf",
+      lambda: et.dmft.solve_two_layer(X, Y, **{**TL, "gamma0": float("inf")}), "gamma0"),
+    C("solve_two_layer", "samples 0",
+      lambda: et.dmft.solve_two_layer(X, Y, **TL, method="monte_carlo", samples=0), "samples"),
+    C("solve_two_layer", "unknown method",
+      lambda: et.dmft.solve_two_layer(X, Y, **TL, method="exact"), "method"),
+    C("solve_two_layer", "X overflowing scale",
+      lambda: et.dmft.solve_two_layer(X * 1e200, Y, **TL), "X|kernel|overflow|finite"),
+    # --- solve_monte_carlo
+    C("solve_monte_carlo", "X NaN", lambda: et.dmft.solve_monte_carlo(_with(X, np.nan), Y, **MC), r"\bX\b|inputs"),
+    C("solve_monte_carlo", "kernel not PSD",
+      lambda: et.dmft.solve_monte_carlo(kernel=NOT_PSD3, y=Y, **MC), "kernel"),
+    C("solve_monte_carlo", "steps 0", lambda: et.dmft.solve_monte_carlo(X, Y, **{**MC, "steps": 0}), "steps"),
+    C("solve_monte_carlo", "eta negative",
+      lambda: et.dmft.solve_monte_carlo(X, Y, **{**MC, "eta": -0.1}), "eta"),
+    C("solve_monte_carlo", "depth 0", lambda: et.dmft.solve_monte_carlo(X, Y, **{**MC, "depth": 0}), "depth"),
+    C("solve_monte_carlo", "samples 0",
+      lambda: et.dmft.solve_monte_carlo(X, Y, **{**MC, "samples": 0}), "samples"),
+    C("solve_monte_carlo", "iterations 0",
+      lambda: et.dmft.solve_monte_carlo(X, Y, **{**MC, "iterations": 0}), "iterations"),
+    C("solve_monte_carlo", "damping 0", lambda: et.dmft.solve_monte_carlo(X, Y, **MC, damping=0.0), "damping"),
+    C("solve_monte_carlo", "gamma0 NaN",
+      lambda: et.dmft.solve_monte_carlo(X, Y, **{**MC, "gamma0": float("nan")}), "gamma0"),
+    C("solve_monte_carlo", "unknown responses",
+      lambda: et.dmft.solve_monte_carlo(X, Y, **MC, responses="magic"), "responses"),
+    # --- gamma0_series
+    C("gamma0_series", "X NaN", lambda: et.dmft.gamma0_series(_with(X, np.nan), Y, **SER), r"\bX\b|inputs"),
+    C("gamma0_series", "kernel not PSD",
+      lambda: et.dmft.gamma0_series(kernel=NOT_PSD3, y=Y, **SER), "kernel"),
+    C("gamma0_series", "order negative",
+      lambda: et.dmft.gamma0_series(X, Y, **{**SER, "order": -2}), "order"),
+    C("gamma0_series", "order non-integer",
+      lambda: et.dmft.gamma0_series(X, Y, **{**SER, "order": 2.5}), "order"),
+    C("gamma0_series", "steps 0", lambda: et.dmft.gamma0_series(X, Y, **{**SER, "steps": 0}), "steps"),
+    C("gamma0_series", "eta negative", lambda: et.dmft.gamma0_series(X, Y, **{**SER, "eta": -0.1}), "eta"),
+    C("gamma0_series", "depth 0", lambda: et.dmft.gamma0_series(X, Y, **{**SER, "depth": 0}), "depth"),
+    C("gamma0_series", "kinked activation",
+      lambda: et.dmft.gamma0_series(X, Y, **{**SER, "depth": 2}, activation="relu"), "relu|smooth|kink"),
+    # --- compare
+    C("compare", "unknown name", lambda: _cmp(name="Kappa"), "name|Kappa"),
+    C("compare", "layer 0", lambda: _cmp(layer=0), "layer"),
+    C("compare", "layer beyond depth", lambda: _cmp(layer=9), "layer"),
+    C("compare", "stderr negative", lambda: _cmp(stderr=-np.ones((3, 3))), "stderr"),
+    C("compare", "stderr NaN", lambda: _cmp(stderr=np.full((3, 3), np.nan)), "stderr"),
+    C("compare", "stderr wrong shape", lambda: _cmp(stderr=np.ones((2, 2))), "stderr|shape"),
+    C("compare", "theory NaN", lambda: et.compare(np.full((3, 3), np.nan), _pair()[1], "G", layer=2), "theory"),
+    C("compare", "theory wrong shape", lambda: et.compare(np.ones((2, 2)), _pair()[1], "G", layer=2),
+      "theory|shape"),
+    # --- find_criticality
+    C("find_criticality", "unknown activation", lambda: _crit("tanhh"), "tanhh", UnknownActivationError),
+    C("find_criticality", "k_range reversed", lambda: _crit("tanh", k_range=(10.0, 0.1)), "k_range",
+      ok=lambda r: (float(r.c_w), float(r.c_b)) == (1.0, 0.0)),     # tanh: C_W = 1, C_b = 0 (PDLT §5.3.3)
+    C("find_criticality", "k_range negative", lambda: _crit("tanh", k_range=(-1.0, 10.0)), "k_range"),
+    C("find_criticality", "k_range NaN", lambda: _crit("tanh", k_range=(float("nan"), 10.0)), "k_range"),
+    C("find_criticality", "n_grid 0", lambda: _crit("tanh", n_grid=0), "n_grid"),
+    C("find_criticality", "rtol negative", lambda: _crit("tanh", rtol=-1.0), "rtol"),
+    # --- derive
+    C("derive", "unknown statistic", lambda: et.derive("Kappa"), "statistic|Kappa"),
+    C("derive", "unknown special", lambda: et.derive("V", special="third_layer"), "special"),
+    C("derive", "unknown form", lambda: et.derive("V", form="pretty"), "form"),
+    C("derive", "net not an MLP", lambda: et.derive("K", net="tanh"), "net"),
+]
+
+# Extra "what happens today" notes by case id (most are given inline as ``today=``).
+TODAY: dict[str, str] = {}
+
+
+def _params():
+    out = []
+    for case in CASES:
+        reason = TODAY.get(case.id, case.today)
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        out.append(pytest.param(case, id=case.id, marks=marks))
+    return out
+
+
+def _alarm(signum, frame):  # pragma: no cover - only on a hang
+    raise Hang(f"no answer within {TIMEOUT_S} s")
+
+
+def _call(case: Case) -> Any:
+    """``case.call()`` under a SIGALRM guard (a hang raises :class:`Hang`), warnings silenced."""
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(TIMEOUT_S)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return case.call()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _raises(case: Case) -> tuple:
+    return case.raises if isinstance(case.raises, tuple) else (case.raises,)
+
+
+def _describe(out: Any) -> str:
+    arrs = []
+    for name in ("K", "f", "loss", "phi", "ntk", "G", "V", "z"):
+        v = getattr(out, name, None)
+        if isinstance(v, np.ndarray) and v.dtype.kind in "fc":
+            arrs.append((name, v))
+    if isinstance(out, (np.ndarray, float, np.floating)):
+        arrs.append(("value", np.asarray(out)))
+    bad = [n for n, v in arrs if not np.all(np.isfinite(v))]
+    return f"{type(out).__name__}" + (f" with non-finite {', '.join(bad)}" if bad else "")
+
+
+def run_case(case: Case) -> tuple[bool, str]:
+    """(whether the case behaves as the table says, what happened)."""
+    try:
+        out = _call(case)
+    except Hang as exc:
+        return False, f"hang: {exc}"
+    except _raises(case) as exc:
+        return bool(re.search(case.match, str(exc))), f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - reported
+        return False, f"{type(exc).__name__}: {exc}"
+    if case.ok is not None and case.ok(out):
+        return True, f"returned the correct {_describe(out)}"
+    return False, f"returned {_describe(out)}"
+
+
+@pytest.mark.parametrize("case", _params())
+def test_bad_input(case: Case) -> None:
+    try:
+        out = _call(case)
+    except Hang as exc:
+        pytest.fail(f"{case.id}: hangs ({exc})")
+    except _raises(case) as exc:
+        assert re.search(case.match, str(exc)), (
+            f"{type(exc).__name__} message does not match {case.match!r}: {exc}")
+        return
+    # any other exception type propagates and fails the test
+    if case.ok is not None and case.ok(out):
+        return
+    pytest.fail(f"{case.id}: returned {_describe(out)} instead of raising {_raises(case)[0].__name__}")
+
+
+def test_cases_unique() -> None:
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids))
+
+
+# ----------------------------------------------------------------------------- docs/bad_input.md
+def markdown() -> str:
+    lines = [
+        "# Bad input: what each entry point does",
+        "",
+        "Every public entry point refuses bad input before any expensive work, with",
+        "`effth.DomainError` (a `ValueError`) whose message names the argument and what would be",
+        "valid — or with the more specific exception its documentation names",
+        "(`effth.UnknownActivationError`, itself a `DomainError`). The table is generated from",
+        "`CASES` in `tests/test_bad_input.py` (`python tests/test_bad_input.py > docs/bad_input.md`),",
+        "where each row is one test that runs under a 20 s alarm; `test_docs_table_in_sync` keeps",
+        "this page and the tests the same. Rows marked **open** are known defects: the test is a strict",
+        "`xfail` describing what happens instead, and flips as soon as the source is fixed.",
+        "",
+        "| entry point | bad input | raises | message matches (regex) | status |",
+        "|---|---|---|---|---|",
+    ]
+    for c in CASES:
+        reason = TODAY.get(c.id, c.today)
+        status = f"**open**: {reason}" if reason else "ok"
+        match = c.match.replace("|", "\\|")
+        raises = " or ".join(f"`{t.__name__}`" for t in _raises(c))
+        if c.ok is not None:
+            raises += " (or the correct value)"
+        lines.append(f"| `{c.entry}` | {c.kind} | {raises} | `{match}` | {status} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def test_docs_table_in_sync() -> None:
+    assert DOC.exists(), "docs/bad_input.md is missing: python tests/test_bad_input.py > docs/bad_input.md"
+    assert DOC.read_text() == markdown(), (
+        "docs/bad_input.md is out of date: python tests/test_bad_input.py > docs/bad_input.md")
+
+
+if __name__ == "__main__":
+    if "--probe" in sys.argv:
+        for c in CASES:
+            good, detail = run_case(c)
+            flag = "ok " if good else "BAD"
+            print(f"{flag} {'(open)' if TODAY.get(c.id, c.today) else '      '} {c.id:48s} {detail[:150]}")
+    else:
+        sys.stdout.write(markdown())
