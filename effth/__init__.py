@@ -74,9 +74,12 @@ from .errors import (
 from .numerics import gaussian_expectation, validate_covariance
 from .numerics.closed_forms import has_closed_form
 from .printing import init_printing, latex
-from .simulation import EnsembleStatistics, TrainingRun, simulate_ensemble, simulate_training
+from .simulation import (EnsembleStatistics, TrainedEnsemble, TrainingRun, simulate_ensemble,
+                         simulate_training, train_ensemble)
 from .theories import dmft, pdlt
 from .theories.pdlt import Flow, NTKFlow, derive, derive_initialization, derive_ntk, flow, ntk_flow
+from .theories.pdlt.learning import (EvidenceScan, Prediction, evidence_scan, log_bayes_factor,
+                                    log_evidence, output_kernels, predict)
 
 __all__ = [
     "__version__",
@@ -97,6 +100,10 @@ __all__ = [
     "GaussianExpectation", "z", "sigma", "expect",
     # networks and their simulation (ground truth)
     "MLP", "simulate_ensemble", "EnsembleStatistics", "simulate_training", "TrainingRun",
+    "train_ensemble", "TrainedEnsemble",
+    # learning at infinite width (PDLT ch. 6, 10)
+    "predict", "Prediction", "output_kernels", "log_evidence", "log_bayes_factor", "evidence_scan",
+    "EvidenceScan",
     "pdlt", "dmft", "flow", "Flow", "derive", "derive_initialization",
     "derive_ntk", "ntk_flow", "NTKFlow",
     # theory meets measurement

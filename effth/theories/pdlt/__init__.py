@@ -7,7 +7,10 @@ r"""The effective theory of wide networks of PDLT (Roberts & Yaida), derived by 
 * the couplings g, v of the quartic action from K, V, G1 (:mod:`.couplings`);
 * criticality and universality classes (:mod:`.criticality`, chapter 5);
 * the NTK hierarchy :math:`\Theta, H^{\{1\}}, A, B, D, F, P, Q, R, S, T, U` (:func:`derive_ntk`,
-  chapters 8, 9, 11, ∞) and its compiled evaluation (:func:`ntk_flow`, :func:`learning_rates`).
+  chapters 8, 9, 11, ∞) and its compiled evaluation (:func:`ntk_flow`, :func:`learning_rates`);
+* learning at infinite width: Bayesian posterior and gradient-descent ensemble predictions
+  (:func:`predict`, chapters 6, 7, 10), the evidence and model comparison (:func:`log_evidence`,
+  :func:`evidence_scan`; :mod:`.learning`).
 """
 
 from . import deep_linear
@@ -18,9 +21,13 @@ from .initialization import RATIO, Recursion, derive_initialization, initializat
 from .ntk import NTK_STATISTICS, NTKRecursion, derive_ntk
 from .ntk_flow import NTKFlow, learning_rates, ntk_flow
 from .reductions import derive, second_layer, single_input
+from .learning import (EvidenceScan, Prediction, evidence_scan, log_bayes_factor, log_evidence,
+                       log_evidence_two_inputs, output_kernels, predict)
 
 __all__ = ["Recursion", "derive_initialization", "initialization_flow", "mlp_flow", "RATIO",
            "flow", "Flow", "LayerStep", "KernelScaleWarning", "WidthWarning",
            "deep_linear", "deep_linear_flow", "layer_factor", "single_input_moment",
            "second_layer", "single_input", "derive", "couplings",
-           "derive_ntk", "NTKRecursion", "NTK_STATISTICS", "ntk_flow", "NTKFlow", "learning_rates"]
+           "derive_ntk", "NTKRecursion", "NTK_STATISTICS", "ntk_flow", "NTKFlow", "learning_rates",
+           "predict", "Prediction", "output_kernels", "log_evidence", "log_bayes_factor",
+           "log_evidence_two_inputs", "evidence_scan", "EvidenceScan"]
