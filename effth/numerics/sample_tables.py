@@ -44,11 +44,13 @@ import numpy as np
 from ..errors import AccuracyWarning, DomainError
 from ._rules import INV_SQRT_2PI, gauss_hermite, log_inv_tol, truncation
 
-__all__ = ["pair_tables", "four_point_table", "kinked_pair_tables", "multiset_index", "multiset_groups", "parity"]
+__all__ = ["pair_tables", "four_point_table", "kinked_pair_tables", "closed_pair_tables", "multiset_index",
+           "multiset_groups", "parity"]
 
 _MAX_REFINE = 4
 _DROP = 1e-13          # conditional variances <= this * max diagonal are zero
 _CHUNK = 2 ** 17       # integrand elements evaluated at once (cache-sized: np.tanh is 3x slower on big arrays)
+_PAIR_NODES = 2 ** 19  # pair_tables: integrand elements per chunk of pairs (bounds its memory)
 
 
 # ------------------------------------------------------------------------------------ rules
@@ -501,19 +503,31 @@ def pair_tables(K: Any, activation: Any, orders: Any, *, rtol: float = 1e-10) ->
             y, wy, wyc = _rules_for(float(s.max()), activation, rtol, 2, mult, X)
             _check_grid([len(x1), len(y)], max(sc1, float(s.max())), "pair tables")
             first = np.where(order[:, 0] == 0, a, b)
-            z = A[:, 0, 0][:, None] * x1
-            m = c[:, None] * x1
-            Z = [activation.numpy(r)(z) for r in range(R + 1)]
-            arg = m[..., None] + s[:, None, None] * y
-            Sm = [activation.numpy(r)(arg) for r in range(R + 1)]
-            S, Sc = [v @ wy for v in Sm], [v @ wyc for v in Sm]
             second = np.where(first == a, b, a)
+            # the same rules for every pair; the pairs in chunks (memory O(_PAIR_NODES), not
+            # O(N^2 x nodes): 14 GB at N = 300 unchunked)
+            B = len(a)
+            step = max(1, _PAIR_NODES // (len(x1) * len(y)))
+            res = {(o, t): np.empty(B) for o in orders for t in range(3)}
+            for i0 in range(0, B, step):
+                sl = slice(i0, min(B, i0 + step))
+                z = A[sl, 0, 0][:, None] * x1
+                m = c[sl, None] * x1
+                Z = [activation.numpy(r)(z) for r in range(R + 1)]
+                arg = m[..., None] + s[sl, None, None] * y
+                Sm = [activation.numpy(r)(arg) for r in range(R + 1)]
+                S, Sc = [v @ wy for v in Sm], [v @ wyc for v in Sm]
+                del arg, Sm
+                for (p, q) in orders:
+                    f = Z[p] * S[q]
+                    fc = Z[p] * Sc[q]
+                    res[(p, q), 0][sl] = f @ w1
+                    res[(p, q), 1][sl] = fc @ w1c
+                    res[(p, q), 2][sl] = np.abs(f) @ w1
             for (p, q) in orders:
-                f = Z[p] * S[q]
-                fc = Z[p] * Sc[q]
-                out[p, q][first, second] = f @ w1
-                crs[p, q][first, second] = fc @ w1c
-                ab[p, q][first, second] = np.abs(f) @ w1
+                out[p, q][first, second] = res[(p, q), 0]
+                crs[p, q][first, second] = res[(p, q), 1]
+                ab[p, q][first, second] = res[(p, q), 2]
             for (p, q) in orders:      # the transposed entries: (second, first) of (p, q) = (q, p)
                 out[p, q][second, first] = out[q, p][first, second]
                 crs[p, q][second, first] = crs[q, p][first, second]
@@ -733,3 +747,158 @@ def kinked_pair_tables(K: Any, activation: Any, orders: Any, rtol: float = 1e-10
                     v = sigma0 * float(single(pt, d[[t]])[0])
                 out[p, q][s, t] = v
     return out
+
+
+# ------------------------------------------------------------ closed-form pair tables (fast path)
+_ROWS = 1 << 16        # pair entries evaluated at once by closed_pair_tables (memory O(_ROWS), not O(N^2))
+
+
+def _pl_theta(rho: np.ndarray) -> np.ndarray:
+    r""":math:`\theta=\arccos\rho` as ``arctan2(sqrt((1-rho)(1+rho)), rho)`` (a determinant below
+    :math:`8\epsilon` is zero, as in :mod:`effth.numerics._closed._orthant`: duplicated samples
+    give the exact :math:`\rho=\pm1` limit)."""
+    det = (1.0 - rho) * (1.0 + rho)
+    det = np.where(det <= 8 * np.finfo(float).eps, 0.0, det)
+    return np.arctan2(np.sqrt(det), rho)
+
+
+def _fast_pair(act: Any, p: int, q: int):
+    r"""Direct NumPy formula ``f(da, db, k) -> <sigma^(p)(z_a) sigma^(q)(z_b)>`` (elementwise,
+    broadcast; ``da, db`` the variances, ``k`` the covariance) and its one-sample form
+    ``g(d) -> <sigma^(p)(z) sigma^(q)(z)>``, or None.
+
+    The same closed forms as :func:`effth.numerics.closed_forms.closed_form` (tested to agree to
+    1e-13), without its plan/orthant machinery: arc-cosine kernels (Cho & Saul 2009) for
+    :math:`\sigma=a_+z\Theta(z)+a_-z\Theta(-z)`, Williams (1996) for erf, the characteristic
+    function for sin/cos.
+    """
+    fam = getattr(act, "family", None)
+    if (p, q) not in ((0, 0), (1, 1)):
+        return None
+    if fam == "piecewise_linear":
+        ap, am = float(act.param("a_plus")), float(act.param("a_minus"))
+        s2, x = ap * ap + am * am, ap * am
+        if p == 0:
+            # <sigma sigma> = (a+^2 + a-^2) M11(rho) - 2 a+ a- M11(-rho),
+            # M11(rho) = sqrt(da db) (sin t + (pi - t) cos t) / (2 pi), t = arccos rho
+            def f(da, db, k):
+                sab = np.sqrt(da) * np.sqrt(db)
+                rho = np.clip(k / sab, -1.0, 1.0)
+                t = _pl_theta(rho)
+                st = np.sin(t)
+                return sab * (s2 * (st + (np.pi - t) * rho) - 2.0 * x * (st - t * rho)) / (2.0 * np.pi)
+
+            return f, lambda d: 0.5 * s2 * d
+        # <sigma' sigma'> = (a+^2 + a-^2) (pi - t)/(2 pi) + 2 a+ a- t/(2 pi)
+
+        def f1(da, db, k):
+            rho = np.clip(k / (np.sqrt(da) * np.sqrt(db)), -1.0, 1.0)
+            t = _pl_theta(rho)
+            return (s2 * (np.pi - t) + 2.0 * x * t) / (2.0 * np.pi)
+
+        return f1, lambda d: np.full(np.shape(d), 0.5 * s2)
+    if fam == "erf":
+        if p == 0:
+            return (lambda da, db, k: (2.0 / np.pi) * np.arcsin(np.clip(
+                        2.0 * k / (np.sqrt(1.0 + 2.0 * da) * np.sqrt(1.0 + 2.0 * db)), -1.0, 1.0)),
+                    lambda d: (2.0 / np.pi) * np.arcsin(2.0 * d / (1.0 + 2.0 * d)))
+        return ((lambda da, db, k: (4.0 / np.pi) / np.sqrt((1.0 + 2.0 * da) * (1.0 + 2.0 * db) - 4.0 * k * k)),
+                lambda d: (4.0 / np.pi) / np.sqrt(1.0 + 4.0 * d))
+    if fam == "trig":
+        kind = str(act.param("kind"))
+        if kind not in ("sin", "cos"):
+            return None
+        # E[sin z_a sin z_b] = (e^{-(da+db-2k)/2} - e^{-(da+db+2k)/2}) / 2, cos: the sum;
+        # sigma' of sin is cos, of cos is -sin
+        sign = -1.0 if (kind == "sin") == (p == 0) else 1.0
+        return (lambda da, db, k: 0.5 * (np.exp(-0.5 * (da + db - 2.0 * k)) + sign * np.exp(-0.5 * (da + db + 2.0 * k))),
+                lambda d: 0.5 * (1.0 + sign * np.exp(-2.0 * d)))
+    return None
+
+
+def closed_pair_tables(K: Any, activation: Any, orders: Any, *, rows: int = _ROWS) -> dict:
+    r"""Exact tables :math:`T_{pq}[\alpha,\beta]=\langle\sigma^{(p)}_\alpha\sigma^{(q)}_\beta\rangle_K`
+    from closed forms, for the orders that have one.
+
+    The fast path of the layer flows for :math:`K` and :math:`\Theta` (PDLT (4.118), (9.5)):
+    :math:`(0,0)` and :math:`(1,1)` of erf, sin/cos and the piecewise-linear family (ReLU, leaky
+    ReLU, abs: the arc-cosine kernels) by direct NumPy formulas; every other order and family
+    with a closed form (GELU, polynomials, ...) through
+    :func:`effth.numerics.closed_forms.closed_form` (no per-call validation: the kernel is
+    checked once here).  Only the upper triangle is evaluated, in blocks of about ``rows`` entries
+    (memory :math:`O(\text{rows})` besides the :math:`N\times N` results), and mirrored
+    (:math:`T_{qp}=T_{pq}^\top`); the diagonal is the one-sample expectation.
+
+    The values are the Gaussian expectations with their distributional parts: an order is
+    omitted (the caller falls back to :func:`effth.gaussian_expectation` or quadrature) when
+    :math:`\sigma^{(p)}` has a Dirac part, when a kinked activation meets a zero-variance input
+    (its point mass, PDLT (2.9)) or a kernel scale outside :math:`2^{\pm16}` (where the
+    dispatcher rescales a homogeneous integrand), or when a value is not finite.
+
+    Parameters
+    ----------
+    K : ndarray (N, N)
+        Symmetric PSD kernel (validated by the caller).
+    activation : Activation
+    orders : iterable of (p, q)
+    rows : int
+        Pair entries per block.
+
+    Returns
+    -------
+    dict
+        ``{(p, q): (N, N) table}`` for the orders (and transposes) that have a closed form.
+    """
+    from .closed_forms import closed_form, has_closed_form
+
+    act = activation
+    K = np.asarray(K, dtype=np.float64)
+    N = K.shape[0]
+    d = np.diag(K).copy()
+    kinked = bool(getattr(act, "kinks", ()))
+    if N == 0:
+        return {}
+    if kinked:
+        if np.any(d <= 0.0):
+            return {}
+        if act.homogeneity is not None:
+            with np.errstate(divide="ignore"):
+                e = np.round(np.log2(d))
+            if np.any(np.abs(e) > 16):
+                return {}
+    want = sorted({tuple(o) for o in orders} | {tuple(o)[::-1] for o in orders})
+    plans: dict = {}
+    for (p, q) in want:
+        if (p and act.singular_part(p)) or (q and act.singular_part(q)):
+            continue
+        fast = _fast_pair(act, p, q)
+        if fast is not None:
+            plans[p, q] = fast
+            continue
+        f2 = [(0, "sigma", p), (1, "sigma", q)]
+        f1 = [(0, "sigma", p), (0, "sigma", q)]
+        if has_closed_form(act, f2) and has_closed_form(act, f1):
+            def pair(da, db, k, f2=f2):
+                B = np.empty(np.broadcast(da, db, k).shape + (2, 2))
+                B[..., 0, 0], B[..., 1, 1] = da, db
+                B[..., 0, 1] = B[..., 1, 0] = k
+                return closed_form(act, f2, B)
+
+            plans[p, q] = (pair, lambda dd, f1=f1: closed_form(act, f1, dd.reshape(-1, 1, 1)))
+    # keep an order only with its transpose (the lower triangle of (p, q) is (q, p) transposed)
+    plans = {o: v for o, v in plans.items() if o[::-1] in plans}
+    out = {o: np.empty((N, N)) for o in plans}
+    step = max(1, rows // max(N, 1))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for i0 in range(0, N, step):
+            i1 = min(N, i0 + step)
+            da, db, k = d[i0:i1, None], d[None, i0:], K[i0:i1, i0:]
+            blocks = {o: plans[o][0](da, db, k) for o in plans}
+            for (p, q), B in blocks.items():
+                T = out[p, q]
+                T[i0:i1, i0:] = B
+                T[i1:, i0:i1] = blocks[q, p][:, i1 - i0:].T
+        for (p, q), T in out.items():
+            T[np.diag_indices(N)] = plans[p, q][1](d)
+    return {o: T for o, T in out.items() if np.all(np.isfinite(T))
+            and np.all(np.isfinite(out[o[::-1]]))}

@@ -37,10 +37,8 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from effth.activations import get_activation
 from effth.algebra.tensors import SampleSum, SampleTensor
 from effth.errors import AccuracyWarning, DomainError, NotDerivedError
-from effth.numerics import gaussian_expectation
 
 __all__ = ["predict", "Prediction", "output_kernels", "log_evidence", "log_bayes_factor",
            "log_evidence_two_inputs", "evidence_scan", "EvidenceScan", "PREDICTION_NAMES"]
@@ -100,28 +98,6 @@ def _labels(y: Any, P: int, name: str = "y_train") -> np.ndarray:
 
 
 # ============================================================================ kernels K, Theta
-def _pair_tables(K: np.ndarray, act: Any, rtol: float, prime: bool = True) -> tuple:
-    r""":math:`\langle\sigma_{\delta_1}\sigma_{\delta_2}\rangle_K` and
-    :math:`\langle\sigma'_{\delta_1}\sigma'_{\delta_2}\rangle_K` on all pairs (batched
-    :func:`effth.gaussian_expectation`: closed forms for the piecewise-linear family, quadrature
-    otherwise)."""
-    N = K.shape[0]
-    ss, dd = np.empty((N, N)), np.empty((N, N))
-    diag = np.diag(K).reshape(N, 1, 1)
-    ss[np.diag_indices(N)] = gaussian_expectation([(0, "sigma", 0), (0, "sigma", 0)], diag, act, rtol=rtol)
-    if prime:
-        dd[np.diag_indices(N)] = gaussian_expectation([(0, "sigma", 1), (0, "sigma", 1)], diag, act, rtol=rtol)
-    if N > 1:
-        a, b = np.triu_indices(N, 1)
-        Kb = np.empty((len(a), 2, 2))
-        Kb[:, 0, 0], Kb[:, 1, 1] = K[a, a], K[b, b]
-        Kb[:, 0, 1] = Kb[:, 1, 0] = K[a, b]
-        ss[a, b] = ss[b, a] = gaussian_expectation([(0, "sigma", 0), (1, "sigma", 0)], Kb, act, rtol=rtol)
-        if prime:
-            dd[a, b] = dd[b, a] = gaussian_expectation([(0, "sigma", 1), (1, "sigma", 1)], Kb, act, rtol=rtol)
-    return ss, (dd if prime else None)
-
-
 def _per_layer(x: Any, L: int, name: str) -> np.ndarray:
     from .ntk_flow import _per_layer as per_layer
 
@@ -144,10 +120,10 @@ def output_kernels(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0
               \Theta^{(\ell)}_{\delta_1\delta_2},
 
     from :math:`K^{(1)}=C_b^{(1)}+C_W^{(1)}XX^\top/n_0` (4.8) and
-    :math:`\Theta^{(1)}=\lambda_b^{(1)}+\lambda_W^{(1)}XX^\top/n_0` (8.23).  These are the same
-    values as ``flow(net, X).value("K", layer=L)`` and
-    ``ntk_flow(net, X, ...).value("Theta", layer=L)`` (tested), without the :math:`O(N^4)`
-    four-point tensors those build — the cheap path for hundreds of inputs.
+    :math:`\Theta^{(1)}=\lambda_b^{(1)}+\lambda_W^{(1)}XX^\top/n_0` (8.23).  A thin call of the
+    layer flows restricted to these statistics, ``ntk_flow(net, X, statistics=("Theta",))``
+    (``flow(net, X, statistics=("K",))`` when ``ntk=False``): :math:`O(N^2)` per layer, closed
+    forms where they exist, no four-point tensor.
 
     Parameters
     ----------
@@ -164,26 +140,23 @@ def output_kernels(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0
     -------
     (ndarray (N, N), ndarray (N, N) or None)
     """
+    from .kernel_flow import flow
+    from .ntk_flow import ntk_flow
+
     X = _real_array(X, "X", (2,))
     if not hasattr(net, "depth") or not hasattr(net, "c_w_at"):
         raise DomainError(f"net must be an effth.MLP, got {type(net).__name__}")
-    L = net.depth
-    act = get_activation(net.act if hasattr(net, "act") else net.activation)
-    lb = _per_layer(lambda_b, L, "lambda_b") if ntk else None
-    lw = _per_layer(lambda_w, L, "lambda_w") if ntk else None
-    G0 = X @ X.T / X.shape[1]
-    K = net.c_b_at(1) + net.c_w_at(1) * G0
-    Th = lb[0] + lw[0] * G0 if ntk else None
-    for layer in range(1, L):
-        with np.errstate(over="ignore", invalid="ignore"):
-            ss, dd = _pair_tables(K, act, rtol, prime=ntk)
-            c_w, c_b = net.c_w_at(layer + 1), net.c_b_at(layer + 1)
-            if ntk:
-                Th = lb[layer] + lw[layer] * ss + c_w * dd * Th
-            K = c_b + c_w * ss
-        if not np.all(np.isfinite(K)) or (ntk and not np.all(np.isfinite(Th))):
-            raise DomainError(f"the kernel overflows at layer {layer + 1} (not critical: C_W chi > 1)")
-    return K, Th
+    from .kernel_flow import KernelScaleWarning
+
+    with warnings.catch_warnings():
+        # evidence scans and predictions cross non-critical C_W on purpose: the output kernel is
+        # what is asked for, not a warning about its growth with depth
+        warnings.simplefilter("ignore", KernelScaleWarning)
+        if not ntk:
+            return flow(net, X, statistics=("K",), rtol=rtol, progress=False).K[-1], None
+        nf = ntk_flow(net, X, lambda_b=lambda_b, lambda_w=lambda_w, statistics=("Theta",),
+                      rtol=rtol, progress=False)
+    return nf.kernel.K[-1], nf.tensors["Theta"][-1]
 
 
 # ======================================================================= linear algebra core

@@ -12,7 +12,13 @@ array program over all sample labels (as :func:`~effth.theories.pdlt.flow` does 
 * the expression is lambdified once per process (common-subexpression elimination) and evaluated
   on broadcast index grids.
 
-The kernel sector (:math:`K, V, G^{\{1\}}`) comes from :func:`~effth.theories.pdlt.flow`.  Layer 1
+The kernel sector (:math:`K, V, G^{\{1\}}`) comes from :func:`~effth.theories.pdlt.flow`, in
+the same pass over the layers and only as far as the requested statistics read it:
+``statistics=("Theta",)`` iterates :math:`K` and :math:`\Theta` alone (PDLT (4.118), (9.5)),
+whose atoms :math:`\langle\sigma\sigma\rangle`, :math:`\langle\sigma'\sigma'\rangle` are
+two-point tables over all pairs (closed forms where they exist,
+:func:`effth.numerics.sample_tables.closed_pair_tables`; the :math:`\langle\sigma\sigma\rangle`
+table of the kernel step is reused).  Layer 1
 is :math:`\Theta^{(1)}=\lambda_b^{(1)}+\lambda_W^{(1)}XX^\top/n_0` with every finite-width tensor
 zero (PDLT (8.23), (9.17), (11.57), (∞.11)).
 
@@ -34,8 +40,6 @@ from typing import Any, Callable
 import numpy as np
 import sympy as sp
 
-from effth._progress import progress_bar
-from effth._threads import blas_threads
 from effth._validate import input_matrix, kernel_matrix
 from effth.arch import real_sequence, resolve_depth
 from effth.algebra.expectation import GaussianExpectation
@@ -44,11 +48,13 @@ from effth.algebra.tensors import FourPointVertex, Kernel, NLOMetric, SampleTens
 from effth.errors import DomainError, NotDerivedError
 from effth.numerics import gaussian_expectation
 from effth.numerics.atom_tables import AtomTables
+from effth.numerics.sample_tables import closed_pair_tables, pair_tables
 
 from ._derive import CB, CW
 from ._ntk_forward import LAMBDA_B, LAMBDA_W
 from .initialization import RATIO
-from .kernel_flow import FLOW_NAMES, Flow, _grids, _html_table, _layer_index, _widths_summary, flow
+from .kernel_flow import (FLOW_NAMES, Flow, _flow, _grids, _html_table, _layer_index, _relative,
+                          _widths_summary)
 from .ntk import NTK_STATISTICS, derive_ntk
 
 __all__ = ["ntk_flow", "NTKFlow", "NTKLayerStep", "learning_rates"]
@@ -110,6 +116,8 @@ class NTKLayerStep:
                                          modules="numpy", cse=True)
         self.rank = len(rec.labels)
         self.max_order = max((o for key in self.atoms for _, o in key), default=0)
+        #: derivative orders (p, q) of the two-factor atoms (the two-point tables)
+        self.pair_orders = {tuple(o for _, o in key) for key in self.atoms if len(key) == 2}
 
     def __call__(self, N: int, tables: AtomTables, tensors: dict, params: dict) -> np.ndarray:
         """Evaluate on all labels: an array of shape ``(N,) * rank``."""
@@ -119,6 +127,9 @@ class NTKLayerStep:
             if key[0] == "atom":
                 fac = key[1]
                 labs = sorted({p for p, _ in fac})
+                if self.rank == 2 and labs == [0, 1]:
+                    args.append(tables.table(fac))      # the table itself: no index copy
+                    continue
                 args.append(tables.table(fac)[tuple(grids[p] for p in labs)])
             else:
                 _, name, labs = key
@@ -208,7 +219,7 @@ class NTKFlow:
     def names(self) -> tuple:
         """Every name :meth:`value` answers for this result."""
         extra = ("H",) if "H1" in self.tensors else ()
-        return tuple(s for s in NTK_STATISTICS if s in self.tensors) + extra + FLOW_NAMES
+        return tuple(s for s in NTK_STATISTICS if s in self.tensors) + extra + self.kernel.names
 
     def __getitem__(self, key: str) -> np.ndarray:
         if key in self.tensors:
@@ -254,6 +265,8 @@ class NTKFlow:
         return None
 
     def _index(self, name: str, layer: Any) -> int:
+        if name in FLOW_NAMES:
+            self.kernel._index(name, layer)          # names what was not requested
         if name not in self.names:
             raise DomainError(f"this NTKFlow holds {list(self.names)}, not {name!r}"
                               + (" (pass statistics= including it to ntk_flow)"
@@ -279,7 +292,7 @@ class NTKFlow:
         stats = [s for s in NTK_STATISTICS if s in self.tensors]
         return (f"NTKFlow(activation={self.kernel.activation.name!r}, depth={self.depth}, "
                 f"inputs={self.kernel.K.shape[-1]}, widths={_widths_summary(self.kernel.widths)}, "
-                f"statistics={' '.join(stats)})")
+                f"statistics={' '.join(stats + list(self.kernel.statistics))})")
 
     def _repr_html_(self) -> str:
         stats = [s for s in NTK_STATISTICS if s in self.tensors]
@@ -288,7 +301,7 @@ class NTKFlow:
             ("layers", f"{self.layers[0]}..{self.layers[-1]}"),
             ("inputs N", self.kernel.K.shape[-1]),
             ("hidden widths", _widths_summary(self.kernel.widths)),
-            ("statistics", ", ".join(stats)),
+            ("statistics", ", ".join(stats + list(self.kernel.statistics))),
             ("learning rates", "uniform" if np.ptp(self.lambda_b) == 0 and np.ptp(self.lambda_w) == 0
              else "per layer")])
 
@@ -367,9 +380,12 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     lambda_b, lambda_w : float or sequence of L values
         :math:`\lambda_b^{(\ell)}, \lambda_W^{(\ell)}` for :math:`\ell=1..L` (PDLT (8.6); see
         :func:`learning_rates` for the depth prescriptions of chapter 9).
-    statistics : sequence of str, optional
+    statistics : str or sequence of str, optional
         Subset of :data:`~effth.theories.pdlt.ntk.NTK_STATISTICS` (default: all); the tensors
-        they depend on are computed too.
+        they depend on are computed too, and of the kernel sector only what they read:
+        ``("Theta",)`` iterates :math:`K` and :math:`\Theta` alone (PDLT (4.118), (9.5); the result
+        holds ``"K"`` and ``"Theta"``, and ``value("V")`` raises
+        :class:`~effth.errors.DomainError`), at :math:`O(N^2)` cost and memory per layer.
     rtol : float
         Target relative accuracy of the Gaussian expectations.
     progress : bool or None
@@ -387,6 +403,14 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         :math:`1/n` NTK sector are not defined by the :math:`1/n` expansion there), bad inputs
         or learning rates, overflow (the layer is named).
     """
+    wanted = tuple(NTK_STATISTICS) if statistics is None else (
+        (statistics,) if isinstance(statistics, str) else tuple(statistics))
+    for s in wanted:
+        if s not in NTK_STATISTICS:
+            raise DomainError(f"unknown statistic {s!r}; expected some of {NTK_STATISTICS}")
+    stats = _closure(wanted)
+    # the kernel sector: what the NTK steps read (V, G1), K always
+    kstats = ("K",) + tuple(sorted({r for s in stats for r in ntk_layer_step(s).reads} & {"V", "G1"}))
     if net is not None:
         if X is None:
             raise DomainError("ntk_flow(net, X): inputs X are required with a network")
@@ -398,8 +422,9 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         lb = _per_layer(lambda_b, L, "lambda_b")
         lw = _per_layer(lambda_w, L, "lambda_w")
         Th = lb[0] + lw[0] * (X @ X.T) / X.shape[1]
-        _check_theta(Th, X.shape[0])
-        kern = flow(net, X, rtol=rtol)
+        _check_theta(Th, X.shape[0], psd=False)     # lambda_b + lambda_W X X^T/n_0: PSD by construction
+        act = net.act
+        kw: dict = {"net": net, "X": X}
     else:
         if Theta1 is None:
             raise DomainError("ntk_flow with K1= needs Theta1= (the first-layer NTK)")
@@ -408,15 +433,11 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         lw = _per_layer(lambda_w, L, "lambda_w")
         Th = kernel_matrix(Theta1, "Theta1")
         _check_theta(Th, kernel_matrix(K1, "K1").shape[0])
-        kern = flow(K1=K1, depth=L, activation=activation, c_w=c_w, c_b=c_b, ratios=ratios, rtol=rtol)
-    N = kern.K.shape[1]
-    wanted = tuple(NTK_STATISTICS) if statistics is None else tuple(statistics)
-    for s in wanted:
-        if s not in NTK_STATISTICS:
-            raise DomainError(f"unknown statistic {s!r}; expected some of {NTK_STATISTICS}")
-    stats = _closure(wanted)
-    act = kern.activation
-    kinked = not (act.is_smooth or act.is_polynomial)
+        from effth.activations import get_activation
+
+        act = get_activation(activation) if activation is not None else None
+        kw = {"K1": K1, "depth": L, "activation": activation, "c_w": c_w, "c_b": c_b, "ratios": ratios}
+    kinked = act is not None and not (act.is_smooth or act.is_polynomial)
     if kinked:
         bad = [s for s in stats if ntk_layer_step(s).max_order > 1]
         if bad:
@@ -425,32 +446,40 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
                 "(<sigma'' sigma''> diverges); the 1/n expansion of the NTK fluctuations, dNTK and "
                 "ddNTKs does not apply (PDLT §∞.1: kinks change the scaling). Only Theta and B are "
                 "available for kinked activations.")
-    out = {s: [np.zeros((N,) * (2 if s in ("Theta", "H1") else 4))] for s in stats}
+    N = Th.shape[0]
+    # every layer written in place (no list of layers stacked at the end: a copy of L N^2 floats)
+    out = {s: np.zeros((L,) + (N,) * (2 if s in ("Theta", "H1") else 4)) for s in stats}
     out["Theta"][0] = Th
     errs = [0.0]
-    with blas_threads(), progress_bar(L - 1, "ntk_flow: layers", progress=progress, unit="layer") as bar:
-        for layer in range(1, L):
-            K = kern.K[layer - 1]
-            params = dict(c_w=kern.c_w[layer], c_b=kern.c_b[layer], lambda_b=lb[layer],
-                          lambda_w=lw[layer], ratio=kern.ratios[layer - 1])
-            prev = {s: out[s][-1] for s in stats}
-            prev["V"] = kern.V[layer - 1]
-            prev["G1"] = kern.G1[layer - 1]
-            tables = (_KinkedTables if kinked else AtomTables)(K, act, rtol=rtol)
-            for s in stats:
-                val = ntk_layer_step(s)(N, tables, prev, params)
-                if not np.all(np.isfinite(val)):
-                    raise DomainError(f"{s} overflows or is undefined at layer {layer + 1}")
-                out[s].append(val)
-            errs.append(tables.max_error)
-            bar.update()
-    tensors = {s: np.stack(v) for s, v in out.items()}
-    return NTKFlow(kern, tensors, lb, lw, np.arange(1, L + 1), np.asarray(errs))
+    pair_orders = set().union(*(ntk_layer_step(s).pair_orders for s in stats))
+
+    def step(layer: int, K: np.ndarray, tabs: dict, V: Any, G1: Any, c_w_: float, c_b_: float,
+             r_: float) -> None:
+        params = dict(c_w=c_w_, c_b=c_b_, lambda_b=lb[layer], lambda_w=lw[layer], ratio=r_)
+        prev = {s: out[s][layer - 1] for s in stats}
+        prev["V"] = V
+        prev["G1"] = G1
+        # two-point tables of K shared with the kernel step: exact expectations for smooth sigma,
+        # and for kinked sigma the (0, 0) one (the others follow kinked_pair_tables' convention)
+        given = {o: T for o, T in tabs.items() if o != "four" and (o == (0, 0) or not kinked)}
+        tables = _PairFirstTables(K, act, rtol, kinked, pair_orders, given)
+        for s in stats:
+            val = ntk_layer_step(s)(N, tables, prev, params)
+            if not np.all(np.isfinite(val)):
+                raise DomainError(f"{s} overflows or is undefined at layer {layer + 1}")
+            out[s][layer] = val
+        errs.append(tables.max_error)
+
+    kern = _flow(**kw, rtol=rtol, statistics=kstats, hook=step, progress=progress,
+                 progress_label="ntk_flow: layers")
+    return NTKFlow(kern, out, lb, lw, np.arange(1, L + 1), np.asarray(errs))
 
 
-def _check_theta(Th: np.ndarray, N: int) -> None:
+def _check_theta(Th: np.ndarray, N: int, psd: bool = True) -> None:
     if Th.shape != (N, N) or not np.all(np.isfinite(Th)):
         raise DomainError(f"Theta1 must be a finite ({N}, {N}) matrix matching K1, got shape {Th.shape}")
+    if not psd:
+        return
     if not np.allclose(Th, Th.T) or np.linalg.eigvalsh(Th).min() < -1e-9 * max(1.0, abs(Th).max()):
         raise DomainError("the first-layer NTK Theta1 is not symmetric positive semi-definite")
 
@@ -467,3 +496,44 @@ class _KinkedTables(AtomTables):
         for key in keys:
             fac = [(pos[s], "sigma", o) for s, o in key]
             self._cache[key] = float(gaussian_expectation(fac, KS, self.act, rtol=self.rtol))
+
+
+class _PairFirstTables:
+    r"""Atom tables of one layer: the two-factor atoms :math:`\langle\sigma^{(p)}_{\delta_1}
+    \sigma^{(q)}_{\delta_2}\rangle` as whole :math:`N\times N` tables (given by the kernel step,
+    closed forms, or shared-node quadrature for smooth :math:`\sigma`); every other atom, and
+    these when no table applies, from :class:`AtomTables` / :class:`_KinkedTables` (built only
+    when needed)."""
+
+    def __init__(self, K: np.ndarray, act: Any, rtol: float, kinked: bool, orders: set,
+                 given: dict) -> None:
+        self.K, self.act, self.rtol, self.kinked = K, act, rtol, kinked
+        self._pairs = dict(given)
+        self._err = 0.0
+        missing = {o for o in orders if o not in self._pairs or o[::-1] not in self._pairs}
+        if missing:
+            self._pairs.update(closed_pair_tables(K, act, missing))
+        rest = {o for o in missing if o not in self._pairs}
+        if rest and not kinked and act.is_smooth:
+            more, errs = pair_tables(K, act, rest, rtol=rtol)
+            self._pairs.update(more)
+            self._err = max(_relative(e, more[o]) for o, e in errs.items())
+        self._base = None
+
+    @property
+    def base(self) -> AtomTables:
+        if self._base is None:
+            self._base = (_KinkedTables if self.kinked else AtomTables)(self.K, self.act, rtol=self.rtol)
+        return self._base
+
+    @property
+    def max_error(self) -> float:
+        return max(self._err, 0.0 if self._base is None else self._base.max_error)
+
+    def table(self, factors: tuple) -> np.ndarray:
+        if len(factors) == 2:
+            (p0, o0), (p1, o1) = factors
+            T = self._pairs.get((o0, o1))
+            if T is not None:
+                return T if p0 != p1 else np.ascontiguousarray(np.diagonal(T))
+        return self.base.table(factors)

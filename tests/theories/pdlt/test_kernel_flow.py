@@ -111,8 +111,10 @@ def test_bad_input():
         et.flow(et.MLP("tanh", 3, 10))
     with pytest.raises(DomainError, match="overflows at layer 2"):
         et.flow(K1=[[1.0]], depth=6, activation="linear", c_w=1e200)
+    # K^(l) = 11^(l-1): first above 1e6 x K^(1) at layer 7 (10^6 itself is the threshold, which
+    # the exact closed form of the linear activation does not exceed)
     with pytest.warns(KernelScaleWarning, match="blows up.*layer 7"):
-        et.flow(K1=[[1.0]], depth=10, activation="linear", c_w=10.0)
+        et.flow(K1=[[1.0]], depth=10, activation="linear", c_w=11.0)
     with pytest.warns(KernelScaleWarning, match="vanishes"):
         et.flow(K1=[[1.0]], depth=10, activation="linear", c_w=0.1)
     with pytest.warns(WidthWarning, match="L/n"):
