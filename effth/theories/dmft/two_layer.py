@@ -14,8 +14,9 @@ with ``u ~ N(0, K^x)`` constant in time and ``r ~ N(0, 1)`` one scalar, and the 
 exact single-site average ``f_mu(t_i) = gamma0^-1 <z(t_i) phi(h_mu(t_i))>`` (Bordelon & Pehlevan (2022), eqs. (3), (21), App. M), which
 needs fields at ``t_i`` only.  ``Delta(t_i) = y - f(t_i)`` enters later times only, so the whole
 DMFT is one forward pass: no fixed-point iteration at all.  The average over ``(u, r)`` -- a
-``rank(K^x) + 1``-dimensional Gaussian -- is done by a tensor Gauss-Hermite rule (deterministic,
-for small ``P``) or by antithetic Monte Carlo.
+``rank(K^x) + 1``-dimensional Gaussian -- is done by a deterministic tensor rule (for small ``P``;
+the same rule as the two-layer gamma0-series, :func:`._series_two_layer.lazy_rule_kind`) or by
+antithetic Monte Carlo.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import time
 import numpy as np
 
 from ...errors import DomainError
-from ...numerics._rules import covariance_root, gaussian_tensor_rule
+from ...numerics._rules import covariance_root
+from ._series_two_layer import lazy_nodes, lazy_rule_kind
 from .grid import TimeGrid, decay_factor, prepare_targets, real_scalar
 from .lazy import check_stability_along, activation_label, check_stability, lazy_kernels, resolve_activation, static_ntk_solve
 from .result import Diagnostics, DMFTResult
@@ -35,10 +37,10 @@ __all__ = ["solve_two_layer"]
 
 def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
                     activation="tanh", X_test=None, kernel=None,
-                    method: str = "quadrature", nodes: int | None = None, max_nodes: int = 30_000,
+                    method: str = "quadrature", nodes: int | None = None, max_nodes: int = 64_000,
                     samples: int = 20_000, seed=0, weight_decay: float = 0.0,
                     two_time: bool = True, bias: bool = False,
-                    quad_tol: float | None = 1e-6) -> DMFTResult:
+                    quad_tol: float | None = 1e-6, rule: str = "auto") -> DMFTResult:
     """Solve the two-layer (``L = 1``) DMFT, optionally with weight decay, in one pass over time.
 
     Parameters
@@ -54,13 +56,29 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         Any registered name or alias (``effth.available_activations()``), an
         :class:`~effth.activations.Activation`, or a SymPy expression in ``z``.
     method : {'quadrature', 'monte_carlo'}
-        ``'quadrature'``: tensor Gauss-Hermite rule over the ``rank(K^x) + 1`` Gaussian
-        coordinates of ``(u, r)`` (exact for polynomial activations of low degree; for smooth
-        activations exponentially accurate in ``nodes``; kinks such as ReLU converge slowly).
+        ``'quadrature'``: tensor rule over the ``rank(K^x) + 1`` Gaussian coordinates of
+        ``(u, r)``: Gauss-Hermite in ``r``; in ``u`` Gauss-Hermite for polynomial activations
+        (exact at low degree) and below 36 nodes, the truncated trapezoid rule from 36 nodes on
+        for other activations (see ``rule``; kinks such as ReLU converge slowly with either).
         ``'monte_carlo'``: ``samples`` antithetic draws ``(u, r), (u, -r)``.
     nodes : int, optional
-        Gauss-Hermite nodes per dimension; default the largest with ``nodes**d <= max_nodes``
-        (at most 80; ``DomainError`` if that is fewer than 5).
+        Nodes per dimension; default the largest with ``nodes**d <= max_nodes``, ``d`` =
+        ``rank(K^x) + C`` (at most 80: 80 for one training point, 40 for two;
+        ``DomainError`` if that is fewer than 5).
+        Accuracy of the default (40 trapezoid nodes) against 160 (two points,
+        ``K^x = [[1, .5], [.5, 1]]``, ``eta = 0.1``, ``T = 30``; largest error over the run
+        relative to the largest entry of ``f`` / loss / ``Phi(t,t)`` / ``G(t,t)``):
+        ``gamma0 = 0.3``: tanh 8e-6 / 1e-7 / 2e-5 / 2e-4, GELU 1e-8 / 4e-9 / 1e-8 / 2e-7,
+        erf 1e-5 / 9e-7 / 3e-5 / 2e-4; ``gamma0 = 1``: tanh 3e-5 / 9e-6 / 2e-4 / 4e-4,
+        GELU 4e-6 / 9e-7 / 2e-5 / 9e-5, erf 4e-5 / 2e-5 / 3e-4 / 7e-4 (the former default, 31
+        Gauss-Hermite nodes, was 3-6x worse).  A relative accuracy of 1e-8 needs about 80 nodes in
+        ``u`` even at ``gamma0 = 0.3`` (the gamma0^2 coefficients alone: 1.8e-4 at 40 nodes,
+        1e-8 at 60, 1e-13 at 80); the integrand's strip of analyticity also narrows as
+        ``gamma0 |r| t`` grows, so strong feature learning converges more slowly still.
+        ``diagnostics.quadrature_error`` estimates the error.
+    rule : {'auto', 'hermite', 'trapezoid'}
+        Quadrature rule in ``u`` (:func:`effth.theories.dmft._series_two_layer.lazy_rule_kind`);
+        ``'auto'`` as described under ``method``.
     weight_decay : float
         ``lambda >= 0``: every parameter is multiplied by ``1 - eta lambda`` at each GD step
         (the discrete form of ``d theta/dt = -gamma^2 grad L - lambda theta``, Bordelon & Pehlevan (2022), App. J).
@@ -77,13 +95,13 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         ``0.4x`` the cost for two Gaussian dimensions, less for more) and the max-abs differences
         of ``f``, ``loss``, ``Phi(t,t)``, ``G(t,t)`` are returned in
         ``result.diagnostics.quadrature_error``: the coarser rule's error, an order-of-magnitude
-        estimate of the returned rule's (not a bound: Gauss-Hermite converges slowly for tanh at
+        estimate of the returned rule's (not a bound: the rules converge slowly for tanh at
         strong feature learning).  An
         :class:`~effth.errors.AccuracyWarning` is issued when the estimate for ``f`` exceeds
         ``quad_tol`` (raise ``nodes``/``max_nodes`` or use ``method='monte_carlo'``).  ``None``
         skips the estimate.  (Canonical two-point data, tanh, ``gamma0 = 1``, ``eta = 0.1``,
-        ``T = 30``: the default 31 nodes are 1.3e-4 off in ``f`` and 1.1e-3 in ``G`` against 80
-        nodes; the estimate reads 1.2e-4 and 3.3e-3.)
+        ``T = 30``: the default 40 nodes are 2.7e-5 off in ``f`` and 4e-4 in ``G`` against 160
+        nodes; the estimate (30 nodes, same rule) reads 8e-5 and 9e-4.)
 
     Returns
     -------
@@ -98,6 +116,8 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     """
     if method not in ("quadrature", "monte_carlo"):
         raise DomainError(f"method={method!r} must be 'quadrature' or 'monte_carlo'")
+    if rule not in ("auto", "hermite", "trapezoid"):
+        raise DomainError(f"rule={rule!r} must be 'auto', 'hermite' or 'trapezoid'")
     gamma0, eta = real_scalar(gamma0, "gamma0"), real_scalar(eta, "eta")
     act = resolve_activation(activation)
     grid = TimeGrid(eta, steps)
@@ -114,7 +134,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     phi_f, dphi_f = act.numpy(0), act.numpy(1)
     gam = float(gamma0)
     t0 = time.perf_counter()
-    u, r, w = _nodes(data.kx, method, nodes, max_nodes, samples, seed, C)
+    u, r, w, used, kind = _nodes(data.kx, method, nodes, max_nodes, samples, seed, C, act, rule)
     S = w.size
     Kx_tr = data.kx[:, :P]                                  # (n, P): only training points drive
     a = np.zeros((S, P))                                    # sum_c Delta_c g_c, decayed
@@ -156,11 +176,11 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     diag = Diagnostics(iterations=1, residuals=[0.0], converged=True, tol=0.0,
                        seconds=time.perf_counter() - t0)
     if method == "quadrature" and quad_tol is not None:
-        used = round(S ** (1.0 / (covariance_root(data.kx).shape[1] + C)))
         coarse = max(2, (3 * used) // 4)
         kw = dict(kernel=data.kx - (1.0 if bias else 0.0), y=y, gamma0=gam, eta=grid.eta,
                   steps=T, activation=act, method="quadrature", nodes=coarse,
-                  weight_decay=weight_decay, two_time=False, bias=bool(bias), quad_tol=None)
+                  weight_decay=weight_decay, two_time=False, bias=bool(bias), quad_tol=None,
+                  rule=kind)
         if X_test is not None or X is not None:
             kw = dict(kw, kernel=None, X=X, X_test=X_test)
         lo = solve_two_layer(**kw)
@@ -170,7 +190,8 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
                "loss": float(np.max(np.abs(0.5 * np.sum((Y[None] - (f if multi else f[..., None])[:, :P]) ** 2, axis=(1, 2))
                                            - lo.value("loss")))),
                "phi": float(np.max(np.abs(eq(phi) - eq(lo.phi[0])))),
-               "g": float(np.max(np.abs(eq(gg) - eq(lo.g[0])))), "nodes": (used, coarse)}
+               "g": float(np.max(np.abs(eq(gg) - eq(lo.g[0])))), "nodes": (used, coarse),
+               "rule": kind}
         diag.quadrature_error = err
         if err["f"] > quad_tol and nodes is None:
             import warnings
@@ -187,8 +208,9 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
                       closure="exact", diagnostics=diag, bias=bool(bias)))
 
 
-def _nodes(kx, method, nodes, max_nodes, samples, seed, C=1):
-    """Points ``u`` (S, n), ``r`` (S, C) and weights ``w`` (S,) of the Gaussian average over ``(u, r)``."""
+def _nodes(kx, method, nodes, max_nodes, samples, seed, C=1, act=None, rule="auto"):
+    """Points ``u`` (S, n), ``r`` (S, C) and weights ``w`` (S,) of the Gaussian average over
+    ``(u, r)``, the nodes per dimension and the rule in ``u`` (``None`` for Monte Carlo)."""
     root = covariance_root(kx)                              # u = root @ xi, xi ~ N(0, I_k)
     k = root.shape[1]
     if method == "monte_carlo":
@@ -200,7 +222,7 @@ def _nodes(kx, method, nodes, max_nodes, samples, seed, C=1):
         rr = rng.standard_normal((half, C))
         u = np.concatenate([xi, xi]) @ root.T
         r = np.concatenate([rr, -rr])
-        return u, r, np.full(2 * half, 1.0 / (2 * half))
+        return u, r, np.full(2 * half, 1.0 / (2 * half)), None, None
     d = k + C
     if nodes is None:
         nodes = min(80, int(np.floor(max_nodes ** (1.0 / d) + 1e-9)))
@@ -211,4 +233,6 @@ def _nodes(kx, method, nodes, max_nodes, samples, seed, C=1):
                 "for larger P (or raise max_nodes)")
     elif int(nodes) < 2 or int(nodes) ** d > 5_000_000:
         raise DomainError(f"nodes={nodes!r}: need >= 2 and nodes**{d} <= 5e6 points")
-    return gaussian_tensor_rule(kx, int(nodes), extra=C)
+    kind = lazy_rule_kind(act, int(nodes), rule)
+    u, r, w = lazy_nodes(kx, int(nodes), kind=kind, extra=C)
+    return u, r, w, int(nodes), kind
