@@ -75,13 +75,15 @@ def test_deep_linear_L3_width_scaling():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("hidden_layers,samples,seeds", [(1, 40000, 32), (2, 16000, 8)])
-def test_tanh_width_scaling(hidden_layers, samples, seeds):
+@pytest.mark.parametrize("hidden_layers,samples,seeds,widths",
+                         [(1, 40000, 32, (100, 200, 400, 800)), (2, 16000, 24, (100, 200, 400))])
+def test_tanh_width_scaling(hidden_layers, samples, seeds, widths):
     kw = dict(hidden_layers=hidden_layers, gamma0=1.0, eta=0.1, steps=11)
     theory = solve_monte_carlo(X, Y, activation="tanh", samples=samples, iterations=12, seed=0,
                                **kw)
-    fit, _ = width_study(theory, [250, 500, 1000, 2000], seed=range(seeds), activation="tanh",
-                         **kw)
+    # the Monte-Carlo theory carries its own noise floor in D(N) (its sampling error, which does
+    # not fall with N): the widths are chosen where the 1/N term is resolved above that floor
+    fit, _ = width_study(theory, list(widths), seed=range(seeds), activation="tanh", **kw)
     print(f"tanh L={hidden_layers}:", fit)
     assert_one_over_n(fit, max_se=0.2)
 
