@@ -68,12 +68,14 @@ def real_array(a: Any, name: str, *, finite: bool = False) -> np.ndarray:
     if raw.dtype.kind == "O" and any(isinstance(v, (complex, np.complexfloating))
                                      for v in raw.ravel()):
         raise DomainError(f"{name} must be real, got complex entries")
+    if raw.dtype.kind not in "biufO":
+        raise DomainError(f"{name} must be a real numeric array, got dtype {raw.dtype}")
     try:
         out = raw.astype(np.float64)
     except (TypeError, ValueError) as exc:
         raise DomainError(f"{name} must be a real numeric array: {exc}") from None
     if finite and not np.all(np.isfinite(out)):
-        raise DomainError(f"{name} has NaN or infinite entries")
+        raise DomainError(f"{name} contains NaN or infinite entries")
     return out
 
 

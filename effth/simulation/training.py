@@ -33,7 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._display import html_table
 from .._progress import progress_bar
+from .._validate import real_array, real_scalar
 from ..activations import Activation, get_activation
 from ..arch import resolve_depth
 from ..errors import DomainError
@@ -181,17 +183,13 @@ class TrainingRun:
                 f"samples={self.f.shape[2]}{C})")
 
     def _repr_html_(self) -> str:
-        import html
         rows = [("networks", self.networks), ("depth", self.depth),
                 ("hidden_layers", self.hidden_layers), ("widths", self.widths),
                 ("activation", _act_text(self.activation)), ("gamma0", f"{self.gamma0:g}"),
                 ("eta", f"{self.eta:g}"), ("steps T", self.f.shape[1]),
                 ("samples n", self.f.shape[2]),
                 ("final loss (mean)", f"{float(self.loss[:, -1].mean()):.4g}")]
-        body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
-                       f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>"
-                       for k, v in rows)
-        return f"<table><caption>TrainingRun</caption>{body}</table>"
+        return html_table("TrainingRun", rows)
 
 
 def _act_text(act) -> str:
@@ -214,31 +212,13 @@ def _resolve_callables(activation):
 
 
 def _real_array(a, name: str) -> np.ndarray:
-    """``a`` as a finite float array; complex, non-numeric, NaN or infinite entries are rejected
-    with a :class:`DomainError` naming ``name`` (never silently truncated to the real part)."""
-    try:
-        raw = np.asarray(a)
-    except (TypeError, ValueError) as exc:
-        raise DomainError(f"{name} must be a real numeric array: {exc}") from None
-    if raw.dtype.kind == "c":
-        raise DomainError(f"{name} must be real, got a complex array (pass {name}.real if the "
-                          "imaginary part is meant to be dropped)")
-    if raw.dtype.kind not in "biuf":
-        raise DomainError(f"{name} must be a real numeric array, got dtype {raw.dtype}")
-    out = raw.astype(float)
-    if not np.all(np.isfinite(out)):
-        raise DomainError(f"{name} contains NaN or infinite entries")
-    return out
+    """``a`` as a finite float array (effth._validate.real_array with finite entries)."""
+    return real_array(a, name, finite=True)
 
 
 def _real_scalar(v, name: str) -> float:
-    """A real Python/NumPy number as float; complex or non-numeric values raise DomainError."""
-    if isinstance(v, (bool, np.bool_, complex, np.complexfloating, str, bytes)) or np.ndim(v):
-        raise DomainError(f"{name}={v!r} must be a real number")
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        raise DomainError(f"{name}={v!r} must be a real number") from None
+    """A real Python/NumPy/SymPy number as float (effth._validate.real_scalar)."""
+    return real_scalar(v, name)
 
 
 def _resolve_seeds(seed) -> tuple:
