@@ -46,6 +46,7 @@ from .._threads import blas_threads
 from ..arch import MLP
 from ..errors import DomainError
 from .._display import html_table, short
+from .._results import WeightLayers
 from ._inputs import as_generator, check_ensemble
 from ._jackknife import group_units
 from ._estimators import layer_estimates
@@ -82,7 +83,7 @@ def _frozen(d: dict | None) -> Mapping | None:
 
 
 @dataclass(frozen=True)
-class EnsembleStatistics:
+class EnsembleStatistics(WeightLayers):
     r"""Statistics of an ensemble of random networks, per layer.
 
     Read it like every effth result: :attr:`layers` holds the book layer numbers,
@@ -177,10 +178,6 @@ class EnsembleStatistics:
         """Number of weight layers :math:`L` of the simulated network."""
         return len(self.widths) - 1
 
-    @property
-    def hidden_layers(self) -> int:
-        """Number of hidden layers, ``depth - 1``."""
-        return self.depth - 1
 
     @property
     def n_inputs(self) -> int:

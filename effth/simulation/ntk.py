@@ -53,6 +53,7 @@ from ..activations import get_activation
 from ..arch import MLP
 from ..errors import DomainError
 from .._display import html_table, short
+from .._results import WeightLayers
 from ._inputs import as_generator, check_ensemble, check_inputs
 from ._jackknife import group_units, jackknife_error
 
@@ -636,7 +637,7 @@ NTK_ESTIMATORS: Mapping[str, str] = MappingProxyType({
 
 
 @dataclass(frozen=True)
-class NTKEnsembleStatistics:
+class NTKEnsembleStatistics(WeightLayers):
     r"""Ensemble statistics of the output-layer NTK hierarchy, with jackknife standard errors.
 
     Every statistic is an ndarray over sample indices (``(N, N)`` for ``G``, ``H``,
@@ -693,10 +694,6 @@ class NTKEnsembleStatistics:
         """Number of weight layers :math:`L` (PDLT's :math:`L`)."""
         return len(self.widths) - 1
 
-    @property
-    def hidden_layers(self) -> int:
-        """Number of hidden layers, ``depth - 1``."""
-        return self.depth - 1
 
     @property
     def layers(self) -> tuple[int, ...]:

@@ -35,6 +35,7 @@ import numpy as np
 
 from .._display import html_table
 from .._progress import progress_bar
+from .._results import HiddenLayers
 from .._validate import real_array, real_scalar
 from ..activations import Activation, get_activation
 from ..arch import resolve_depth
@@ -58,7 +59,7 @@ ACTIVATIONS = {
 
 
 @dataclass
-class TrainingRun:
+class TrainingRun(HiddenLayers):
     """Record of GD training of finite-width networks over several seeds.
 
     Sample axes have length ``n = P + Q`` (training points, then test points); layer
@@ -116,15 +117,6 @@ class TrainingRun:
 
     _NAMES = ("f", "loss", "phi", "g", "ntk")
 
-    @property
-    def depth(self) -> int:
-        """Number of weight layers, ``hidden_layers + 1``."""
-        return self.hidden_layers + 1
-
-    @property
-    def layers(self) -> tuple:
-        """Book numbers ``(1, .., hidden_layers)`` of the per-layer kernels ``phi``, ``g``."""
-        return tuple(range(1, self.hidden_layers + 1))
 
     @property
     def networks(self) -> int:

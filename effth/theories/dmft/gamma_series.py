@@ -44,6 +44,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+from ..._results import HiddenLayers
 
 from ...errors import DomainError, NotDerivedError
 from ...printing import latex as _latex
@@ -75,7 +76,7 @@ _SYMBOLS = {
 
 
 @dataclass
-class Gamma0Series:
+class Gamma0Series(HiddenLayers):
     r"""Coefficients of the :math:`\gamma_0`-expansion of the DMFT on a discrete GD grid.
 
     Attributes
@@ -131,15 +132,6 @@ class Gamma0Series:
     lazy_responses: dict = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------------ conventions
-    @property
-    def depth(self) -> int:
-        """Number of weight layers, ``hidden_layers + 1``."""
-        return self.hidden_layers + 1
-
-    @property
-    def layers(self) -> tuple:
-        """Book numbers ``(1, .., hidden_layers)`` of the per-layer coefficients."""
-        return tuple(range(1, self.hidden_layers + 1))
 
     def value(self, name: str, layer: int | None = None, *, gamma0,
               order: int | None = None) -> np.ndarray:

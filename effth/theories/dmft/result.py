@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..._results import HiddenLayers
 from ...errors import DomainError
 from .grid import TimeGrid, TrainingData, _html_table
 
@@ -88,7 +89,7 @@ def check_layer(layer, layers: tuple, name: str) -> int:
 
 
 @dataclass
-class DMFTResult:
+class DMFTResult(HiddenLayers):
     """Order parameters of the infinite-width DMFT of Bordelon & Pehlevan (2022) on a discrete GD grid.
 
     Layer ``ell = 1 .. L`` sits at index ``ell - 1`` of the layer axis.  Sample axes have length
@@ -180,15 +181,6 @@ class DMFTResult:
     fields: np.ndarray | None = None
 
     # ----------------------------------------------------------------- conventions
-    @property
-    def depth(self) -> int:
-        """Number of weight layers, ``hidden_layers + 1``."""
-        return self.hidden_layers + 1
-
-    @property
-    def layers(self) -> tuple:
-        """Book numbers ``(1, .., hidden_layers)`` of the per-layer kernels ``phi``, ``g``."""
-        return tuple(range(1, self.hidden_layers + 1))
 
     def value(self, name: str, layer: int | None = None) -> np.ndarray:
         """The prediction ``name`` (``docs/conventions.md``, Results).

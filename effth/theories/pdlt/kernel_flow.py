@@ -43,6 +43,7 @@ import sympy as sp
 
 from effth._display import html_table
 from effth._progress import progress_bar
+from effth._results import WeightLayers
 from effth._threads import blas_threads
 from effth._validate import input_matrix, kernel_matrix
 from effth.activations import get_activation
@@ -283,7 +284,7 @@ _html_table = html_table
 
 
 @dataclass(repr=False)
-class Flow:
+class Flow(WeightLayers):
     r"""Layer-by-layer :math:`K^{(\ell)}, V^{(\ell)}, G^{\{1\}(\ell)}` on a batch of inputs.
 
     Read it as every effth result (``docs/conventions.md``): ``flow.value(name, layer=ℓ)``
@@ -355,10 +356,6 @@ class Flow:
         """Number of weight layers :math:`L` (PDLT's :math:`L`)."""
         return len(self.layers)
 
-    @property
-    def hidden_layers(self) -> int:
-        """``depth - 1``."""
-        return self.depth - 1
 
     def value(self, name: str, layer: int | None = None, widths: Any = None) -> np.ndarray:
         r"""The prediction for ``name`` at book layer ``layer``.

@@ -40,6 +40,7 @@ from typing import Any, Callable
 import numpy as np
 import sympy as sp
 
+from effth._results import WeightLayers
 from effth._validate import input_matrix, kernel_matrix
 from effth.arch import real_sequence, resolve_depth
 from effth.algebra.expectation import GaussianExpectation
@@ -160,7 +161,7 @@ def _closure(statistics) -> tuple:
 
 
 @dataclass(frozen=True, repr=False)
-class NTKFlow:
+class NTKFlow(WeightLayers):
     r"""Layer-by-layer NTK hierarchy on a batch of inputs.
 
     Read it as every effth result (``docs/conventions.md``): ``nf.value(name, layer=ℓ)`` with
@@ -210,10 +211,6 @@ class NTKFlow:
         """Number of weight layers :math:`L`."""
         return len(self.layers)
 
-    @property
-    def hidden_layers(self) -> int:
-        """``depth - 1``."""
-        return self.depth - 1
 
     @property
     def names(self) -> tuple:
