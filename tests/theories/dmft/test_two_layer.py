@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import effth as et
+
 from effth.errors import DomainError
 from effth.simulation.training import simulate_training
 from effth.theories.dmft import solve_deep_linear
@@ -99,14 +101,21 @@ def test_weight_decay_relu_figure3():
 
 
 def test_weight_decay_matches_network():
-    r = solve_two_layer(X, Y, activation="relu", gamma0=3.0, eta=0.05, steps=200,
-                        weight_decay=1.0, two_time=False, nodes=30)
-    s = simulate_training(X, Y, hidden_layers=1, widths=2000, gamma0=3.0, eta=0.05, steps=200,
-                          activation="relu", seed=range(4), weight_decay=1.0,
-                          record_kernels=False)
-    assert np.max(np.abs(s.mean("loss") - r.loss)) < 0.01
-    assert np.max(np.abs(s.mean("f")[-1] - r.f[-1])) < 0.01
-    assert np.max(np.abs(s.mean("ntk")[-1] - r.ntk_diag[-1])) < 0.15
+    """ReLU with weight decay against 8 width-2000 networks.  The kinked fields make the
+    theory's quadrature the larger error (its estimate, a rerun at 3/4 of the nodes, is
+    ~1e-4 in the loss and ~1e-3 in f), so it is added in quadrature to the networks' standard
+    errors; the same theory at gamma0 x 0.9 is rejected."""
+    kw = dict(eta=0.05, steps=200, weight_decay=1.0)
+    r = solve_two_layer(X, Y, activation="relu", gamma0=3.0, two_time=False, nodes=30, **kw)
+    wrong = solve_two_layer(X, Y, activation="relu", gamma0=2.7, two_time=False, nodes=30, **kw)
+    s = simulate_training(X, Y, hidden_layers=1, widths=2000, gamma0=3.0, activation="relu",
+                          seed=range(8), record_kernels=False, **kw)
+    q = r.diagnostics.quadrature_error
+    q["ntk"] = q["g"] * float(np.max(np.abs(r.data.kx))) + q["phi"]
+    for name in ("loss", "f", "ntk"):
+        se = np.sqrt(s.stderr(name) ** 2 + q[name] ** 2)
+        assert et.compare(r, s, name, stderr=se).max_abs_z < 5, name
+        assert et.compare(wrong, s, name, stderr=se).max_abs_z > 5 or name == "ntk", name
 
 
 def test_bad_input():
@@ -130,13 +139,16 @@ def test_multiple_outputs_match_network(activation, nodes):
     assert r.f.shape == (20, 2, 2) and r.g.shape == (1, 20, 2, 20, 2, 2, 2)
     assert r.ntk_diag.shape == (20, 2, 2, 2, 2)
     s = simulate_training(X, Y2, hidden_layers=1, widths=4000, activation=activation, gamma0=1.0, eta=0.1,
-                          steps=20, seed=range(4))
-    assert s.f.shape == (4, 20, 2, 2) and s.ntk.shape == (4, 20, 2, 2, 2, 2)
+                          steps=20, seed=range(8))
+    assert s.f.shape == (8, 20, 2, 2) and s.ntk.shape == (8, 20, 2, 2, 2, 2)
     err_f = np.max(np.abs(s.mean("f") - r.f))
-    assert err_f < 0.01
-    assert np.max(np.abs(s.mean("g") - r.g[0])) < 0.04
-    assert np.max(np.abs(s.mean("phi") - r.phi[0])) < 0.04
-    assert np.max(np.abs(s.mean("ntk") - r.ntk_diag)) < 0.06
+    # 8 networks: z-scores from their spread (|z| <= 2.1 measured); gamma0 x 0.9 is rejected
+    wrong = solve_two_layer(X, Y2, activation=activation, gamma0=0.9, eta=0.1, steps=20,
+                            nodes=nodes)
+    zs = {(nm, l): (et.compare(r, s, nm, l).max_abs_z, et.compare(wrong, s, nm, l).max_abs_z)
+          for nm, l in (("f", None), ("ntk", None), ("phi", 1), ("g", 1))}
+    assert all(z < 5 for z, _ in zs.values()), zs
+    assert max(w for _, w in zs.values()) > 8, zs
     # the outputs interact through the shared features: solving them one at a time is wrong
     solo = np.stack([solve_two_layer(X, Y2[:, c], activation=activation, gamma0=1.0, eta=0.1,
                                      steps=20, nodes=nodes).f for c in range(2)], axis=-1)
