@@ -8,7 +8,7 @@ hidden layers of width ``N`` and no biases:
 
 trained by full-batch GD.  Two equivalent parameterizations (Bordelon & Pehlevan (2022), App. N, exact at any ``N``):
 
-* ``'mean_field'`` (the seed's): ``m = 1/sqrt(N)``, all weights ``N(0, 1)``, parameter learning
+* ``'mean_field'`` (Bordelon & Pehlevan (2022), eqs. (1), (4)): ``m = 1/sqrt(N)``, all weights ``N(0, 1)``, parameter learning
   rate ``eta gamma0^2 N``;
 * ``'mup'``: ``m = 1``, hidden and readout weights ``N(0, 1/N)``, learning rate ``eta gamma0^2``
   for them (``eta gamma0^2 N`` for the input layer, whose parameterization is shared).
