@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from typing import Any, Iterable
 
-__all__ = ["html_table", "short"]
+__all__ = ["activation_text", "html_table", "short"]
 
 
 def short(values: Iterable[Any], limit: int = 6) -> str:
@@ -22,3 +22,11 @@ def html_table(title: str, rows: Iterable[tuple[str, Any]]) -> str:
     body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
                    f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
     return f"<table><caption>{html.escape(title)}</caption>{body}</table>"
+
+
+def activation_text(activation: Any) -> str:
+    """A short printable name of an activation: its registry name, or ``user: <expression>``."""
+    expr = getattr(activation, "expr", None)
+    if getattr(activation, "family", None) == "user" and expr is not None:
+        return f"user: {expr}"
+    return str(getattr(activation, "name", activation))

@@ -37,7 +37,8 @@ from .._threads import blas_threads
 from ..arch import MLP, as_real
 from ..errors import DomainError
 from . import _mlp
-from .._display import html_table, short
+from .._display import activation_text, html_table, short
+from .._validate import integer
 from ._inputs import as_generator
 from ._jackknife import MAX_GROUPS, jackknife_error
 from .ntk import init_params
@@ -216,22 +217,18 @@ class TrainedEnsemble:
         return x.std(axis=0, ddof=1) / np.sqrt(S)
 
     # ------------------------------------------------------------------ display
-    def _act(self) -> str:
-        act = self.net.act
-        return f"user: {act.expr}" if act.family == "user" else str(act.name)
-
     def __repr__(self) -> str:
         C = f", outputs={self.outputs}" if self.outputs > 1 else ""
         return (f"TrainedEnsemble(networks={self.networks}, depth={self.depth} (hidden_layers="
                 f"{self.hidden_layers}), widths={short(self.widths or ())}, "
-                f"activation={self._act()}, method={self.method!r}, loss={self.loss_kind!r}, "
+                f"activation={activation_text(self.net.act)}, method={self.method!r}, loss={self.loss_kind!r}, "
                 f"eta={self.eta:g}, updates={int(self.recorded[-1])}, train={self.n_train}, "
                 f"test={self.n_test}{C})")
 
     def _repr_html_(self) -> str:
         rows = [("networks", self.networks), ("depth", self.depth),
                 ("hidden_layers", self.hidden_layers), ("widths", short(self.widths or ())),
-                ("activation", self._act()), ("c_w, c_b", f"{short(self.net.c_w)}, "
+                ("activation", activation_text(self.net.act)), ("c_w, c_b", f"{short(self.net.c_w)}, "
                                                           f"{short(self.net.c_b)}"),
                 ("lambda_b, lambda_w", f"{short(self.lambda_b)}, {short(self.lambda_w)}"),
                 ("method, loss", f"{self.method}, {self.loss_kind}"), ("eta", f"{self.eta:g}"),
@@ -267,12 +264,6 @@ def _rates(value: Any, L: int, name: str) -> tuple:
     if not all(np.isfinite(v) and v >= 0 for v in vals):
         raise DomainError(f"{name} must be finite and non-negative, got {vals}")
     return vals
-
-
-def _positive_int(v, name: str, minimum: int = 1) -> int:
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < minimum:
-        raise DomainError(f"{name}={v!r} must be an int >= {minimum}")
-    return int(v)
 
 
 def _targets(y, P: int, C: int, loss: str) -> np.ndarray:
@@ -528,10 +519,10 @@ def train_ensemble(net: MLP, X: Any, y: Any, *, eta: float, updates: int, size: 
     if method == "newton" and not eta < 2:
         raise DomainError(f"eta={eta:g}: Newton steps are stable only for 0 < eta < 2 (eta = 1 is "
                           "the full Newton step)")
-    updates = _positive_int(updates, "updates")
-    record_every = _positive_int(record_every, "record_every")
+    updates = integer(updates, "updates", minimum=1)
+    record_every = integer(record_every, "record_every", minimum=1)
     if batch is not None:
-        batch = _positive_int(batch, "batch")
+        batch = integer(batch, "batch", minimum=1)
     L = net.depth
     lb = _rates(lambda_b, L, "lambda_b")
     lw = _rates(lambda_w, L, "lambda_w")
@@ -547,7 +538,7 @@ def train_ensemble(net: MLP, X: Any, y: Any, *, eta: float, updates: int, size: 
     else:
         if size is None:
             raise DomainError("size= (the number of networks) is required unless params= is given")
-        size = _positive_int(size, "size")
+        size = integer(size, "size", minimum=1)
         gens = as_generator(seed).spawn(size)
     rec = sorted(set(range(0, updates + 1, record_every)) | {updates})
 

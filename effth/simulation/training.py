@@ -33,11 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._display import html_table
+from .._display import activation_text, html_table
 from .._progress import progress_bar
 from .._results import HiddenLayers
 from .._validate import real_array, real_scalar
-from ..activations import Activation, get_activation
+from ..activations import get_activation
 from ..arch import resolve_depth
 from ..errors import DomainError
 from . import _mlp
@@ -170,24 +170,18 @@ class TrainingRun(HiddenLayers):
     def __repr__(self) -> str:
         C = f", outputs={self.f.shape[-1]}" if self.f.ndim == 4 else ""
         return (f"TrainingRun(networks={self.networks}, depth={self.depth} (hidden_layers="
-                f"{self.hidden_layers}), widths={self.widths}, activation={_act_text(self.activation)}, "
+                f"{self.hidden_layers}), widths={self.widths}, activation={activation_text(self.activation)}, "
                 f"gamma0={self.gamma0:g}, eta={self.eta:g}, steps={self.f.shape[1]}, "
                 f"samples={self.f.shape[2]}{C})")
 
     def _repr_html_(self) -> str:
         rows = [("networks", self.networks), ("depth", self.depth),
                 ("hidden_layers", self.hidden_layers), ("widths", self.widths),
-                ("activation", _act_text(self.activation)), ("gamma0", f"{self.gamma0:g}"),
+                ("activation", activation_text(self.activation)), ("gamma0", f"{self.gamma0:g}"),
                 ("eta", f"{self.eta:g}"), ("steps T", self.f.shape[1]),
                 ("samples n", self.f.shape[2]),
                 ("final loss (mean)", f"{float(self.loss[:, -1].mean()):.4g}")]
         return html_table("TrainingRun", rows)
-
-
-def _act_text(act) -> str:
-    if isinstance(act, Activation) and act.family == "user":
-        return f"user: {act.expr}"
-    return str(getattr(act, "name", act))
 
 
 def _resolve_callables(activation):

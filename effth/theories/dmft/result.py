@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..._display import activation_text  # noqa: F401  (re-exported to the series modules)
 from ..._results import HiddenLayers
 from ...errors import DomainError
 from .grid import TimeGrid, TrainingData, _html_table
@@ -68,14 +69,6 @@ class Diagnostics:
                                            ("converged", self.converged),
                                            ("last residual", last), ("tol", f"{self.tol:g}"),
                                            ("seconds", f"{self.seconds:.3g}")])
-
-
-def activation_text(activation) -> str:
-    """A short printable name of an activation (registry name, or the user expression)."""
-    expr = getattr(activation, "expr", None)
-    if getattr(activation, "family", None) == "user" and expr is not None:
-        return f"user: {expr}"
-    return str(getattr(activation, "name", activation))
 
 
 def check_layer(layer, layers: tuple, name: str) -> int:

@@ -40,6 +40,8 @@ import sympy as sp
 from effth.algebra.tensors import SampleSum, SampleTensor
 from effth.errors import AccuracyWarning, DomainError, NotDerivedError
 
+from .ntk_flow import _per_layer as _lambda_per_layer
+
 __all__ = ["predict", "Prediction", "output_kernels", "log_evidence", "log_bayes_factor",
            "log_evidence_two_inputs", "evidence_scan", "EvidenceScan", "PREDICTION_NAMES"]
 
@@ -98,12 +100,6 @@ def _labels(y: Any, P: int, name: str = "y_train") -> np.ndarray:
 
 
 # ============================================================================ kernels K, Theta
-def _per_layer(x: Any, L: int, name: str) -> np.ndarray:
-    from .ntk_flow import _per_layer as per_layer
-
-    return per_layer(x, L, name)
-
-
 def output_kernels(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0,
                    ntk: bool = True, rtol: float = 1e-10) -> tuple[np.ndarray, np.ndarray | None]:
     r"""Infinite-width kernel :math:`K^{(L)}` and frozen NTK :math:`\Theta^{(L)}` of the output layer.
@@ -617,8 +613,8 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
         need_theta = method != "bayes"
         Kf, Tf = output_kernels(net, np.vstack([Xa, Xb]), lambda_b=lambda_b, lambda_w=lambda_w,
                                 ntk=need_theta, rtol=rtol)
-        lb = _per_layer(lambda_b, net.depth, "lambda_b") if need_theta else None
-        lw = _per_layer(lambda_w, net.depth, "lambda_w") if need_theta else None
+        lb = _lambda_per_layer(lambda_b, net.depth, "lambda_b") if need_theta else None
+        lw = _lambda_per_layer(lambda_w, net.depth, "lambda_w") if need_theta else None
         return Kf, Tf, Xa.shape[0], y, lb, lw
     if X_train is not None or X_test is not None:
         raise DomainError("X_train/X_test need a network: predict(net, X_train, y_train, X_test)")
