@@ -57,7 +57,9 @@ def real_sequence(value: Any, counts: Sequence[int], name: str) -> tuple[float, 
     return values
 
 
-def _per_layer(value: Any, count: int, name: str, *, positive: bool) -> tuple[float, ...]:
+def per_layer(value: Any, count: int, name: str, *, positive: bool = False) -> tuple[float, ...]:
+    """One finite value per weight layer from a scalar or a sequence of ``count`` (NumPy and SymPy
+    reals included); non-negative, or positive with ``positive=True``."""
     seq = real_sequence(value, (count,), name)
     values = (seq,) * count if isinstance(seq, float) else seq
     for v in values:
@@ -179,8 +181,8 @@ class MLP:
         if n_out < 1:
             raise DomainError(f"n_out must be a positive int, got {self.n_out!r}")
         object.__setattr__(self, "n_out", n_out)
-        object.__setattr__(self, "c_w", _per_layer(self.c_w, self.depth, "c_w", positive=True))
-        object.__setattr__(self, "c_b", _per_layer(self.c_b, self.depth, "c_b", positive=False))
+        object.__setattr__(self, "c_w", per_layer(self.c_w, self.depth, "c_w", positive=True))
+        object.__setattr__(self, "c_b", per_layer(self.c_b, self.depth, "c_b", positive=False))
 
     @property
     def act(self) -> Activation:

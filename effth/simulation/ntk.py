@@ -50,7 +50,7 @@ import numpy as np
 from .._threads import blas_threads
 from .._progress import progress_bar
 from ..activations import get_activation
-from ..arch import MLP
+from ..arch import MLP, per_layer
 from ..errors import DomainError
 from .._display import html_table, short
 from .._results import WeightLayers
@@ -71,18 +71,6 @@ _CHUNK_ELEMENTS = 1 << 22
 
 
 # ----------------------------------------------------------------------------- helpers
-def _per_layer(value: Any, L: int, name: str) -> tuple[float, ...]:
-    if np.ndim(value) == 0:
-        vals = (float(value),) * L
-    else:
-        vals = tuple(float(v) for v in value)
-    if len(vals) != L:
-        raise DomainError(f"{name} needs one value or {L} (one per weight layer), got {len(vals)}")
-    if not all(np.isfinite(v) and v >= 0 for v in vals):
-        raise DomainError(f"{name} must be finite and non-negative, got {vals}")
-    return vals
-
-
 def _resolve_activation(activation: Any, argname: str = "activation"):
     """An :class:`~effth.activations.Activation` from a name, alias, Activation, SymPy
     expression in ``z`` or :class:`~effth.arch.MLP` (whose activation is used)."""
@@ -551,8 +539,8 @@ def empirical_ntk(params: Sequence, X: Any, activation: Any, *, lambda_b: Any = 
     L = len(Ws) - 1
     widths = (Xa.shape[1],) + tuple(W.shape[1] for W in Ws[1:])
     out = _check_outputs(outputs, widths[-1])
-    lb = _per_layer(lambda_b, L, "lambda_b")
-    lw = _per_layer(lambda_w, L, "lambda_w")
+    lb = per_layer(lambda_b, L, "lambda_b")
+    lw = per_layer(lambda_w, L, "lambda_w")
     do_II = (order >= 3) if ddntk_II is None else bool(ddntk_II)
     fs = _activation_derivs(activation, 3 if (order >= 3 or do_II) else 2)
     z, H, dH, ddI, ddII = _compute(Ws, bs, Xa, fs, lb, lw, widths, out, order, do_II)
@@ -919,8 +907,8 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
     L = net.depth
     N = Xa.shape[0]
     out = _check_outputs(outputs if outputs is not None else range(min(2, net.n_out)), net.n_out)
-    lb = _per_layer(lambda_b, L, "lambda_b")
-    lw = _per_layer(lambda_w, L, "lambda_w")
+    lb = per_layer(lambda_b, L, "lambda_b")
+    lw = per_layer(lambda_w, L, "lambda_w")
     do_II = (order >= 3) if ddntk_II is None else bool(ddntk_II)
     _check_smooth_enough(net.act, order, do_II)
     fs = _activation_derivs(net, 3 if (order >= 3 or do_II) else 2)

@@ -42,7 +42,7 @@ import sympy as sp
 
 from effth._results import WeightLayers
 from effth._validate import input_matrix, kernel_matrix
-from effth.arch import real_sequence, resolve_depth
+from effth.arch import per_layer, resolve_depth
 from effth.algebra.expectation import GaussianExpectation
 from effth.algebra.ntk_tensors import NTK_TENSORS
 from effth.algebra.tensors import FourPointVertex, Kernel, NLOMetric, SampleTensor
@@ -347,11 +347,8 @@ def learning_rates(schedule: str, depth: int, lambda_b: float = 1.0, lambda_w: f
 
 
 def _per_layer(x: Any, L: int, name: str) -> np.ndarray:
-    seq = real_sequence(x, (L,), name)
-    out = np.full(L, seq) if isinstance(seq, float) else np.asarray(seq, dtype=float)
-    if not np.all(np.isfinite(out)) or np.any(out < 0):
-        raise DomainError(f"{name} must be finite and >= 0, got {out}")
-    return out
+    """Per-layer learning rates as an array (effth.arch.per_layer: finite, non-negative)."""
+    return np.asarray(per_layer(x, L, name), dtype=float)
 
 
 def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = None,
