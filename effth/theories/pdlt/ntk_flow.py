@@ -416,7 +416,7 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         lb = _per_layer(lambda_b, L, "lambda_b")
         lw = _per_layer(lambda_w, L, "lambda_w")
         Th = lb[0] + lw[0] * (X @ X.T) / X.shape[1]
-        _check_theta(Th, X.shape[0], psd=False)     # lambda_b + lambda_W X X^T/n_0: PSD by construction
+        _check_theta(Th, X.shape[0])     # lambda_b + lambda_W X X^T/n_0: PSD by construction
         act = net.act
         kw: dict = {"net": net, "X": X}
     else:
@@ -469,13 +469,11 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     return NTKFlow(kern, out, lb, lw, np.arange(1, L + 1), np.asarray(errs))
 
 
-def _check_theta(Th: np.ndarray, N: int, psd: bool = True) -> None:
+def _check_theta(Th: np.ndarray, N: int) -> None:
+    """Theta1 matches the inputs (its symmetry and PSD are checked by kernel_matrix, or hold by
+    construction from X)."""
     if Th.shape != (N, N) or not np.all(np.isfinite(Th)):
         raise DomainError(f"Theta1 must be a finite ({N}, {N}) matrix matching K1, got shape {Th.shape}")
-    if not psd:
-        return
-    if not np.allclose(Th, Th.T) or np.linalg.eigvalsh(Th).min() < -1e-9 * max(1.0, abs(Th).max()):
-        raise DomainError("the first-layer NTK Theta1 is not symmetric positive semi-definite")
 
 
 class _KinkedTables(AtomTables):
