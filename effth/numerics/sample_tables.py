@@ -452,8 +452,14 @@ def four_point_table(K: Any, activation: Any, *, rtol: float = 1e-9) -> tuple[np
     return vals[idx], errs[idx]
 
 
-def pair_tables(K: Any, activation: Any, orders: Any, *, rtol: float = 1e-10) -> tuple[dict, dict]:
+def pair_tables(K: Any, activation: Any, orders: Any, *, rtol: float = 1e-10,
+                mehler: bool = True) -> tuple[dict, dict]:
     r""":math:`T_{pq}[\alpha,\beta]=\langle\sigma^{(p)}_{\alpha}\sigma^{(q)}_{\beta}\rangle_K` for all ordered pairs.
+
+    By default the off-diagonal entries come from Mehler's expansion (:func:`_mehler_pair_tables`:
+    one 1-D Hermite projection per input, then a power series in the correlation, with a rigorous
+    truncation bound); the pairs whose bound is not below ``rtol`` -- and every pair when
+    ``mehler=False`` -- are integrated by shared-node quadrature on a 2-D grid.
 
     Parameters
     ----------
@@ -463,6 +469,8 @@ def pair_tables(K: Any, activation: Any, orders: Any, *, rtol: float = 1e-10) ->
     orders : iterable of (p, q)
         Derivative orders wanted; :math:`T_{qp}=T_{pq}^\top` is returned too.
     rtol : float
+    mehler : bool
+        Use the Mehler expansion where its bound allows (default); ``False`` forces quadrature.
 
     Returns
     -------
@@ -470,8 +478,20 @@ def pair_tables(K: Any, activation: Any, orders: Any, *, rtol: float = 1e-10) ->
         ``{(p, q): (N, N) values}`` and the estimated absolute errors.
     """
     K = _check(K, activation)
-    N = K.shape[0]
     orders = sorted({tuple(o) for o in orders} | {tuple(o)[::-1] for o in orders})
+    if mehler and K.shape[0] > 2:
+        return _mehler_pair_tables(K, activation, orders, rtol)
+    return _quadrature_pair_tables(K, activation, orders, rtol)
+
+
+def _quadrature_pair_tables(K: np.ndarray, activation: Any, orders: list, rtol: float,
+                            only: np.ndarray | None = None) -> tuple[dict, dict]:
+    """:func:`pair_tables` by shared-node quadrature (the reference path).
+
+    ``only``, a boolean mask over the upper-triangle pairs ``np.triu_indices(N, 1)``, restricts
+    the 2-D integrals to those pairs (the others are left 0); the rules are still those of the
+    whole kernel, so an entry's value does not depend on which other entries are computed."""
+    N = K.shape[0]
     R = max(max(o) for o in orders)
     X = truncation(rtol, _growth(activation, 2))
     iu = np.triu_indices(N, 1)
@@ -500,13 +520,16 @@ def pair_tables(K: Any, activation: Any, orders: Any, *, rtol: float = 1e-10) ->
             order, A, c, s = _split_last(Kb)
             sc1 = float(np.max(np.maximum(np.abs(A[:, 0, 0]), np.abs(c))))
             x1, w1, w1c = _rules_for(sc1, activation, rtol, 2, mult, X)
-            y, wy, wyc = _rules_for(float(s.max()), activation, rtol, 2, mult, X)
-            _check_grid([len(x1), len(y)], max(sc1, float(s.max())), "pair tables")
+            s_max = float(s.max())
+            y, wy, wyc = _rules_for(s_max, activation, rtol, 2, mult, X)
+            _check_grid([len(x1), len(y)], max(sc1, s_max), "pair tables")
             first = np.where(order[:, 0] == 0, a, b)
             second = np.where(first == a, b, a)
+            if only is not None:
+                A, c, s, first, second = A[only], c[only], s[only], first[only], second[only]
             # the same rules for every pair; the pairs in chunks (memory O(_PAIR_NODES), not
             # O(N^2 x nodes): 14 GB at N = 300 unchunked)
-            B = len(a)
+            B = len(first)
             step = max(1, _PAIR_NODES // (len(x1) * len(y)))
             res = {(o, t): np.empty(B) for o in orders for t in range(3)}
             for i0 in range(0, B, step):
@@ -534,13 +557,132 @@ def pair_tables(K: Any, activation: Any, orders: Any, *, rtol: float = 1e-10) ->
                 ab[p, q][second, first] = ab[q, p][first, second]
         keys = list(out)
         fine = np.stack([out[o] for o in keys])
-        q = _order([sd.max(), sc1, s.max()] if N > 1 else [sd.max()], activation, rtol)
+        q = _order([sd.max(), sc1, s_max] if N > 1 else [sd.max()], activation, rtol)
         return _finish(fine, np.stack([crs[o] for o in keys]), np.stack([ab[o] for o in keys]), q)
 
     shape = (len(orders), N, N)
     fine, errs = _refined(run, int(np.prod(shape)), rtol, "pair tables")
     fine, errs = fine.reshape(shape), errs.reshape(shape)
     return ({o: fine[i] for i, o in enumerate(orders)}, {o: errs[i] for i, o in enumerate(orders)})
+
+
+# ------------------------------------------------------------------ Mehler expansion
+_MEHLER_DEGREES = (48, 112, 240)   # truncation degrees M tried in turn
+
+
+@lru_cache(maxsize=8)
+def _hermite_functions(M: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""Gauss-Hermite nodes :math:`x_i`, :math:`\sqrt{w_i}` and :math:`\psi_k(x_i)=\sqrt{w_i}\,h_k(x_i)`
+    for :math:`k\le M`, with :math:`h_k=He_k/\sqrt{k!}` orthonormal under :math:`\mathcal N(0,1)`.
+
+    The three-term recurrence is run on the weighted functions, which stay bounded (the
+    unweighted :math:`h_k` overflow at the outer nodes)."""
+    x, w = gauss_hermite(n)
+    sw = np.sqrt(w)
+    psi = np.empty((M + 1, n))
+    psi[0] = sw
+    if M:
+        psi[1] = x * sw
+    for k in range(1, M):
+        psi[k + 1] = (x * psi[k] - math.sqrt(k) * psi[k - 1]) / math.sqrt(k + 1)
+    return x, sw, psi
+
+
+def _hermite_projection(act: Any, r: int, sd: np.ndarray, M: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    r"""Hermite coefficients :math:`c_k=\mathbb E[\sigma^{(r)}(s x)h_k(x)]` (:math:`k\le M`) and the
+    second moments :math:`\mathbb E[\sigma^{(r)}(sx)^2]`, for every standard deviation in ``sd``,
+    by an ``n``-node Gauss-Hermite rule."""
+    x, sw, psi = _hermite_functions(M, n)
+    f = act.numpy(r)(sd[:, None] * x) * sw
+    return f @ psi.T, np.einsum("ij,ij->i", f, f)
+
+
+def _mehler_pair_tables(K: np.ndarray, act: Any, orders: list, rtol: float) -> tuple[dict, dict]:
+    r"""Pair tables from Mehler's formula, quadrature only where its bound is not met.
+
+    With :math:`u_\alpha=s_\alpha x_\alpha`, :math:`s_\alpha^2=K_{\alpha\alpha}` and
+    :math:`\rho_{\alpha\beta}=K_{\alpha\beta}/(s_\alpha s_\beta)`,
+
+    .. math::
+        \langle\sigma^{(p)}_\alpha\sigma^{(q)}_\beta\rangle_K=\sum_{k\ge0}c^{(p)}_{\alpha,k}
+        c^{(q)}_{\beta,k}\,\rho_{\alpha\beta}^k,\qquad c^{(r)}_{\alpha,k}=\mathbb E\bigl[\sigma^{(r)}
+        (s_\alpha x)\,h_k(x)\bigr],
+
+    since :math:`\mathbb E[h_j(x_\alpha)h_k(x_\beta)]=\delta_{jk}\rho^k` (Mehler). The series is
+    summed to degree :math:`M` by Horner's rule (:math:`O(MN^2)` flops, no 2-D grid); by
+    Cauchy-Schwarz and Parseval its remainder is at most
+    :math:`|\rho|^{M+1}\sqrt{t^{(p)}_\alpha t^{(q)}_\beta}` with
+    :math:`t^{(r)}_\alpha=\mathbb E[\sigma^{(r)}(u_\alpha)^2]-\sum_{k\le M}(c^{(r)}_{\alpha,k})^2`.
+    The coefficients are computed with two Gauss-Hermite rules (:math:`2M+64` and :math:`3M+96`
+    nodes); their difference bounds the projection error, which is added to the estimate. The
+    diagonal is the 1-D expectation itself. :math:`M` is raised through ``_MEHLER_DEGREES``; pairs
+    whose estimate stays above ``rtol`` (relative, floor :math:`10^{-3}\sqrt{\mathbb E[(\sigma^{(p)}_\alpha)^2]
+    \mathbb E[(\sigma^{(q)}_\beta)^2]}`) -- saturated activations on large kernels, nearly collinear
+    inputs -- go to :func:`_quadrature_pair_tables`.
+    """
+    N = K.shape[0]
+    R = max(max(o) for o in orders)
+    d = np.clip(np.diag(K), 0.0, None)
+    sd = np.sqrt(d)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = K / np.sqrt(np.outer(d, d))
+    rho = np.clip(np.where(np.isfinite(rho), rho, 0.0), -1.0, 1.0)
+    arho = np.abs(rho)
+    off = ~np.eye(N, dtype=bool)
+    # every decision below is taken order by order, so that an entry's value does not depend on
+    # which other orders were requested
+    X = truncation(rtol, _growth(act, 2))
+    out: dict = {}
+    err: dict = {}
+    for (p, q) in orders:      # the diagonal: the trapezoid rule of the quadrature path, refined
+        for i in range(_MAX_REFINE + 1):
+            xd, wd, wdc = _rules_for(float(sd.max()), act, rtol, 2, 1.5 ** i, X)
+            f = act.numpy(p)(sd[:, None] * xd) * act.numpy(q)(sd[:, None] * xd)
+            v, e, a = _finish(f @ wd, f @ wdc, np.abs(f) @ wd, _order([sd.max()], act, rtol))
+            if np.all(e <= rtol * np.maximum(np.abs(v), 1e-3 * a) + 1e-300):
+                break
+        else:
+            return _quadrature_pair_tables(K, act, orders, rtol)
+        out[p, q], err[p, q] = np.diag(v), np.diag(e)
+    todo = {o: off.copy() for o in orders}
+    for M in _MEHLER_DEGREES:
+        proj = {}
+        for r in range(R + 1):
+            c1, m1 = _hermite_projection(act, r, sd, M, 2 * M + 64)
+            c2, m2 = _hermite_projection(act, r, sd, M, 3 * M + 96)
+            s2 = np.einsum("ij,ij->i", c2, c2)
+            tail = np.maximum(m2 - s2, 0.0) + np.abs(m2 - m1) + np.abs(s2 - np.einsum("ij,ij->i", c1, c1))
+            proj[r] = (c2, np.sqrt(tail), np.abs(c2 - c1), np.sqrt(m2))
+        for (p, q) in orders:
+            if not todo[p, q].any():
+                continue
+            cp, tp, dp, np_ = proj[p]
+            cq, tq, dq, nq = proj[q]
+            acp, acq = np.abs(cp), np.abs(cq)
+            acc = np.zeros((N, N))
+            est = np.zeros((N, N))
+            for k in range(M, -1, -1):
+                acc *= rho
+                acc += np.outer(cp[:, k], cq[:, k])
+                # the projections' error: sum_k |rho|^k (|da_k| |b_k| + |a_k| |db_k|)
+                est *= arho
+                est += np.outer(dp[:, k], acq[:, k]) + np.outer(acp[:, k], dq[:, k])
+            est += arho ** (M + 1) * np.outer(tp, tq)
+            ok = todo[p, q] & (est <= rtol * np.maximum(np.abs(acc), 1e-3 * np.outer(np_, nq)))
+            out[p, q][ok], err[p, q][ok] = acc[ok], est[ok]
+            todo[p, q] &= ~ok
+    # the pairs the series could not certify: quadrature on those pairs, the rules of the whole K
+    iu = np.triu_indices(N, 1)
+    for (p, q) in orders:
+        if p > q or not (todo[p, q].any() or todo[q, p].any()):
+            continue
+        both = sorted({(p, q), (q, p)})
+        mask = (todo[p, q] | todo[q, p].T)[iu] | (todo[p, q].T | todo[q, p])[iu]
+        sub, sub_err = _quadrature_pair_tables(K, act, both, rtol, only=mask)
+        for o in both:
+            sel = todo[o]
+            out[o][sel], err[o][sel] = sub[o][sel], sub_err[o][sel]
+    return out, err
 
 
 # ------------------------------------------------------------------ kinked pairs (any rank)

@@ -128,3 +128,63 @@ def test_entries_that_vanish_by_symmetry_raise_no_accuracy_warning():
         warnings.simplefilter("error")
         F, E = four_point_table(K, get_activation("tanh"), rtol=1e-8)
     assert abs(F[0, 0, 0, 1]) < 1e-15 and F[0, 0, 1, 1] > 0
+
+
+def _mehler_kernel():
+    """12 inputs: generic pairs, a nearly collinear pair, an antipodal pair, a zero input."""
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((12, 6))
+    X[5] = X[4] * (1 + 1e-7)
+    X[7] = -X[6]
+    X[9] = 0.0
+    return X @ X.T / 6
+
+
+@pytest.mark.filterwarnings("ignore::effth.errors.AccuracyWarning")  # the reference at a zero input: 5e-18 abs
+@pytest.mark.parametrize("act", ["tanh", "sigmoid", "swish"])
+def test_mehler_series_against_per_entry_quadrature(act):
+    """The series path (Hermite projections + Horner in rho) against the independent 2-D
+    quadrature of gaussian_expectation at rtol 1e-12, entry by entry, with its error estimate an
+    upper bound of the actual error."""
+    a = get_activation(act)
+    K = _mehler_kernel()
+    orders = [(0, 0), (1, 1), (0, 1)]
+    T, E = pair_tables(K, a, orders, rtol=1e-10)
+    for (p, q) in orders:
+        for (i, j) in [(0, 1), (2, 3), (4, 5), (6, 7), (9, 3), (8, 8), (1, 10)]:
+            sub = K[np.ix_([i, j], [i, j])]
+            ref = float(gaussian_expectation([(0, "sigma", p), (1, "sigma", q)], sub, a, rtol=1e-12))
+            err = abs(T[p, q][i, j] - ref)
+            assert err <= 1e-9 * max(abs(ref), 1e-3), (p, q, i, j, err)
+            assert err <= E[p, q][i, j] + 1e-13 * max(abs(ref), 1.0), (p, q, i, j, err, E[p, q][i, j])
+
+
+def test_mehler_truncation_bound_sends_pairs_to_quadrature(monkeypatch):
+    """A series cut at degree 6 cannot certify the strongly correlated pairs: their bound
+    |rho|^7 sqrt(t_a t_b) exceeds rtol, so they go to quadrature, and the table still matches
+    the pure-quadrature path; without the bound (accepting the degree-6 sums) it would not."""
+    import effth.numerics.sample_tables as st
+    a = get_activation("tanh")
+    K = 1.5 * _mehler_kernel()
+    ref, _ = pair_tables(K, a, [(0, 0)], rtol=1e-10, mehler=False)
+    monkeypatch.setattr(st, "_MEHLER_DEGREES", (6,))
+    T, _ = pair_tables(K, a, [(0, 0)], rtol=1e-10)
+    np.testing.assert_allclose(T[0, 0], ref[0, 0], rtol=1e-9, atol=1e-12)
+    # what the truncated series alone gives on the nearly collinear pair: visibly wrong
+    x, sw, psi = st._hermite_functions(6, 76)
+    sd = np.sqrt(np.diag(K))[[4, 5]]
+    c = (a.numpy(0)(sd[:, None] * x) * sw) @ psi.T
+    rho = K[4, 5] / (sd[0] * sd[1])
+    naive = sum(c[0, k] * c[1, k] * rho ** k for k in range(7))
+    assert abs(naive - ref[0, 0][4, 5]) > 1e-4 * abs(ref[0, 0][4, 5])
+
+
+def test_mehler_saturated_kernels_fall_back():
+    """tanh on a kernel of scale 20 (saturated): the Hermite series converges too slowly near
+    rho = 1, and those pairs are computed by quadrature (same values as mehler=False)."""
+    a = get_activation("tanh")
+    K = 20.0 * _kernel(6, 5)
+    T, _ = pair_tables(K, a, [(0, 0), (1, 1)], rtol=1e-10)
+    R, _ = pair_tables(K, a, [(0, 0), (1, 1)], rtol=1e-10, mehler=False)
+    for o in T:
+        np.testing.assert_allclose(T[o], R[o], rtol=1e-9, atol=1e-13)
