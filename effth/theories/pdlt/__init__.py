@@ -10,7 +10,10 @@ r"""The effective theory of wide networks of PDLT (Roberts & Yaida), derived by 
   chapters 8, 9, 11, ∞) and its compiled evaluation (:func:`ntk_flow`, :func:`learning_rates`);
 * learning at infinite width: Bayesian posterior and gradient-descent ensemble predictions
   (:func:`predict`, chapters 6, 7, 10), the evidence and model comparison (:func:`log_evidence`,
-  :func:`evidence_scan`; :mod:`.learning`).
+  :func:`evidence_scan`; :mod:`.learning`);
+* two nearby inputs: the derived delta expansion of K and Theta, robustness and *-polation, and
+  the exact finite-angle flow of scale-invariant networks (:func:`delta_flow`,
+  :func:`finite_angle_flow`; :mod:`.two_input`, PDLT §10.3).
 """
 
 from . import deep_linear
@@ -23,6 +26,8 @@ from .ntk_flow import NTKFlow, learning_rates, ntk_flow
 from .reductions import derive, second_layer, single_input
 from .learning import (EvidenceScan, Prediction, evidence_scan, log_bayes_factor, log_evidence,
                        log_evidence_two_inputs, output_kernels, predict)
+from .two_input import (DeltaFlow, FiniteAngleFlow, delta_flow, delta_recursions, finite_angle_flow,
+                        polation_mean)
 
 __all__ = ["Recursion", "derive_initialization", "initialization_flow", "mlp_flow", "RATIO",
            "flow", "Flow", "LayerStep", "KernelScaleWarning", "WidthWarning",
@@ -30,4 +35,6 @@ __all__ = ["Recursion", "derive_initialization", "initialization_flow", "mlp_flo
            "second_layer", "single_input", "derive", "couplings",
            "derive_ntk", "NTKRecursion", "NTK_STATISTICS", "ntk_flow", "NTKFlow", "learning_rates",
            "predict", "Prediction", "output_kernels", "log_evidence", "log_bayes_factor",
-           "log_evidence_two_inputs", "evidence_scan", "EvidenceScan"]
+           "log_evidence_two_inputs", "evidence_scan", "EvidenceScan",
+           "delta_flow", "DeltaFlow", "delta_recursions", "finite_angle_flow", "FiniteAngleFlow",
+           "polation_mean"]
