@@ -13,7 +13,8 @@ r"""The effective theory of wide networks of PDLT (Roberts & Yaida), derived by 
   :func:`evidence_scan`; :mod:`.learning`);
 * two nearby inputs: the derived delta expansion of K and Theta, robustness and *-polation, and
   the exact finite-angle flow of scale-invariant networks (:func:`delta_flow`,
-  :func:`finite_angle_flow`; :mod:`.two_input`, PDLT §10.3).
+  :func:`finite_angle_flow`; :mod:`.two_input`, PDLT §10.3);
+* linear models and their kernel duals (:func:`linear_model`, PDLT §10.4).
 """
 
 from . import deep_linear
@@ -26,6 +27,7 @@ from .ntk_flow import NTKFlow, learning_rates, ntk_flow
 from .reductions import derive, second_layer, single_input
 from .learning import (EvidenceScan, Prediction, evidence_scan, log_bayes_factor, log_evidence,
                        log_evidence_two_inputs, output_kernels, predict)
+from .linear_models import LinearModel, linear_model
 from .two_input import (DeltaFlow, FiniteAngleFlow, delta_flow, delta_recursions, finite_angle_flow,
                         polation_mean)
 
@@ -37,4 +39,4 @@ __all__ = ["Recursion", "derive_initialization", "initialization_flow", "mlp_flo
            "predict", "Prediction", "output_kernels", "log_evidence", "log_bayes_factor",
            "log_evidence_two_inputs", "evidence_scan", "EvidenceScan",
            "delta_flow", "DeltaFlow", "delta_recursions", "finite_angle_flow", "FiniteAngleFlow",
-           "polation_mean"]
+           "polation_mean", "linear_model", "LinearModel"]
