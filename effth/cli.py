@@ -591,7 +591,87 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gradient-independent", action="store_true",
                    help="expand the gradient-independence approximation A = B = 0 instead "
                    "(Bordelon & Pehlevan (2022), §5; their eq. (12) for deep linear networks)")
+    pr = sub.add_parser(
+        "predict", help="infinite-width prediction of a trained network (Bayes or gradient descent)",
+        description="The statistics of an MLP's test outputs after learning at infinite width: "
+        "the Bayesian posterior with the NNGP kernel (PDLT (6.57), (6.64), evidence (6.34)) or the "
+        "ensemble of networks trained by gradient descent to convergence (PDLT (10.40)-(10.41)). "
+        "The kernels K^(L) and Theta^(L) are computed from the network. TRAIN is a CSV file "
+        "(comma- or whitespace-separated) whose rows are training inputs with the target in the "
+        "last column; TEST holds test inputs, one per row. Prints the mean and standard deviation "
+        "of each test output.")
+    pr.add_argument("train", help="CSV of training rows: x_1, ..., x_n0, y")
+    pr.add_argument("test", help="CSV of test rows: x_1, ..., x_n0")
+    pr.add_argument("--activation", required=True,
+                    help="registered name, NAME(param=value) or expression in z")
+    pr.add_argument("--depth", type=int, required=True,
+                    help="number of weight layers L, output layer included")
+    pr.add_argument("--c-w", type=float, default=1.0, help="C_W [1.0]")
+    pr.add_argument("--c-b", type=float, default=0.0, help="C_b [0]")
+    pr.add_argument("--method", choices=("gd", "bayes"), default="gd",
+                    help="gradient descent to convergence (ensemble over initializations) or the "
+                    "Bayesian posterior [gd]")
+    pr.add_argument("--lambda-b", type=float, default=1.0, help="lambda_b (PDLT (8.6)) [1]")
+    pr.add_argument("--lambda-w", type=float, default=1.0, help="lambda_W (PDLT (8.6)) [1]")
+    pr.add_argument("--noise", type=float, default=0.0,
+                    help="output noise variance sigma_epsilon^2 (Bayes only, PDLT (6.10)) [0]")
+    pr.add_argument("--digits", type=int, default=8, help="significant digits, 1..17 [8]")
     return p
+
+
+def _read_rows(path: str, what: str) -> np.ndarray:
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} file {path!r}: {exc.strerror}") from None
+    rows = []
+    for i, line in enumerate(text.splitlines(), start=1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        try:
+            rows.append([float(v) for v in line.replace(",", " ").split()])
+        except ValueError:
+            raise UsageError(f"{what} file {path!r}, line {i}: not a row of numbers: {line[:60]!r}") from None
+    if not rows:
+        raise UsageError(f"{what} file {path!r} has no rows")
+    if len({len(r) for r in rows}) != 1:
+        raise UsageError(f"{what} file {path!r}: rows have different numbers of columns")
+    return np.array(rows)
+
+
+def _predict(args, out) -> int:
+    from .arch import MLP
+    from .theories.pdlt.learning import predict
+
+    if not 1 <= args.digits <= 17:
+        raise UsageError(f"--digits must be in 1..17, got {args.digits}")
+    if args.depth < 1:
+        raise UsageError(f"--depth must be a positive integer, got {args.depth}")
+    train = _read_rows(args.train, "training")
+    test = _read_rows(args.test, "test")
+    if train.shape[1] < 2:
+        raise UsageError("training rows need at least one input column and the target column")
+    if test.shape[1] != train.shape[1] - 1:
+        raise UsageError(f"test rows have {test.shape[1]} columns; the training inputs have "
+                         f"{train.shape[1] - 1} (the last training column is the target)")
+    net = MLP(parse_activation(args.activation), depth=args.depth, c_w=args.c_w, c_b=args.c_b)
+    kw = dict(method=args.method, lambda_b=args.lambda_b, lambda_w=args.lambda_w)
+    if args.noise:
+        kw["noise"] = args.noise
+    res = predict(net, train[:, :-1], train[:, -1], test, **kw)
+    mean, std = res.value("mean"), res.value("std")
+    d = args.digits
+    what = "posterior (PDLT (6.57), (6.64))" if args.method == "bayes" else \
+        "gradient descent to convergence (PDLT (10.40)-(10.41))"
+    print(f"# {net!r}: {what}", file=out)
+    if args.method == "bayes":
+        print(f"# log evidence (6.34): {float(res.value('log_evidence')):.{d}g}", file=out)
+    print("# test input, mean, std", file=out)
+    for i, (m, sd) in enumerate(zip(mean, std)):
+        print(f"{i}, {float(m):.{d}g}, {float(sd):.{d}g}", file=out)
+    return 0
 
 
 def _gamma0(args, out) -> int:
@@ -665,7 +745,8 @@ def _report(args, out) -> int:
 
 
 _COMMANDS = {"report": _report, "derive": _derive_checked, "expect": _expect, "wick": _wick,
-             "gamma0": _gamma0, "activations": lambda args, out: _activations(args, out)}
+             "gamma0": _gamma0, "predict": _predict,
+             "activations": lambda args, out: _activations(args, out)}
 
 
 def main(argv: Sequence[str] | None = None, out=None) -> int:

@@ -226,3 +226,33 @@ def test_help_cites_papers_not_internal_notes(capsys):
     assert run("gamma0", "--help")[0] == 0
     text = capsys.readouterr().out
     assert "Bordelon & Pehlevan (2022)" in text and "even order" in text
+
+
+def _csv(tmp_path, name, rows):
+    path = tmp_path / name
+    path.write_text("\n".join(", ".join(repr(v) for v in r) for r in rows) + "\n")
+    return str(path)
+
+
+def test_predict_reproduces_the_books_relu_posterior(tmp_path):
+    """PDLT §6.3 worked example (ReLU, L = 3, C_W = 2, C_b = 0): log p(y) = -2.198197934 and the
+    posterior mean 0.79549854, 0.733184 printed in the book."""
+    tr = _csv(tmp_path, "train.csv", [[1.0, 0.0, 1.0], [0.0, 1.0, 0.5]])
+    te = _csv(tmp_path, "test.csv", [[0.5 ** 0.5, 0.5 ** 0.5], [0.6, -0.8]])
+    code, text = run("predict", tr, te, "--activation", "relu", "--depth", "3", "--c-w", "2",
+                     "--method", "bayes", "--digits", "10")
+    assert code == 0
+    assert "log evidence (6.34): -2.198197934" in text
+    rows = [line.split(", ") for line in text.splitlines() if not line.startswith("#")]
+    assert float(rows[0][1]) == pytest.approx(0.79549854, abs=1e-8)
+    assert float(rows[1][1]) == pytest.approx(0.733184, abs=1e-6)
+    code, gd = run("predict", tr, te, "--activation", "tanh", "--depth", "4")
+    assert code == 0 and "(10.40)-(10.41)" in gd
+
+
+@pytest.mark.parametrize("test_rows, match", [([[0.1, 0.2, 0.3]], "columns"), (None, "cannot read")])
+def test_predict_bad_input_exits_2(tmp_path, capsys, test_rows, match):
+    tr = _csv(tmp_path, "train.csv", [[1.0, 0.0, 1.0], [0.0, 1.0, 0.5]])
+    te = _csv(tmp_path, "test.csv", test_rows) if test_rows else str(tmp_path / "missing.csv")
+    assert main(["predict", tr, te, "--activation", "relu", "--depth", "3"]) == 2
+    assert match in capsys.readouterr().err
