@@ -9,6 +9,8 @@ import pytest
 
 # Long runs draw progress bars only when asked in tests (see effth._progress).
 os.environ.setdefault("EFFTH_PROGRESS", "0")
+# Every test run derives the recursions afresh (effth._cache would otherwise read them from disk).
+os.environ.setdefault("EFFTH_CACHE", "0")
 
 try:
     from hypothesis import HealthCheck, settings

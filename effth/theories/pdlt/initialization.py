@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import sympy as sp
 
+from effth._cache import disk_cached
 from effth.algebra.indices import alpha, ell
 from effth.algebra.tensors import FourPointVertex, InverseKernel, Kernel, NLOMetric, expand_sample_sums
 from effth.codegen import compile_step
@@ -217,7 +217,7 @@ def _ratio_form(expr: sp.Expr, statistic: str) -> sp.Expr:
     return e
 
 
-@lru_cache(maxsize=None)
+@disk_cached
 def _derive(statistic: str, form: str = "edgeworth") -> tuple:
     a = tuple(alpha(k) for k in range(1, 5))
     if statistic in ("K", "G1"):

@@ -31,10 +31,10 @@ Gaussian with a deterministic NTK, PDLT (8.23)), which makes the result exact at
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 import sympy as sp
 
+from effth._cache import disk_cached
 from effth.algebra.indices import alpha, ell
 from effth.algebra.ntk_tensors import NTK_TENSORS, NLONTK
 from effth.algebra.tensors import FourPointVertex, Kernel, NLOMetric, SampleTensor
@@ -107,7 +107,7 @@ class NTKRecursion:
         return {type(t) for t in self.expr.atoms(SampleTensor) if not isinstance(t, Kernel)}
 
 
-@lru_cache(maxsize=None)
+@disk_cached
 def _derive(statistic: str) -> tuple:
     a = tuple(alpha(k) for k in range(1, 5))
     H = lambda n, s: NTKLeg("H", n, s)  # noqa: E731
