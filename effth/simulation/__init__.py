@@ -17,8 +17,11 @@ from __future__ import annotations
 from .ensemble import ESTIMATORS, STAT_NAMES, EnsembleStatistics, simulate_ensemble
 from .ntk import NTK_ESTIMATORS, NTKEnsembleStatistics, NTKResult, empirical_ntk, init_params, simulate_ntk_ensemble
 from .learning import TrainedEnsemble, train_ensemble
+from .features import network_features
 from .training import TrainingRun, simulate_training
+from .rules import RuleTrainingRun, simulate_rule_training
 
 __all__ = ["simulate_ensemble", "EnsembleStatistics", "ESTIMATORS", "simulate_training", "TrainingRun",
            "empirical_ntk", "simulate_ntk_ensemble", "init_params", "NTKResult", "NTKEnsembleStatistics",
-           "NTK_ESTIMATORS", "STAT_NAMES", "train_ensemble", "TrainedEnsemble"]
+           "NTK_ESTIMATORS", "STAT_NAMES", "train_ensemble", "TrainedEnsemble", "network_features",
+           "simulate_rule_training", "RuleTrainingRun"]

@@ -23,6 +23,10 @@ from .lazy import check_stability, lazy_kernels, static_ntk_dynamics, static_ntk
 from .metrics import kernel_alignment, layer_alignment, target_alignment
 from .nonlinear import solve_monte_carlo
 from .result import Diagnostics, DMFTResult
+from .rules import (KernelFluctuations, LazyENTK, LearningRule, RuleDMFTResult, TwoLayerSolution,
+                    fa_fixed_point, gradient_correlation, kernel_fluctuations, lazy_entk,
+                    learning_rule, solve_rule_deep_linear, solve_rule_forward,
+                    solve_rule_two_layer, target_overlap, task_alignment, two_layer_exact)
 from .two_layer import solve_two_layer
 
 __all__ = [
@@ -46,4 +50,8 @@ __all__ = [
            "static_ntk_dynamics",
            "static_ntk_solve",
            "target_alignment",
+           "LazyENTK", "LearningRule", "RuleDMFTResult", "TwoLayerSolution", "fa_fixed_point",
+           "gradient_correlation", "lazy_entk", "learning_rule", "solve_rule_deep_linear",
+           "target_overlap", "task_alignment", "two_layer_exact", "solve_rule_two_layer",
+           "solve_rule_forward", "kernel_fluctuations", "KernelFluctuations",
 ]

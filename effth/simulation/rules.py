@@ -1,0 +1,332 @@
+r"""Finite-width networks trained by learning rules other than GD: the ground truth of the
+learning-rule DMFT (Bordelon & Pehlevan, *The influence of learning rule on representation
+dynamics in wide neural networks*, ICLR 2023).
+
+The network is the mean-field network of :func:`~effth.simulation.simulate_training` (eq. (1)),
+with ``L`` hidden layers of width ``N`` and no biases,
+
+``h^1 = W^0 x / sqrt(D)``, ``h^{l+1} = W^l a^l / sqrt(N)``, ``f = w^L . a^L / (gamma0 N)``,
+
+where the features are ``a^l = phi(h^l)``, or ``a^l = phi'(m^l) h^l`` with frozen gates
+``m^l = M^l x / sqrt(D)`` for gated linear networks.  One Euler step of size ``eta`` moves the
+weights by (eqs. (2)-(3))
+
+``w^L += eta gamma0 sum_mu Delta_mu a^L_mu``,
+``W^l += eta gamma0 / sqrt(N) sum_mu Delta_mu g~^{l+1}_mu a^l_mu^T``,
+``W^0 += eta gamma0 / sqrt(D) sum_mu Delta_mu g~^1_mu x_mu^T``
+
+with the rule's pseudo-gradient ``g~`` (Table 1): GD and GLN backpropagate through ``W^l(t)``;
+ρ-FA through frozen ``B^l = rho W^l(0) + sqrt(1 - rho^2) W~^l`` (top layer
+``rho w^L(0) + sqrt(1 - rho^2) w~^L``); DFA uses a frozen ``N(0, 1)`` vector ``z~^l`` per layer
+(``g~^l = phi'(h^l) z~^l``); error-modulated Hebb uses ``g~^l_mu = Delta_mu a^l_mu`` (so the update
+carries ``Delta^2``, App. G).  For GD this is exactly the trainer of
+:func:`~effth.simulation.simulate_training` (learning rate ``eta gamma0^2 N``).
+
+The forward pass is the shared batched pass of :mod:`effth.simulation._mlp` (the gated network
+needs its gates between layers and has its own three-line forward pass).  NumPy only: this module
+never imports theory code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._display import html_table, short
+from .._progress import progress_bar
+from .._results import HiddenLayers
+from .._validate import integer, real_array, real_scalar
+from ..arch import resolve_depth
+from ..errors import DomainError
+from . import _mlp
+from .training import _resolve_callables, _resolve_seeds
+
+__all__ = ["RuleTrainingRun", "simulate_rule_training"]
+
+_ALIASES = {"gd": "gd", "gradient_descent": "gd", "backprop": "gd",
+            "fa": "fa", "rho_fa": "fa", "feedback_alignment": "fa",
+            "dfa": "dfa", "direct_feedback_alignment": "dfa",
+            "hebb": "hebb", "hebbian": "hebb",
+            "gln": "gln", "gated": "gln", "gated_linear": "gln"}
+
+
+def _rule(rule, rho) -> tuple:
+    """``(name, rho)`` from a name or any object with ``.name`` and ``.rho`` (the rule objects of
+    :func:`effth.theories.dmft.learning_rule`)."""
+    if hasattr(rule, "name") and hasattr(rule, "rho") and not isinstance(rule, str):
+        name, r = str(rule.name), rule.rho
+        if rho is not None and real_scalar(rho, "rho") != real_scalar(r, "rho"):
+            raise DomainError(f"rho={rho!r} contradicts the rule object {rule!r}")
+    elif isinstance(rule, str):
+        name = _ALIASES.get(rule.strip().lower().replace("-", "_").replace(" ", "_"))
+        if name is None:
+            raise DomainError(f"unknown learning rule {rule!r}; known: {sorted(set(_ALIASES))}")
+        if rho is not None and name != "fa":
+            raise DomainError(f"rho is a parameter of feedback alignment only, not of {name!r}")
+        r = 0.0 if rho is None else rho
+    else:
+        raise DomainError(f"rule must be a name or a rule object, got {rule!r}")
+    if name not in ("gd", "fa", "dfa", "hebb", "gln"):
+        raise DomainError(f"unknown learning rule {name!r}")
+    r = real_scalar(r, "rho")
+    if not np.isfinite(r) or not -1.0 <= r <= 1.0:
+        raise DomainError(f"rho={r!r} must be a finite number in [-1, 1]")
+    return name, (r if name == "fa" else (1.0 if name in ("gd", "gln") else 0.0))
+
+
+@dataclass
+class RuleTrainingRun(HiddenLayers):
+    """Record of networks trained by a learning rule (one network per seed).
+
+    Attributes
+    ----------
+    rule : str
+    rho : float
+    f : ndarray, shape (S, T, n)
+        Outputs (centred, ``f - f(theta_0)``, if ``center``).
+    loss : ndarray, shape (S, T)
+    phi, g, gtilde : ndarray, shape (S, L, T, n, T, n)
+        Two-time ``Φ^l``, ``G^l = g^l . g^l / N`` and ``G~^l_{μν}(t, s) = g^l_μ(t) . g~^l_ν(s) / N``
+        with ``g^l = gamma0 N df/dh^l`` (only equal times, zeros elsewhere, without
+        ``record_kernels``).
+    ntk : ndarray, shape (S, T, n, n)
+        Empirical eNTK ``Σ_l G~^{l+1}(t, t) Φ^l(t, t)`` (eq. (4); ``Φ^0 = K^x``, ``G~^{L+1} = 1``).
+    corr : ndarray, shape (S, T)
+        ``corr(g, g~)`` over hidden layers and training points (Fig. 3c).
+    hidden_layers, width, gamma0, eta, seeds
+    """
+
+    rule: str
+    rho: float
+    f: np.ndarray
+    loss: np.ndarray
+    phi: np.ndarray
+    g: np.ndarray
+    gtilde: np.ndarray
+    ntk: np.ndarray
+    corr: np.ndarray
+    hidden_layers: int
+    width: int
+    gamma0: float
+    eta: float
+    seeds: tuple
+
+    _NAMES = ("f", "loss", "phi", "g", "gtilde", "ntk", "corr")
+
+    @property
+    def networks(self) -> int:
+        return self.f.shape[0]
+
+    def _raw(self, name, layer):
+        if name not in self._NAMES:
+            raise DomainError(f"unknown quantity {name!r}; known: {list(self._NAMES)}")
+        arr = getattr(self, name)
+        if name in ("phi", "g", "gtilde"):
+            if layer is None:
+                return arr
+            if isinstance(layer, bool) or layer not in self.layers:
+                raise DomainError(f"layer={layer!r} is not held; layers are {list(self.layers)}")
+            return arr[:, int(layer) - 1]
+        if layer is not None:
+            raise DomainError(f"{name!r} has no layers")
+        return arr
+
+    def value(self, name: str, layer: int | None = None) -> np.ndarray:
+        """Seed mean of ``name`` (``'f'``, ``'loss'``, ``'phi'``, ``'g'``, ``'gtilde'``, ``'ntk'``,
+        ``'corr'``), per layer for the kernels (``layer=None``: all layers)."""
+        return self._raw(name, layer).mean(axis=0)
+
+    def stderr(self, name: str, layer: int | None = None):
+        """Seed-to-seed standard error of :meth:`value` (``None`` for one network)."""
+        a = self._raw(name, layer)
+        if a.shape[0] < 2:
+            return None
+        return a.std(axis=0, ddof=1) / np.sqrt(a.shape[0])
+
+    def __repr__(self) -> str:
+        return (f"RuleTrainingRun(rule={self.rule!r}, rho={self.rho:g}, L={self.hidden_layers}, "
+                f"N={self.width}, networks={self.networks}, loss[-1]={self.loss[:, -1].mean():.4g})")
+
+    def _repr_html_(self) -> str:
+        return html_table("Learning-rule training", [
+            ("rule", self.rule), ("rho", f"{self.rho:g}"), ("L", self.hidden_layers),
+            ("N", self.width), ("networks", self.networks),
+            ("loss (mean)", short(self.loss.mean(axis=0)[[0, -1]]))])
+
+
+def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = None,
+                           hidden_layers: int | None = None, widths, gamma0: float, eta: float,
+                           steps: int, activation="linear", seed=0, X_test=None,
+                           center: bool = True, record_kernels: bool = True,
+                           progress: bool | None = None) -> RuleTrainingRun:
+    """Train width-``N`` networks by a learning rule and record outputs, kernels and eNTKs.
+
+    Parameters
+    ----------
+    X : array_like, shape (P, D)
+    y : array_like, shape (P,)
+    rule : str or rule object
+        ``'gd'``, ``'fa'``, ``'dfa'``, ``'hebb'``, ``'gln'`` or an object with ``.name`` and
+        ``.rho`` (:func:`effth.theories.dmft.learning_rule`).
+    rho : float, optional
+        Feedback alignment of ``'fa'`` in ``[-1, 1]`` (default 0).
+    depth, hidden_layers : int
+        Give exactly one.
+    widths : int
+        Hidden width ``N``.
+    gamma0 : float
+        Richness (nonzero).
+    eta : float
+        Euler step (module docstring).
+    steps : int
+        Recorded steps ``T`` (``T - 1`` updates); ``steps=1`` gives the networks at
+        initialization (the empirical eNTK of Table 2's lazy limit).
+    activation : str, Activation or sympy.Expr
+        ``phi``; for ``'gln'`` the gate factor is ``phi'`` (``'relu'``: step gates).
+    seed : int or sequence of int
+        One network per seed.
+    X_test : array_like, shape (Q, D), optional
+    center : bool
+        Train and report ``f - f(theta_0)`` (removes the ``O(1 / (gamma0 sqrt N))`` initial
+        output, which is 0 at infinite width; updates unchanged).
+    record_kernels : bool
+        Two-time kernels (memory ``S L (T n)^2``), else equal-time only.
+    progress : bool or None
+        Progress bar over networks.
+    """
+    name, r = _rule(rule, rho)
+    L = resolve_depth(depth, hidden_layers, minimum=2) - 1
+    X = real_array(X, "X", finite=True)
+    if X.ndim != 2:
+        raise DomainError(f"X must be (P, D), got shape {X.shape}")
+    Y = real_array(y, "y", finite=True)
+    if Y.ndim != 1 or Y.size != X.shape[0]:
+        raise DomainError(f"y must be a vector of {X.shape[0]} targets, got shape {Y.shape}")
+    if X_test is not None:
+        Xt = real_array(X_test, "X_test", finite=True)
+        if Xt.ndim != 2 or Xt.shape[1] != X.shape[1]:
+            raise DomainError(f"X_test must be (Q, {X.shape[1]}), got shape {Xt.shape}")
+        Xall = np.vstack([X, Xt])
+    else:
+        Xall = X
+    N = integer(widths, "widths", minimum=1)
+    g0 = real_scalar(gamma0, "gamma0")
+    eta = real_scalar(eta, "eta")
+    if not np.isfinite(g0) or g0 == 0:
+        raise DomainError(f"gamma0={gamma0!r} must be finite and nonzero")
+    if not np.isfinite(eta) or eta < 0:
+        raise DomainError(f"eta={eta!r} must be finite and >= 0")
+    T = integer(steps, "steps", minimum=1)
+    _, (act, dact) = _resolve_callables(activation)
+    seeds = _resolve_seeds(seed)
+    out = []
+    with progress_bar(len(seeds), f"training {name} networks", progress=progress,
+                      unit="net") as bar:
+        for s in seeds:
+            try:
+                out.append(_train_one(Xall, Y, L, N, g0, eta, T, act, dact, name, r, s, center,
+                                      record_kernels))
+            except FloatingPointError:
+                raise DomainError(
+                    f"training diverged (overflow) for seed {s!r}: rule={name!r}, eta={eta:g}, "
+                    f"gamma0={g0:g}; use a smaller eta or gamma0") from None
+            bar.update(1)
+    f, loss, phi, g, gt, ntk, corr = (np.stack(a) for a in zip(*out))
+    return RuleTrainingRun(rule=name, rho=r, f=f, loss=loss, phi=phi, g=g, gtilde=gt, ntk=ntk,
+                           corr=corr, hidden_layers=L, width=N, gamma0=g0, eta=eta,
+                           seeds=tuple(seeds))
+
+
+def _train_one(X, Y, L, N, g0, eta, T, act, dact, rule, rho, seed, center, record):
+    n, D = X.shape
+    P = Y.size
+    rng = np.random.default_rng(seed)
+    W0 = rng.standard_normal((N, D))
+    Ws = [rng.standard_normal((N, N)) for _ in range(L - 1)]
+    w = rng.standard_normal(N)
+    if rule == "fa":                                  # frozen feedback, correlated by rho
+        c = np.sqrt(max(0.0, 1.0 - rho * rho))
+        Bs = [rho * W + c * rng.standard_normal((N, N)) for W in Ws]
+        b_top = rho * w + c * rng.standard_normal(N)
+    elif rule == "dfa":
+        zt = [rng.standard_normal(N) for _ in range(L)]
+    elif rule == "gln":
+        gates = [dact(rng.standard_normal((N, D)) @ X.T / np.sqrt(D)).T for _ in range(L)]
+    sD, sN = 1.0 / np.sqrt(D), 1.0 / np.sqrt(N)
+    kx = X @ X.T / D
+    feats = np.zeros((L, T, n, N))
+    grads = np.zeros((L, T, n, N))
+    pgrads = np.zeros((L, T, n, N))
+    f_rec = np.zeros((T, n))
+    ntk = np.zeros((T, n, n))
+    corr = np.zeros(T)
+    f0 = None
+    with np.errstate(over="raise", invalid="raise"):
+        for t in range(T):
+            if rule == "gln":                         # gated forward: a^l = phi'(m^l) h^l
+                h = [X @ W0.T * sD]
+                a = [gates[0] * h[0]]
+                for ell in range(L - 1):
+                    h.append(a[-1] @ Ws[ell].T * sN)
+                    a.append(gates[ell + 1] * h[-1])
+                q = gates
+            else:                                     # the shared batched pass
+                layers = [W0[None]] + [W[None] for W in Ws] + [w[None, None, :]]
+                fp = _mlp.forward(layers, [None] * (L + 1), X, act, dact,
+                                  scales=(sD,) + (sN,) * (L - 1) + (1.0 / (g0 * N),))
+                h = [z[0] for z in fp.z[:-1]]
+                a = [s[0] for s in fp.s[1:]]
+                q = [d[0] for d in fp.ds]
+            f = a[-1] @ w / (g0 * N)
+            if f0 is None:
+                f0 = f.copy() if center else np.zeros(n)
+            f = f - f0
+            f_rec[t] = f
+            delta = np.zeros(n)
+            delta[:P] = Y - f[:P]
+            # true gradients g^l = gamma0 N df/dh^l and the rule's pseudo-gradients
+            g = [None] * L
+            g[L - 1] = q[L - 1] * w
+            for ell in range(L - 2, -1, -1):
+                g[ell] = q[ell] * (g[ell + 1] @ Ws[ell]) * sN
+            if rule in ("gd", "gln"):
+                gt = g
+            elif rule == "fa":
+                gt = [None] * L
+                gt[L - 1] = q[L - 1] * b_top
+                for ell in range(L - 2, -1, -1):
+                    gt[ell] = q[ell] * (gt[ell + 1] @ Bs[ell]) * sN
+            elif rule == "dfa":
+                gt = [q[ell] * zt[ell] for ell in range(L)]
+            else:                                     # Hebb: g~_mu = Delta_mu a_mu
+                gt = [delta[:, None] * a[ell] for ell in range(L)]
+            K = np.array(a[-1] @ a[-1].T / N)
+            K += (g[0] @ gt[0].T / N) * kx
+            for ell in range(1, L):
+                K += (g[ell] @ gt[ell].T / N) * (a[ell - 1] @ a[ell - 1].T / N)
+            ntk[t] = K
+            num = np.sum(np.stack(g)[:, :P] * np.stack(gt)[:, :P], axis=-1)
+            den = np.linalg.norm(np.stack(g)[:, :P], axis=-1) * np.linalg.norm(np.stack(gt)[:, :P], axis=-1)
+            corr[t] = float(np.mean(np.divide(num, den, out=np.zeros_like(num), where=den > 0)))
+            for ell in range(L):
+                feats[ell, t], grads[ell, t], pgrads[ell, t] = a[ell], g[ell], gt[ell]
+            if t == T - 1:
+                break
+            c = eta * g0
+            w = w + c * (a[-1].T @ delta)
+            for ell in range(L - 1):
+                Ws[ell] = Ws[ell] + c * sN * (gt[ell + 1] * delta[:, None]).T @ a[ell]
+            W0 = W0 + c * sD * (gt[0] * delta[:, None]).T @ X
+    loss = 0.5 * np.sum((Y[None] - f_rec[:, :P]) ** 2, axis=1)
+    if record:
+        phi = np.einsum("ltan,lsbn->ltasb", feats, feats, optimize=True) / N
+        gg = np.einsum("ltan,lsbn->ltasb", grads, grads, optimize=True) / N
+        gtt = np.einsum("ltan,lsbn->ltasb", grads, pgrads, optimize=True) / N
+    else:
+        phi, gg, gtt = (np.zeros((L, T, n, T, n)) for _ in range(3))
+        idx = np.arange(T)
+        phi[:, idx, :, idx, :] = np.einsum("ltan,ltbn->tlab", feats, feats) / N
+        gg[:, idx, :, idx, :] = np.einsum("ltan,ltbn->tlab", grads, grads) / N
+        gtt[:, idx, :, idx, :] = np.einsum("ltan,ltbn->tlab", grads, pgrads) / N
+    return f_rec, loss, phi, gg, gtt, ntk, corr
