@@ -116,12 +116,15 @@ class NTKLayerStep:
         self._fn: Callable = sp.lambdify([s for s, _ in self._inputs] + list(self.params), body,
                                          modules="numpy", cse=True)
         self.rank = len(rec.labels)
+        self._terms = _polynomial_terms(body, [s for s, _ in self._inputs], self.params)
         self.max_order = max((o for key in self.atoms for _, o in key), default=0)
         #: derivative orders (p, q) of the two-factor atoms (the two-point tables)
         self.pair_orders = {tuple(o for _, o in key) for key in self.atoms if len(key) == 2}
 
-    def __call__(self, N: int, tables: AtomTables, tensors: dict, params: dict) -> np.ndarray:
-        """Evaluate on all labels: an array of shape ``(N,) * rank``."""
+    def __call__(self, N: int, tables: AtomTables, tensors: dict, params: dict,
+                 out: np.ndarray | None = None) -> np.ndarray:
+        """Evaluate on all labels: an array of shape ``(N,) * rank`` (written into ``out`` if
+        given)."""
         grids = _grids(N, self.rank)
         args = []
         for _, key in self._inputs:
@@ -136,9 +139,48 @@ class NTKLayerStep:
                 _, name, labs = key
                 args.append(tensors[name][tuple(grids[p] for p in labs)])
         vals = [np.float64(params[k]) for k in ("c_w", "c_b", "lambda_b", "lambda_w", "ratio")]
+        shape = (N,) * self.rank
         with np.errstate(over="ignore", invalid="ignore"):
-            out = self._fn(*args, *vals)
-        return np.broadcast_to(out, (N,) * self.rank).copy()
+            if self._terms is None:
+                res = self._fn(*args, *vals)
+                if out is None:
+                    return np.broadcast_to(res, shape).copy()
+                np.copyto(out, res)
+                return out
+            # a polynomial in the arrays: accumulate term by term in place (one scratch array),
+            # instead of the temporaries of the generated expression
+            if out is None:
+                out = np.empty(shape)
+            out.fill(0.0)
+            tmp = None
+            for coef, factors in self._terms:
+                c = float(coef(*vals))
+                if not factors:
+                    out += c
+                    continue
+                if tmp is None:
+                    tmp = np.empty(shape)
+                np.multiply(args[factors[0]], c, out=tmp)
+                for f in factors[1:]:
+                    tmp *= args[f]
+                out += tmp
+        return out
+
+
+def _polynomial_terms(body: sp.Expr, inputs: list, params: tuple) -> list | None:
+    """``[(coefficient(params), (input positions with multiplicity)), ...]`` when ``body`` is a
+    polynomial in ``inputs`` with coefficients in ``params`` only; ``None`` otherwise."""
+    try:
+        poly = sp.Poly(sp.expand(body), *inputs)
+    except sp.PolynomialError:
+        return None
+    terms = []
+    for mono, coef in poly.terms():
+        if coef.free_symbols - set(params):
+            return None
+        fn = sp.lambdify(list(params), coef, modules="math")
+        terms.append((fn, tuple(i for i, e in enumerate(mono) for _ in range(e))))
+    return terms
 
 
 @lru_cache(maxsize=None)
@@ -458,10 +500,10 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         given = {o: T for o, T in tabs.items() if o != "four" and (o == (0, 0) or not kinked)}
         tables = _PairFirstTables(K, act, rtol, kinked, pair_orders, given)
         for s in stats:
-            val = ntk_layer_step(s)(N, tables, prev, params)
-            if not np.all(np.isfinite(val)):
-                raise DomainError(f"{s} overflows or is undefined at layer {layer + 1}")
-            out[s][layer] = val
+            val = ntk_layer_step(s)(N, tables, prev, params, out=out[s][layer])
+            if not np.isfinite(val.sum()):         # one reduction; NaN and inf propagate into it
+                if not np.all(np.isfinite(val)):
+                    raise DomainError(f"{s} overflows or is undefined at layer {layer + 1}")
         errs.append(tables.max_error)
 
     kern = _flow(**kw, rtol=rtol, statistics=kstats, hook=step, progress=progress,
