@@ -664,6 +664,24 @@ def _solve_fields(u, r, Cm, Dm, phi_f, dphi_f, T, n, C):
     return h, z, g
 
 
+def _unit_lower_inverse(M: np.ndarray, block: int = 16) -> np.ndarray:
+    """Inverse of a batch ``(..., n, n)`` of unit lower-triangular matrices by recursive 2x2
+    blocking, ``[[A, 0], [C, D]]^-1 = [[A^-1, 0], [-D^-1 C A^-1, D^-1]]``: batched matrix
+    products only, about a third of the flops of a general ``inv`` (LU and back-substitution),
+    and exact in the zero upper triangle."""
+    n = M.shape[-1]
+    if n <= block:
+        return np.linalg.inv(M)
+    k = n // 2
+    Ai = _unit_lower_inverse(M[..., :k, :k], block)
+    Di = _unit_lower_inverse(M[..., k:, k:], block)
+    out = np.zeros_like(M)
+    out[..., :k, :k] = Ai
+    out[..., k:, k:] = Di
+    out[..., k:, :k] = -(Di @ (M[..., k:, :k] @ Ai))
+    return out
+
+
 def _jacobians(Cm, Dm, d1, d2, z, rcol, C, need_A, need_B, need_readout, chunk=128):
     """Sample means of the per-sample Jacobians of the linearised causal system (Bordelon & Pehlevan (2022), App. B).
 
@@ -695,7 +713,7 @@ def _jacobians(Cm, Dm, d1, d2, z, rcol, C, need_A, need_B, need_readout, chunk=1
         if need_readout:
             v = np.matmul(CL1, np.kron(np.ones((Tn, 1)), np.eye(C)) * rcol[:, None])  # (m, Tn, C)
         if need_A or need_B:
-            Minv = np.linalg.inv(M)
+            Minv = _unit_lower_inverse(M)        # M is unit lower triangular (causality)
             if need_A:
                 A += wsum(l1, Minv @ CL1)
             if need_B:
