@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..._display import html_table, short
+from ..._results import HiddenLayers
 from ..._validate import integer, real_array, real_scalar
 from ...errors import DomainError, NotDerivedError
 from ...numerics import gaussian_expectation
@@ -487,7 +488,7 @@ def two_layer_exact(rule="gd", *, gamma0, times, y=1.0, rho=None, rtol=1e-11) ->
 # ================================================================== deep linear DMFT (App. E)
 
 @dataclass
-class RuleDMFTResult:
+class RuleDMFTResult(HiddenLayers):
     r"""Infinite-width DMFT of a deep linear network trained by a learning rule (App. E).
 
     Sample axes have length ``n = P + Q`` (training, then test points); kernels are indexed
@@ -523,14 +524,6 @@ class RuleDMFTResult:
     activation: str = "linear"
     diagnostics: dict = field(default_factory=dict)
     mc_stderr: dict | None = None
-
-    @property
-    def depth(self) -> int:
-        return self.hidden_layers + 1
-
-    @property
-    def layers(self) -> tuple:
-        return tuple(range(1, self.hidden_layers + 1))
 
     def value(self, name: str, layer: int | None = None) -> np.ndarray:
         """``'f'`` ``(T, n)``, ``'loss'`` ``(T,)``, ``'delta'`` ``(T, P)``, ``'ntk'`` ``(T, n, n)``,
