@@ -627,8 +627,6 @@ def _mehler_pair_tables(K: np.ndarray, act: Any, orders: list, rtol: float) -> t
     with np.errstate(divide="ignore", invalid="ignore"):
         rho = K / np.sqrt(np.outer(d, d))
     rho = np.clip(np.where(np.isfinite(rho), rho, 0.0), -1.0, 1.0)
-    arho = np.abs(rho)
-    off = ~np.eye(N, dtype=bool)
     # every decision below is taken order by order, so that an entry's value does not depend on
     # which other orders were requested
     X = truncation(rtol, _growth(act, 2))
@@ -644,8 +642,13 @@ def _mehler_pair_tables(K: np.ndarray, act: Any, orders: list, rtol: float) -> t
         else:
             return _quadrature_pair_tables(K, act, orders, rtol)
         out[p, q], err[p, q] = np.diag(v), np.diag(e)
-    todo = {o: off.copy() for o in orders}
+    # the off-diagonal entries on the upper-triangle pairs (a < b); entry (b, a) of (p, q) is
+    # entry (a, b) of (q, p). Each pass sums the series only over the pairs still uncertified.
+    ia, ib = np.triu_indices(N, 1)
+    pending = {o: np.arange(len(ia)) for o in orders}
     for M in _MEHLER_DEGREES:
+        if not any(len(v) for v in pending.values()):
+            break
         proj = {}
         for r in range(R + 1):
             c1, m1 = _hermite_projection(act, r, sd, M, 2 * M + 64)
@@ -653,35 +656,50 @@ def _mehler_pair_tables(K: np.ndarray, act: Any, orders: list, rtol: float) -> t
             s2 = np.einsum("ij,ij->i", c2, c2)
             tail = np.maximum(m2 - s2, 0.0) + np.abs(m2 - m1) + np.abs(s2 - np.einsum("ij,ij->i", c1, c1))
             proj[r] = (c2, np.sqrt(tail), np.abs(c2 - c1), np.sqrt(m2))
+        chunk = max(256, _PAIR_NODES // (8 * (M + 1)))    # ~8 arrays of chunk x (M + 1)
         for (p, q) in orders:
-            if not todo[p, q].any():
+            sel = pending[p, q]
+            if not len(sel):
                 continue
             cp, tp, dp, np_ = proj[p]
             cq, tq, dq, nq = proj[q]
-            acp, acq = np.abs(cp), np.abs(cq)
-            acc = np.zeros((N, N))
-            est = np.zeros((N, N))
-            for k in range(M, -1, -1):
-                acc *= rho
-                acc += np.outer(cp[:, k], cq[:, k])
-                # the projections' error: sum_k |rho|^k (|da_k| |b_k| + |a_k| |db_k|)
-                est *= arho
-                est += np.outer(dp[:, k], acq[:, k]) + np.outer(acp[:, k], dq[:, k])
-            est += arho ** (M + 1) * np.outer(tp, tq)
-            ok = todo[p, q] & (est <= rtol * np.maximum(np.abs(acc), 1e-3 * np.outer(np_, nq)))
-            out[p, q][ok], err[p, q][ok] = acc[ok], est[ok]
-            todo[p, q] &= ~ok
+            keep = np.zeros(len(sel), dtype=bool)
+            for c0 in range(0, len(sel), chunk):
+                a, b = ia[sel[c0:c0 + chunk]], ib[sel[c0:c0 + chunk]]
+                r = rho[a, b]
+                ar = np.abs(r)
+                A, B = cp[a].T.copy(), cq[b].T.copy()          # (M + 1, pairs), rows contiguous
+                dA, dB = dp[a].T.copy(), dq[b].T.copy()
+                aA, aB = np.abs(A), np.abs(B)
+                acc = np.zeros(len(a))
+                est = np.zeros(len(a))
+                for k in range(M, -1, -1):
+                    acc *= r
+                    acc += A[k] * B[k]
+                    # the projections' error: sum_k |rho|^k (|da_k| |b_k| + |a_k| |db_k|)
+                    est *= ar
+                    est += dA[k] * aB[k] + aA[k] * dB[k]
+                est += ar ** (M + 1) * tp[a] * tq[b]
+                ok = est <= rtol * np.maximum(np.abs(acc), 1e-3 * np_[a] * nq[b])
+                out[p, q][a[ok], b[ok]] = acc[ok]
+                err[p, q][a[ok], b[ok]] = est[ok]
+                keep[c0:c0 + len(a)] = ~ok
+            pending[p, q] = sel[keep]
     # the pairs the series could not certify: quadrature on those pairs, the rules of the whole K
-    iu = np.triu_indices(N, 1)
     for (p, q) in orders:
-        if p > q or not (todo[p, q].any() or todo[q, p].any()):
+        if p > q or not (len(pending[p, q]) or len(pending[q, p])):
             continue
         both = sorted({(p, q), (q, p)})
-        mask = (todo[p, q] | todo[q, p].T)[iu] | (todo[p, q].T | todo[q, p])[iu]
+        mask = np.zeros(len(ia), dtype=bool)
+        for o in both:
+            mask[pending[o]] = True
         sub, sub_err = _quadrature_pair_tables(K, act, both, rtol, only=mask)
         for o in both:
-            sel = todo[o]
-            out[o][sel], err[o][sel] = sub[o][sel], sub_err[o][sel]
+            a, b = ia[pending[o]], ib[pending[o]]
+            out[o][a, b], err[o][a, b] = sub[o][a, b], sub_err[o][a, b]
+    for (p, q) in orders:                  # the lower triangle: T_pq[b, a] = T_qp[a, b]
+        out[p, q][ib, ia] = out[q, p][ia, ib]
+        err[p, q][ib, ia] = err[q, p][ia, ib]
     return out, err
 
 

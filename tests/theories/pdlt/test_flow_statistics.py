@@ -102,7 +102,7 @@ def test_relu_theta_against_the_arc_cosine_recursion():
 def test_k_theta_memory_is_bounded():
     """N = 300, K + Theta: peak allocation a few N x N arrays (no N^4 tensor, no N^2 x nodes
     quadrature grid: 14 GB for tanh before chunking), i.e. well under 40 MB (one N^2 table is
-    0.72 MB).  tanh goes through the shared-node quadrature, erf through closed forms."""
+    0.72 MB).  tanh goes through the Mehler series (chunked over pairs), erf through closed forms."""
     X = _X(300, 3)
     for act, depth in (("tanh", 2), ("erf", 4)):
         tracemalloc.start()
