@@ -70,6 +70,25 @@ def per_layer(value: Any, count: int, name: str, *, positive: bool = False) -> t
     return values
 
 
+def resolve_branch_scale(branch_scale: Any, branch_scale0: Any, layers: int) -> float | None:
+    r"""The residual branch scale :math:`\beta` from at most one of ``branch_scale`` (:math:`\beta`)
+    and ``branch_scale0`` (:math:`\beta_0`, with :math:`\beta=\beta_0/\sqrt{L}` over ``layers``
+    residual blocks, the depth-:math:`\mu`P scaling of Bordelon & Pehlevan's ResNets, App. C);
+    ``None`` when neither is given (no residual branches)."""
+    if branch_scale is not None and branch_scale0 is not None:
+        raise DomainError("give at most one of branch_scale= (beta) and branch_scale0= "
+                          "(beta0, beta = beta0/sqrt(L))")
+    if branch_scale is None and branch_scale0 is None:
+        return None
+    if branch_scale is not None:
+        beta = real_scalar(branch_scale, "branch_scale")
+    else:
+        beta = real_scalar(branch_scale0, "branch_scale0") / float(layers) ** 0.5
+    if not (beta == beta and abs(beta) != float("inf") and beta >= 0):
+        raise DomainError(f"branch scale beta={beta!r} must be finite and >= 0")
+    return beta
+
+
 def resolve_depth(depth: Any = None, hidden_layers: Any = None, *, minimum: int = 2) -> int:
     r"""The number of weight layers :math:`L` from exactly one of ``depth`` or ``hidden_layers``.
 

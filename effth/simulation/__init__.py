@@ -20,8 +20,10 @@ from .learning import TrainedEnsemble, train_ensemble
 from .features import network_features
 from .training import TrainingRun, simulate_training
 from .rules import RuleTrainingRun, simulate_rule_training
+from .linear_field import LinearFieldRun, simulate_linear_field, simulate_power_law
 
 __all__ = ["simulate_ensemble", "EnsembleStatistics", "ESTIMATORS", "simulate_training", "TrainingRun",
            "empirical_ntk", "simulate_ntk_ensemble", "init_params", "NTKResult", "NTKEnsembleStatistics",
            "NTK_ESTIMATORS", "STAT_NAMES", "train_ensemble", "TrainedEnsemble", "network_features",
+           "simulate_linear_field", "simulate_power_law", "LinearFieldRun",
            "simulate_rule_training", "RuleTrainingRun"]

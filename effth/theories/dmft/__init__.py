@@ -22,6 +22,10 @@ from .grid import TimeGrid, TrainingData, prepare_data
 from .lazy import check_stability, lazy_kernels, static_ntk_dynamics, static_ntk_solve
 from .metrics import kernel_alignment, layer_alignment, target_alignment
 from .nonlinear import solve_monte_carlo
+from .random_data import (DepthExtrapolation, LearningRateSweep, PowerLawResult, RandomDataResult,
+                          extrapolate_depth, gamma0_at, learning_rate_sweep,
+                          max_stable_learning_rate, power_law_exponent, resnet_kernel,
+                          solve_power_law, solve_random_data)
 from .result import Diagnostics, DMFTResult
 from .rules import (KernelFluctuations, LazyENTK, LearningRule, RuleDMFTResult, TwoLayerSolution,
                     fa_fixed_point, gradient_correlation, kernel_fluctuations, lazy_entk,
@@ -50,6 +54,9 @@ __all__ = [
            "static_ntk_dynamics",
            "static_ntk_solve",
            "target_alignment",
+           "DepthExtrapolation", "LearningRateSweep", "PowerLawResult", "RandomDataResult",
+           "extrapolate_depth", "gamma0_at", "learning_rate_sweep", "max_stable_learning_rate",
+           "power_law_exponent", "resnet_kernel", "solve_power_law", "solve_random_data",
            "LazyENTK", "LearningRule", "RuleDMFTResult", "TwoLayerSolution", "fa_fixed_point",
            "gradient_correlation", "lazy_entk", "learning_rule", "solve_rule_deep_linear",
            "target_overlap", "task_alignment", "two_layer_exact", "solve_rule_two_layer",

@@ -1,0 +1,342 @@
+r"""Ground truth for the random-data deep linear DMFT: finite networks in field form.
+
+Bordelon & Pehlevan, "Deep Linear Network Training Dynamics from Random Initialization: Data,
+Width, Depth, and Hyperparameter Transfer".  A deep linear network of width ``N`` on inputs of
+dimension ``D`` learns a linear teacher ``y = w_* . x / sqrt(D) + sigma eps`` from ``P`` Gaussian
+examples ``x ~ N(0, I_D)``.  The network
+
+``f(x) = (N gamma0)^-1 (w^L)^T W^{L-1}/sqrt(N) ... W^1/sqrt(N) W^0 x``
+
+(all weights ``N(0, 1)``; no ``1/sqrt(D)`` on ``W^0`` -- the printed eq. (1) carries one, the
+fields (9), (26) and the DMFT do not) is trained by gradient descent with raw learning rate
+``N eta gamma0^2`` on the halved MSE ``(2P)^-1 sum_mu Delta_mu^2``.  The simulator runs it in the
+training-set-averaged field form of eqs. (4)-(5), (24)-(26): for ``t = 0, 1, ..``
+
+``g^L = w^L``, ``g^l = W^l^T g^{l+1} / sqrt(N)``, ``v = w_* - sqrt(D)/(N gamma0) W^0^T g^1``,
+``Delta = X v / sqrt(D) + sigma eps``, ``h^0 = sqrt(D)/P X^T Delta``, ``h^1 = W^0 h^0 / sqrt(D)``,
+``h^{l+1} = W^l h^l / sqrt(N)``; record ``L = |v|^2/D + sigma^2`` and ``L_hat = |Delta|^2/P``;
+``W^0 += eta gamma0 / sqrt(D) g^1 h^0^T``, ``W^l += eta gamma0 / sqrt(N) g^{l+1} h^l^T``,
+``w^L += eta gamma0 h^L``.
+
+Variants: population data (``alpha = inf``: ``h^0 = v``), online SGD (fresh ``B = alpha_B D``
+samples and noise each step, App. D), centering (``f(x, t) - f(x, 0)``, App. A.3), residual
+branches ``I + beta W^l / sqrt(N)`` (App. C, updates carry ``beta``).  Networks are batched over
+a leading axis.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._display import html_table, short
+from .._progress import progress_bar
+from .._threads import blas_threads
+from .._validate import integer, real_scalar
+from ..arch import resolve_branch_scale, resolve_depth
+from ..errors import ConvergenceError, DomainError
+
+__all__ = ["LinearFieldRun", "simulate_linear_field", "simulate_power_law"]
+
+
+def _rank1(W, alpha, g, h):
+    """In place ``W[n] += alpha g[n] h[n]^T`` for every network ``n`` (BLAS ``dger`` on the
+    C-ordered matrices' transposes: no temporary of the stack's size)."""
+    try:
+        from scipy.linalg.blas import dger
+    except ImportError:                    # pragma: no cover - scipy is a dependency
+        W += alpha * g[:, :, None] * h[:, None, :]
+        return
+    for i in range(W.shape[0]):
+        dger(alpha, h[i], g[i], a=W[i].T, overwrite_a=1)
+
+
+@dataclass(repr=False)
+class LinearFieldRun:
+    """Losses of simulated field-form networks (one row per network).
+
+    ``value(name)`` is the mean over networks and ``stderr(name)`` its standard error, for
+    ``'test_loss'`` (alias ``'loss'``) and ``'train_loss'`` (shape ``(T,)``; the train loss is not
+    defined for online SGD).  Raw arrays ``test_loss``, ``train_loss`` are ``(networks, T)``.
+    """
+
+    hidden_layers: int
+    dim: int
+    width: int
+    samples: int | None
+    eta: float
+    gamma0: float
+    steps: int
+    test_loss: np.ndarray
+    train_loss: np.ndarray | None
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def depth(self) -> int:
+        return self.hidden_layers + 1
+
+    @property
+    def layers(self) -> tuple:
+        return ()
+
+    @property
+    def networks(self) -> int:
+        return self.test_loss.shape[0]
+
+    def _raw(self, name, layer):
+        if layer is not None:
+            raise DomainError(f"{name!r} has no layer axis; drop layer={layer!r}")
+        if name in ("test_loss", "loss"):
+            return self.test_loss
+        if name == "train_loss":
+            if self.train_loss is None:
+                raise DomainError("'train_loss' is not defined for online SGD")
+            return self.train_loss
+        raise DomainError(f"unknown quantity name={name!r}; choose from "
+                          "['test_loss', 'loss', 'train_loss']")
+
+    def value(self, name: str, layer: int | None = None) -> np.ndarray:
+        return self._raw(name, layer).mean(axis=0)
+
+    def stderr(self, name: str, layer: int | None = None) -> np.ndarray:
+        x = self._raw(name, layer)
+        if x.shape[0] < 2:
+            return np.full(x.shape[1], np.inf)
+        return x.std(axis=0, ddof=1) / math.sqrt(x.shape[0])
+
+    def __repr__(self) -> str:
+        return (f"LinearFieldRun(depth={self.depth} (hidden_layers={self.hidden_layers}), "
+                f"D={self.dim}, N={self.width}, P={self.samples}, gamma0={self.gamma0:g}, "
+                f"eta={self.eta:g}, steps={self.steps}, networks={self.networks})")
+
+    def _repr_html_(self) -> str:
+        rows = [("depth (hidden_layers)", f"{self.depth} ({self.hidden_layers})"),
+                ("D, N, P", f"{self.dim}, {self.width}, {self.samples}"),
+                ("gamma0", f"{self.gamma0:g}"), ("eta", f"{self.eta:g}"), ("steps", self.steps),
+                ("networks", self.networks),
+                ("mean test loss", short(np.round(self.value('test_loss'), 4)))]
+        rows += [(k, v) for k, v in self.settings.items()]
+        return html_table("LinearFieldRun", rows)
+
+
+def _pos(x, name, allow_inf=False):
+    v = real_scalar(x, name)
+    if math.isnan(v) or v <= 0 or (math.isinf(v) and not allow_inf):
+        raise DomainError(f"{name}={x!r} must be a positive{'' if allow_inf else ' finite'} number")
+    return v
+
+
+def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: int | None = None,
+                          alpha: float = np.inf, nu: float, gamma0: float, eta: float,
+                          steps: int, sigma: float = 0.0, signal: float = 1.0,
+                          centering: bool = False, batch_ratio: float | None = None,
+                          parameterization: str = "mup", reference_nu: float = 1.0,
+                          branch_scale: float | None = None, branch_scale0: float | None = None,
+                          networks: int = 8, seed=0, progress: bool | None = None) -> LinearFieldRun:
+    r"""Train ``networks`` independent field-form deep linear networks on random data.
+
+    Parameters
+    ----------
+    dim : int
+        Input dimension ``D``; ``N = round(nu D)``, ``P = round(alpha D)``,
+        ``B = round(batch_ratio D)``.
+    depth, hidden_layers : int
+        Exactly one (``hidden_layers`` is the paper's ``L``).
+    alpha, nu, gamma0, eta, steps, sigma, signal, centering, batch_ratio, parameterization,
+    reference_nu, branch_scale, branch_scale0
+        As in ``effth.theories.dmft.solve_random_data`` (``nu`` must be finite; ``gamma0 > 0``).
+        Each network draws its own teacher ``w_* ~ N(0, I_D)``, rescaled to ``|w_*|^2 = signal D``,
+        its own data set and its own initialization.
+    networks : int
+        Number of independent networks (batched).
+    seed : int, SeedSequence, Generator or None
+
+    Returns
+    -------
+    LinearFieldRun
+
+    Raises
+    ------
+    DomainError
+        Bad arguments.
+    ConvergenceError
+        A network's loss overflowed (``eta`` too large).
+    """
+    L = resolve_depth(depth, hidden_layers) - 1
+    D = integer(dim, "dim", minimum=1)
+    T = integer(steps, "steps", minimum=1)
+    n_net = integer(networks, "networks", minimum=1)
+    nu = _pos(nu, "nu")
+    alpha = _pos(alpha, "alpha", allow_inf=True)
+    eta = _pos(eta, "eta")
+    g = _pos(gamma0, "gamma0")
+    sigma = real_scalar(sigma, "sigma")
+    if not (math.isfinite(sigma) and sigma >= 0):
+        raise DomainError(f"sigma={sigma!r} must be finite and >= 0")
+    S = _pos(signal, "signal")
+    if parameterization == "ntk":
+        g = g * math.sqrt(_pos(reference_nu, "reference_nu") / nu)
+    elif parameterization != "mup":
+        raise DomainError(f"parameterization={parameterization!r} must be 'mup' or 'ntk'")
+    beta = resolve_branch_scale(branch_scale, branch_scale0, L)
+    N = max(1, int(round(nu * D)))
+    sgd = batch_ratio is not None
+    if sgd:
+        B = max(1, int(round(_pos(batch_ratio, "batch_ratio") * D)))
+        if not math.isinf(alpha):
+            raise DomainError("online SGD (batch_ratio=) draws fresh data: leave alpha at inf")
+        P = None
+    else:
+        P = None if math.isinf(alpha) else max(1, int(round(alpha * D)))
+    if isinstance(seed, np.random.Generator):
+        rng = seed
+    else:
+        rng = np.random.default_rng(seed)
+    # chunks of networks so that the weights stay below ~ 3e7 floats
+    per_net = N * D + (L - 1) * N * N + (P or 0) * D
+    chunk = max(1, min(n_net, int(3e7 // max(per_net, 1))))
+    test = np.empty((n_net, T))
+    train = None if sgd else np.empty((n_net, T))
+    sD, sN = math.sqrt(D), math.sqrt(N)
+    with blas_threads(), progress_bar(n_net, "linear-field networks", progress=progress) as bar:
+        for start in range(0, n_net, chunk):
+            n = min(chunk, n_net - start)
+            ws = rng.standard_normal((n, D))
+            ws *= np.sqrt(S * D / np.sum(ws ** 2, axis=1, keepdims=True))
+            W0 = rng.standard_normal((n, N, D))
+            Ws = [rng.standard_normal((n, N, N)) for _ in range(L - 1)]   # W^1 .. W^{L-1}
+            wL = rng.standard_normal((n, N))
+            if P is not None:
+                X = rng.standard_normal((n, P, D))
+                eps = rng.standard_normal((n, P))
+            c0 = None
+            for t in range(T):
+                gs = [None] * (L + 1)
+                gs[L] = wL
+                for l in range(L - 1, 0, -1):
+                    back = np.einsum("nij,ni->nj", Ws[l - 1], gs[l + 1]) / sN
+                    gs[l] = back if beta is None else gs[l + 1] + beta * back
+                out = np.einsum("nij,ni->nj", W0, gs[1]) * (sD / (N * g))
+                if centering:
+                    if c0 is None:
+                        c0 = out.copy()
+                    out = out - c0
+                v = ws - out
+                test[start:start + n, t] = np.sum(v * v, axis=1) / D + sigma ** 2
+                if sgd:
+                    Xb = rng.standard_normal((n, B, D))
+                    delta = np.einsum("nbd,nd->nb", Xb, v) / sD + sigma * rng.standard_normal((n, B))
+                    h0 = np.einsum("nbd,nb->nd", Xb, delta) * (sD / B)
+                elif P is None:
+                    if train is not None:
+                        train[start:start + n, t] = test[start:start + n, t]
+                    h0 = v
+                else:
+                    delta = np.einsum("npd,nd->np", X, v) / sD + sigma * eps
+                    train[start:start + n, t] = np.sum(delta * delta, axis=1) / P
+                    h0 = np.einsum("npd,np->nd", X, delta) * (sD / P)
+                if not np.all(np.isfinite(test[start:start + n, t])) or np.any(
+                        test[start:start + n, t] > 1e12):
+                    raise ConvergenceError(f"simulated network loss overflowed at step {t}: "
+                                           f"eta={eta:g} is too large for these networks; lower eta")
+                if t == T - 1:
+                    break
+                hs = [None] * (L + 1)
+                hs[1] = np.einsum("nij,nj->ni", W0, h0) / sD
+                for l in range(1, L):
+                    fwd = np.einsum("nij,nj->ni", Ws[l - 1], hs[l]) / sN
+                    hs[l + 1] = fwd if beta is None else hs[l] + beta * fwd
+                # updates (all from the fields at step t)
+                _rank1(W0, eta * g / sD, gs[1], np.ascontiguousarray(h0))
+                br = 1.0 if beta is None else beta
+                for l in range(1, L):
+                    _rank1(Ws[l - 1], eta * g * br / sN, gs[l + 1], hs[l])
+                wL = wL + eta * g * hs[L]
+            bar.update(n)
+    settings = dict(alpha=alpha, nu=nu, sigma=sigma, signal=S, centering=bool(centering),
+                    batch_ratio=batch_ratio, branch_scale=beta, parameterization=parameterization)
+    return LinearFieldRun(hidden_layers=L, dim=D, width=N, samples=P, eta=eta, gamma0=g, steps=T,
+                          test_loss=test, train_loss=train, settings=settings)
+
+
+def simulate_power_law(*, width: int, depth: int | None = None, hidden_layers: int | None = None,
+                       capacity: float, source: float, modes: int, gamma0: float, eta: float,
+                       steps: int, batch: int | None = None, sigma: float = 0.0,
+                       networks: int = 4, seed=0, progress: bool | None = None) -> LinearFieldRun:
+    r"""Centered deep linear networks on structured (power-law) data, the field form of App. E.
+
+    Inputs ``x ~ N(0, Lambda)`` with ``lambda_k = k^-a`` (``a = capacity``) over ``modes`` modes,
+    target ``y = sum_k w*_k x_k + sigma eps`` with ``(w*_k)^2 lambda_k = k^(-a b - 1)``
+    (``b = source``).  There are no ``sqrt(D)`` factors: ``v = w* - (N gamma0)^-1 (W^0(t)^T g^1(t)
+    - W^0(0)^T g^1(0))``, ``Delta = X v + sigma eps`` on a fresh batch of ``batch`` samples,
+    ``h^0 = X^T Delta / B`` (``batch=None``: the population gradient ``h^0 = Lambda v``),
+    ``h^1 = W^0 h^0``, ``W^0 += eta gamma0 g^1 h^0^T``, other layers as in
+    :func:`simulate_linear_field`.  Test loss ``sum_k lambda_k v_k^2 + sigma^2``.
+
+    Parameters
+    ----------
+    width : int
+        ``N`` (absolute, not a ratio).
+    batch : int, optional
+        ``B`` (absolute); ``None`` for population gradient descent.
+    """
+    L = resolve_depth(depth, hidden_layers) - 1
+    N = integer(width, "width", minimum=1)
+    M = integer(modes, "modes", minimum=1)
+    T = integer(steps, "steps", minimum=1)
+    n_net = integer(networks, "networks", minimum=1)
+    a, b = _pos(capacity, "capacity"), _pos(source, "source")
+    if a <= 1:
+        raise DomainError(f"capacity={a!r} must exceed 1 (trace-class spectrum)")
+    g, eta = _pos(gamma0, "gamma0"), _pos(eta, "eta")
+    sigma = real_scalar(sigma, "sigma")
+    if not (math.isfinite(sigma) and sigma >= 0):
+        raise DomainError(f"sigma={sigma!r} must be finite and >= 0")
+    B = None if batch is None else integer(batch, "batch", minimum=1)
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    k = np.arange(1, M + 1, dtype=float)
+    lam = k ** (-a)
+    ws = np.sqrt(k ** (-a * b - 1 + a))
+    sl, sN = np.sqrt(lam), math.sqrt(N)
+    test = np.empty((n_net, T))
+    with blas_threads(), progress_bar(n_net, "power-law networks", progress=progress) as bar:
+        for i in range(n_net):
+            W0 = rng.standard_normal((N, M))
+            Ws = [rng.standard_normal((N, N)) for _ in range(L - 1)]
+            wL = rng.standard_normal(N)
+            c0 = None
+            for t in range(T):
+                gs = [None] * (L + 1)
+                gs[L] = wL
+                for l in range(L - 1, 0, -1):
+                    gs[l] = Ws[l - 1].T @ gs[l + 1] / sN
+                out = W0.T @ gs[1] / (N * g)
+                if c0 is None:
+                    c0 = out.copy()
+                v = ws - (out - c0)
+                test[i, t] = float(lam @ (v * v)) + sigma ** 2
+                if not np.isfinite(test[i, t]) or test[i, t] > 1e12:
+                    raise ConvergenceError(f"simulated network loss overflowed at step {t}: "
+                                           f"eta={eta:g} is too large; lower eta")
+                if t == T - 1:
+                    break
+                if B is None:
+                    h0 = lam * v
+                else:
+                    X = rng.standard_normal((B, M)) * sl
+                    delta = X @ v + sigma * rng.standard_normal(B)
+                    h0 = X.T @ delta / B
+                hs = [None] * (L + 1)
+                hs[1] = W0 @ h0
+                for l in range(1, L):
+                    hs[l + 1] = Ws[l - 1] @ hs[l] / sN
+                W0 += (eta * g) * np.outer(gs[1], h0)
+                for l in range(1, L):
+                    Ws[l - 1] += (eta * g / sN) * np.outer(gs[l + 1], hs[l])
+                wL = wL + eta * g * hs[L]
+            bar.update(1)
+    settings = dict(capacity=a, source=b, modes=M, batch=B, sigma=sigma, centering=True)
+    return LinearFieldRun(hidden_layers=L, dim=M, width=N, samples=B, eta=eta, gamma0=g, steps=T,
+                          test_loss=test, train_loss=None, settings=settings)
