@@ -138,6 +138,27 @@ class Comparison:
         return float(np.sqrt(np.sum((d * s) ** 2)) / (d.size * e))
 
     @property
+    def error_debiased(self) -> float:
+        r"""RMS of the *true* difference, with the noise removed:
+        :math:`\hat e=\sqrt{\max(\overline{d^2}-\overline{s^2},0)}`.
+
+        Each measured difference has :math:`\mathbb E[d_i^2]=\mu_i^2+s_i^2`, so the plain
+        :attr:`error` never falls below the noise floor :math:`\sqrt{\overline{s^2}}`; a width
+        study whose sample sizes shrink with the width then shows a spurious plateau. This is the
+        estimate :func:`scaling_fit` fits with ``debias=True``."""
+        d2, s2 = self.difference.ravel() ** 2, self.stderr.ravel() ** 2
+        return float(np.sqrt(max(np.mean(d2) - np.mean(s2), 0.0)))
+
+    @property
+    def error_debiased_sq_stderr(self) -> float:
+        r"""Standard error of :math:`\hat e^2=\overline{d^2}-\overline{s^2}`, from
+        :math:`\mathrm{Var}(d_i^2)=2s_i^4+4\mu_i^2s_i^2` with :math:`\mu_i^2` estimated by
+        :math:`\max(d_i^2-s_i^2,0)` (entries independent, Gaussian errors)."""
+        d2, s2 = self.difference.ravel() ** 2, self.stderr.ravel() ** 2
+        mu2 = np.maximum(d2 - s2, 0.0)
+        return float(np.sqrt(np.sum(2.0 * s2 ** 2 + 4.0 * mu2 * s2)) / d2.size)
+
+    @property
     def noise_floor(self) -> float:
         """RMS standard error: the :attr:`error` that pure noise would give."""
         return float(np.sqrt(np.mean(self.stderr ** 2)))
@@ -304,7 +325,7 @@ class ScalingFit:
 
 
 def scaling_fit(comparisons: Sequence[Comparison], x: Sequence[float], *,
-                min_z: float = 3.0) -> ScalingFit:
+                min_z: float = 3.0, debias: bool = False) -> ScalingFit:
     r"""Fit :math:`e \propto x^{p}` to the RMS errors of ``comparisons`` at the values ``x``.
 
     Parameters
@@ -314,8 +335,18 @@ def scaling_fit(comparisons: Sequence[Comparison], x: Sequence[float], *,
     x : sequence of float
         Positive scaling variable.
     min_z : float
-        Every error must be resolved: ``error / error_stderr >= min_z``.  A fit through errors
-        at the noise floor measures the noise, not the theory, so it is refused.
+        Every error must be resolved. By default (``debias=False``) the fitted error is the plain
+        RMS :attr:`Comparison.error` with its delta-method standard error, and a point counts as
+        resolved when ``error / error_stderr >= min_z``. That error is biased up by the noise
+        (:math:`\mathbb E[d_i^2]=\mu_i^2+s_i^2`): it never falls below the noise floor
+        :attr:`Comparison.noise_floor`, and the check can pass there when the comparison has many
+        entries, so a study whose sample size shrinks with ``x`` can show a spurious plateau.
+        Check ``error`` against ``noise_floor``, or use ``debias=True``.
+    debias : bool
+        Fit :attr:`Comparison.error_debiased` (the noise's expected contribution removed) with
+        the standard error of its square; a point is resolved when
+        :math:`\hat e^2\ge z_{\min}\,\mathrm{SE}(\hat e^2)` (pure noise passes with probability
+        :math:`\approx10^{-3}` at ``min_z = 3``). Stricter, and unbiased at the noise floor.
 
     Returns
     -------
@@ -333,13 +364,25 @@ def scaling_fit(comparisons: Sequence[Comparison], x: Sequence[float], *,
                           f"got {len(comps)} comparisons, {xs.size} x values")
     if np.any(~np.isfinite(xs)) or np.any(xs <= 0):
         raise DomainError(f"scaling_fit: x must be positive and finite, got {xs.tolist()}")
-    e = np.array([c.error for c in comps])
-    s = np.array([c.error_stderr for c in comps])
-    for xi, ei, si in zip(xs, e, s):
-        if not (ei > 0 and si > 0 and ei / si >= min_z):
-            raise DomainError(f"scaling_fit: the error at x = {xi:g} is not resolved "
-                              f"({ei:.3g} ± {si:.2g}, need {min_z:g} standard errors); more "
-                              "samples, or a larger effect, are needed")
+    if debias:
+        e2 = np.array([c.error_debiased ** 2 for c in comps])
+        s2 = np.array([c.error_debiased_sq_stderr for c in comps])
+        for xi, ei, si in zip(xs, e2, s2):
+            if not (ei > 0 and si > 0 and ei / si >= min_z):
+                raise DomainError(
+                    f"scaling_fit: the error at x = {xi:g} is not resolved above the noise (squared "
+                    f"error {ei:.3g} ± {si:.2g} after removing the noise, need {min_z:g} standard "
+                    "errors); more samples, or a larger effect, are needed")
+        e = np.sqrt(e2)
+        s = s2 / (2.0 * e)                              # SE(e) = SE(e^2) / (2 e)
+    else:
+        e = np.array([c.error for c in comps])
+        s = np.array([c.error_stderr for c in comps])
+        for xi, ei, si in zip(xs, e, s):
+            if not (ei > 0 and si > 0 and ei / si >= min_z):
+                raise DomainError(f"scaling_fit: the error at x = {xi:g} is not resolved "
+                                  f"({ei:.3g} ± {si:.2g}, need {min_z:g} standard errors); more "
+                                  "samples, or a larger effect, are needed")
     y, w = np.log(e), (e / s) ** 2                      # var(log e) = (s/e)^2
     A = np.stack([np.ones_like(xs), np.log(xs)], axis=1)
     cov = np.linalg.inv(A.T @ (A * w[:, None]))

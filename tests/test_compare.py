@@ -108,3 +108,30 @@ def test_repr_is_short():
     assert len(repr(c)) < 300 and "max|z|=1.00" in repr(c)
     assert "<table>" in c._repr_html_()
     assert c.table().count("\n") <= 14
+
+
+def test_debiased_error_removes_the_noise_floor():
+    """Plain RMS errors never fall below the noise floor: a study whose sample size shrinks with
+    the width shows a spurious plateau. error_debiased removes E[s^2]; scaling_fit(debias=True)
+    recovers the true exponent where the plain fit is biased towards 0, and refuses pure noise."""
+    rng = np.random.default_rng(5)
+    widths = np.array([32, 64, 128, 256, 512])
+    m = 48                                                  # entries per comparison
+    slopes_plain, slopes_db = [], []
+    for rep in range(40):
+        comps = []
+        for n in widths:
+            s = 0.6 * 64 / n * np.sqrt(n / 64)              # noise shrinks slower than the signal
+            mu = (0.3 * 64 / n) * np.ones(m)                # true error ~ 1/n
+            comps.append(Comparison("C", None, np.zeros(m), mu + s / 8 * rng.standard_normal(m),
+                                    np.full(m, s / 8)))
+        slopes_plain.append(scaling_fit(comps, widths, min_z=2.0).slope)
+        slopes_db.append(scaling_fit(comps, widths, debias=True, min_z=2.0).slope)
+    assert abs(np.mean(slopes_db) + 1.0) < 0.05, np.mean(slopes_db)
+    assert np.mean(slopes_plain) > -0.95, np.mean(slopes_plain)       # biased towards 0
+    # pure noise: the plain RMS sits at the floor, the debiased one near zero, and is refused
+    noise = Comparison("C", None, np.zeros(200), 0.1 * rng.standard_normal(200), np.full(200, 0.1))
+    assert noise.error == pytest.approx(noise.noise_floor, rel=0.15)
+    assert noise.error_debiased < 0.3 * noise.noise_floor
+    with pytest.raises(DomainError, match="above the noise"):
+        scaling_fit([noise, noise], [1, 2], debias=True)
