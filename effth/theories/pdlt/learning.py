@@ -205,6 +205,19 @@ def _decay(lam: np.ndarray, eta: float, updates: int) -> np.ndarray:
     return np.power(1.0 - eta * lam, updates)
 
 
+def _softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _cross_entropy(m: np.ndarray, p: np.ndarray) -> float:
+    r""":math:`-\sum_{\dot\beta}\sum_ip_{i;\dot\beta}\log\mathrm{softmax}(m_{\dot\beta})_i` (7.3)."""
+    z = m - m.max(axis=1, keepdims=True)
+    logq = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return float(-np.sum(p * logq))
+
+
 def _covariance(Pm: np.ndarray, K: np.ndarray, P: int) -> np.ndarray:
     r"""Cov of :math:`z_\mathcal B - P_m z_\mathcal A` for :math:`z\sim\mathcal N(0,K)` (10.41)."""
     KAA, KAB, KBB = K[:P, :P], K[:P, P:], K[P:, P:]
@@ -235,6 +248,7 @@ class Prediction:
     ``"variance"``           :math:`\tfrac12\sum_{\dot\beta,i}\mathrm{Cov}[z_{i;\dot\beta},z_{i;\dot\beta}]`  ``()``
                              (10.52)
     ``"test_loss"``          :math:`\mathbb E[\mathcal L_\mathcal B]` = bias + variance (10.52) ``()``
+                             (cross-entropy: (10.53)-(10.55), see ``test_loss=`` of predict)
     ``"train_mean"``         mean output on the training inputs (``y`` when converged;       ``(P,)`` or ``(P, C)``
                              Bayes: posterior mean of the latent outputs there)
     ``"train_covariance"``   their covariance (0 when converged)                           ``(P, P)``
@@ -270,6 +284,7 @@ class Prediction:
     train_covariance_: np.ndarray
     y_train: np.ndarray
     y_test: np.ndarray | None = None
+    test_loss_kind: str = "mse"
     noise: float = 0.0
     eta: float | None = None
     updates: int | None = None
@@ -343,8 +358,15 @@ class Prediction:
         if name == "std":
             return np.sqrt(np.clip(np.diag(self.covariance_), 0.0, None))
         if name == "bias":
+            if self.test_loss_kind == "cross_entropy":
+                return float(_cross_entropy(self.mean_, self.y_test))
             return 0.5 * float(np.sum((self.mean_ - self.y_test) ** 2))
         if name == "variance":
+            if self.test_loss_kind == "cross_entropy":
+                # (10.53)-(10.55): 1/2 sum_b sum_ij d2L/dz_i dz_j Cov[z_i;b, z_j;b], with the
+                # Hessian diag(q) - q q^T of the softmax cross-entropy and Cov[z_i, z_j] = delta_ij Cov
+                q = _softmax(self.mean_)
+                return 0.5 * float(np.sum(np.diag(self.covariance_) * np.sum(q * (1.0 - q), axis=1)))
             return 0.5 * C * float(np.trace(self.covariance_))
         if name == "test_loss":
             return self.value("bias") + self.value("variance")
@@ -637,7 +659,8 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
 
 
 def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: Any = None, *,
-            method: str = "gd", y_test: Any = None, noise: Any = 0.0, lambda_b: Any = 1.0,
+            method: str = "gd", y_test: Any = None, test_loss: str = "mse", noise: Any = 0.0,
+            lambda_b: Any = 1.0,
             lambda_w: Any = 1.0, eta: Any = None, updates: Any = None, K: Any = None,
             Theta: Any = None, n_train: Any = None, jitter: Any = None,
             rtol: float = 1e-10) -> Prediction:
@@ -662,7 +685,16 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
           :math:`\eta\kappa=\widetilde\Theta^{-1}` (10.25), (10.34): the converged prediction
           by algorithm independence (10.35), computed here by a separate (Cholesky) route.
     y_test : array_like (Q,) or (Q, C), optional
-        Test targets: enables ``"bias"``, ``"variance"``, ``"test_loss"`` (10.52).
+        Test targets: enables ``"bias"``, ``"variance"``, ``"test_loss"`` (10.52). For
+        ``test_loss="cross_entropy"``, rows of class probabilities :math:`p_{i;\dot\beta}`
+        (``(Q, C)``, non-negative, summing to 1).
+    test_loss : {"mse", "cross_entropy"}
+        The loss whose expectation over the ensemble is split into bias and variance: the MSE
+        (10.52), exact; or the softmax cross-entropy (7.3) by the expansion (10.53)–(10.55),
+        :math:`\mathbb E[\mathcal L_\mathcal B]\approx\mathcal L_\mathcal B(m^\infty)+\tfrac12
+        \sum_{\dot\beta}\sum_i q_i(1-q_i)\,\mathrm{Cov}[z_{i;\dot\beta},z_{i;\dot\beta}]` with
+        :math:`q=\mathrm{softmax}(m^\infty_{\dot\beta})` (the next term is of second order in
+        the covariance). The prediction itself is that of MSE training in both cases.
     noise : float
         Bayes: output-noise variance :math:`\sigma_\varepsilon^2` of the likelihood (6.10),
         independent per sample, so :math:`\widetilde K\to\widetilde K+\sigma_\varepsilon^2\mathbb 1`.
@@ -739,6 +771,16 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         if yt.shape[0] != Q or yt.ndim != y.ndim or (yt.ndim == 2 and yt.shape[1] != y.shape[1]):
             raise DomainError(f"y_test has shape {yt.shape}; expected {(Q,) + y.shape[1:]} "
                               f"(one row per test input, as y_train's columns)")
+    if test_loss not in ("mse", "cross_entropy"):
+        raise DomainError(f"test_loss must be 'mse' or 'cross_entropy', got {test_loss!r}")
+    if test_loss == "cross_entropy":
+        if yt is None:
+            raise DomainError("test_loss='cross_entropy' needs y_test (class probabilities per test input)")
+        if yt.ndim != 2 or yt.shape[1] < 2:
+            raise DomainError("test_loss='cross_entropy' needs at least two outputs: y_test of shape (Q, C), C >= 2")
+        if np.any(yt < 0) or not np.allclose(yt.sum(axis=1), 1.0, atol=1e-10):
+            raise DomainError("y_test rows must be probability vectors (non-negative, summing to 1) "
+                              "for the cross-entropy")
     if jitter:
         warnings.warn(f"jitter={jitter:g} added to the training block: the prediction is that of a "
                       f"ridge-regularized kernel, not the exact infinite-width one "
@@ -809,6 +851,7 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
                               "for double precision (pass jitter=)")
     return Prediction(method=method, K=Kf, Theta=Tf, n_train=P, mean_=mean, covariance_=cov,
                       train_mean_=train_mean, train_covariance_=train_cov, y_train=y, y_test=yt,
+                      test_loss_kind=test_loss,
                       noise=noise, eta=eta, updates=updates, jitter=jitter, log_evidence_=log_ev,
                       net=net, lambda_b=lb, lambda_w=lw)
 

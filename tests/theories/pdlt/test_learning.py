@@ -451,3 +451,40 @@ def test_result_protocol_latex_and_compare():
         p.value("mean", layer=1)
     cmp = et.compare(p, p.value("mean"), "mean", stderr=np.full(3, 0.1))
     assert cmp.max_abs_z == 0.0
+
+
+def test_cross_entropy_bias_variance_10_53_to_10_55():
+    """E[L_B] for the softmax cross-entropy over the Gaussian ensemble of outputs, by a 3-D
+    Gauss-Hermite rule written here, against bias + variance of (10.53)-(10.55): the remainder is
+    second order in the covariance (slope ~2 when K, hence Cov, is scaled down), while dropping
+    the variance term leaves a first-order error (slope ~1)."""
+    import itertools
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(6, 3))
+    net = et.MLP("tanh", depth=3, c_w=1.0, c_b=0.1)
+    K, T = et.output_kernels(net, X)
+    yA = rng.normal(size=(4, 3))
+    p = rng.dirichlet(np.ones(3), size=2)
+    x, w = np.polynomial.hermite_e.hermegauss(24)
+    w = w / w.sum()
+    errs, errs_bias = [], []
+    scales = np.array([0.2, 0.1, 0.05])
+    for s in scales:
+        pr = et.predict(K=s * K, Theta=T, y_train=yA, n_train=4, y_test=p, test_loss="cross_entropy")
+        m, v = pr.value("mean"), np.diag(pr.value("covariance"))
+        exact = 0.0
+        for b in range(2):
+            for idx in itertools.product(range(len(x)), repeat=3):
+                z = m[b] + np.sqrt(v[b]) * x[list(idx)]
+                lse = np.log(np.sum(np.exp(z - z.max()))) + z.max()
+                exact += np.prod(w[list(idx)]) * -(p[b] @ (z - lse))
+        errs.append(abs(pr.value("test_loss") - exact))
+        errs_bias.append(abs(pr.value("bias") - exact))
+    slope = np.polyfit(np.log(scales), np.log(errs), 1)[0]
+    slope_bias = np.polyfit(np.log(scales), np.log(errs_bias), 1)[0]
+    assert slope > 1.8 and abs(slope_bias - 1.0) < 0.15, (errs, errs_bias)
+    with pytest.raises(DomainError, match="probability"):
+        et.predict(K=K, Theta=T, y_train=yA, n_train=4, y_test=p * 2, test_loss="cross_entropy")
+    with pytest.raises(DomainError, match="test_loss"):
+        et.predict(K=K, Theta=T, y_train=yA, n_train=4, y_test=p, test_loss="hinge")
