@@ -40,7 +40,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
                     method: str = "quadrature", nodes: int | None = None, max_nodes: int = 64_000,
                     samples: int = 20_000, seed=0, weight_decay: float = 0.0,
                     two_time: bool = True, bias: bool = False,
-                    quad_tol: float | None = 1e-6, rule: str = "auto") -> DMFTResult:
+                    quad_tol: float | None = 1e-6, quadrature_rule: str = "auto") -> DMFTResult:
     """Solve the two-layer (``L = 1``) DMFT, optionally with weight decay, in one pass over time.
 
     Parameters
@@ -59,7 +59,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         ``'quadrature'``: tensor rule over the ``rank(K^x) + 1`` Gaussian coordinates of
         ``(u, r)``: Gauss-Hermite in ``r``; in ``u`` Gauss-Hermite for polynomial activations
         (exact at low degree) and below 36 nodes, the truncated trapezoid rule from 36 nodes on
-        for other activations (see ``rule``; kinks such as ReLU converge slowly with either).
+        for other activations (see ``quadrature_rule``; kinks such as ReLU converge slowly with either).
         ``'monte_carlo'``: ``samples`` antithetic draws ``(u, r), (u, -r)``.
     nodes : int, optional
         Nodes per dimension; default the largest with ``nodes**d <= max_nodes``, ``d`` =
@@ -76,7 +76,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         1e-8 at 60, 1e-13 at 80); the integrand's strip of analyticity also narrows as
         ``gamma0 |r| t`` grows, so strong feature learning converges more slowly still.
         ``diagnostics.quadrature_error`` estimates the error.
-    rule : {'auto', 'hermite', 'trapezoid'}
+    quadrature_rule : {'auto', 'hermite', 'trapezoid'}
         Quadrature rule in ``u`` (:func:`effth.theories.dmft._series_two_layer.lazy_rule_kind`);
         ``'auto'`` as described under ``method``.
     weight_decay : float
@@ -116,8 +116,9 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     """
     if method not in ("quadrature", "monte_carlo"):
         raise DomainError(f"method={method!r} must be 'quadrature' or 'monte_carlo'")
-    if rule not in ("auto", "hermite", "trapezoid"):
-        raise DomainError(f"rule={rule!r} must be 'auto', 'hermite' or 'trapezoid'")
+    if quadrature_rule not in ("auto", "hermite", "trapezoid"):
+        raise DomainError(f"quadrature_rule={quadrature_rule!r} must be 'auto', 'hermite' or "
+                          "'trapezoid' (a learning rule is chosen with solve_rule_two_layer)")
     gamma0, eta = real_scalar(gamma0, "gamma0"), real_scalar(eta, "eta")
     act = resolve_activation(activation)
     grid = TimeGrid(eta, steps)
@@ -134,7 +135,8 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     phi_f, dphi_f = act.numpy(0), act.numpy(1)
     gam = float(gamma0)
     t0 = time.perf_counter()
-    u, r, w, used, kind = _nodes(data.kx, method, nodes, max_nodes, samples, seed, C, act, rule)
+    u, r, w, used, kind = _nodes(data.kx, method, nodes, max_nodes, samples, seed, C, act,
+                                 quadrature_rule)
     S = w.size
     Kx_tr = data.kx[:, :P]                                  # (n, P): only training points drive
     a = np.zeros((S, P))                                    # sum_c Delta_c g_c, decayed
