@@ -182,7 +182,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         kw = dict(kernel=data.kx - (1.0 if bias else 0.0), y=y, gamma0=gam, eta=grid.eta,
                   steps=T, activation=act, method="quadrature", nodes=coarse,
                   weight_decay=weight_decay, two_time=False, bias=bool(bias), quad_tol=None,
-                  rule=kind)
+                  quadrature_rule=kind)
         if X_test is not None or X is not None:
             kw = dict(kw, kernel=None, X=X, X_test=X_test)
         lo = solve_two_layer(**kw)
