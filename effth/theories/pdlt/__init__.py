@@ -11,7 +11,7 @@ r"""The effective theory of wide networks of PDLT (Roberts & Yaida), derived by 
 * learning at infinite width: Bayesian posterior and gradient-descent ensemble predictions
   (:func:`predict`, chapters 6, 7, 10), the evidence and model comparison (:func:`log_evidence`,
   :func:`evidence_scan`; :mod:`.learning`);
-* two nearby inputs: the derived delta expansion of K and Theta, robustness and *-polation, and
+* two nearby inputs: the derived delta expansion of K and Theta, robustness and \*-polation, and
   the exact finite-angle flow of scale-invariant networks (:func:`delta_flow`,
   :func:`finite_angle_flow`; :mod:`.two_input`, PDLT §10.3);
 * linear models and their kernel duals (:func:`linear_model`, PDLT §10.4).

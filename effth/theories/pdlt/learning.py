@@ -235,29 +235,23 @@ class Prediction:
     axis; the kernels are those of the output layer :math:`L`).  :math:`Q` test inputs,
     :math:`P` training inputs, :math:`C` output components (``n_out``), :math:`N=P+Q`:
 
-    =======================  ===========================================================  ==========
-    name                     quantity                                                      shape
-    =======================  ===========================================================  ==========
-    ``"mean"``               :math:`m^\infty_{i;\dot\beta}`: Bayes (6.64), GD (10.40)      ``(Q,)`` or ``(Q, C)``
-    ``"covariance"``         :math:`\mathrm{Cov}[z_{i;\dot\beta_1},z_{i;\dot\beta_2}]`:       ``(Q, Q)``
-                             Bayes (6.57), GD (10.41); the same for every component
-                             :math:`i` (the :math:`\delta_{i_1i_2}`)
-    ``"std"``                square root of the covariance's diagonal                      ``(Q,)``
-    ``"bias"``               :math:`\tfrac12\sum_{\dot\beta,i}(m^\infty_{i;\dot\beta}-y_{i;\dot\beta})^2`  ``()``
-                             (10.52); needs ``y_test``
-    ``"variance"``           :math:`\tfrac12\sum_{\dot\beta,i}\mathrm{Cov}[z_{i;\dot\beta},z_{i;\dot\beta}]`  ``()``
-                             (10.52)
-    ``"test_loss"``          :math:`\mathbb E[\mathcal L_\mathcal B]` = bias + variance (10.52) ``()``
-                             (cross-entropy: (10.53)-(10.55), see ``test_loss=`` of predict)
-    ``"train_mean"``         mean output on the training inputs (``y`` when converged;       ``(P,)`` or ``(P, C)``
-                             Bayes: posterior mean of the latent outputs there)
-    ``"train_covariance"``   their covariance (0 when converged)                           ``(P, P)``
-    ``"log_evidence"``       :math:`\log p(y_\mathcal A)` (6.34) (``method="bayes"``)       ``()``
-    ``"K"``, ``"Theta"``     :math:`K^{(L)}`, :math:`\Theta^{(L)}` on training then test     ``(N, N)``
-                             inputs
-    ``"mean1"``,             the :math:`O(1/n)` terms (PDLT §11.4, §∞.2): not derived,       —
-    ``"covariance1"``        raise :class:`~effth.errors.NotDerivedError`
-    =======================  ===========================================================  ==========
+    * ``"mean"`` ``(Q,)`` or ``(Q, C)``: :math:`m^\infty_{i;\dot\beta}`, Bayes (6.64), GD (10.40);
+    * ``"covariance"`` ``(Q, Q)``: :math:`\mathrm{Cov}[z_{i;\dot\beta_1},z_{i;\dot\beta_2}]`, Bayes
+      (6.57), GD (10.41); the same for every component :math:`i` (the :math:`\delta_{i_1i_2}`);
+    * ``"std"`` ``(Q,)``: square root of the covariance's diagonal;
+    * ``"bias"``, ``"variance"``, ``"test_loss"`` ``()``: (10.52) for the MSE,
+      :math:`\tfrac12\sum_{\dot\beta,i}(m^\infty_{i;\dot\beta}-y_{i;\dot\beta})^2`,
+      :math:`\tfrac12\sum_{\dot\beta,i}\mathrm{Cov}[z_{i;\dot\beta},z_{i;\dot\beta}]` and their sum
+      :math:`\mathbb E[\mathcal L_\mathcal B]`; (10.53)-(10.55) for the cross-entropy
+      (``test_loss=`` of :func:`predict`); need ``y_test``;
+    * ``"train_mean"`` ``(P,)`` or ``(P, C)``: mean output on the training inputs (``y`` when
+      converged; Bayes: posterior mean of the latent outputs there); ``"train_covariance"``
+      ``(P, P)``: their covariance (0 when converged);
+    * ``"log_evidence"`` ``()``: :math:`\log p(y_\mathcal A)` (6.34) (``method="bayes"``);
+    * ``"K"``, ``"Theta"`` ``(N, N)``: :math:`K^{(L)}`, :math:`\Theta^{(L)}` on training then test
+      inputs;
+    * ``"mean1"``, ``"covariance1"``: the :math:`O(1/n)` terms (PDLT §11.4, §∞.2): not derived,
+      raise :class:`~effth.errors.NotDerivedError`.
 
     Attributes
     ----------
