@@ -781,6 +781,27 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
 
 # ================================================================== two-layer nonlinear (L = 1)
 
+def _sampled_arguments(activation, gamma0, eta, steps, samples, batches) -> tuple:
+    """The checked arguments shared by the sampled rule solvers: ``(act, sigma, sigma', gamma0,
+    eta, T, S, batches)``."""
+    act = resolve_activation(activation)
+    if act.singular_part(1):
+        raise NotDerivedError(f"activation={activation!r} has a jump: its derivative is not a "
+                              "function, which the pseudo-gradients need")
+    g0 = real_scalar(gamma0, "gamma0")
+    eta = real_scalar(eta, "eta")
+    if not np.isfinite(g0) or g0 <= 0:
+        raise DomainError(f"gamma0={gamma0!r} must be finite and > 0")
+    if not np.isfinite(eta) or eta <= 0:
+        raise DomainError(f"eta={eta!r} must be finite and > 0")
+    T = integer(steps, "steps", minimum=1)
+    S = integer(samples, "samples", minimum=2)
+    nb = integer(batches, "batches", minimum=2)
+    if S % nb:
+        raise DomainError(f"samples={S} must be a multiple of batches={nb}")
+    return act, act.numpy(0), act.numpy(1), g0, eta, T, S, nb
+
+
 def solve_rule_two_layer(X=None, y=None, *, rule="gd", rho=None, gamma0, eta, steps,
                          activation="relu", samples: int = 20000, batches: int = 10, seed=0,
                          X_test=None, kernel=None, record_kernels: bool = True) -> RuleDMFTResult:
@@ -827,22 +848,8 @@ def solve_rule_two_layer(X=None, y=None, *, rule="gd", rho=None, gamma0, eta, st
         infinite width; the trained networks are centred the same way).  With ``mc_stderr`` for ``'f'``, ``'phi'``, ``'gtilde'``, ``'ntk'``.
     """
     r = learning_rule(rule, rho)
-    act = resolve_activation(activation)
-    if act.singular_part(1):
-        raise NotDerivedError(f"activation={activation!r} has a jump: its derivative is not a "
-                              "function, which the pseudo-gradients need")
-    fn, dfn = act.numpy(0), act.numpy(1)
-    g0 = real_scalar(gamma0, "gamma0")
-    eta = real_scalar(eta, "eta")
-    if not np.isfinite(g0) or g0 <= 0:
-        raise DomainError(f"gamma0={gamma0!r} must be finite and > 0")
-    if not np.isfinite(eta) or eta <= 0:
-        raise DomainError(f"eta={eta!r} must be finite and > 0")
-    T = integer(steps, "steps", minimum=1)
-    S = integer(samples, "samples", minimum=2)
-    nb = integer(batches, "batches", minimum=2)
-    if S % nb:
-        raise DomainError(f"samples={S} must be a multiple of batches={nb}")
+    act, fn, dfn, g0, eta, T, S, nb = _sampled_arguments(activation, gamma0, eta, steps, samples,
+                                                         batches)
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)
     P, n = data.n_train, data.n_all
     rng = np.random.default_rng(seed)
@@ -992,21 +999,8 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
             f"true-gradient responses); {r.title} needs the responses A, B of Algorithm 1 (for GD "
             "use solve_monte_carlo; for linear networks solve_rule_deep_linear)")
     L = hidden_layer_count(depth, hidden_layers)
-    act = resolve_activation(activation)
-    if act.singular_part(1):
-        raise NotDerivedError(f"activation={activation!r} has a jump: its derivative is not a function")
-    fn, dfn = act.numpy(0), act.numpy(1)
-    g0 = real_scalar(gamma0, "gamma0")
-    eta = real_scalar(eta, "eta")
-    if not np.isfinite(g0) or g0 <= 0:
-        raise DomainError(f"gamma0={gamma0!r} must be finite and > 0")
-    if not np.isfinite(eta) or eta <= 0:
-        raise DomainError(f"eta={eta!r} must be finite and > 0")
-    T = integer(steps, "steps", minimum=1)
-    S = integer(samples, "samples", minimum=2)
-    nb = integer(batches, "batches", minimum=2)
-    if S % nb:
-        raise DomainError(f"samples={S} must be a multiple of batches={nb}")
+    act, fn, dfn, g0, eta, T, S, nb = _sampled_arguments(activation, gamma0, eta, steps, samples,
+                                                         batches)
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)
     P, n = data.n_train, data.n_all
     rng = np.random.default_rng(seed)
