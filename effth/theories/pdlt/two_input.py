@@ -55,6 +55,7 @@ import numpy as np
 import sympy as sp
 
 from effth._display import html_table, short
+from effth._results import WeightLayers
 from effth._validate import real_array, real_scalar
 from effth.arch import per_layer
 from effth.errors import AccuracyWarning, DomainError
@@ -168,8 +169,32 @@ def _compiled():
 
 
 # ----------------------------------------------------------------------------------- result
+class _PerLayer(WeightLayers):
+    """What both two-input results share: per-layer series over the weight layers ``1..depth``
+    (``value(name, layer=None)`` reads the output layer), and no standard errors."""
+
+    depth: int
+
+    @property
+    def layers(self) -> tuple:
+        """Book layer numbers ``(1, .., L)``."""
+        return tuple(range(1, self.depth + 1))
+
+    def _index(self, layer: int | None) -> int:
+        """Array index of ``layer`` (default: the output layer)."""
+        layer = self.depth if layer is None else layer
+        if layer not in self.layers:
+            raise DomainError(f"layer must be in 1..{self.depth}, got {layer}")
+        return layer - 1
+
+    def stderr(self, name: str, layer: int | None = None) -> None:
+        """``None``: deterministic."""
+        self.value(name, layer)
+        return None
+
+
 @dataclass(frozen=True, repr=False)
-class DeltaFlow:
+class DeltaFlow(_PerLayer):
     r"""The :math:`\delta`-components of :math:`K^{(\ell)}` and :math:`\Theta^{(\ell)}` for two
     nearby inputs, layers :math:`1..L` (from :func:`delta_flow`).
 
@@ -186,21 +211,8 @@ class DeltaFlow:
 
     names = _NAMES + ("robustness", "variance")
 
-    @property
-    def layers(self) -> tuple:
-        """Book layer numbers ``(1, .., L)``."""
-        return tuple(range(1, self.depth + 1))
-
-    @property
-    def hidden_layers(self) -> int:
-        """``depth - 1``."""
-        return self.depth - 1
-
     def _at(self, name: str, layer: int | None) -> float:
-        layer = self.depth if layer is None else layer
-        if layer not in self.layers:
-            raise DomainError(f"layer must be in 1..{self.depth}, got {layer}")
-        return float(self.components[name][layer - 1])
+        return float(self.components[name][self._index(layer)])
 
     def value(self, name: str, layer: int | None = None) -> float:
         """Component ``name`` at ``layer`` (default: the output layer :math:`L`)."""
@@ -214,11 +226,6 @@ class DeltaFlow:
         if name not in _NAMES:
             raise DomainError(f"unknown name {name!r}; available: {', '.join(self.names)}")
         return self._at(name, layer)
-
-    def stderr(self, name: str, layer: int | None = None) -> None:
-        """``None``: the expansion is deterministic."""
-        self.value(name, layer)
-        return None
 
     def kernel(self, name: str, eps1: float, eps2: float, layer: int | None = None) -> float:
         r""":math:`K_{\epsilon_1\epsilon_2}` (``name="K"``) or :math:`\Theta_{\epsilon_1\epsilon_2}`
@@ -375,7 +382,7 @@ def polation_mean_printed(s: Any, y_plus: float, y_minus: float, theta00: float,
 
 # ------------------------------------------------------------------------------ finite angles
 @dataclass(frozen=True, repr=False)
-class FiniteAngleFlow:
+class FiniteAngleFlow(_PerLayer):
     r"""Two equal-norm inputs through a scale-invariant network at finite angle (PDLT §5.5, §10.3.1).
 
     Names: ``"K_d"``, ``"psi"`` (angle of :math:`K`, (10.82)), ``"Theta_d"``, ``"zeta"`` (angle of
@@ -390,17 +397,9 @@ class FiniteAngleFlow:
 
     names = ("K_d", "psi", "Theta_d", "zeta", "robustness", "variance")
 
-    @property
-    def layers(self) -> tuple:
-        """Book layer numbers ``(1, .., L)``."""
-        return tuple(range(1, self.depth + 1))
-
     def value(self, name: str, layer: int | None = None) -> float:
         """``name`` at ``layer`` (default :math:`L`)."""
-        layer = self.depth if layer is None else layer
-        if layer not in self.layers:
-            raise DomainError(f"layer must be in 1..{self.depth}, got {layer}")
-        i = layer - 1
+        i = self._index(layer)
         if name == "robustness":
             return math.cos(self.series["zeta"][i]) - 1.0
         if name == "variance":
@@ -409,11 +408,6 @@ class FiniteAngleFlow:
         if name not in self.series:
             raise DomainError(f"unknown name {name!r}; available: {', '.join(self.names)}")
         return float(self.series[name][i])
-
-    def stderr(self, name: str, layer: int | None = None) -> None:
-        """``None`` (deterministic)."""
-        self.value(name, layer)
-        return None
 
     def __repr__(self) -> str:
         return (f"FiniteAngleFlow({self.activation}, depth={self.depth}, cos zeta(L)="
