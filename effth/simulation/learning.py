@@ -31,14 +31,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.special import log_softmax
 
+from .._display import activation_text, html_table, short
 from .._progress import progress_bar
 from .._threads import blas_threads
+from .._validate import integer
 from ..arch import MLP, as_real
 from ..errors import DomainError
 from . import _mlp
-from .._display import activation_text, html_table, short
-from .._validate import integer
 from ._inputs import as_generator
 from ._jackknife import MAX_GROUPS, jackknife_error
 from .ntk import init_params
@@ -329,9 +330,7 @@ def _loss_and_eps(z: np.ndarray, Y: np.ndarray, kind: str):
     if kind == "mse":
         eps = z - Y
         return 0.5 * np.sum(eps * eps, axis=(1, 2)), eps
-    zmax = z.max(axis=2, keepdims=True)
-    lse = zmax + np.log(np.exp(z - zmax).sum(axis=2, keepdims=True))
-    logq = z - lse
+    logq = log_softmax(z, axis=2)
     loss = -np.sum(Y * logq, axis=(1, 2))
     return loss, np.exp(logq) - Y
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import sympy as sp
+from scipy.special import log_softmax, softmax
 
 from effth.algebra.tensors import SampleSum, SampleTensor
 from effth.errors import AccuracyWarning, DomainError, NotDerivedError
@@ -205,19 +206,6 @@ def _decay(lam: np.ndarray, eta: float, updates: int) -> np.ndarray:
     return np.power(1.0 - eta * lam, updates)
 
 
-def _softmax(z: np.ndarray) -> np.ndarray:
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def _cross_entropy(m: np.ndarray, p: np.ndarray) -> float:
-    r""":math:`-\sum_{\dot\beta}\sum_ip_{i;\dot\beta}\log\mathrm{softmax}(m_{\dot\beta})_i` (7.3)."""
-    z = m - m.max(axis=1, keepdims=True)
-    logq = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-    return float(-np.sum(p * logq))
-
-
 def _covariance(Pm: np.ndarray, K: np.ndarray, P: int) -> np.ndarray:
     r"""Cov of :math:`z_\mathcal B - P_m z_\mathcal A` for :math:`z\sim\mathcal N(0,K)` (10.41)."""
     KAA, KAB, KBB = K[:P, :P], K[:P, P:], K[P:, P:]
@@ -353,13 +341,14 @@ class Prediction:
             return np.sqrt(np.clip(np.diag(self.covariance_), 0.0, None))
         if name == "bias":
             if self.test_loss_kind == "cross_entropy":
-                return float(_cross_entropy(self.mean_, self.y_test))
+                # (7.3): -sum_b sum_i p_i;b log softmax(m_b)_i
+                return float(-np.sum(self.y_test * log_softmax(self.mean_, axis=1)))
             return 0.5 * float(np.sum((self.mean_ - self.y_test) ** 2))
         if name == "variance":
             if self.test_loss_kind == "cross_entropy":
                 # (10.53)-(10.55): 1/2 sum_b sum_ij d2L/dz_i dz_j Cov[z_i;b, z_j;b], with the
                 # Hessian diag(q) - q q^T of the softmax cross-entropy and Cov[z_i, z_j] = delta_ij Cov
-                q = _softmax(self.mean_)
+                q = softmax(self.mean_, axis=1)
                 return 0.5 * float(np.sum(np.diag(self.covariance_) * np.sum(q * (1.0 - q), axis=1)))
             return 0.5 * C * float(np.trace(self.covariance_))
         if name == "test_loss":
