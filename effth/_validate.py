@@ -23,7 +23,7 @@ import numpy as np
 
 from .errors import DomainError
 
-__all__ = ["input_matrix", "integer", "kernel_matrix", "real_array", "real_scalar"]
+__all__ = ["input_matrix", "integer", "kernel_matrix", "positive", "real_array", "real_scalar"]
 
 
 def real_scalar(value: Any, name: str) -> float:
@@ -45,6 +45,15 @@ def real_scalar(value: Any, name: str) -> float:
         except (TypeError, ValueError):
             pass
     raise DomainError(f"{name} must be a real number (Python, NumPy or SymPy), got {value!r}")
+
+
+def positive(value: Any, name: str, *, allow_inf: bool = False) -> float:
+    """:func:`real_scalar`, then required to be > 0 (and finite unless ``allow_inf``)."""
+    v = real_scalar(value, name)
+    if v != v or v <= 0 or (v == float("inf") and not allow_inf):
+        raise DomainError(f"{name}={value!r} must be a positive number"
+                          + (" (inf allowed)" if allow_inf else " (finite)"))
+    return v
 
 
 def real_array(a: Any, name: str, *, finite: bool = False) -> np.ndarray:

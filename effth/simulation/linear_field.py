@@ -34,7 +34,7 @@ import numpy as np
 from .._display import html_table, short
 from .._progress import progress_bar
 from .._threads import blas_threads
-from .._validate import integer, real_scalar
+from .._validate import integer, positive, real_scalar
 from ..arch import resolve_branch_scale, resolve_depth
 from ..errors import ConvergenceError, DomainError
 
@@ -121,13 +121,6 @@ class LinearFieldRun:
         return html_table("LinearFieldRun", rows)
 
 
-def _pos(x, name, allow_inf=False):
-    v = real_scalar(x, name)
-    if math.isnan(v) or v <= 0 or (math.isinf(v) and not allow_inf):
-        raise DomainError(f"{name}={x!r} must be a positive{'' if allow_inf else ' finite'} number")
-    return v
-
-
 def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: int | None = None,
                           alpha: float = np.inf, nu: float, gamma0: float, eta: float,
                           steps: int, sigma: float = 0.0, signal: float = 1.0,
@@ -168,23 +161,23 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
     D = integer(dim, "dim", minimum=1)
     T = integer(steps, "steps", minimum=1)
     n_net = integer(networks, "networks", minimum=1)
-    nu = _pos(nu, "nu")
-    alpha = _pos(alpha, "alpha", allow_inf=True)
-    eta = _pos(eta, "eta")
-    g = _pos(gamma0, "gamma0")
+    nu = positive(nu, "nu")
+    alpha = positive(alpha, "alpha", allow_inf=True)
+    eta = positive(eta, "eta")
+    g = positive(gamma0, "gamma0")
     sigma = real_scalar(sigma, "sigma")
     if not (math.isfinite(sigma) and sigma >= 0):
         raise DomainError(f"sigma={sigma!r} must be finite and >= 0")
-    S = _pos(signal, "signal")
+    S = positive(signal, "signal")
     if parameterization == "ntk":
-        g = g * math.sqrt(_pos(reference_nu, "reference_nu") / nu)
+        g = g * math.sqrt(positive(reference_nu, "reference_nu") / nu)
     elif parameterization != "mup":
         raise DomainError(f"parameterization={parameterization!r} must be 'mup' or 'ntk'")
     beta = resolve_branch_scale(branch_scale, branch_scale0, L)
     N = max(1, int(round(nu * D)))
     sgd = batch_ratio is not None
     if sgd:
-        B = max(1, int(round(_pos(batch_ratio, "batch_ratio") * D)))
+        B = max(1, int(round(positive(batch_ratio, "batch_ratio") * D)))
         if not math.isinf(alpha):
             raise DomainError("online SGD (batch_ratio=) draws fresh data: leave alpha at inf")
         P = None
@@ -287,10 +280,10 @@ def simulate_power_law(*, width: int, depth: int | None = None, hidden_layers: i
     M = integer(modes, "modes", minimum=1)
     T = integer(steps, "steps", minimum=1)
     n_net = integer(networks, "networks", minimum=1)
-    a, b = _pos(capacity, "capacity"), _pos(source, "source")
+    a, b = positive(capacity, "capacity"), positive(source, "source")
     if a <= 1:
         raise DomainError(f"capacity={a!r} must exceed 1 (trace-class spectrum)")
-    g, eta = _pos(gamma0, "gamma0"), _pos(eta, "eta")
+    g, eta = positive(gamma0, "gamma0"), positive(eta, "eta")
     sigma = real_scalar(sigma, "sigma")
     if not (math.isfinite(sigma) and sigma >= 0):
         raise DomainError(f"sigma={sigma!r} must be finite and >= 0")

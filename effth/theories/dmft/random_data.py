@@ -56,7 +56,7 @@ from ..._display import html_table, short
 from ..._progress import progress_bar
 from ..._results import HiddenLayers
 from ..._threads import blas_threads
-from ..._validate import integer, real_array, real_scalar
+from ..._validate import integer, positive, real_array, real_scalar
 from ...arch import resolve_branch_scale, resolve_depth
 from ...errors import ConvergenceError, DomainError
 from .grid import TimeGrid
@@ -101,31 +101,23 @@ class _Params:
     variant: str | None = None   # private: 'printed_sums' / 'printed_v' reproduce the printed errata
 
 
-def _positive(x, name, allow_inf=True):
-    v = real_scalar(x, name)
-    if math.isnan(v) or v <= 0 or (math.isinf(v) and not allow_inf):
-        raise DomainError(f"{name}={x!r} must be a positive number" + (" (inf allowed)" if allow_inf else
-                                                                       " (finite)"))
-    return v
-
-
 def _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, centering,
             batch_ratio, parameterization, reference_nu, branch_scale, branch_scale0):
     L = resolve_depth(depth, hidden_layers) - 1
-    alpha = _positive(alpha, "alpha")
-    nu = _positive(nu, "nu")
-    eta = _positive(eta, "eta", allow_inf=False)
+    alpha = positive(alpha, "alpha", allow_inf=True)
+    nu = positive(nu, "nu", allow_inf=True)
+    eta = positive(eta, "eta")
     T = integer(steps, "steps", minimum=1)
     sigma = real_scalar(sigma, "sigma")
     if not (math.isfinite(sigma) and sigma >= 0):
         raise DomainError(f"sigma={sigma!r} (label-noise scale) must be finite and >= 0")
-    S = _positive(signal, "signal", allow_inf=False)
+    S = positive(signal, "signal")
     if not isinstance(centering, (bool, np.bool_)):
         raise DomainError(f"centering={centering!r} must be a bool")
     g = real_scalar(gamma0, "gamma0")
     if not (math.isfinite(g) and g >= 0):
         raise DomainError(f"gamma0={gamma0!r} must be finite and >= 0")
-    ref = _positive(reference_nu, "reference_nu", allow_inf=False)
+    ref = positive(reference_nu, "reference_nu")
     if parameterization == "mup":
         if g == 0 and not math.isinf(nu):
             raise DomainError("gamma0 = 0 at finite nu in muP: the initial-function variance "
@@ -143,7 +135,7 @@ def _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, 
         raise DomainError(f"parameterization={parameterization!r} must be 'mup' or 'ntk'")
     ab = None
     if batch_ratio is not None:
-        ab = _positive(batch_ratio, "batch_ratio", allow_inf=False)
+        ab = positive(batch_ratio, "batch_ratio")
         if not math.isinf(alpha):
             raise DomainError("online SGD (batch_ratio=) draws fresh data each step: leave "
                               "alpha at inf")
@@ -713,7 +705,7 @@ def max_stable_learning_rate(*, depth: int | None = None, hidden_layers: int | N
     eta_start : float, optional
         Initial guess (default ``2 / (L + 1)``).
     """
-    tol = _positive(tol, "tol", allow_inf=False)
+    tol = positive(tol, "tol")
 
     def stable(eta):
         p = _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, centering,
@@ -721,7 +713,7 @@ def max_stable_learning_rate(*, depth: int | None = None, hidden_layers: int | N
         return _stable(p)[0]
 
     L = resolve_depth(depth, hidden_layers) - 1
-    e0 = 2.0 / (L + 1) if eta_start is None else _positive(eta_start, "eta_start", False)
+    e0 = 2.0 / (L + 1) if eta_start is None else positive(eta_start, "eta_start")
     with blas_threads():
         lo, hi = e0, e0
         if stable(e0):
@@ -844,15 +836,15 @@ def solve_power_law(*, depth: int | None = None, hidden_layers: int | None = Non
     exponent is ``b``.  Finite ``N`` and ``B`` are not treated here.
     """
     L = resolve_depth(depth, hidden_layers) - 1
-    a = _positive(capacity, "capacity", allow_inf=False)
-    b = _positive(source, "source", allow_inf=False)
+    a = positive(capacity, "capacity")
+    b = positive(source, "source")
     if a <= 1:
         raise DomainError(f"capacity={a!r} must exceed 1 (trace-class spectrum sum_k k^-a < inf)")
     g = real_scalar(gamma0, "gamma0")
     if not (math.isfinite(g) and g > 0):
         raise DomainError(f"gamma0={gamma0!r} must be positive and finite (use a small value, "
                           "e.g. 1e-4, for the lazy limit)")
-    eta = _positive(eta, "eta", allow_inf=False)
+    eta = positive(eta, "eta")
     T = integer(steps, "steps", minimum=1)
     M = integer(modes, "modes", minimum=1)
     sigma = real_scalar(sigma, "sigma")
