@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import warnings
 
 import numpy as np
@@ -26,17 +25,9 @@ import numpy as np
 os.environ.setdefault("EFFTH_PROGRESS", "0")
 
 import effth as et  # noqa: E402
+from _timing import best  # noqa: E402
 from effth.numerics import gaussian_expectation  # noqa: E402
 from effth.theories.pdlt import predict  # noqa: E402
-
-
-def best(fn, rep=3):
-    t = []
-    for _ in range(rep):
-        t0 = time.perf_counter()
-        fn()
-        t.append(time.perf_counter() - t0)
-    return min(t)
 
 
 def plain(act, X, L, cw, cb, lb, lw):

@@ -20,21 +20,12 @@ Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_learning.py``.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
 import effth as et
+from _timing import best
 from effth.theories.pdlt import output_kernels, predict
-
-
-def best(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def main() -> None:

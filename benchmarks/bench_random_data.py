@@ -15,6 +15,7 @@ import sys
 import time
 
 import numpy as np
+from _timing import best
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the working tree's effth
 
@@ -22,26 +23,17 @@ from effth.theories.dmft import (learning_rate_sweep, solve_deep_linear, solve_p
                                  solve_random_data)
 
 
-def best_of(fn, repeat=3):
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def main() -> int:
     ok = True
-    base = best_of(lambda: solve_deep_linear(kernel=np.array([[1.0]]), y=np.array([1.0]),
+    base = best(lambda: solve_deep_linear(kernel=np.array([[1.0]]), y=np.array([1.0]),
                                              hidden_layers=4, gamma0=1.0, eta=0.05, steps=100))
     print(f"baseline solve_deep_linear (alpha = nu = inf), L=4, T=100: {base:.3f} s")
-    one = best_of(lambda: solve_random_data(hidden_layers=4, alpha=2.0, nu=1.0, gamma0=1.0,
+    one = best(lambda: solve_random_data(hidden_layers=4, alpha=2.0, nu=1.0, gamma0=1.0,
                                             eta=0.05, steps=100))
     ok &= one < 1.0
     print(f"solve_random_data alpha=2 nu=1, L=4, T=100: {one:.3f} s  (ratio {one / base:.2f} x "
           f"baseline) [bar: < 1 s] {'PASS' if one < 1.0 else 'FAIL'}")
-    res = best_of(lambda: solve_random_data(hidden_layers=4, branch_scale0=1.0, alpha=2.0, nu=1.0,
+    res = best(lambda: solve_random_data(hidden_layers=4, branch_scale0=1.0, alpha=2.0, nu=1.0,
                                             gamma0=1.0, eta=0.05, steps=100), repeat=1)
     print(f"  residual network, same point: {res:.3f} s  (ratio {res / base:.2f} x baseline)")
     etas = np.geomspace(0.01, 0.5, 20)

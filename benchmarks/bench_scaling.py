@@ -11,20 +11,11 @@ Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_scaling.py --plot docs/figu
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
 import effth as et
-
-
-def best(fn, repeat=2):
-    out = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return min(out)
+from _timing import best
 
 
 def plain_erf(X, L, c_w=1.0, c_b=0.1):
@@ -57,17 +48,17 @@ def main() -> None:
         et.output_kernels(et.MLP(a, depth=3, c_w=cw), Xall[:3])          # derivation, once
     for N in sizes:
         X = Xall[:N]
-        base.append(best(lambda: plain_erf(X, 10)))
+        base.append(best(lambda: plain_erf(X, 10), 2))
         for a, cw in acts:
             net = et.MLP(a, depth=10, c_w=cw, c_b=0.1)
-            res_n[a].append(best(lambda: et.output_kernels(net, X)))
+            res_n[a].append(best(lambda: et.output_kernels(net, X), 2))
         print(f"N = {N:5d}, depth 10: " + ", ".join(f"{a} {res_n[a][-1]:.3f} s" for a, _ in acts)
               + f"; plain NumPy erf {base[-1]:.3f} s (erf ratio {res_n['erf'][-1] / base[-1]:.2f}x)")
     X = Xall[:400]
     for L in depths:
         for a, cw in acts:
             net = et.MLP(a, depth=L, c_w=cw, c_b=0.1)
-            res_l[a].append(best(lambda: et.output_kernels(net, X)))
+            res_l[a].append(best(lambda: et.output_kernels(net, X), 2))
         print(f"L = {L:3d}, N = 400: " + ", ".join(f"{a} {res_l[a][-1]:.3f} s" for a, _ in acts))
     fits_n = {a: np.polyfit(np.log(sizes[1:]), np.log(res_n[a][1:]), 1)[0] for a, _ in acts}
     fits_l = {a: np.polyfit(np.log(depths[1:]), np.log(res_l[a][1:]), 1)[0] for a, _ in acts}

@@ -36,15 +36,7 @@ import types
 import numpy as np
 
 import effth as et
-
-
-def best(fn, repeat):
-    out, times = None, []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return min(times), out
+from _timing import best
 
 
 def main() -> int:
@@ -86,8 +78,9 @@ def main() -> int:
             t0 = time.perf_counter()
             et.output_kernels(net, X[:3], lambda_b=c_b, lambda_w=c_w)    # first call: derivation
             t_first = time.perf_counter() - t0
-            t_nt, (Kn, Tn) = best(nt, args.repeat)
-            t_e, (Ke, Te) = best(lambda: et.output_kernels(net, X, lambda_b=c_b, lambda_w=c_w), args.repeat)
+            t_nt, (Kn, Tn) = best(nt, args.repeat, result=True)
+            t_e, (Ke, Te) = best(lambda: et.output_kernels(net, X, lambda_b=c_b, lambda_w=c_w), args.repeat,
+                              result=True)
             err = max(np.max(np.abs(Ke - Kn)) / np.max(np.abs(Kn)), np.max(np.abs(Te - Tn)) / np.max(np.abs(Tn)))
             print(f"{act:5s} depth {L:3d}: effth {t_e:6.3f} s, neural-tangents {t_nt:6.3f} s "
                   f"(jit compile {t_compile:.2f} s; effth first call {t_first:.2f} s)  ratio {t_e / t_nt:5.2f}x  "
