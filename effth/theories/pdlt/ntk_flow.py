@@ -113,10 +113,11 @@ class NTKLayerStep:
         leftover = body.free_symbols - set(self.params) - {s for s, _ in self._inputs}
         if leftover:
             raise NotDerivedError(f"{statistic}: symbols not mapped to arrays: {leftover}")
-        self._fn: Callable = sp.lambdify([s for s, _ in self._inputs] + list(self.params), body,
-                                         modules="numpy", cse=True)
         self.rank = len(rec.labels)
+        # a polynomial step is evaluated term by term in place; any other is compiled whole
         self._terms = _polynomial_terms(body, [s for s, _ in self._inputs], self.params)
+        self._fn: Callable | None = None if self._terms is not None else sp.lambdify(
+            [s for s, _ in self._inputs] + list(self.params), body, modules="numpy", cse=True)
         self.max_order = max((o for key in self.atoms for _, o in key), default=0)
         #: derivative orders (p, q) of the two-factor atoms (the two-point tables)
         self.pair_orders = {tuple(o for _, o in key) for key in self.atoms if len(key) == 2}
