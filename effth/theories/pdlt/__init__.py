@@ -14,7 +14,10 @@ r"""The effective theory of wide networks of PDLT (Roberts & Yaida), derived by 
 * two nearby inputs: the derived delta expansion of K and Theta, robustness and \*-polation, and
   the exact finite-angle flow of scale-invariant networks (:func:`delta_flow`,
   :func:`finite_angle_flow`; :mod:`.two_input`, PDLT §10.3);
-* linear models and their kernel duals (:func:`linear_model`, PDLT §10.4).
+* linear models and their kernel duals (:func:`linear_model`, PDLT §10.4);
+* the trained network at finite width: the algorithm projectors, the per-network solution and
+  the :math:`O(1/n)` ensemble mean (:func:`algorithm_projectors`, :func:`trained_output`,
+  :func:`finite_width_mean`; ``predict(..., width=n)``; PDLT §∞.2).
 """
 
 from . import deep_linear
@@ -28,6 +31,8 @@ from .reductions import derive, second_layer, single_input
 from .learning import (EvidenceScan, Prediction, evidence_scan, log_bayes_factor, log_evidence,
                        log_evidence_two_inputs, output_kernels, predict)
 from .linear_models import LinearModel, linear_model
+from .projectors import AlgorithmProjectors, algorithm_projectors
+from .finite_width_learning import FiniteWidthMean, TrainedOutput, finite_width_mean, trained_output
 from .two_input import (DeltaFlow, FiniteAngleFlow, delta_flow, delta_recursions, finite_angle_flow,
                         polation_mean)
 
@@ -39,4 +44,6 @@ __all__ = ["Recursion", "derive_initialization", "initialization_flow", "mlp_flo
            "predict", "Prediction", "output_kernels", "log_evidence", "log_bayes_factor",
            "log_evidence_two_inputs", "evidence_scan", "EvidenceScan",
            "delta_flow", "DeltaFlow", "delta_recursions", "finite_angle_flow", "FiniteAngleFlow",
-           "polation_mean", "linear_model", "LinearModel"]
+           "polation_mean", "linear_model", "LinearModel",
+           "algorithm_projectors", "AlgorithmProjectors", "trained_output", "TrainedOutput",
+           "finite_width_mean", "FiniteWidthMean"]

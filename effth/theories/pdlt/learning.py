@@ -41,6 +41,7 @@ from scipy.special import log_softmax, softmax
 from effth.algebra.tensors import SampleSum, SampleTensor
 from effth.errors import AccuracyWarning, DomainError, NotDerivedError
 
+from .finite_width_learning import MEAN_PARTS as _MEAN_PARTS
 from .ntk_flow import _per_layer as _lambda_per_layer
 
 __all__ = ["predict", "Prediction", "output_kernels", "log_evidence", "log_bayes_factor",
@@ -238,8 +239,13 @@ class Prediction:
     * ``"log_evidence"`` ``()``: :math:`\log p(y_\mathcal A)` (6.34) (``method="bayes"``);
     * ``"K"``, ``"Theta"`` ``(N, N)``: :math:`K^{(L)}`, :math:`\Theta^{(L)}` on training then test
       inputs;
-    * ``"mean1"``, ``"covariance1"``: the :math:`O(1/n)` terms (PDLT §11.4, §∞.2): not derived,
-      raise :class:`~effth.errors.NotDerivedError`.
+    * ``"mean1"`` (with ``width=`` of :func:`predict`): :math:`n_{L-1}(m-m^\infty)`, the
+      :math:`O(1/n)` correction of the mean of networks trained to convergence (PDLT (∞.155)),
+      shape as ``"mean"``; its parts ``"mean1_H1"`` (the NTK-mean shift :math:`H^{\{1\}}`),
+      ``"mean1_delta_ntk"`` (∞.157), ``"mean1_dntk"`` (∞.158), ``"mean1_ddntk_I"`` (∞.159),
+      ``"mean1_ddntk_II"`` (∞.160); ``"mean_at_width"``: :math:`m^\infty+\text{mean1}/n_{L-1}`;
+    * ``"covariance1"``: the :math:`O(1/n)` covariance of the trained prediction: not derived,
+      raises :class:`~effth.errors.NotDerivedError`.
 
     Attributes
     ----------
@@ -254,6 +260,8 @@ class Prediction:
     jitter : float
         Ridge added to the training block (0 unless asked for).
     net : MLP or None
+    finite_width : FiniteWidthMean or None
+        The :math:`O(1/n)` mean on training-then-test inputs (``width=`` of :func:`predict`).
     """
 
     method: str
@@ -275,6 +283,7 @@ class Prediction:
     net: Any = None
     lambda_b: np.ndarray | None = None
     lambda_w: np.ndarray | None = None
+    finite_width: Any = None
     layers: tuple = field(default=())
 
     # ----------------------------------------------------------------- reading
@@ -312,6 +321,8 @@ class Prediction:
         out.append("K")
         if self.Theta is not None:
             out.append("Theta")
+        if self.finite_width is not None:
+            out += ["mean1", "mean_at_width"] + [f"mean1_{k}" for k in _MEAN_PARTS]
         return tuple(out)
 
     def value(self, name: str, layer: int | None = None) -> Any:
@@ -363,6 +374,10 @@ class Prediction:
             return self.K.copy()
         if name == "Theta":
             return self.Theta.copy()
+        if name in ("mean1", "mean_at_width") or name.startswith("mean1_"):
+            key = name[len("mean1_"):] if name.startswith("mean1_") else name
+            out = self.finite_width.value(key)[self.n_train:]
+            return out[:, 0] if self.y_train.ndim == 1 else out
         raise AssertionError(name)   # pragma: no cover
 
     def stderr(self, name: str, layer: int | None = None) -> None:
@@ -374,12 +389,13 @@ class Prediction:
         if layer is not None and not (self.net is not None and layer == self.net.depth):
             raise DomainError(f"a Prediction has no layer axis (its kernels are the output "
                               f"layer's); omit layer=, got layer={layer!r}")
-        if name in ("mean1", "covariance1"):
+        if name == "covariance1":
             raise NotDerivedError(
-                f"{name!r}: the O(1/n) correction to the trained prediction (PDLT §11.4 for the "
-                "nearly-kernel methods, §∞.2 for gradient descent at finite width, needing the "
-                "NTK fluctuations, dNTK and ddNTKs) is not derived in effth yet; only the "
-                "infinite-width terms 'mean' and 'covariance' are")
+                "'covariance1': the O(1/n) covariance of the trained prediction (PDLT (∞.161), "
+                "not printed in the book) is not derived in effth yet; the O(1/n) mean is "
+                "(predict(..., width=n), name 'mean1')")
+        if self.finite_width is None and (name in ("mean1", "mean_at_width") or name.startswith("mean1_")):
+            raise DomainError(f"{name!r} is the O(1/n) correction: pass width= (n_(L-1)) to predict")
         if name not in self.names:
             if name in ("bias", "variance", "test_loss"):
                 raise DomainError(f"{name!r} needs the test targets: pass y_test= to predict")
@@ -645,9 +661,10 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
             method: str = "gd", y_test: Any = None, test_loss: str = "mse", noise: Any = 0.0,
             lambda_b: Any = 1.0,
             lambda_w: Any = 1.0, eta: Any = None, updates: Any = None, K: Any = None,
-            Theta: Any = None, n_train: Any = None, jitter: Any = None,
+            Theta: Any = None, n_train: Any = None, jitter: Any = None, width: Any = None,
             rtol: float = 1e-10) -> Prediction:
-    r"""Infinite-width prediction after learning: ensemble mean and covariance of the test outputs.
+    r"""Prediction after learning: ensemble mean and covariance of the test outputs, at infinite
+    width and (``width=``) with the :math:`O(1/n)` correction of the mean.
 
     Either ``predict(net, X_train, y_train, X_test, ...)`` (the kernels are computed here,
     :func:`output_kernels`) or ``predict(K=..., Theta=..., y_train=..., n_train=P)`` with
@@ -700,6 +717,17 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
     jitter : float, optional
         Add ``jitter`` times the identity to the training block (a ridge) — only on request, with
         an :class:`~effth.errors.AccuracyWarning`.  Without it a singular training block raises.
+    width : int, optional
+        The width :math:`n_{L-1}` of the last hidden layer: adds the :math:`O(1/n)` correction of
+        the mean of networks trained to convergence, PDLT (∞.155)–(∞.160) as corrected in
+        :func:`~effth.theories.pdlt.finite_width_learning.finite_width_mean` (names ``"mean1"``,
+        ``"mean_at_width"`` and the parts ``"mean1_H1"``, ``"mean1_delta_ntk"``,
+        ``"mean1_dntk"``, ``"mean1_ddntk_I"``, ``"mean1_ddntk_II"``).  Gradient descent with
+        ``eta`` uses the projectors (∞.142)–(∞.147), without ``eta`` gradient flow
+        (∞.149)–(∞.153); ``method="newton"`` is the two-step Newton algorithm (∞.148).  Needs
+        ``net`` (the NTK hierarchy is computed here, :func:`~effth.theories.pdlt.ntk_flow`) and
+        a smooth activation: for kinked ones (ReLU) the :math:`1/n` expansion of the training
+        dynamics does not apply (PDLT §∞.1).
     rtol : float
         Relative accuracy of the Gaussian expectations of the kernels.
 
@@ -712,7 +740,8 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
     DomainError
         Mismatched shapes, NaN/inf/complex input, non-symmetric or non-PSD kernels, a singular
         training block (without ``jitter``), :math:`\eta\ge2/\lambda_{\max}(\widetilde\Theta)`
-        (the bound is in the message), ``updates`` without ``eta``, an unknown method.
+        (the bound is in the message), ``updates`` without ``eta``, an unknown method;
+        ``width=`` without a network, with a kinked activation, with ``updates``, noise or jitter.
 
     Examples
     --------
@@ -744,6 +773,8 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         eta = _nonneg(eta, "eta")
         if eta == 0:
             raise DomainError("eta must be > 0")
+    if width is not None:
+        width = _width(width, net, method, updates, noise, jitter)
     Kf, Tf, P, y, lb, lw = _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method,
                                          lambda_b, lambda_w, rtol)
     N = Kf.shape[0]
@@ -832,11 +863,50 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         if not np.all(np.isfinite(arr)):
             raise DomainError(f"the {what} is not finite: the training block is too ill-conditioned "
                               "for double precision (pass jitter=)")
+    finite = None
+    if width is not None:
+        finite = _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol)
     return Prediction(method=method, K=Kf, Theta=Tf, n_train=P, mean_=mean, covariance_=cov,
                       train_mean_=train_mean, train_covariance_=train_cov, y_train=y, y_test=yt,
                       test_loss_kind=test_loss,
                       noise=noise, eta=eta, updates=updates, jitter=jitter, log_evidence_=log_ev,
-                      net=net, lambda_b=lb, lambda_w=lw)
+                      net=net, lambda_b=lb, lambda_w=lw, finite_width=finite)
+
+
+def _width(width: Any, net: Any, method: str, updates: Any, noise: float, jitter: float) -> int:
+    if isinstance(width, (bool, np.bool_)) or not isinstance(width, numbers.Integral) or width < 1:
+        raise DomainError(f"width must be a positive int, the width n_(L-1) of the last hidden "
+                          f"layer, got {width!r}")
+    if net is None:
+        raise DomainError("width= needs the network, predict(net, X_train, y_train, X_test, "
+                          "width=n): the O(1/n) mean needs its NTK hierarchy, not only K and Theta")
+    if method == "bayes":
+        raise DomainError("width= gives the O(1/n) mean of gradient-trained networks (PDLT §∞.2); "
+                          "for Bayesian inference at finite width use "
+                          "effth.pdlt.bayes_finite (PDLT §6.4)")
+    if updates is not None:
+        raise DomainError("width= is the fully trained network (PDLT (∞.141)); finite-time "
+                          "training at finite width is not implemented: drop updates=")
+    if jitter:
+        raise DomainError("width= does not combine with jitter= (a ridge changes the solution)")
+    act = getattr(net, "act", None)
+    if act is not None and not (act.is_smooth or act.is_polynomial):
+        raise DomainError(f"{act!r} is kinked: the O(1/n) training dynamics does not apply (the "
+                          "ddNTK mean diverges and single networks move at O(1/sqrt(n)), PDLT "
+                          "§∞.1), so there is no O(1/n) trained prediction")
+    return int(width)
+
+
+def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol):
+    """The O(1/n) mean of trained networks (PDLT (∞.155)) on train-then-test inputs."""
+    from .finite_width_learning import finite_width_mean
+    from .ntk_flow import ntk_flow
+
+    X = np.vstack([_real_array(X_train, "X_train", (2,)), _real_array(X_test, "X_test", (2,))])
+    nf = ntk_flow(net, X, lambda_b=lambda_b, lambda_w=lambda_w, rtol=min(rtol * 100, 1e-8))
+    algorithm = "two_step" if method == "newton" else ("gd" if eta is not None else "gradient_flow")
+    return finite_width_mean(nf, y, n_train=len(y), algorithm=algorithm,
+                             eta=eta if algorithm == "gd" else None, width=width)
 
 
 def _solve_tri(Lc: np.ndarray, B: np.ndarray, transpose: bool = False) -> np.ndarray:

@@ -1,0 +1,460 @@
+r"""The fully trained network at finite width: the solution (∞.141) and its ensemble mean (∞.155).
+
+A network trained by an MSE algorithm to zero training error ends, to order :math:`1/n`, at
+(PDLT (∞.141))
+
+.. math::
+    z_{i;\delta}(\infty)=z_{i;\delta}-\widehat H_{ij;\delta\tilde\alpha_1}
+    (\widehat H^{-1})^{\tilde\alpha_1\tilde\alpha_2}_{jk}e_{k;\tilde\alpha_2}
+    +\big[\widehat{dH}\big]_\delta Z_{A,B}\,ee+\big[\widehat{dd_IH}\big]_\delta Z_{IA,IB}\,eee
+    +\big[\widehat{dd_{II}H}\big]_\delta Z_{IIA,IIB}\,eee,
+
+:math:`e=z-y` at initialization, :math:`[X]_\delta=X_\delta-H_{\delta\tilde\alpha_5}
+\widetilde H^{\tilde\alpha_5\tilde\alpha_6}X_{\tilde\alpha_6}` (zero on the training set), the
+algorithm only in the projectors (:mod:`.projectors`).  :func:`trained_output` evaluates it for
+one network from its own NTK, dNTK and ddNTKs (:func:`effth.simulation.empirical_ntk`).
+
+Averaged over initializations (∞.155)–(∞.160), with the corrections of the symmetrized
+:math:`Z_B` in (∞.158) and of the :math:`T`/:math:`U` permutations in (∞.160):
+
+.. math::
+    m_{i;\dot\beta}=H_{\dot\beta\tilde\alpha_1}\widetilde H^{\tilde\alpha_1\tilde\alpha_2}
+    y_{i;\tilde\alpha_2}+\frac1{n_{L-1}}\Big[M_{i;\dot\beta}-H_{\dot\beta\tilde\alpha_1}
+    \widetilde H^{\tilde\alpha_1\tilde\alpha_2}M_{i;\tilde\alpha_2}\Big],\quad
+    M=m^{\Delta\rm NTK}+m^{\rm dNTK}+m^{\rm ddNTK\text-I}+m^{\rm ddNTK\text-II},
+
+with :math:`H=\Theta+H^{\{1\}}/n_{L-1}` the NTK mean (PDLT (9.3); the :math:`H^{\{1\}}` part of the
+first term is reported as its own :math:`O(1/n)` piece) and :math:`A,B,P,Q,R,S,T,U` of the output
+layer from :func:`~effth.theories.pdlt.ntk_flow`.  :func:`finite_width_mean` evaluates it;
+``effth.predict(..., width=n)`` calls it.
+
+Every contraction with a projector runs in the eigenbasis of :math:`\widetilde H`, where the
+projectors are pair-diagonal: cost :math:`O(N_\mathcal D N_\mathcal A^3)` per term, memory of
+the rank-4 NTK-hierarchy tensors only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from effth._validate import kernel_matrix, real_array
+from effth.errors import DomainError
+from .projectors import AlgorithmProjectors, algorithm_projectors
+
+__all__ = ["trained_output", "TrainedOutput", "finite_width_mean", "FiniteWidthMean",
+           "MEAN_PARTS", "OUTPUT_PARTS", "mean_latex"]
+
+#: Parts of :math:`n_{L-1}(m-m^\infty)`: the NTK-mean shift :math:`H^{\{1\}}` and the four
+#: groups of (∞.157)–(∞.160).
+MEAN_PARTS = ("H1", "delta_ntk", "dntk", "ddntk_I", "ddntk_II")
+#: Parts of the per-network solution (∞.141).
+OUTPUT_PARTS = ("free", "dntk", "ddntk_I", "ddntk_II")
+
+
+# ----------------------------------------------------------------------------- helpers
+def _bracket(f: np.ndarray, H: np.ndarray, Hinv: np.ndarray, P: int) -> np.ndarray:
+    r"""Subtract the training-set projection along the sample axis 0 of ``f``: :math:`[f]_\delta`."""
+    return f - H[:, :P] @ (Hinv @ f[:P])
+
+
+def _targets(y: Any, P: int) -> np.ndarray:
+    y = real_array(y, "y_train")
+    if y.ndim == 1:
+        y = y[:, None]
+    if y.ndim != 2 or y.shape[0] != P:
+        raise DomainError(f"y_train must have shape ({P},) or ({P}, n_out), got {y.shape}")
+    if not np.isfinite(y).all():
+        raise DomainError("y_train has NaN or infinite entries")
+    return y
+
+
+def _n_train(n_train: Any, N: int) -> int:
+    if isinstance(n_train, (bool, np.bool_)) or not isinstance(n_train, (int, np.integer)):
+        raise DomainError(f"n_train must be an int, got {n_train!r}")
+    P = int(n_train)
+    if not 1 <= P <= N:
+        raise DomainError(f"n_train must be between 1 and the number of inputs {N}, got {P}")
+    return P
+
+
+def _projectors(H: np.ndarray, P: int, algorithm: str, eta: Any) -> AlgorithmProjectors:
+    return algorithm_projectors(H[:P, :P], algorithm=algorithm, eta=eta)
+
+
+# ----------------------------------------------------------------------------- one network
+@dataclass(frozen=True, repr=False)
+class TrainedOutput:
+    r"""The fully trained outputs of one finite-width network, (∞.141), on all its inputs.
+
+    ``value(name)`` with ``name`` in ``("z", "free", "dntk", "ddntk_I", "ddntk_II")`` is an
+    ``(N, n_out)`` array, training inputs first: ``"z"`` the sum, ``"free"`` the frozen-NTK
+    solution with the network's own NTK (∞.93), the others the projector terms of (∞.141).
+    """
+
+    parts: dict
+    n_train: int
+    projectors: AlgorithmProjectors
+    layers: tuple = field(default=())
+
+    names = ("z",) + OUTPUT_PARTS
+
+    def value(self, name: str, layer: Any = None) -> np.ndarray:
+        if layer is not None:
+            raise DomainError("a trained output has no layer axis (it is the output layer L)")
+        if name == "z":
+            return sum(self.parts[k] for k in OUTPUT_PARTS)
+        if name not in self.parts:
+            raise DomainError(f"unknown name {name!r}; expected one of {self.names}")
+        return self.parts[name]
+
+    def stderr(self, name: str, layer: Any = None) -> None:
+        self.value(name, layer)
+        return None
+
+    def __repr__(self) -> str:
+        z = self.value("z")
+        return (f"TrainedOutput(N={z.shape[0]}, n_train={self.n_train}, n_out={z.shape[1]}, "
+                f"{self.projectors.algorithm})")
+
+
+def trained_output(instance: Any, y_train: Any, *, n_train: int, algorithm: str = "gd",
+                   eta: Any = None, H: Any = None) -> TrainedOutput:
+    r"""The end of training of one network at order :math:`1/n`, PDLT (∞.141).
+
+    Parameters
+    ----------
+    instance : NTKResult
+        One network's outputs and NTK hierarchy at initialization on its ``N`` inputs,
+        :func:`effth.simulation.empirical_ntk` with ``order=3`` (``z`` ``(n_out, N)``, ``H``,
+        ``dH``, ``ddIH``, ``ddIIH`` with the neural indices first), training inputs first.
+    y_train : array_like (P,) or (P, n_out)
+    n_train : int
+        Number ``P`` of training inputs (the first ``P`` of the instance's inputs).
+    algorithm, eta
+        As :func:`~effth.theories.pdlt.projectors.algorithm_projectors`.
+    H : array_like (N, N), optional
+        The NTK mean in the projectors and the subtraction :math:`[\cdot]_\delta`; default: the
+        network's own NTK averaged over output components (exact for one output, where the
+        remainder is then :math:`O(1/n^2)`).
+
+    Returns
+    -------
+    TrainedOutput
+    """
+    for name in ("z", "H", "dH", "ddIH", "ddIIH"):
+        if getattr(instance, name, None) is None:
+            raise DomainError(f"instance has no {name!r}: use empirical_ntk(..., order=3) on one network")
+    z = np.asarray(instance.z, float)
+    if z.ndim != 2:
+        raise DomainError("instance must hold one network (z of shape (n_out, N)), not a batch")
+    m, N = z.shape
+    P = _n_train(n_train, N)
+    y = _targets(y_train, P)
+    if y.shape[1] != m:
+        raise DomainError(f"y_train has {y.shape[1]} components but the instance {m} outputs")
+    Hh = np.asarray(instance.H, float)                       # (m, m, N, N)
+    Hm = (np.einsum("iiab->ab", Hh) / m) if H is None else kernel_matrix(H, "H")
+    if Hm.shape != (N, N):
+        raise DomainError(f"H must be ({N}, {N}), got {Hm.shape}")
+    Z = _projectors(Hm, P, algorithm, eta)
+    Hinv = Z.inverse()
+    e = z[:, :P] - y.T                                       # (m, P)
+    # free part (∞.93) with the exact inverse of the instance NTK over (output, sample) pairs
+    HAA = Hh[:, :, :P, :P].transpose(0, 2, 1, 3).reshape(m * P, m * P)
+    sol = np.linalg.solve(HAA, e.reshape(m * P)).reshape(m, P)
+    free = z - np.einsum("ijda,ja->id", Hh[:, :, :, :P], sol)
+    E = Z.to_eigenbasis(e, (1,))                             # e_{j;p}
+    zc = Z.coefficients
+    dH = np.asarray(instance.dH, float)
+    ddI = np.asarray(instance.ddIH, float)
+    ddII = np.asarray(instance.ddIIH, float)
+    # training slots to the eigenbasis; the delta slot keeps all N inputs
+    dA = Z.to_eigenbasis(dH[:, :, :, :P, :, :P], (3, 5))     # dH_{j1 i j2; a1 . a2}
+    dB = Z.to_eigenbasis(dH[:, :, :, :, :P, :P], (4, 5))     # dH_{i j1 j2; . a1 a2}
+    rIA = Z.to_eigenbasis(ddI[..., :P, :, :P, :P], (4, 6, 7))
+    rIB = Z.to_eigenbasis(ddI[..., :, :P, :P, :P], (5, 6, 7))
+    rIIA = Z.to_eigenbasis(ddII[..., :P, :P, :, :P], (4, 5, 7))
+    rIIB = Z.to_eigenbasis(ddII[..., :, :P, :P, :P], (5, 6, 7))
+    dntk = (np.einsum("aibpDq,pq,ap,bq->Di", dA, zc["A"], E, E)
+            + np.einsum("iabDpq,pq,ap,bq->Di", dB, zc["B"], E, E))
+    ddI_t = (np.einsum("aibcpDqr,pqr,ap,bq,cr->Di", rIA, zc["IA"], E, E, E)
+             + np.einsum("iabcDpqr,pqr,ap,bq,cr->Di", rIB, zc["IB"], E, E, E))
+    ddII_t = (np.einsum("abicpqDr,pqr,ap,bq,cr->Di", rIIA, zc["IIA"], E, E, E)
+              + np.einsum("iabcDpqr,pqr,ap,bq,cr->Di", rIIB, zc["IIB"], E, E, E))
+    parts = {"free": free.T,
+             "dntk": _bracket(dntk, Hm, Hinv, P),
+             "ddntk_I": _bracket(ddI_t, Hm, Hinv, P),
+             "ddntk_II": _bracket(ddII_t, Hm, Hinv, P)}
+    return TrainedOutput(parts, P, Z)
+
+
+# ----------------------------------------------------------------------------- ensemble mean
+def _slots(T: np.ndarray, order: str, P: int) -> np.ndarray:
+    """``T`` with its axes labelled by ``order`` (``'D'`` the free sample, ``'1'..'3'`` training
+    slots) as ``X[D, a1, a2, a3]``, training slots restricted to the first ``P`` inputs."""
+    letters = {"D": "D", "1": "a", "2": "b", "3": "c"}
+    X = np.einsum("".join(letters[c] for c in order) + "->Dabc", T)
+    return X[:, :P, :P, :P]
+
+
+def _contract(T_hat: np.ndarray, z: np.ndarray, sup: str, rhs: np.ndarray) -> np.ndarray:
+    r""":math:`\sum T_{D a_1a_2a_3}Z^{\rm sup}\,\mathrm{rhs}_{i;\cdots}` in the eigenbasis.
+
+    ``sup`` spells the projector's superscript over the letters ``abc`` (the slots of ``T``) and
+    ``d``, ``e``, ``f`` (the slots of ``rhs``): ``"abcd"`` is :math:`Z^{a_1a_2a_3a_4}` contracted
+    with :math:`y_{i;a_4}`, ``"abcefd"`` is :math:`Z^{a_1a_2a_3a_5a_6a_4}` with
+    :math:`W_{i;a_4a_5a_6}`.  The projector pairs superscript positions :math:`k` and
+    :math:`k+\mathrm{rank}/2` with one eigen-index each (module :mod:`.projectors`).
+    """
+    half = len(sup) // 2
+    eig = "pqr"[:half]
+    m = {}
+    for k in range(half):
+        m[sup[k]] = eig[k]
+        m[sup[k + half]] = eig[k]
+    tail = "def"[:len(sup) - 3]
+    spec = "D" + "".join(m[c] for c in "abc") + "," + eig + ",i" + "".join(m[c] for c in tail) + "->Di"
+    return np.einsum(spec, T_hat, z, rhs)
+
+
+#: The projector terms of (∞.158)–(∞.160) as corrected: per part, a list of
+#: ``(sum of (coefficient, tensor, slots), projector, superscript)``; ``slots`` places the
+#: free sample ``D`` and the training samples ``1..3`` in the tensor's book slot order, the
+#: superscript spells the projector's indices over ``a..c`` (the tensor's training samples)
+#: and ``d..f`` (those of ``y`` or ``W``).  ``Bsym`` is :math:`Z_B^{a_1a_2a_3a_4}+Z_B^{a_2a_1a_4a_3}`
+#: (the printed :math:`2Z_B` holds only for a symmetric :math:`Z_B`); in (∞.160) the
+#: :math:`Z_{IIB}` superscripts of :math:`T` and :math:`U` are those of the brute-force
+#: expectation (exchanged with respect to the print).
+_TERMS = {
+    "dntk": [
+        ((("1", "P", "D123"), ("1", "Q", "D123"), ("nL", "Q", "D213")), "Bsym", "abcd"),
+        ((("nL", "P", "1D23"), ("1", "Q", "1D23"), ("1", "Q", "12D3")), "A", "abcd"),
+        ((("1", "P", "1D23"), ("nL", "Q", "1D23"), ("1", "Q", "12D3")), "A", "abdc"),
+    ],
+    "ddntk_I": [
+        ((("1", "R", "D123"),), "IB", "abcdef"),
+        ((("1", "R", "D123"),), "IB", "bcaefd"),
+        ((("1", "R", "D123"),), "IB", "cabfde"),
+        ((("1", "R", "1D23"),), "IA", "abcdef"),
+        ((("1", "R", "123D"),), "IA", "abcefd"),
+        ((("1", "R", "13D2"),), "IA", "abcfde"),
+    ],
+    "ddntk_II": [
+        ((("1", "S", "D123"),), "IIB", "abcdef"),
+        ((("1", "T", "D123"),), "IIB", "cabfde"),
+        ((("1", "U", "D123"),), "IIB", "bcaefd"),
+        ((("1", "S", "12D3"),), "IIA", "abcefd"),
+        ((("1", "T", "1D32"),), "IIA", "abcdef"),
+        ((("1", "U", "132D"),), "IIA", "abcfde"),
+    ],
+}
+
+_SAMPLE = {"D": r"\delta", **{c: rf"\tilde\alpha_{{{k}}}" for k, c in enumerate("123", 1)},
+           **{c: rf"\tilde\alpha_{{{k}}}" for k, c in enumerate("abcdef", 1)}}
+_PROJ = {"A": "Z_A", "B": "Z_B", "IA": "Z_{IA}", "IB": "Z_{IB}", "IIA": "Z_{IIA}", "IIB": "Z_{IIB}"}
+
+
+def _term_latex(group, proj, sup) -> str:
+    tens = " + ".join(("n_L " if c == "nL" else "") + t + "^{(L)}_{" + "".join(_SAMPLE[x] for x in slots) + "}"
+                      for c, t, slots in group)
+    if len(group) > 1:
+        tens = r"\big(" + tens + r"\big)"
+    if proj == "Bsym":
+        z = (r"\big(Z_B^{" + "".join(_SAMPLE[x] for x in "abcd") + "} + Z_B^{"
+             + "".join(_SAMPLE[x] for x in "badc") + r"}\big)")
+    else:
+        z = _PROJ[proj] + "^{" + "".join(_SAMPLE[x] for x in sup) + "}"
+    return tens + " " + z
+
+
+def mean_latex() -> str:
+    r"""The :math:`O(1/n)` mean of trained networks, (∞.155)–(∞.160) as evaluated here, in LaTeX.
+
+    Built from the same term table that :func:`finite_width_mean` contracts, so the printed
+    formula is the computed one (with the corrections to (∞.157), (∞.158) and (∞.160)).
+    """
+    a = [_SAMPLE[c] for c in "abcdef"]
+    lines = [
+        r"m_{i;\dot\beta} &= H_{\dot\beta\tilde\alpha_1}\widetilde H^{\tilde\alpha_1\tilde\alpha_2}"
+        r"y_{i;\tilde\alpha_2} + \frac{1}{n_{L-1}}\Big[M_{i;\dot\beta} - H_{\dot\beta\tilde\alpha_1}"
+        r"\widetilde H^{\tilde\alpha_1\tilde\alpha_2} M_{i;\tilde\alpha_2}\Big],\qquad "
+        r"H = \Theta + \frac{H^{\{1\}}}{n_{L-1}}",
+        r"M_{i;\delta} &= m^{\Delta\mathrm{NTK}}_{i;\delta} + m^{\mathrm{dNTK}}_{i;\delta} + "
+        r"m^{\mathrm{ddNTK\text{-}I}}_{i;\delta} + m^{\mathrm{ddNTK\text{-}II}}_{i;\delta}",
+        r"m^{\Delta\mathrm{NTK}}_{i;\delta} &= -\big(A^{(L)}_{(\delta" + a[0] + ")(" + a[1] + a[2]
+        + r")} + B^{(L)}_{\delta" + a[1] + a[0] + a[2] + r"} + n_L B^{(L)}_{\delta" + a[2] + a[0] + a[1]
+        + r"}\big)\widetilde H^{" + a[0] + a[1] + r"}\widetilde H^{" + a[2] + a[3] + "} y_{i;" + a[3] + "}",
+    ]
+    heads = {"dntk": r"m^{\mathrm{dNTK}}_{i;\delta}", "ddntk_I": r"m^{\mathrm{ddNTK\text{-}I}}_{i;\delta}",
+             "ddntk_II": r"m^{\mathrm{ddNTK\text{-}II}}_{i;\delta}"}
+    for part, terms in _TERMS.items():
+        body = r" \\ &\quad + ".join(_term_latex(*t) for t in terms)
+        rhs = ("y_{i;" + a[3] + "}") if part == "dntk" else ("W_{i;" + "".join(a[3:]) + "}")
+        lines.append(heads[part] + r" &= -\Big[" + body + r"\Big]" + rhs)
+    lines.append("W_{i;" + "".join(a[3:]) + "} &= y_{i;" + a[3] + r"}\Big(\sum_j y_{j;" + a[4] + "}y_{j;"
+                 + a[5] + "} + n_L K^{(L)}_{" + a[4] + a[5] + r"}\Big) + y_{i;" + a[4] + "}K^{(L)}_{" + a[5] + a[3]
+                 + "} + y_{i;" + a[5] + "}K^{(L)}_{" + a[3] + a[4] + "}")
+    return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
+
+
+@dataclass(frozen=True, repr=False)
+class FiniteWidthMean:
+    r"""The ensemble mean of trained finite-width networks at order :math:`1/n`, PDLT (∞.155).
+
+    ``value(name)`` is an ``(N, n_out)`` array over all inputs (training first):
+
+    * ``"mean"``: :math:`m^\infty=\Theta_{\delta\tilde\alpha_1}\widetilde\Theta^{\tilde\alpha_1
+      \tilde\alpha_2}y_{\tilde\alpha_2}` (10.40);
+    * ``"mean1"``: :math:`n_{L-1}(m-m^\infty)`, the sum of the parts below;
+    * ``"mean_at_width"``: :math:`m^\infty+\text{mean1}/n_{L-1}` at :attr:`width`;
+    * the parts of ``"mean1"`` (:data:`MEAN_PARTS`): ``"H1"`` the NTK-mean shift
+      :math:`H^{\{1\}}` in (∞.156), ``"delta_ntk"`` (∞.157), ``"dntk"`` (∞.158, corrected),
+      ``"ddntk_I"`` (∞.159), ``"ddntk_II"`` (∞.160, corrected), each with the training-set
+      subtraction of (∞.155) applied (zero on the training inputs).
+    """
+
+    parts: dict
+    mean_inf: np.ndarray
+    n_train: int
+    width: int | None
+    projectors: AlgorithmProjectors
+    layers: tuple = field(default=())
+
+    names = ("mean", "mean1", "mean_at_width") + MEAN_PARTS
+
+    def value(self, name: str, layer: Any = None) -> np.ndarray:
+        if layer is not None:
+            raise DomainError("a trained mean has no layer axis (it is the output layer L)")
+        if name == "mean":
+            return self.mean_inf
+        if name == "mean1":
+            return sum(self.parts[k] for k in MEAN_PARTS)
+        if name == "mean_at_width":
+            if self.width is None:
+                raise DomainError("no width given: pass width= to finite_width_mean")
+            return self.mean_inf + self.value("mean1") / self.width
+        if name not in self.parts:
+            raise DomainError(f"unknown name {name!r}; expected one of {self.names}")
+        return self.parts[name]
+
+    def stderr(self, name: str, layer: Any = None) -> None:
+        self.value(name, layer)
+        return None
+
+    def latex(self) -> str:
+        """The formula evaluated (:func:`mean_latex`)."""
+        return mean_latex()
+
+    def _repr_latex_(self) -> str:
+        return "$$" + self.latex() + "$$"
+
+    def __repr__(self) -> str:
+        return (f"FiniteWidthMean(N={self.mean_inf.shape[0]}, n_train={self.n_train}, "
+                f"n_out={self.mean_inf.shape[1]}, {self.projectors.algorithm}, width={self.width})")
+
+
+_TENSORS = ("Theta", "H1", "K", "A", "B", "P", "Q", "R", "S", "T", "U")
+
+
+def finite_width_mean(tensors: Any, y_train: Any, *, n_train: int, algorithm: str = "gd",
+                      eta: Any = None, width: Any = None, layer: int | None = None) -> FiniteWidthMean:
+    r"""Ensemble mean of the outputs of networks trained to convergence, at order :math:`1/n`.
+
+    PDLT (∞.155)–(∞.160) with two corrections, both checked against the brute-force expectation
+    of (∞.141) over the NTK-hierarchy statistics (8.82), (11.45), (∞.11), (∞.12): in (∞.158)
+    :math:`2Z_B^{\tilde\alpha_1\tilde\alpha_2\tilde\alpha_3\tilde\alpha_4}\to Z_B^{\tilde\alpha_1
+    \tilde\alpha_2\tilde\alpha_3\tilde\alpha_4}+Z_B^{\tilde\alpha_2\tilde\alpha_1\tilde\alpha_4
+    \tilde\alpha_3}` (:math:`Z_B` of gradient descent is not symmetric), and in (∞.160) the
+    :math:`Z_{IIB}` permutations of :math:`T` and :math:`U` are exchanged.  The NTK-mean shift
+    :math:`H^{\{1\}}` (PDLT (9.3); footnote 7 of §∞.2 calls it marginal, but it is of the same
+    order) is included as the part ``"H1"``.
+
+    Parameters
+    ----------
+    tensors : NTKFlow or mapping
+        The output-layer statistics on training-then-test inputs: an
+        :class:`~effth.theories.pdlt.NTKFlow` (all statistics; its last layer, or ``layer=``) or
+        a mapping with ``"Theta"``, ``"H1"``, ``"K"`` ``(N, N)`` and ``"A"``, ``"B"``, ``"P"``,
+        ``"Q"``, ``"R"``, ``"S"``, ``"T"``, ``"U"`` ``(N, N, N, N)`` (book slot order).
+    y_train : array_like (P,) or (P, n_out)
+    n_train : int
+        The first ``P`` inputs are the training set.
+    algorithm : {"gd", "gradient_flow", "two_step"}
+    eta : float
+        Learning rate for ``"gd"`` (stable: :math:`\eta\lambda_{\max}(\widetilde\Theta)<2`).
+    width : int, optional
+        :math:`n_{L-1}` for ``"mean_at_width"``.
+    layer : int, optional
+        Which layer of an NTKFlow (default: the last).
+
+    Returns
+    -------
+    FiniteWidthMean
+
+    Raises
+    ------
+    DomainError
+        Missing statistics (an NTKFlow of a kinked activation has no dNTK/ddNTK statistics: the
+        :math:`1/n` dynamics does not apply there, PDLT §∞.1), a singular training NTK, an
+        unstable learning rate, inconsistent shapes.
+    """
+    if hasattr(tensors, "value") and hasattr(tensors, "layers"):
+        lay = tensors.layers[-1] if layer is None else layer
+        missing = [k for k in _TENSORS if k not in tensors.names]
+        if missing:
+            raise DomainError(f"the NTK flow lacks {missing}: compute ntk_flow with every statistic "
+                              "(kinked activations have no dNTK/ddNTK statistics, PDLT §∞.1)")
+        T = {k: np.asarray(tensors.value(k, layer=lay), float) for k in _TENSORS}
+    else:
+        try:
+            T = {k: np.asarray(tensors[k], float) for k in _TENSORS}
+        except KeyError as exc:
+            raise DomainError(f"tensors lacks {exc.args[0]!r}; needs {_TENSORS}") from None
+    N = T["Theta"].shape[0]
+    for k in _TENSORS:
+        want = (N, N) if k in ("Theta", "H1", "K") else (N,) * 4
+        if T[k].shape != want:
+            raise DomainError(f"{k} must have shape {want}, got {T[k].shape}")
+        if not np.isfinite(T[k]).all():
+            raise DomainError(f"{k} has NaN or infinite entries")
+    P = _n_train(n_train, N)
+    y = _targets(y_train, P)
+    nL = y.shape[1]
+    if width is not None:
+        if isinstance(width, (bool, np.bool_)) or not isinstance(width, (int, np.integer)) or width < 1:
+            raise DomainError(f"width must be a positive int (n_(L-1)), got {width!r}")
+        width = int(width)
+    Th = kernel_matrix(T["Theta"], "Theta")
+    Z = _projectors(Th, P, algorithm, eta)
+    Hinv = Z.inverse()
+    v = Hinv @ y                                                   # (P, nL)
+    yh = Z.to_eigenbasis(y, (0,)).T                                # (nL, P): y_{i;p}
+    K = T["K"][:P, :P]
+    # W_{i;a4 a5 a6}, (∞.159)
+    yy = y @ y.T
+    W = (np.einsum("di,ef->idef", y, yy + nL * K) + np.einsum("ei,fd->idef", y, K)
+         + np.einsum("fi,de->idef", y, K))
+    Wh = Z.to_eigenbasis(W, (1, 2, 3))
+    A, B = T["A"], T["B"]
+    parts = {}
+    parts["H1"] = T["H1"][:, :P] @ v
+    # (∞.157) with the sign of the exact expansion of the instance inverse (the printed (∞.154)
+    # carries both Delta H lines with flipped signs)
+    parts["delta_ntk"] = -(np.einsum("Dabc,ab,ci->Di", _slots(A, "D123", P), Hinv, v)     # A_(d a1)(a2 a3)
+                           + np.einsum("Dabc,ab,ci->Di", _slots(B, "D213", P), Hinv, v)  # B_d a2 a1 a3
+                           + nL * np.einsum("Dabc,ab,ci->Di", _slots(B, "D312", P), Hinv, v))
+    stats = {k: T[k] for k in "PQRSTU"}
+    zc = dict(Z.coefficients, Bsym=Z.coefficients["B"] + Z.coefficients["B"].T)
+    for part, terms in _TERMS.items():
+        rhs = yh if part == "dntk" else Wh
+        total = 0.0
+        for group, proj, sup in terms:
+            X = sum((nL if c == "nL" else 1) * _slots(stats[t], slots, P) for c, t, slots in group)
+            total = total + _contract(Z.to_eigenbasis(X, (1, 2, 3)), zc[proj], sup, rhs)
+        parts[part] = -total
+    parts = {k: _bracket(parts[k], Th, Hinv, P) for k in MEAN_PARTS}
+    mean_inf = Th[:, :P] @ v
+    return FiniteWidthMean(parts, mean_inf, P, width, Z)

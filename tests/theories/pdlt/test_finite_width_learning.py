@@ -1,0 +1,310 @@
+"""The trained network at finite width (PDLT §∞.2): projectors, the per-network solution (∞.141)
+and the ensemble mean (∞.155)-(∞.160), against references that share no code with effth's."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import sympy as sp
+
+import effth
+from effth.errors import DomainError
+from effth.simulation import empirical_ntk, init_params, train_ensemble
+from effth.theories.pdlt.finite_width_learning import (MEAN_PARTS, finite_width_mean,
+                                                       trained_output)
+from effth.theories.pdlt.projectors import algorithm_projectors, projector_expressions
+
+from ._trained_reference import (brute_force_mean, dense_projectors, difference_equations,
+                                 symmetric_statistics)
+
+
+# ----------------------------------------------------------------------------- projectors
+@pytest.mark.parametrize("eta,expected", [
+    # PDLT (∞.164) and the single-input table at H = 2: (Z_A, Z_B, Z_IA, Z_IB, Z_IIA, Z_IIB)
+    (0.25, (1 / 12, 1 / 8, -(0.5 * (0.25 - 1 + 2)) / (2 * 8 * 1.5 * (0.25 - 1.5 + 3)), -1 / 48,
+            -(0.5 ** 3) / (8 * 1.5 * (0.25 - 1.5 + 3)), -0.5 / (8 * 1.5))),
+    (0.5, (0.0, 1 / 8, 0.0, -1 / 48, 0.0, 0.0)),
+])
+def test_single_input_projectors_match_the_book(eta, expected):
+    Z = algorithm_projectors([[2.0]], eta=eta)
+    got = [float(Z.coefficients[k].ravel()[0]) for k in ("A", "B", "IA", "IB", "IIA", "IIB")]
+    np.testing.assert_allclose(got, expected, rtol=1e-13, atol=1e-15)
+
+
+def test_single_input_closed_forms_symbolically():
+    """(∞.164) and the Z_IA, Z_IIA, Z_IIB closed forms follow from the eigen-coefficients."""
+    H, eta = sp.symbols("H eta", positive=True)
+    lp, lq, lr = sp.symbols("lambda_p lambda_q lambda_r", positive=True)
+    z = {k: sp.simplify(v.subs({lp: H, lq: H, lr: H, sp.Symbol("eta", nonnegative=True): eta}))
+         for k, v in projector_expressions("gd").items()}
+    book = {"A": (1 - eta * H) / (H ** 2 * (2 - eta * H)), "B": 1 / (2 * H ** 2),
+            "IA": -(1 - eta * H) * (eta ** 2 * H ** 2 - 2 * eta * H + 2)
+            / (2 * H ** 3 * (2 - eta * H) * (eta ** 2 * H ** 2 - 3 * eta * H + 3)),
+            "IB": -1 / (6 * H ** 3),
+            "IIA": -(1 - eta * H) ** 3 / (H ** 3 * (2 - eta * H) * (eta ** 2 * H ** 2 - 3 * eta * H + 3)),
+            "IIB": -(1 - eta * H) / (H ** 3 * (2 - eta * H))}
+    for k in book:
+        assert sp.simplify(z[k] - book[k]) == 0, k
+
+
+@pytest.mark.parametrize("eta", [0.0, 0.37])
+def test_eigenbasis_projectors_equal_the_dense_definitions(eta):
+    rng = np.random.default_rng(1)
+    G = rng.standard_normal((3, 3))
+    Ht = G @ G.T + 0.8 * np.eye(3)
+    eta = eta / np.linalg.eigvalsh(Ht).max() * 2 if eta else 0.0
+    Z = (algorithm_projectors(Ht, eta=eta) if eta else
+         algorithm_projectors(Ht, algorithm="gradient_flow"))
+    ref = dense_projectors(Ht, eta)
+    for k, v in ref.items():
+        np.testing.assert_allclose(Z.dense(k), v, rtol=1e-11, atol=1e-13 * abs(v).max(), err_msg=k)
+    # Z_B + Z_B^(a2 a1 a4 a3) = H~ H~ for GD at any eta (the corrected (∞.158) rests on it)
+    Hi = np.linalg.inv(Ht)
+    zb = Z.dense("B")
+    np.testing.assert_allclose(zb + zb.transpose(1, 0, 3, 2), np.einsum("ac,bd->abcd", Hi, Hi),
+                               atol=1e-13)
+    assert abs(zb - zb.transpose(1, 0, 3, 2)).max() > 1e-3 or eta == 0   # not symmetric itself
+
+
+def test_projectors_print_latex_and_reject_bad_input():
+    Z = algorithm_projectors(np.eye(2), eta=0.5)
+    tex = Z.latex()
+    assert r"\lambda_{p}" in tex and r"\eta" in tex and "z_{IIB}" in tex
+    with pytest.raises(DomainError, match="unstable learning rate"):
+        algorithm_projectors(np.eye(2), eta=2.0)
+    with pytest.raises(DomainError, match="needs the learning rate"):
+        algorithm_projectors(np.eye(2))
+    with pytest.raises(DomainError, match="singular"):
+        algorithm_projectors(np.ones((2, 2)), eta=0.1)
+    with pytest.raises(DomainError, match="algorithm"):
+        algorithm_projectors(np.eye(2), algorithm="adam")
+
+
+# ----------------------------------------------------------------------------- (∞.141)
+def _synthetic_instance(rng, m, N, eps):
+    """A network-like NTK hierarchy: Delta H = 0, differentials of size eps with the symmetries
+    of D^2 z[v, v], D^3 z[v, v, v] and <grad^2 z v, grad^2 z v>."""
+    G = rng.standard_normal((N, N))
+    H = G @ G.T / N + 0.7 * np.eye(N)
+    dH = rng.standard_normal((m, m, m, N, N, N))
+    dH = eps * (dH + dH.transpose(0, 2, 1, 3, 5, 4))
+    dI = rng.standard_normal((m,) * 4 + (N,) * 4)
+    dI = eps * sum(dI.transpose((0,) + p + (4,) + tuple(q + 4 for q in p))
+                   for p in [(1, 2, 3), (1, 3, 2), (2, 1, 3), (2, 3, 1), (3, 1, 2), (3, 2, 1)])
+    dII = rng.standard_normal((m,) * 4 + (N,) * 4)
+    dII = eps * (dII + dII.transpose(1, 0, 3, 2, 5, 4, 7, 6))
+    z0 = rng.standard_normal((m, N))
+    Hij = np.einsum("ij,ab->ijab", np.eye(m), H)
+    return SimpleNamespace(z=z0, H=Hij, dH=dH, ddIH=dI, ddIIH=dII), H
+
+
+@pytest.mark.parametrize("eta_frac", [0.1, 0.6])
+def test_solution_matches_the_difference_equations(eta_frac):
+    """(∞.141) against iterating (∞.81)-(∞.83): the error is second order in the differentials,
+    the effect first order; the eta -> 0 projectors (a wrong algorithm) miss at first order."""
+    rng = np.random.default_rng(7)
+    m, N, P = 2, 5, 3
+    y = rng.standard_normal((P, m))
+    errs, effects, wrong = [], [], []
+    for eps in (4e-4, 2e-4, 1e-4):
+        inst, H = _synthetic_instance(np.random.default_rng(7), m, N, eps)
+        lam = np.linalg.eigvalsh(H[:P, :P])
+        eta = eta_frac * 2 / lam.max()
+        steps = int(60 / (eta * lam.min()))
+        zs = difference_equations(inst.z, H, inst.dH, inst.ddIH, inst.ddIIH, y, P, eta, steps)
+        out = trained_output(inst, y, n_train=P, eta=eta, H=H)
+        errs.append(abs(zs.T - out.value("z")).max())
+        effects.append(abs(zs.T - out.value("free")).max())
+        gf = trained_output(inst, y, n_train=P, algorithm="gradient_flow", H=H)
+        wrong.append(abs(zs.T - gf.value("z")).max())
+    s_err = np.polyfit(np.log([4, 2, 1]), np.log(errs), 1)[0]
+    s_eff = np.polyfit(np.log([4, 2, 1]), np.log(effects), 1)[0]
+    assert 1.8 < s_err < 2.2 and 0.9 < s_eff < 1.1, (s_err, s_eff)
+    assert errs[-1] < 0.02 * effects[-1]
+    assert wrong[-1] > 0.03 * effects[-1]          # the algorithm matters at first order
+
+
+def test_solution_of_real_trained_networks():
+    """(∞.141) on the networks' own NTK, dNTK and ddNTKs predicts GD-trained tanh MLPs: the
+    remaining error falls like 1/n^2 while the finite-width effect falls like 1/n; dropping any
+    one of the dNTK, ddNTK-I, ddNTK-II terms leaves an error of the effect's order."""
+    X = np.array([(1, 0.3, -0.5, 0.8), (-0.6, 1.1, 0.2, -0.4), (0.5, 0.5, 0.9, 0.1)], float)
+    X = X / np.sqrt((X ** 2).mean(1, keepdims=True))
+    y = np.array([0.4, -0.3])
+    lb = [1, 1 / 2, 1 / 3]
+    ns = (32, 64, 128, 256)
+    med = []
+    for n in ns:
+        rows = []
+        for s in range(16):
+            net = effth.MLP(depth=3, activation="tanh", widths=n, c_w=1.0, c_b=0.0)
+            p = init_params(net, 4, seed=s)
+            inst = empirical_ntk(p, X, "tanh", lambda_b=lb, order=3, outputs=[0])
+            lam = np.linalg.eigvalsh(inst.H[0, 0, :2, :2])
+            eta = 0.5 / lam.max()
+            steps = int(35 / (eta * lam.min())) + 10
+            tr = train_ensemble(net, X[:2], y, eta=eta, updates=steps, params=p, lambda_b=lb,
+                                X_test=X[2:], record_every=steps)
+            assert abs(tr.f_train[0, -1] - y).max() < 1e-12
+            zT = tr.f_test[0, -1][0]
+            out = trained_output(inst, y, n_train=2, eta=eta)
+            v = {k: out.value(k)[2, 0] for k in out.names}
+            rows.append([zT - v["free"], zT - v["z"], zT - v["z"] + v["dntk"],
+                         zT - v["z"] + v["ddntk_I"], zT - v["z"] + v["ddntk_II"]])
+        med.append(np.median(np.abs(rows), axis=0))
+    med = np.array(med)
+    slope = [np.polyfit(np.log(ns), np.log(med[:, k]), 1)[0] for k in range(med.shape[1])]
+    assert -1.3 < slope[0] < -0.7, slope                 # the effect: 1/n
+    assert slope[1] < -1.5, slope                        # the residual: 1/n^2
+    assert (med[-1, 1] < 0.05 * med[-1, 0])
+    for k in (2, 3, 4):                                   # each term is needed
+        assert med[-1, k] > 10 * med[-1, 1], (k, med[-1])
+
+
+# ----------------------------------------------------------------------------- the mean
+@pytest.mark.parametrize("m", [1, 3])
+def test_mean_equals_brute_force_expectation(m):
+    """(∞.155)-(∞.160) as corrected equal the expectation of (∞.141) over the decompositions
+    (8.82), (11.45), (∞.11), (∞.12) and the Gaussian third moment, part by part; the printed
+    (∞.158) (2 Z_B) and (∞.160) (T/U permutations) do not."""
+    rng = np.random.default_rng(3)
+    N, P = 5, 3
+    T = symmetric_statistics(N, rng)
+    y = rng.standard_normal((P, m))
+    eta = 0.37 * 2 / np.linalg.eigvalsh(T["Theta"][:P, :P]).max()
+    got = finite_width_mean(T, y, n_train=P, eta=eta, width=10)
+    ref = brute_force_mean(T, y, P, eta, 10)
+    for k in MEAN_PARTS:
+        scale = abs(ref[k]).max()
+        np.testing.assert_allclose(got.value(k), ref[k], atol=1e-11 * max(scale, 1), err_msg=k)
+        assert scale > 1e-3, k                            # each part is exercised
+    np.testing.assert_allclose(got.value("mean_at_width"),
+                               got.value("mean") + sum(ref[k] for k in MEAN_PARTS) / 10, atol=1e-11)
+    assert np.allclose(got.value("mean1")[:P], 0, atol=1e-10)    # the training fit holds
+
+
+def test_mean_rejects_bad_input():
+    rng = np.random.default_rng(0)
+    T = symmetric_statistics(4, rng)
+    y = np.ones(2)
+    with pytest.raises(DomainError, match="unstable"):
+        finite_width_mean(T, y, n_train=2, eta=100.0)
+    with pytest.raises(DomainError, match="lacks"):
+        finite_width_mean({k: v for k, v in T.items() if k != "R"}, y, n_train=2, eta=0.1)
+    with pytest.raises(DomainError, match="y_train"):
+        finite_width_mean(T, np.ones(3), n_train=2, eta=0.1)
+    bad = dict(T, S=T["S"] * np.nan)
+    with pytest.raises(DomainError, match="NaN"):
+        finite_width_mean(bad, y, n_train=2, eta=0.1)
+
+
+# ----------------------------------------------------------------------------- measured mean
+_X3 = np.array([(1, 0.3, -0.5, 0.8), (-0.6, 1.1, 0.2, -0.4), (0.5, 0.5, 0.9, 0.1)], float)
+_X3 = _X3 / np.sqrt((_X3 ** 2).mean(1, keepdims=True))
+_Y3 = 4 * np.array([0.4, -0.3])       # large targets: the ddNTK terms grow like y^3
+_LB = [1.0, 1 / 2, 1 / 3]
+
+
+def _theory_and_ensemble(widths, size):
+    """n (E[z(T)] - m_inf) at the test input of GD-trained tanh MLPs (L = 3), with the control
+    variate z(0)_test - Theta_tA Theta~^-1 z(0)_A (exactly mean zero: z is odd under the sign
+    flip of the last layer, the NTK even), and the theory's parts."""
+    net = effth.MLP(depth=3, activation="tanh", widths=32, c_w=1.0, c_b=0.0)
+    nf = effth.ntk_flow(net, _X3, lambda_b=_LB)
+    Th = nf.value("Theta", layer=3)
+    lam = np.linalg.eigvalsh(Th[:2, :2])
+    eta = 0.5 / lam.max()
+    th = finite_width_mean(nf, _Y3, n_train=2, eta=eta)
+    steps = int(60 / (eta * lam.min())) + 10
+    meas = []
+    for n in widths:
+        net = effth.MLP(depth=3, activation="tanh", widths=n, c_w=1.0, c_b=0.0)
+        tr = train_ensemble(net, _X3[:2], _Y3, eta=eta, updates=steps, size=size, seed=n,
+                            lambda_b=_LB, X_test=_X3[2:], record_every=steps)
+        assert abs(tr.f_train[:, -1] - _Y3).max() < 1e-9            # converged
+        z0 = np.concatenate([tr.f_train[:, 0], tr.f_test[:, 0]], axis=1)
+        c = z0[:, 2] - Th[2, :2] @ np.linalg.solve(Th[:2, :2], z0[:, :2].T)
+        d = tr.f_test[:, -1, 0] - c - th.value("mean")[2, 0]
+        meas.append((n * d.mean(), n * d.std(ddof=1) / np.sqrt(size)))
+    return th, np.array(meas)
+
+
+def test_mean_of_trained_networks():
+    """The mean test output of 8000 GD-trained tanh MLPs per width (n = 16, 32) agrees with the
+    O(1/n) theory within 5 SE at each width (the O(1/n^2) remainder is within that); the
+    theory without the dNTK and ddNTK terms is rejected by more than 5 SE combined."""
+    th, meas = _theory_and_ensemble((16, 32), 8000)
+    full = th.value("mean1")[2, 0]
+    lazy = th.value("H1")[2, 0] + th.value("delta_ntk")[2, 0]
+    assert abs(full) > 5 * abs(lazy)                     # the differentials dominate here
+    for val, se in meas:
+        assert abs(val - full) < 5 * se, (val, se, full)
+    w = 1 / meas[:, 1] ** 2
+    comb, se = (w * meas[:, 0]).sum() / w.sum(), w.sum() ** -0.5
+    assert abs(comb - lazy) > 5 * se, (comb, se, lazy)
+
+
+def test_mean_of_trained_networks_width_study(opt_in_slow):
+    """n (E[z] - m_inf) = mean1 + c/n: the fitted intercept agrees with the theory within 5 SE,
+    the lazy (no-differential) intercept is rejected, over n = 16..128 with 16000 networks."""
+    widths = (16, 32, 64, 128)
+    th, meas = _theory_and_ensemble(widths, 16000)
+    full = th.value("mean1")[2, 0]
+    lazy = th.value("H1")[2, 0] + th.value("delta_ntk")[2, 0]
+    A = np.stack([np.ones(len(widths)), 1 / np.array(widths)], 1) / meas[:, 1:2]
+    coef, *_ = np.linalg.lstsq(A, meas[:, 0] / meas[:, 1], rcond=None)
+    cov = np.linalg.inv(A.T @ A)
+    se0 = np.sqrt(cov[0, 0])
+    print(f"\nmeasured n(E-m): {meas.tolist()}; intercept {coef[0]:.4f} +- {se0:.4f}; "
+          f"theory {full:.4f}; lazy {lazy:.4f}")
+    assert abs(coef[0] - full) < 5 * se0
+    assert abs(coef[0] - lazy) > 4 * se0
+
+
+def test_printed_mean_formulas_miss_the_brute_force(monkeypatch):
+    """The errata: the printed (∞.158) (2 Z_B), (∞.160) (T and U with the other Z_IIB
+    permutation) and (∞.157) (whose sign follows the flipped Delta-H lines of the printed
+    (∞.154); the exact expansion of the instance inverse gives the opposite one) each miss the
+    expectation of (∞.141) by O(1)."""
+    from effth.theories.pdlt import finite_width_learning as fwl
+    rng = np.random.default_rng(5)
+    N, P = 5, 3
+    T = symmetric_statistics(N, rng)
+    y = rng.standard_normal((P, 2))
+    eta = 0.6 / np.linalg.eigvalsh(T["Theta"][:P, :P]).max()
+    ref = brute_force_mean(T, y, P, eta, 10)
+    terms = {k: list(v) for k, v in fwl._TERMS.items()}
+    g, _, sup = terms["dntk"][0]
+    terms["dntk"][0:1] = [(g, "B", sup), (g, "B", sup)]                    # 2 Z_B as printed
+    ii = terms["ddntk_II"]
+    ii[1], ii[2] = (ii[1][0], "IIB", ii[2][2]), (ii[2][0], "IIB", ii[1][2])   # printed T/U
+    monkeypatch.setattr(fwl, "_TERMS", terms)
+    printed = finite_width_mean(T, y, n_train=P, eta=eta)
+    for k in ("dntk", "ddntk_II"):
+        assert abs(printed.value(k) - ref[k]).max() > 0.05 * abs(ref[k]).max(), k
+    np.testing.assert_allclose(printed.value("ddntk_I"), ref["ddntk_I"], atol=1e-10)
+    assert abs(-printed.value("delta_ntk") - ref["delta_ntk"]).max() > 0.5 * abs(ref["delta_ntk"]).max()
+
+
+def test_predict_with_width():
+    """predict(width=) = finite_width_mean on the network's NTK hierarchy; errors are clear."""
+    X = _X3
+    net = effth.MLP(depth=3, activation="tanh", c_w=1.0, c_b=0.0)
+    p = effth.predict(net, X[:2], _Y3, X[2:], lambda_b=_LB, eta=0.3, width=32)
+    nf = effth.ntk_flow(net, X, lambda_b=_LB)
+    ref = finite_width_mean(nf, _Y3, n_train=2, eta=0.3)
+    np.testing.assert_allclose(p.value("mean1"), ref.value("mean1")[2:, 0], rtol=1e-6)
+    np.testing.assert_allclose(p.value("mean_at_width"), p.value("mean") + p.value("mean1") / 32)
+    parts = sum(p.value(f"mean1_{k}") for k in MEAN_PARTS)
+    np.testing.assert_allclose(parts, p.value("mean1"), rtol=1e-12)
+    assert "Z_{IIB}" in ref.latex() and r"W_{i;" in ref.latex()
+    with pytest.raises(DomainError, match="kinked"):
+        effth.predict(effth.MLP(depth=3, activation="relu", c_w=2.0), X[:2], _Y3, X[2:], width=32)
+    with pytest.raises(DomainError, match="network"):
+        effth.predict(K=np.eye(3), Theta=np.eye(3), y_train=_Y3, n_train=2, width=32)
+    with pytest.raises(DomainError, match="positive int"):
+        effth.predict(net, X[:2], _Y3, X[2:], width=0)
+    with pytest.raises(DomainError, match="unstable|not below"):
+        effth.predict(net, X[:2], _Y3, X[2:], eta=50.0, width=32)
