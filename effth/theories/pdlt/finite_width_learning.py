@@ -45,7 +45,8 @@ from effth.errors import DomainError
 from .projectors import AlgorithmProjectors, algorithm_projectors
 
 __all__ = ["trained_output", "TrainedOutput", "finite_width_mean", "FiniteWidthMean",
-           "MEAN_PARTS", "OUTPUT_PARTS", "mean_latex"]
+           "MEAN_PARTS", "OUTPUT_PARTS", "mean_latex", "finite_width_covariance",
+           "FiniteWidthCovariance", "COVARIANCE_PARTS"]
 
 #: Parts of :math:`n_{L-1}(m-m^\infty)`: the NTK-mean shift :math:`H^{\{1\}}` and the four
 #: groups of (∞.157)–(∞.160).
@@ -458,3 +459,206 @@ def finite_width_mean(tensors: Any, y_train: Any, *, n_train: int, algorithm: st
     parts = {k: _bracket(parts[k], Th, Hinv, P) for k in MEAN_PARTS}
     mean_inf = Th[:, :P] @ v
     return FiniteWidthMean(parts, mean_inf, P, width, Z)
+
+
+# ----------------------------------------------------------------------------- covariance
+def _decomposition(X: np.ndarray, m: int, pattern: str) -> np.ndarray:
+    r"""Output-index form of an :math:`O(1/n)` decomposition, times :math:`n`.
+
+    ``pattern`` names the book's Kronecker-delta decomposition of a four-slot statistic over
+    slots :math:`1..4` (each slot an output index and a sample index):
+
+    * ``"HH"`` (8.82): :math:`\delta_{12}\delta_{34}A_{(s_1s_2)(s_3s_4)}+\delta_{13}\delta_{24}B_{s_1s_3s_2s_4}+
+      \delta_{14}\delta_{23}B_{s_1s_4s_2s_3}` with ``X = (A, B)``;
+    * ``"zzH"`` (8.67): :math:`\mathbb E[z_1z_2\widehat{\Delta H}_{34}]`, ``X = (D, F)``;
+    * ``"dHz"`` (11.45): :math:`\mathbb E[\widehat{dH}_{123}z_4]`, ``X = (P, Q)``;
+    * ``"ddI"``, ``"ddII"`` (∞.11), (∞.12): ``X = R`` or ``(S, T, U)``.
+
+    Returns ``E[i1, i2, i3, i4, s1, s2, s3, s4]``.
+    """
+    d = np.eye(m)
+    if pattern in ("HH", "zzH"):
+        first, second = X
+        return (np.einsum("ab,cd,wxyz->abcdwxyz", d, d, first)
+                + np.einsum("ac,bd,wyxz->abcdwxyz", d, d, second)
+                + np.einsum("ad,bc,wzxy->abcdwxyz", d, d, second))
+    if pattern == "dHz":
+        Pt, Q = X
+        return (np.einsum("ad,bc,wxyz->abcdwxyz", d, d, Pt) + np.einsum("ab,cd,wxyz->abcdwxyz", d, d, Q)
+                + np.einsum("ac,bd,wyxz->abcdwxyz", d, d, Q))
+    if pattern == "ddI":
+        R = X
+        return (np.einsum("ab,cd,wxyz->abcdwxyz", d, d, R) + np.einsum("ac,db,wyzx->abcdwxyz", d, d, R)
+                + np.einsum("ad,bc,wzxy->abcdwxyz", d, d, R))
+    if pattern == "ddII":
+        S, T, U = X
+        return (np.einsum("ab,cd,wxyz->abcdwxyz", d, d, S) + np.einsum("ac,db,wyzx->abcdwxyz", d, d, T)
+                + np.einsum("ad,bc,wzxy->abcdwxyz", d, d, U))
+    raise ValueError(pattern)  # pragma: no cover
+
+
+#: Parts of :math:`n_{L-1}(\mathrm{Cov}-\mathrm{Cov}^\infty)`, see :func:`finite_width_covariance`.
+COVARIANCE_PARTS = ("metric", "ntk_fluctuation", "dntk", "ddntk")
+_MAX_TRAIN_COV = 8
+
+
+@dataclass(frozen=True, repr=False)
+class FiniteWidthCovariance:
+    r"""Covariance of the outputs of trained finite-width networks at order :math:`1/n`.
+
+    ``value(name)`` is ``(N, N, n_out, n_out)``: :math:`\mathrm{Cov}[z_{i_1;\delta_1}(T),
+    z_{i_2;\delta_2}(T)]` at ``[δ1, δ2, i1, i2]`` (training inputs first).  Names:
+    ``"covariance"`` (infinite width, (10.41)), ``"covariance1"`` (:math:`n_{L-1}` times the
+    :math:`O(1/n)` part), ``"covariance_at_width"``, and the parts of ``"covariance1"``
+    (:data:`COVARIANCE_PARTS`): ``"metric"`` (the NLO metric :math:`G^{\{1\}}` and the NTK-mean
+    shift :math:`H^{\{1\}}` in the frozen-NTK solution), ``"ntk_fluctuation"`` (the NTK
+    variance :math:`A, B` and the NTK–preactivation correlators :math:`D, F`), ``"dntk"``
+    (:math:`P, Q`), ``"ddntk"`` (:math:`R, S, T, U`).
+    """
+
+    parts: dict
+    cov_inf: np.ndarray
+    n_train: int
+    width: int | None
+    layers: tuple = field(default=())
+
+    names = ("covariance", "covariance1", "covariance_at_width") + COVARIANCE_PARTS
+
+    def value(self, name: str, layer: Any = None) -> np.ndarray:
+        if layer is not None:
+            raise DomainError("a trained covariance has no layer axis (it is the output layer L)")
+        if name == "covariance":
+            return self.cov_inf
+        if name == "covariance1":
+            return sum(self.parts[k] for k in COVARIANCE_PARTS)
+        if name == "covariance_at_width":
+            if self.width is None:
+                raise DomainError("no width given: pass width= to finite_width_covariance")
+            return self.cov_inf + self.value("covariance1") / self.width
+        if name not in self.parts:
+            raise DomainError(f"unknown name {name!r}; expected one of {self.names}")
+        return self.parts[name]
+
+    def stderr(self, name: str, layer: Any = None) -> None:
+        self.value(name, layer)
+        return None
+
+    def __repr__(self) -> str:
+        return f"FiniteWidthCovariance(N={self.cov_inf.shape[0]}, n_train={self.n_train}, width={self.width})"
+
+
+def finite_width_covariance(tensors: Any, y_train: Any, *, n_train: int, algorithm: str = "gd",
+                            eta: Any = None, width: Any = None, layer: int | None = None
+                            ) -> FiniteWidthCovariance:
+    r"""Covariance of the outputs of networks trained to convergence, at order :math:`1/n`.
+
+    Not printed in the book (PDLT (∞.161) gives one of its terms, (∞.162)).  Derived here as the
+    connected second moment of the per-network solution (∞.141) -- with the instance inverse
+    expanded to second order in :math:`\widehat{\Delta H}` -- over the statistics of the
+    output layer at initialization, kept to :math:`O(1/n)`:
+    :math:`\mathbb E[zz]=K+G^{\{1\}}/n` (PDLT (4.106)), the NTK mean :math:`\Theta+H^{\{1\}}/n`,
+    :math:`\mathbb E[\widehat{\Delta H}\widehat{\Delta H}]` (8.82), :math:`\mathbb E[zz\widehat{\Delta H}]`
+    (8.67), :math:`\mathbb E[\widehat{dH}z]` (11.45), :math:`\mathbb E[\widehat{dd_IH}]`,
+    :math:`\mathbb E[\widehat{dd_{II}H}]` (∞.11)–(∞.12), and Gaussian :math:`z` at leading order.
+    The contributions at this order are the products of the frozen-NTK part :math:`u=z-H\widetilde
+    H^{-1}z_\mathcal A` with itself (the NLO metric and :math:`H^{\{1\}}`), with the
+    :math:`\widehat{\Delta H}` terms and with the dNTK and ddNTK terms, and the square of the
+    first-order :math:`\widehat{\Delta H}` term; every other product is :math:`O(n^{-3/2})` or
+    smaller.  Output components are coupled through the targets ("wiring").
+
+    Parameters
+    ----------
+    tensors : NTKFlow or mapping
+        As :func:`finite_width_mean`, plus ``"G1"``, ``"D"``, ``"F"``.
+    y_train, n_train, algorithm, eta, width, layer
+        As :func:`finite_width_mean`.
+
+    Returns
+    -------
+    FiniteWidthCovariance
+
+    Notes
+    -----
+    The projectors are materialized (:math:`N_\mathcal A^6` entries) and the output indices are
+    explicit, so this is for small training sets (:math:`N_\mathcal A\le 8`) and few outputs.
+    """
+    names = _TENSORS + ("G1", "D", "F")
+    if hasattr(tensors, "value") and hasattr(tensors, "layers"):
+        lay = tensors.layers[-1] if layer is None else layer
+        missing = [k for k in names if k not in tensors.names]
+        if missing:
+            raise DomainError(f"the NTK flow lacks {missing}: compute ntk_flow with every statistic")
+        T = {k: np.asarray(tensors.value(k, layer=lay), float) for k in names}
+    else:
+        try:
+            T = {k: np.asarray(tensors[k], float) for k in names}
+        except KeyError as exc:
+            raise DomainError(f"tensors lacks {exc.args[0]!r}; needs {names}") from None
+    mean = finite_width_mean(T, y_train, n_train=n_train, algorithm=algorithm, eta=eta, width=width)
+    P = mean.n_train
+    if P > _MAX_TRAIN_COV:
+        raise DomainError(f"finite_width_covariance materializes the projectors: at most "
+                          f"{_MAX_TRAIN_COV} training inputs, got {P}")
+    y = _targets(y_train, P)
+    m = y.shape[1]
+    Th, K = T["Theta"], T["K"]
+    N = Th.shape[0]
+    Z = mean.projectors
+    Hi = Z.inverse()
+    EA = np.zeros((P, N))
+    EA[:, :P] = np.eye(P)
+    Mb = np.eye(N) - Th[:, :P] @ Hi @ EA                 # u = M z, and the bracket [X]_delta
+    Rb = (Mb @ T["H1"][:, :P]) @ Hi @ EA                 # the H1 shift: u_H = (M - R/n) z
+    d = np.eye(m)
+    KA = K[:, :P]
+    # (a) u u: O(1) and the metric / H1 parts
+    cov_inf = np.einsum("ab,ij->abij", Mb @ K @ Mb.T, d)
+    metric = np.einsum("ab,ij->abij", Mb @ T["G1"] @ Mb.T - Rb @ K @ Mb.T - Mb @ K @ Rb.T, d)
+    # NTK fluctuations: E[zz dH~] (8.67) and E[dH~ dH~] (8.82), brackets on the free slot
+    EzzH = _decomposition((T["D"], T["F"]), m, "zzH")        # [i1 i2 i3 i4, s1 s2 s3 s4]
+    EHH = _decomposition((T["A"], T["B"]), m, "HH")
+    # (b) u x (-[dH_{i2 j; b2 a1}] Hi e_{j;a2}): E[z_{i1;d1} z_{j;a2} dH_{i2 j; d2 a1}]
+    b = -np.einsum("IjijxyDp,Ax,BD,py->ABIi", _restrict(EzzH, "xyDp", P), Mb, Mb, Hi, optimize=True)
+    # (c) u x [dH_{i2 j;b2 a1}] Hi dH_{jk;a2 a3} Hi e_{k;a4}, with E[z_{i1;x} z_{k;a4}] = delta K
+    c = np.einsum("ijjIDpqr,BD,pq,rs,As->ABIi", _restrict(EHH, "Dpqr", P), Mb, Hi, Hi, Mb @ KA,
+                  optimize=True)
+    # (d) [dH_{i1 j;b1 a1}] Hi e_j  x  [dH_{i2 k;b2 a3}] Hi e_k, E[e_j e_k] = delta K + y y
+    G2 = np.einsum("jk,pq->jkpq", d, K[:P, :P]) + np.einsum("pj,qk->jkpq", y, y)
+    dd = np.einsum("IjikxpDq,Ax,BD,pr,qs,jkrs->ABIi", _restrict(EHH, "xpDq", P), Mb, Mb, Hi, Hi, G2,
+                   optimize=True)
+    fluct = b + b.transpose(1, 0, 3, 2) + c + c.transpose(1, 0, 3, 2) + dd
+    # (e) u x the dNTK terms: E[z_{I;x} dH e_{J;r} e_{L;s}] = E[dH z_I](delta K + y y)_{JLrs}
+    #     + E[dH z_{J;r}] delta_{IL} K_{xs} + E[dH z_{L;s}] delta_{IJ} K_{xr}
+    E3 = _decomposition((T["P"], T["Q"]), m, "dHz")           # [o0 o1 o2 o3, s0 s1 s2 s3]
+    KxA = K[:, :P]
+    e_terms = 0.0
+    for dslots, oslots, Zd in (("pDq", "JiL", Z.dense("A")), ("Dpq", "iJL", Z.dense("B"))):
+        spec = oslots + "{z}" + dslots + "{w}"
+        e_terms = e_terms + (
+            np.einsum(spec.format(z="I", w="x") + ",JLrs,pqrs,Ax,BD->ABIi",
+                      _restrict(E3, dslots + "x", P), G2, Zd, Mb, Mb, optimize=True)
+            + np.einsum(spec.replace("L", "I").format(z="J", w="r") + ",xs,pqrs,Ax,BD->ABIi",
+                        _restrict(E3, dslots + "r", P), KxA, Zd, Mb, Mb, optimize=True)
+            + np.einsum(spec.replace("J", "I").format(z="L", w="s") + ",xr,pqrs,Ax,BD->ABIi",
+                        _restrict(E3, dslots + "s", P), KxA, Zd, Mb, Mb, optimize=True))
+    dntk = e_terms + e_terms.transpose(1, 0, 3, 2)
+    # (f) u x the ddNTK terms: E[dd] E[z_{I;x} e e e], the latter K (delta K + y y) three ways
+    Ez3 = (np.einsum("IJ,xs,KLtu->IJKLxstu", d, KxA, G2) + np.einsum("IK,xt,JLsu->IJKLxstu", d, KxA, G2)
+           + np.einsum("IL,xu,JKst->IJKLxstu", d, KxA, G2))
+    EI = _decomposition(T["R"], m, "ddI")
+    EII = _decomposition((T["S"], T["T"], T["U"]), m, "ddII")
+    f = 0.0
+    for E, spec, proj in ((EI, "JiKLpDqr", "IA"), (EI, "iJKLDpqr", "IB"),
+                          (EII, "JKiLpqDr", "IIA"), (EII, "iJKLDpqr", "IIB")):
+        f = f + np.einsum(spec + ",pqrstu,IJKLxstu,Ax,BD->ABIi", _restrict(E, spec[4:], P),
+                          Z.dense(proj), Ez3, Mb, Mb, optimize=True)
+    ddntk = f + f.transpose(1, 0, 3, 2)
+    parts = {"metric": metric, "ntk_fluctuation": fluct, "dntk": dntk, "ddntk": ddntk}
+    return FiniteWidthCovariance(parts, cov_inf, P, mean.width)
+
+
+def _restrict(E: np.ndarray, samples: str, P: int) -> np.ndarray:
+    """Restrict the sample axes (the last four) of ``E`` labelled by lower-case letters other than
+    ``x`` to the training inputs; ``D`` and ``x`` keep all inputs."""
+    idx = tuple(slice(None) if c in "Dx" else slice(0, P) for c in samples)
+    return E[(Ellipsis,) + idx]

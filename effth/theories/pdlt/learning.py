@@ -16,9 +16,8 @@ ensemble statistics of the network's test outputs after learning:
 The kernels are the infinite-width ones (:func:`output_kernels`: the recursions (4.118) and
 (9.5), i.e. (10.44)–(10.45), on the whole dataset).  The linear algebra is done once in the
 eigenbasis of the training NTK (GD, cost :math:`O(N_\mathcal A^3)`) or with a Cholesky factor of
-the training kernel (Bayes).  Only the infinite-width (:math:`O(1)`) prediction is derived: the
-:math:`O(1/n)` terms of PDLT §11.4 and §∞.2 are named slots (``"mean1"``, ``"covariance1"``)
-that raise :class:`~effth.errors.NotDerivedError`.
+the training kernel (Bayes).  With ``width=n`` the :math:`O(1/n)` mean and covariance of
+networks trained to convergence are added (PDLT §∞.2, :mod:`.finite_width_learning`).
 
 Bayesian model comparison (§6.2.2, §6.3.1): :func:`log_evidence` (6.34),
 :func:`log_bayes_factor` (6.30)–(6.31), :func:`evidence_scan` (the evidence as a function of
@@ -39,9 +38,9 @@ import sympy as sp
 from scipy.special import log_softmax, softmax
 
 from effth.algebra.tensors import SampleSum, SampleTensor
-from effth.errors import AccuracyWarning, DomainError, NotDerivedError
+from effth.errors import AccuracyWarning, DomainError
 
-from .finite_width_learning import MEAN_PARTS as _MEAN_PARTS
+from .finite_width_learning import COVARIANCE_PARTS as _COV_PARTS, MEAN_PARTS as _MEAN_PARTS
 from .ntk_flow import _per_layer as _lambda_per_layer
 
 __all__ = ["predict", "Prediction", "output_kernels", "log_evidence", "log_bayes_factor",
@@ -244,8 +243,13 @@ class Prediction:
       shape as ``"mean"``; its parts ``"mean1_H1"`` (the NTK-mean shift :math:`H^{\{1\}}`),
       ``"mean1_delta_ntk"`` (∞.157), ``"mean1_dntk"`` (∞.158), ``"mean1_ddntk_I"`` (∞.159),
       ``"mean1_ddntk_II"`` (∞.160); ``"mean_at_width"``: :math:`m^\infty+\text{mean1}/n_{L-1}`;
-    * ``"covariance1"``: the :math:`O(1/n)` covariance of the trained prediction: not derived,
-      raises :class:`~effth.errors.NotDerivedError`.
+    * ``"covariance1"`` (with ``width=``, at most 8 training inputs): :math:`n_{L-1}` times the
+      :math:`O(1/n)` covariance of the trained outputs (:func:`~effth.theories.pdlt.
+      finite_width_learning.finite_width_covariance`, derived here, not printed in the book),
+      ``(Q, Q)`` for one output and ``(Q, Q, C, C)`` (:math:`[\dot\beta_1,\dot\beta_2,i_1,i_2]`,
+      components coupled through the targets) otherwise; its parts ``"covariance1_metric"``,
+      ``"covariance1_ntk_fluctuation"``, ``"covariance1_dntk"``, ``"covariance1_ddntk"``;
+      ``"covariance_at_width"``.
 
     Attributes
     ----------
@@ -260,8 +264,9 @@ class Prediction:
     jitter : float
         Ridge added to the training block (0 unless asked for).
     net : MLP or None
-    finite_width : FiniteWidthMean or None
-        The :math:`O(1/n)` mean on training-then-test inputs (``width=`` of :func:`predict`).
+    finite_width : tuple or None
+        ``(FiniteWidthMean, FiniteWidthCovariance or None)`` on training-then-test inputs
+        (``width=`` of :func:`predict`).
     """
 
     method: str
@@ -323,6 +328,8 @@ class Prediction:
             out.append("Theta")
         if self.finite_width is not None:
             out += ["mean1", "mean_at_width"] + [f"mean1_{k}" for k in _MEAN_PARTS]
+            if self.finite_width[1] is not None:
+                out += ["covariance1", "covariance_at_width"] + [f"covariance1_{k}" for k in _COV_PARTS]
         return tuple(out)
 
     def value(self, name: str, layer: int | None = None) -> Any:
@@ -338,9 +345,8 @@ class Prediction:
         ------
         DomainError
             Unknown name, ``"bias"``/``"variance"``/``"test_loss"`` without ``y_test``,
-            ``"log_evidence"`` of a gradient-descent prediction, another layer.
-        NotDerivedError
-            ``"mean1"``, ``"covariance1"``: the :math:`O(1/n)` terms.
+            ``"log_evidence"`` of a gradient-descent prediction, another layer; the
+            :math:`O(1/n)` names without ``width=``.
         """
         self._check(name, layer)
         C = self.n_out
@@ -376,8 +382,13 @@ class Prediction:
             return self.Theta.copy()
         if name in ("mean1", "mean_at_width") or name.startswith("mean1_"):
             key = name[len("mean1_"):] if name.startswith("mean1_") else name
-            out = self.finite_width.value(key)[self.n_train:]
+            out = self.finite_width[0].value(key)[self.n_train:]
             return out[:, 0] if self.y_train.ndim == 1 else out
+        if name in ("covariance1", "covariance_at_width") or name.startswith("covariance1_"):
+            key = name[len("covariance1_"):] if name.startswith("covariance1_") else name
+            P = self.n_train
+            out = self.finite_width[1].value(key)[P:, P:]
+            return out[:, :, 0, 0] if self.y_train.ndim == 1 else out
         raise AssertionError(name)   # pragma: no cover
 
     def stderr(self, name: str, layer: int | None = None) -> None:
@@ -389,13 +400,14 @@ class Prediction:
         if layer is not None and not (self.net is not None and layer == self.net.depth):
             raise DomainError(f"a Prediction has no layer axis (its kernels are the output "
                               f"layer's); omit layer=, got layer={layer!r}")
-        if name == "covariance1":
-            raise NotDerivedError(
-                "'covariance1': the O(1/n) covariance of the trained prediction (PDLT (∞.161), "
-                "not printed in the book) is not derived in effth yet; the O(1/n) mean is "
-                "(predict(..., width=n), name 'mean1')")
-        if self.finite_width is None and (name in ("mean1", "mean_at_width") or name.startswith("mean1_")):
+        finite = name in ("mean1", "mean_at_width", "covariance1", "covariance_at_width") or \
+            name.startswith(("mean1_", "covariance1_"))
+        if finite and self.finite_width is None:
             raise DomainError(f"{name!r} is the O(1/n) correction: pass width= (n_(L-1)) to predict")
+        if finite and name.startswith("cov") and self.finite_width[1] is None:
+            raise DomainError(f"{name!r}: the O(1/n) covariance is computed for at most 8 training "
+                              "inputs (it materializes the projectors); use "
+                              "effth.theories.pdlt.finite_width_mean for the mean alone")
         if name not in self.names:
             if name in ("bias", "variance", "test_loss"):
                 raise DomainError(f"{name!r} needs the test targets: pass y_test= to predict")
@@ -899,14 +911,16 @@ def _width(width: Any, net: Any, method: str, updates: Any, noise: float, jitter
 
 def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol):
     """The O(1/n) mean of trained networks (PDLT (∞.155)) on train-then-test inputs."""
-    from .finite_width_learning import finite_width_mean
+    from .finite_width_learning import _MAX_TRAIN_COV, finite_width_covariance, finite_width_mean
     from .ntk_flow import ntk_flow
 
     X = np.vstack([_real_array(X_train, "X_train", (2,)), _real_array(X_test, "X_test", (2,))])
     nf = ntk_flow(net, X, lambda_b=lambda_b, lambda_w=lambda_w, rtol=min(rtol * 100, 1e-8))
     algorithm = "two_step" if method == "newton" else ("gd" if eta is not None else "gradient_flow")
-    return finite_width_mean(nf, y, n_train=len(y), algorithm=algorithm,
-                             eta=eta if algorithm == "gd" else None, width=width)
+    kw = dict(n_train=len(y), algorithm=algorithm, eta=eta if algorithm == "gd" else None, width=width)
+    mean = finite_width_mean(nf, y, **kw)
+    cov = finite_width_covariance(nf, y, **kw) if len(y) <= _MAX_TRAIN_COV else None
+    return mean, cov
 
 
 def _solve_tri(Lc: np.ndarray, B: np.ndarray, transpose: bool = False) -> np.ndarray:

@@ -12,8 +12,8 @@ import sympy as sp
 import effth
 from effth.errors import DomainError
 from effth.simulation import empirical_ntk, init_params, train_ensemble
-from effth.theories.pdlt.finite_width_learning import (MEAN_PARTS, finite_width_mean,
-                                                       trained_output)
+from effth.theories.pdlt.finite_width_learning import (MEAN_PARTS, finite_width_covariance,
+                                                       finite_width_mean, trained_output)
 from effth.theories.pdlt.projectors import algorithm_projectors, projector_expressions
 
 from ._trained_reference import (brute_force_mean, dense_projectors, difference_equations,
@@ -208,17 +208,19 @@ _LB = [1.0, 1 / 2, 1 / 3]
 
 
 def _theory_and_ensemble(widths, size):
-    """n (E[z(T)] - m_inf) at the test input of GD-trained tanh MLPs (L = 3), with the control
-    variate z(0)_test - Theta_tA Theta~^-1 z(0)_A (exactly mean zero: z is odd under the sign
-    flip of the last layer, the NTK even), and the theory's parts."""
+    """n (E[z(T)] - m_inf) and n (Var z(T) - Var u0) at the test input of GD-trained tanh MLPs
+    (L = 3), and the theory's mean and covariance.  Control variate: u0 = z(0)_test -
+    Theta_tA Theta~^-1 z(0)_A, exactly mean zero (z is odd under the sign flip of the last
+    layer, the NTK even), with E[u0^2] = (M K M^T + M G1 M^T / n)_tt known."""
     net = effth.MLP(depth=3, activation="tanh", widths=32, c_w=1.0, c_b=0.0)
     nf = effth.ntk_flow(net, _X3, lambda_b=_LB)
     Th = nf.value("Theta", layer=3)
     lam = np.linalg.eigvalsh(Th[:2, :2])
     eta = 0.5 / lam.max()
     th = finite_width_mean(nf, _Y3, n_train=2, eta=eta)
+    cov = finite_width_covariance(nf, _Y3, n_train=2, eta=eta)
     steps = int(60 / (eta * lam.min())) + 10
-    meas = []
+    meas, var = [], []
     for n in widths:
         net = effth.MLP(depth=3, activation="tanh", widths=n, c_w=1.0, c_b=0.0)
         tr = train_ensemble(net, _X3[:2], _Y3, eta=eta, updates=steps, size=size, seed=n,
@@ -228,14 +230,27 @@ def _theory_and_ensemble(widths, size):
         c = z0[:, 2] - Th[2, :2] @ np.linalg.solve(Th[:2, :2], z0[:, :2].T)
         d = tr.f_test[:, -1, 0] - c - th.value("mean")[2, 0]
         meas.append((n * d.mean(), n * d.std(ddof=1) / np.sqrt(size)))
-    return th, np.array(meas)
+        a, b = tr.f_test[:, -1, 0] - tr.f_test[:, -1, 0].mean(), c - c.mean()
+        dv = (a ** 2 - b ** 2) * size / (size - 1)
+        var.append((n * dv.mean(), n * dv.std(ddof=1) / np.sqrt(size)))
+    return th, np.array(meas), cov, np.array(var)
+
+
+def _cov_theories(cov, nf):
+    """n (Var z(T) - E[u0^2]) at the test input: the full theory and two wrong ones."""
+    Th, G1 = nf.value("Theta", layer=3), nf.value("G1", layer=3)
+    Mb = np.eye(3) - np.hstack([Th[:, :2] @ np.linalg.inv(Th[:2, :2]), np.zeros((3, 1))])
+    full = cov.value("covariance1")[2, 2, 0, 0] - (Mb @ G1 @ Mb.T)[2, 2]
+    no_diff = full - cov.value("dntk")[2, 2, 0, 0] - cov.value("ddntk")[2, 2, 0, 0]
+    no_fluct = full - cov.value("ntk_fluctuation")[2, 2, 0, 0]
+    return full, no_diff, no_fluct
 
 
 def test_mean_of_trained_networks():
     """The mean test output of 8000 GD-trained tanh MLPs per width (n = 16, 32) agrees with the
     O(1/n) theory within 5 SE at each width (the O(1/n^2) remainder is within that); the
     theory without the dNTK and ddNTK terms is rejected by more than 5 SE combined."""
-    th, meas = _theory_and_ensemble((16, 32), 8000)
+    th, meas, cov, var = _theory_and_ensemble((16, 32), 8000)
     full = th.value("mean1")[2, 0]
     lazy = th.value("H1")[2, 0] + th.value("delta_ntk")[2, 0]
     assert abs(full) > 5 * abs(lazy)                     # the differentials dominate here
@@ -244,13 +259,19 @@ def test_mean_of_trained_networks():
     w = 1 / meas[:, 1] ** 2
     comb, se = (w * meas[:, 0]).sum() / w.sum(), w.sum() ** -0.5
     assert abs(comb - lazy) > 5 * se, (comb, se, lazy)
+    # the O(1/n) covariance (derived here; not printed in the book), same networks
+    nf = effth.ntk_flow(effth.MLP(depth=3, activation="tanh", c_w=1.0, c_b=0.0), _X3, lambda_b=_LB)
+    cfull, no_diff, no_fluct = _cov_theories(cov, nf)
+    for val, se in var:
+        assert abs(val - cfull) < 5 * se, (val, se, cfull)
+        assert abs(val - no_diff) > 5 * se and abs(val - no_fluct) > 5 * se, (val, se, no_diff, no_fluct)
 
 
 def test_mean_of_trained_networks_width_study(opt_in_slow):
     """n (E[z] - m_inf) = mean1 + c/n: the fitted intercept agrees with the theory within 5 SE,
     the lazy (no-differential) intercept is rejected, over n = 16..128 with 16000 networks."""
     widths = (16, 32, 64, 128)
-    th, meas = _theory_and_ensemble(widths, 16000)
+    th, meas, cov, var = _theory_and_ensemble(widths, 16000)
     full = th.value("mean1")[2, 0]
     lazy = th.value("H1")[2, 0] + th.value("delta_ntk")[2, 0]
     A = np.stack([np.ones(len(widths)), 1 / np.array(widths)], 1) / meas[:, 1:2]
@@ -261,6 +282,15 @@ def test_mean_of_trained_networks_width_study(opt_in_slow):
           f"theory {full:.4f}; lazy {lazy:.4f}")
     assert abs(coef[0] - full) < 5 * se0
     assert abs(coef[0] - lazy) > 4 * se0
+    nf = effth.ntk_flow(effth.MLP(depth=3, activation="tanh", c_w=1.0, c_b=0.0), _X3, lambda_b=_LB)
+    cfull, no_diff, _ = _cov_theories(cov, nf)
+    A = np.stack([np.ones(len(widths)), 1 / np.array(widths)], 1) / var[:, 1:2]
+    coef, *_ = np.linalg.lstsq(A, var[:, 0] / var[:, 1], rcond=None)
+    se0 = np.sqrt(np.linalg.inv(A.T @ A)[0, 0])
+    print(f"measured n(Var - Var u0): {var.tolist()}; intercept {coef[0]:.4f} +- {se0:.4f}; "
+          f"theory {cfull:.4f}; without differentials {no_diff:.4f}")
+    assert abs(coef[0] - cfull) < 5 * se0
+    assert abs(coef[0] - no_diff) > 5 * se0
 
 
 def test_printed_mean_formulas_miss_the_brute_force(monkeypatch):
@@ -308,3 +338,34 @@ def test_predict_with_width():
         effth.predict(net, X[:2], _Y3, X[2:], width=0)
     with pytest.raises(DomainError, match="unstable|not below"):
         effth.predict(net, X[:2], _Y3, X[2:], eta=50.0, width=32)
+
+
+def test_covariance_structure():
+    """The O(1) part is (10.41); the O(1/n) covariance is symmetric, vanishes on the training
+    inputs, couples output components only through the targets (wiring), and its dNTK/ddNTK
+    parts vanish when only the last layer learns (the random-feature model of (10.48))."""
+    net = effth.MLP(depth=3, activation="tanh", c_w=1.0, c_b=0.0)
+    nf = effth.ntk_flow(net, _X3, lambda_b=_LB)
+    y2 = np.array([[0.4, -0.2], [-0.3, 0.5]])
+    net2 = effth.MLP(depth=3, activation="tanh", c_w=1.0, c_b=0.0, n_out=2)
+    cov = finite_width_covariance(nf, y2, n_train=2, eta=0.3)
+    p = effth.predict(net2, _X3[:2], y2, _X3[2:], lambda_b=_LB, eta=0.3)
+    np.testing.assert_allclose(cov.value("covariance")[2:, 2:, 0, 0], p.value("covariance"), rtol=1e-10)
+    c1 = cov.value("covariance1")
+    np.testing.assert_allclose(c1, c1.transpose(1, 0, 3, 2), atol=1e-14)
+    assert abs(c1[:2]).max() < 1e-12 and abs(c1[2, 2]).max() > 1e-3
+    assert abs(c1[2, 2, 0, 1]) > 1e-4                                   # wiring through y
+    c0 = finite_width_covariance(nf, np.zeros((2, 2)), n_train=2, eta=0.3).value("covariance1")
+    assert abs(c0[2, 2, 0, 1]) < 1e-14 and abs(c0[2, 2, 0, 0]) > 1e-3
+    last = effth.ntk_flow(net, _X3, lambda_b=[0, 0, 1], lambda_w=[0, 0, 1])
+    eta = 0.5 / np.linalg.eigvalsh(last.value("Theta", layer=3)[:2, :2]).max()
+    cl = finite_width_covariance(last, y2, n_train=2, eta=eta)
+    ml = finite_width_mean(last, y2, n_train=2, eta=eta)
+    for k in ("dntk", "ddntk"):
+        assert abs(cl.value(k)).max() < 1e-12
+    for k in ("dntk", "ddntk_I", "ddntk_II"):
+        assert abs(ml.value(k)).max() < 1e-12
+    q = effth.predict(net2, _X3[:2], y2, _X3[2:], lambda_b=_LB, eta=0.3, width=32)
+    np.testing.assert_allclose(q.value("covariance1"), c1[2:, 2:], rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(q.value("covariance_at_width"), cov.value("covariance")[2:, 2:] + c1[2:, 2:] / 32,
+                               rtol=1e-6, atol=1e-12)
