@@ -62,6 +62,7 @@ from .arch import MLP
 from .codegen import compile_expression, compile_step
 from .compare import Comparison, ScalingFit, compare, scaling_fit
 from .report import run_report
+from .sweeps import Sweep, sweep
 from .errors import (
     AccuracyWarning,
     ClosedFormUnavailableWarning,
@@ -107,7 +108,7 @@ __all__ = [
     "pdlt", "dmft", "flow", "Flow", "derive", "derive_initialization",
     "derive_ntk", "ntk_flow", "NTKFlow",
     # theory meets measurement
-    "compare", "scaling_fit", "Comparison", "ScalingFit", "run_report",
+    "compare", "scaling_fit", "Comparison", "ScalingFit", "run_report", "sweep", "Sweep",
     # numerics, codegen, printing
     "gaussian_expectation", "validate_covariance", "has_closed_form", "compile_expression", "compile_step",
     "latex", "init_printing",
