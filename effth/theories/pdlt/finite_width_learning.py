@@ -301,8 +301,44 @@ def mean_latex() -> str:
     return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
 
 
+class _ExpansionParts:
+    r"""A theory quantity at infinite width plus its :math:`O(1/n)` coefficient, held in parts.
+
+    Subclasses set :attr:`stem` (``"mean"``, ``"covariance"``) and :attr:`part_names`; the names
+    read are ``stem`` (infinite width), ``stem + "1"`` (:math:`n_{L-1}` times the :math:`O(1/n)`
+    term, the sum of the parts), ``stem + "_at_width"`` and every part.
+    """
+
+    stem = ""
+    part_names: tuple = ()
+
+    @property
+    def names(self) -> tuple:
+        return (self.stem, self.stem + "1", self.stem + "_at_width") + self.part_names
+
+    def value(self, name: str, layer: Any = None) -> np.ndarray:
+        if layer is not None:
+            raise DomainError(f"a trained {self.stem} has no layer axis (it is the output layer L)")
+        if name == self.stem:
+            return self.infinite
+        if name == self.stem + "1":
+            return sum(self.parts[k] for k in self.part_names)
+        if name == self.stem + "_at_width":
+            if self.width is None:
+                raise DomainError(f"no width given: pass width= to finite_width_{self.stem}")
+            return self.infinite + self.value(self.stem + "1") / self.width
+        if name not in self.parts:
+            raise DomainError(f"unknown name {name!r}; expected one of {self.names}")
+        return self.parts[name]
+
+    def stderr(self, name: str, layer: Any = None) -> None:
+        """``None``: a deterministic theory (the name is checked)."""
+        self.value(name, layer)
+        return None
+
+
 @dataclass(frozen=True, repr=False)
-class FiniteWidthMean:
+class FiniteWidthMean(_ExpansionParts):
     r"""The ensemble mean of trained finite-width networks at order :math:`1/n`, PDLT (∞.155).
 
     ``value(name)`` is an ``(N, n_out)`` array over all inputs (training first):
@@ -318,32 +354,14 @@ class FiniteWidthMean:
     """
 
     parts: dict
-    mean_inf: np.ndarray
+    infinite: np.ndarray
     n_train: int
     width: int | None
     projectors: AlgorithmProjectors
     layers: tuple = field(default=())
 
-    names = ("mean", "mean1", "mean_at_width") + MEAN_PARTS
-
-    def value(self, name: str, layer: Any = None) -> np.ndarray:
-        if layer is not None:
-            raise DomainError("a trained mean has no layer axis (it is the output layer L)")
-        if name == "mean":
-            return self.mean_inf
-        if name == "mean1":
-            return sum(self.parts[k] for k in MEAN_PARTS)
-        if name == "mean_at_width":
-            if self.width is None:
-                raise DomainError("no width given: pass width= to finite_width_mean")
-            return self.mean_inf + self.value("mean1") / self.width
-        if name not in self.parts:
-            raise DomainError(f"unknown name {name!r}; expected one of {self.names}")
-        return self.parts[name]
-
-    def stderr(self, name: str, layer: Any = None) -> None:
-        self.value(name, layer)
-        return None
+    stem = "mean"
+    part_names = MEAN_PARTS
 
     def latex(self) -> str:
         """The formula evaluated (:func:`mean_latex`)."""
@@ -353,8 +371,8 @@ class FiniteWidthMean:
         return "$$" + self.latex() + "$$"
 
     def __repr__(self) -> str:
-        return (f"FiniteWidthMean(N={self.mean_inf.shape[0]}, n_train={self.n_train}, "
-                f"n_out={self.mean_inf.shape[1]}, {self.projectors.algorithm}, width={self.width})")
+        return (f"FiniteWidthMean(N={self.infinite.shape[0]}, n_train={self.n_train}, "
+                f"n_out={self.infinite.shape[1]}, {self.projectors.algorithm}, width={self.width})")
 
 
 _TENSORS = ("Theta", "H1", "K", "A", "B", "P", "Q", "R", "S", "T", "U")
@@ -503,7 +521,7 @@ _MAX_TRAIN_COV = 8
 
 
 @dataclass(frozen=True, repr=False)
-class FiniteWidthCovariance:
+class FiniteWidthCovariance(_ExpansionParts):
     r"""Covariance of the outputs of trained finite-width networks at order :math:`1/n`.
 
     ``value(name)`` is ``(N, N, n_out, n_out)``: :math:`\mathrm{Cov}[z_{i_1;\delta_1}(T),
@@ -517,34 +535,16 @@ class FiniteWidthCovariance:
     """
 
     parts: dict
-    cov_inf: np.ndarray
+    infinite: np.ndarray
     n_train: int
     width: int | None
     layers: tuple = field(default=())
 
-    names = ("covariance", "covariance1", "covariance_at_width") + COVARIANCE_PARTS
-
-    def value(self, name: str, layer: Any = None) -> np.ndarray:
-        if layer is not None:
-            raise DomainError("a trained covariance has no layer axis (it is the output layer L)")
-        if name == "covariance":
-            return self.cov_inf
-        if name == "covariance1":
-            return sum(self.parts[k] for k in COVARIANCE_PARTS)
-        if name == "covariance_at_width":
-            if self.width is None:
-                raise DomainError("no width given: pass width= to finite_width_covariance")
-            return self.cov_inf + self.value("covariance1") / self.width
-        if name not in self.parts:
-            raise DomainError(f"unknown name {name!r}; expected one of {self.names}")
-        return self.parts[name]
-
-    def stderr(self, name: str, layer: Any = None) -> None:
-        self.value(name, layer)
-        return None
+    stem = "covariance"
+    part_names = COVARIANCE_PARTS
 
     def __repr__(self) -> str:
-        return f"FiniteWidthCovariance(N={self.cov_inf.shape[0]}, n_train={self.n_train}, width={self.width})"
+        return f"FiniteWidthCovariance(N={self.infinite.shape[0]}, n_train={self.n_train}, width={self.width})"
 
 
 def finite_width_covariance(tensors: Any, y_train: Any, *, n_train: int, algorithm: str = "gd",
