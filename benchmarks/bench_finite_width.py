@@ -1,0 +1,82 @@
+"""Benchmark of the O(1/n) trained prediction (PDLT §∞.2): cost against the number of training
+points.
+
+Two parts, reported separately:
+
+* ``contract``: :func:`~effth.theories.pdlt.finite_width_mean` from given output-layer
+  statistics (random tensors with the right symmetries), N_A training inputs and one test input:
+  the projectors in the eigenbasis of the training NTK and every contraction of (∞.155)-(∞.160).
+  Baseline in the same process: the same mean with the projectors materialized from their
+  definitions, X_II and X_III as dense inverses of the N_A^2 x N_A^2 and N_A^3 x N_A^3 Kronecker
+  sums (the route that does not scale), for N_A up to 6.  Ratio: baseline / effth.
+* ``end to end``: ``effth.predict(net, X_train, y, X_test, width=n)`` on a depth-5 tanh MLP, whose
+  cost is that of :func:`~effth.ntk_flow` (the NTK hierarchy on the N_A + N_B inputs).
+
+Options: ``--train`` (repeatable), ``--e2e`` (repeatable N_A for the end-to-end part),
+``--repeat``.  Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_finite_width.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import effth as et
+from _timing import best
+from effth.theories.pdlt.finite_width_learning import finite_width_mean
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "theories" / "pdlt"))
+from _trained_reference import dense_projectors, symmetric_statistics  # noqa: E402
+
+
+def dense_mean(T, y, P, eta):
+    """The dNTK and ddNTK parts with dense projectors (the baseline route)."""
+    Z = dense_projectors(T["Theta"][:P, :P], eta)
+    W = (np.einsum("di,ef->idef", y, y @ y.T + T["K"][:P, :P])
+         + np.einsum("ei,fd->idef", y, T["K"][:P, :P]) + np.einsum("fi,de->idef", y, T["K"][:P, :P]))
+    R = T["R"][:, :P, :P, :P]
+    out = np.einsum("Dabc,abcdef,idef->Di", R, Z["IB"], W)
+    out += np.einsum("Dabc,abcdef,idef->Di", T["S"][:, :P, :P, :P], Z["IIB"], W)
+    out += np.einsum("Dabc,abcd,di->Di", T["P"][:, :P, :P, :P], Z["B"], y)
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--train", type=int, action="append")
+    ap.add_argument("--e2e", type=int, action="append")
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args(argv)
+    sizes = a.train or [2, 4, 6, 10, 20, 40]
+    rng = np.random.default_rng(0)
+    print("contract: finite_width_mean from given statistics (one test input)")
+    print(f"{'N_A':>5} {'effth s':>10} {'dense s':>10} {'ratio':>8}")
+    for P in sizes:
+        T = symmetric_statistics(P + 1, rng)
+        y = rng.standard_normal((P, 1))
+        eta = 1.0 / np.linalg.eigvalsh(T["Theta"][:P, :P]).max()
+        t = best(lambda: finite_width_mean(T, y, n_train=P, eta=eta), a.repeat)
+        if P <= 6:
+            td = best(lambda: dense_mean(T, y, P, eta), a.repeat)
+            print(f"{P:5d} {t:10.4f} {td:10.4f} {td / t:8.1f}")
+        else:
+            print(f"{P:5d} {t:10.4f} {'-':>10} {'-':>8}")
+    ts = np.array([best(lambda: finite_width_mean(symmetric_statistics(P + 1, rng), rng.standard_normal((P, 1)),
+                                                  n_train=P, algorithm="gradient_flow"), 1) for P in sizes])
+    if len(sizes) > 2:
+        slope = np.polyfit(np.log(sizes[-3:]), np.log(ts[-3:]), 1)[0]
+        print(f"fitted cost exponent in N_A over the three largest sizes: {slope:.2f}")
+    e2e = a.e2e or [2, 4]
+    print("end to end: predict(width=) on a depth-5 tanh MLP, N_A training + 2 test inputs")
+    for P in e2e:
+        X = rng.standard_normal((P + 2, 4))
+        net = et.MLP("tanh", depth=5, c_w=1.0, c_b=0.0)
+        t = best(lambda: et.predict(net, X[:P], rng.standard_normal(P), X[P:], width=64), 1)
+        print(f"{P:5d} {t:10.2f} s")
+
+
+if __name__ == "__main__":
+    main()
