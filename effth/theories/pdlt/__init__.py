@@ -16,8 +16,11 @@ r"""The effective theory of wide networks of PDLT (Roberts & Yaida), derived by 
   :func:`finite_angle_flow`; :mod:`.two_input`, PDLT §10.3);
 * linear models and their kernel duals (:func:`linear_model`, PDLT §10.4);
 * the trained network at finite width: the algorithm projectors, the per-network solution and
-  the :math:`O(1/n)` ensemble mean (:func:`algorithm_projectors`, :func:`trained_output`,
-  :func:`finite_width_mean`; ``predict(..., width=n)``; PDLT §∞.2).
+  the :math:`O(1/n)` ensemble mean and covariance (:func:`algorithm_projectors`,
+  :func:`trained_output`, :func:`finite_width_mean`, :func:`finite_width_covariance`;
+  ``predict(..., width=n)``; PDLT §∞.2);
+* Bayesian learning at finite width (:func:`bayes_posterior`, PDLT §6.4) and nearly-kernel
+  methods (:func:`quadratic_model`, :func:`nearly_kernel_predict`, PDLT §11.4).
 """
 
 from . import deep_linear
@@ -32,7 +35,11 @@ from .learning import (EvidenceScan, Prediction, evidence_scan, log_bayes_factor
                        log_evidence_two_inputs, output_kernels, predict)
 from .linear_models import LinearModel, linear_model
 from .projectors import AlgorithmProjectors, algorithm_projectors
-from .finite_width_learning import FiniteWidthMean, TrainedOutput, finite_width_mean, trained_output
+from .finite_width_learning import (FiniteWidthCovariance, FiniteWidthMean, TrainedOutput,
+                                    finite_width_covariance, finite_width_mean, trained_output)
+from .bayes_finite import BayesPosterior, bayes_posterior, observable_update
+from .nearly_kernel import (NearlyKernelPrediction, QuadraticModel, meta_kernel, nearly_kernel_predict,
+                            quadratic_model)
 from .two_input import (DeltaFlow, FiniteAngleFlow, delta_flow, delta_recursions, finite_angle_flow,
                         polation_mean)
 
@@ -46,4 +53,6 @@ __all__ = ["Recursion", "derive_initialization", "initialization_flow", "mlp_flo
            "delta_flow", "DeltaFlow", "delta_recursions", "finite_angle_flow", "FiniteAngleFlow",
            "polation_mean", "linear_model", "LinearModel",
            "algorithm_projectors", "AlgorithmProjectors", "trained_output", "TrainedOutput",
-           "finite_width_mean", "FiniteWidthMean"]
+           "finite_width_mean", "FiniteWidthMean", "finite_width_covariance", "FiniteWidthCovariance",
+           "bayes_posterior", "BayesPosterior", "observable_update", "quadratic_model",
+           "QuadraticModel", "meta_kernel", "nearly_kernel_predict", "NearlyKernelPrediction"]

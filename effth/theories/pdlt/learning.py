@@ -326,10 +326,7 @@ class Prediction:
         out.append("K")
         if self.Theta is not None:
             out.append("Theta")
-        if self.finite_width is not None:
-            out += ["mean1", "mean_at_width"] + [f"mean1_{k}" for k in _MEAN_PARTS]
-            if self.finite_width[1] is not None:
-                out += ["covariance1", "covariance_at_width"] + [f"covariance1_{k}" for k in _COV_PARTS]
+        out += [n for n in self._finite_names() if n not in out]
         return tuple(out)
 
     def value(self, name: str, layer: int | None = None) -> Any:
@@ -380,6 +377,8 @@ class Prediction:
             return self.K.copy()
         if name == "Theta":
             return self.Theta.copy()
+        if self.method == "bayes" and name in self._finite_names():
+            return self.finite_width.value(name)
         if name in ("mean1", "mean_at_width") or name.startswith("mean1_"):
             key = name[len("mean1_"):] if name.startswith("mean1_") else name
             out = self.finite_width[0].value(key)[self.n_train:]
@@ -396,6 +395,18 @@ class Prediction:
         self._check(name, layer)
         return None
 
+    def _finite_names(self) -> list:
+        """The O(1/n) names this prediction holds (``width=`` of :func:`predict`)."""
+        fw = self.finite_width
+        if fw is None:
+            return []
+        if self.method == "bayes":
+            return [n for n in fw.names if n not in ("mean", "covariance", "log_evidence", "K")]
+        out = ["mean1", "mean_at_width"] + [f"mean1_{k}" for k in _MEAN_PARTS]
+        if fw[1] is not None:
+            out += ["covariance1", "covariance_at_width"] + [f"covariance1_{k}" for k in _COV_PARTS]
+        return out
+
     def _check(self, name: str, layer: Any) -> None:
         if layer is not None and not (self.net is not None and layer == self.net.depth):
             raise DomainError(f"a Prediction has no layer axis (its kernels are the output "
@@ -404,7 +415,7 @@ class Prediction:
             name.startswith(("mean1_", "covariance1_"))
         if finite and self.finite_width is None:
             raise DomainError(f"{name!r} is the O(1/n) correction: pass width= (n_(L-1)) to predict")
-        if finite and name.startswith("cov") and self.finite_width[1] is None:
+        if finite and self.method != "bayes" and name.startswith("cov") and self.finite_width[1] is None:
             raise DomainError(f"{name!r}: the O(1/n) covariance is computed for at most 8 training "
                               "inputs (it materializes the projectors); use "
                               "effth.theories.pdlt.finite_width_mean for the mean alone")
@@ -730,16 +741,24 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         Add ``jitter`` times the identity to the training block (a ridge) — only on request, with
         an :class:`~effth.errors.AccuracyWarning`.  Without it a singular training block raises.
     width : int, optional
-        The width :math:`n_{L-1}` of the last hidden layer: adds the :math:`O(1/n)` correction of
-        the mean of networks trained to convergence, PDLT (∞.155)–(∞.160) as corrected in
-        :func:`~effth.theories.pdlt.finite_width_learning.finite_width_mean` (names ``"mean1"``,
-        ``"mean_at_width"`` and the parts ``"mean1_H1"``, ``"mean1_delta_ntk"``,
-        ``"mean1_dntk"``, ``"mean1_ddntk_I"``, ``"mean1_ddntk_II"``).  Gradient descent with
-        ``eta`` uses the projectors (∞.142)–(∞.147), without ``eta`` gradient flow
-        (∞.149)–(∞.153); ``method="newton"`` is the two-step Newton algorithm (∞.148).  Needs
-        ``net`` (the NTK hierarchy is computed here, :func:`~effth.theories.pdlt.ntk_flow`) and
-        a smooth activation: for kinked ones (ReLU) the :math:`1/n` expansion of the training
-        dynamics does not apply (PDLT §∞.1).
+        The width :math:`n_{L-1}` of the last hidden layer: adds the :math:`O(1/n)` corrections
+        (names ``"mean1"`` = :math:`n_{L-1}(m-m^\infty)`, ``"mean_at_width"``, their parts, and
+        the same for the covariance).  Needs ``net``.
+
+        * Gradient descent and Newton (PDLT §∞.2): networks trained to convergence, the mean
+          (∞.155)–(∞.160) as corrected in
+          :func:`~effth.theories.pdlt.finite_width_learning.finite_width_mean` (parts
+          ``"mean1_H1"``, ``"mean1_delta_ntk"``, ``"mean1_dntk"``, ``"mean1_ddntk_I"``,
+          ``"mean1_ddntk_II"``) and the covariance (derived;
+          :func:`~effth.theories.pdlt.finite_width_learning.finite_width_covariance`).  With
+          ``eta`` the projectors of GD (∞.142)–(∞.147), without it gradient flow
+          (∞.149)–(∞.153); ``method="newton"`` is the two-step Newton algorithm (∞.148).  A
+          smooth activation is required: for kinked ones (ReLU) the :math:`1/n` expansion of the
+          training dynamics does not apply (PDLT §∞.1).
+        * Bayes (PDLT §6.4): the posterior mean (6.88) with its wiring (6.89), the posterior
+          covariance and the log evidence at :math:`O(1/n)` and the representation update
+          (6.104), as :func:`~effth.theories.pdlt.bayes_finite.bayes_posterior` (parts
+          ``"mean1_G1"``, ``"mean1_V_wiring"``, ``"mean1_V_linear"``, ...).
     rtol : float
         Relative accuracy of the Gaussian expectations of the kernels.
 
@@ -876,7 +895,10 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
             raise DomainError(f"the {what} is not finite: the training block is too ill-conditioned "
                               "for double precision (pass jitter=)")
     finite = None
-    if width is not None:
+    if width is not None and method == "bayes":
+        from .bayes_finite import bayes_posterior
+        finite = bayes_posterior(net, X_train, y_train, X_test, widths=width, noise=noise, rtol=rtol)
+    elif width is not None:
         finite = _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol)
     return Prediction(method=method, K=Kf, Theta=Tf, n_train=P, mean_=mean, covariance_=cov,
                       train_mean_=train_mean, train_covariance_=train_cov, y_train=y, y_test=yt,
@@ -886,23 +908,20 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
 
 
 def _width(width: Any, net: Any, method: str, updates: Any, noise: float, jitter: float) -> int:
+    """Check ``width=`` of :func:`predict` (Bayes: PDLT §6.4; GD, Newton: §∞.2)."""
     if isinstance(width, (bool, np.bool_)) or not isinstance(width, numbers.Integral) or width < 1:
         raise DomainError(f"width must be a positive int, the width n_(L-1) of the last hidden "
                           f"layer, got {width!r}")
     if net is None:
         raise DomainError("width= needs the network, predict(net, X_train, y_train, X_test, "
                           "width=n): the O(1/n) mean needs its NTK hierarchy, not only K and Theta")
-    if method == "bayes":
-        raise DomainError("width= gives the O(1/n) mean of gradient-trained networks (PDLT §∞.2); "
-                          "for Bayesian inference at finite width use "
-                          "effth.pdlt.bayes_finite (PDLT §6.4)")
     if updates is not None:
         raise DomainError("width= is the fully trained network (PDLT (∞.141)); finite-time "
                           "training at finite width is not implemented: drop updates=")
     if jitter:
         raise DomainError("width= does not combine with jitter= (a ridge changes the solution)")
     act = getattr(net, "act", None)
-    if act is not None and not (act.is_smooth or act.is_polynomial):
+    if method != "bayes" and act is not None and not (act.is_smooth or act.is_polynomial):
         raise DomainError(f"{act!r} is kinked: the O(1/n) training dynamics does not apply (the "
                           "ddNTK mean diverges and single networks move at O(1/sqrt(n)), PDLT "
                           "§∞.1), so there is no O(1/n) trained prediction")
