@@ -292,7 +292,134 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         method="deep_linear", closure=closure, diagnostics=diag, bias=bool(bias)))
 
 
-def _march(data, model, L, T):
+class RuleFields:
+    r"""The rule hook of the marcher: the pseudo-gradient fields of a learning rule.
+
+    Bordelon & Pehlevan (ICLR 2023), eqs. (2)-(3), (40) and App. E: in a linear network every
+    rule moves the weights along a pseudo-gradient ``g~``, so only the forward field's drift and
+    the kernel ``G~^{l+1} = <g^{l+1} g~^{l+1}>`` in the true gradient's drift differ between
+    rules.  The true gradient ``g^l`` stays sample independent and obeys
+    ``g^l = r^l + gamma0 D^l h^l``, ``D^l = B^l + eta Theta(t-s) G~^{l+1}(t, s) Delta(s)``
+    (the corrected eqs. (58), (62), (64)); the forward field is ``h^l = h^^l + gamma0 C^l g^l``
+    with a rule-specific source part ``h^^l``:
+
+    * ``'gd'`` (GD, and GLN with linear gates): ``g~ = g``, ``h^^l = u^l`` and ``C^l`` carries
+      the drift (the plain equations of the module docstring; ``solve_deep_linear``);
+    * ``'static'`` (ρ-FA and DFA): ``g~^l = v^l`` is one static ``N(0, 1)`` coordinate per
+      neuron with ``Cov(r^l(t), v^l) = rho G~^{l+1}(t)`` (``rho = 0`` for DFA), ``C = 0`` and
+      ``h^^l = u^l + c^l v^l``,
+      ``c^l(t) = rho c^{l-1}(t) + eta gamma0 sum_{s<t} H^{l-1}(t, s) Delta(s)``;
+      then ``G~^l(t) = rho G~^{l+1}(t) + gamma0 (D^l c^l)(t)``;
+    * ``'hebb'`` (error-modulated Hebb): ``g~^l_mu = Delta_mu h^l_mu``, ``C = 0`` and
+      ``h^^l = Lambda^l u^l``, ``Lambda^l = (1 - eta gamma0 H^{l-1} Delta^2)^{-1}`` (strictly
+      causal); ``G~^l(t; s, nu) = gamma0 (D^l H^l)(t; s, nu) Delta_nu(s)``.
+
+    With ``C = 0`` (every rule but GD) ``M_g = 1``, ``H^l = <h^^l h^^l>``,
+    ``G^l = G^{l+1} + gamma0^2 D H^l D^T + gamma0 (X D^T + D X^T)`` with
+    ``X = <r^l h^^l> = rho G~^{l+1} c^{lT}`` (``'static'`` only), ``B^{l-1} = D^l Lambda^l``,
+    and the exact closure ``f(t) = gamma0^{-1} <g^L(t) h^L(t)> = (D^L H^L)(t, t) + rho c^L(t) /
+    gamma0``.  The hook holds its per-layer state (``c``, ``Lambda``, ``D H``, ``G~``) for the
+    caller; ``G~^l`` is kept as a ``(T, T n)`` array ``[t, (s, nu)]`` (the ``g`` side is sample
+    independent).
+    """
+
+    def __init__(self, kind: str = "gd", rho: float = 1.0, gamma0: float = 1.0):
+        if kind not in ("gd", "static", "hebb"):
+            raise DomainError(f"unknown rule hook {kind!r}")
+        self.kind, self.rho, self.g0 = kind, float(rho), float(gamma0)
+
+    def allocate(self, L: int, T: int, n: int, delta: np.ndarray):
+        """Per-layer state for ``L`` layers on ``T`` grid points and ``n`` samples; ``delta`` is
+        the marcher's ``(T, n)`` error array (filled in as the march proceeds)."""
+        Tn = T * n
+        self._delta = delta
+        self.cv = [np.zeros(Tn) for _ in range(L)] if self.kind == "static" else None
+        self.lam = [np.zeros((Tn, Tn)) for _ in range(L)] if self.kind == "hebb" else None
+        self.gh = [np.zeros((T, Tn)) for _ in range(L)] if self.kind == "hebb" else None
+        self.d = [np.zeros(T) for _ in range(L)] if self.kind == "static" else None
+
+    def source_row(self, ell, t, n, Hp, S, dw, Hl):
+        """Row ``t`` (against ``s <= t``) of ``<h^^l h^^l>`` written into ``Hl``."""
+        rt, m, tn = slice(t * n, (t + 1) * n), (t + 1) * n, t * n
+        if self.kind == "static":
+            cv = self.cv[ell - 1]
+            c = (self.rho * self.cv[ell - 2][rt]) if ell >= 2 else np.zeros(n)
+            if t:
+                c = c + self.g0 * (Hp[rt, :tn] @ dw.ravel())
+            cv[rt] = c
+            row = S[rt, :m] + np.outer(c, cv[:m])
+        else:
+            lam = self.lam[ell - 1]
+            if t:
+                lam[rt, :m] = self.g0 * (Hp[rt, :tn] * (dw.ravel() * self._delta[:t].ravel())[None, :]
+                                         ) @ lam[:tn, :m]
+            lam[rt, rt] += np.eye(n)
+            row = (lam[rt, :m] @ S[:m, :m]) @ lam[:m, :m].T
+        Hl[rt, :m] = row
+        Hl[:m, rt] = row.T
+
+    def gtilde_row(self, ell, t, n, L):
+        """``G~^{l+1}(t; s < t, nu)`` (``ell = l``), the kernel of ``D^l``'s drift."""
+        tn = t * n
+        if ell == L:
+            return np.ones(tn)
+        if self.kind == "static":
+            return np.full(tn, self.d[ell][t])
+        return self.gh[ell][t, :tn] * self._delta[:t].ravel()
+
+    def response(self, ell, t, n, MD):
+        """Row ``t`` of ``B^l = D^{l+1} Lambda^{l+1}``."""
+        m = (t + 1) * n
+        if self.kind == "hebb":
+            return MD[ell][t:t + 1, :m] @ self.lam[ell][:m, :m]
+        return MD[ell][t:t + 1, :m]
+
+    def cross_row(self, ell, t, n, L, drow, Dl):
+        """``(X D^T + D X^T)(t, s <= t)`` and, for the next layer down, ``G~^l`` row ``t``."""
+        m = (t + 1) * n
+        if self.kind == "static":
+            xr = self.rho * (1.0 if ell == L else self.d[ell][: t + 1])     # rho G~^{l+1}(s)
+            cv = self.cv[ell - 1]
+            q = Dl[: t + 1, :m] @ cv[:m]                                    # (D c)(s), s <= t
+            self.d[ell - 1][t] = (xr[t] if ell < L else xr) + self.g0 * q[t]
+            xr = np.broadcast_to(xr, (t + 1,))
+            return self.g0 * (xr[t] * q + q[t] * xr)
+        return None
+
+    def closure_row(self, ell, t, n, drow, Hl):
+        """``gamma0^{-1} <g^L(t) h^L_mu(t)>``; for Hebb also stores ``gamma0 (D H)`` row ``t``."""
+        rt, m = slice(t * n, (t + 1) * n), (t + 1) * n
+        dh = drow[:m] @ Hl[:m, :m]
+        if self.kind == "hebb":
+            self.gh[ell - 1][t, :m] = self.g0 * dh
+        f = dh[t * n: m].copy()
+        if self.kind == "static":
+            f = f + self.rho * self.cv[ell - 1][rt] / self.g0 if ell == len(self.cv) else f
+        return f
+
+    def finish(self, MD, H):
+        """Hebb: the full two-time ``gamma0 <g^l(t) h^l(s)> = gamma0 (D^l H^l)(t, s)``."""
+        if self.kind == "hebb":
+            self.gh = [self.g0 * (dl @ hl) for dl, hl in zip(MD, H)]
+
+    def ntk_drive(self, t, n, P, kx, H, delta_t):
+        """``K(t, t) Delta(t)`` with ``K_{mu nu} = sum_l G~^{l+1}(t; t, nu) H^l_{mu nu}(t, t)``."""
+        L = len(H)
+        rt = slice(t * n, (t + 1) * n)
+        drive = np.zeros(n)
+        for ell in range(L + 1):
+            Hd = kx[:, :P] if ell == 0 else H[ell - 1][rt, t * n: t * n + P]
+            if ell == L:
+                gt = np.ones(P)
+            elif self.kind == "static":
+                gt = np.full(P, self.d[ell][t])
+            else:
+                gt = self.gh[ell][t, t * n: t * n + P] * delta_t
+            drive = drive + Hd @ (gt * delta_t)
+        return drive[:, None]
+
+
+def _march(data, model, L, T, rule=None):
     """Exact forward recursion in time of the closed equations (module docstring).
 
     Row ``t`` of ``C^ell`` needs ``A^{ell-1}``, ``H^{ell-1}`` at row ``t`` and ``Delta`` before ``t``;
@@ -306,6 +433,11 @@ def _march(data, model, L, T):
     row ``t`` (columns ``<= t``, downward).  "Row ``t``" is the block of ``n`` (``h`` side) or ``C``
     (``g`` side) rows of time ``t``.  Internally ``A``, ``B`` are the responses to the decayed
     sources, ``C M_g`` and ``M_g D``; they enter ``C``, ``D`` with the weight ``rho^{t+s}``.
+
+    ``rule``: a :class:`RuleFields` hook (``None`` or ``'gd'``: the GD equations above).  For
+    the other rules ``C = 0`` and ``M_g = 1``; the hook gives the forward source rows, the kernel
+    ``G~^{l+1}`` of ``D``'s drift, the cross terms of ``G`` and the closure (plain equations
+    only), and keeps its state (``c``, ``Lambda``, ``G~``) for the caller.
     """
     n, P, C = data.n_all, data.n_train, model.C
     eta, g2, b, rho = model.eta, model.g2, model.b, model.rho
@@ -334,6 +466,15 @@ def _march(data, model, L, T):
     eye = np.eye(C)
     kappa_decay = 1.0 - eta * model.lam * (L + 1)     # NTK closure: f <- (1 - eta lambda kappa) f
     drive = None                                      # NTK closure: K(t-1, t-1) Delta(t-1)
+    if rule is not None and rule.kind == "gd":
+        rule = None                                   # the plain equations are GD's
+    if rule is not None:
+        if not model.plain or C != 1 or model.gi:
+            raise DomainError("the learning-rule hook marches the plain equations (one output, "
+                              "no weight decay, bias or gradient independence)")
+        rule.allocate(L, T, n, delta[..., 0])
+    ymax = max(1.0, float(np.max(np.abs(model.Y))))
+    f_rule = None
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(T):
             rt, gt = slice(t * n, (t + 1) * n), slice(t * C, (t + 1) * C)
@@ -345,6 +486,9 @@ def _march(data, model, L, T):
             for ell in range(1, L + 1):
                 Hp = H0 if ell == 1 else H[ell - 2]
                 S = Sh[ell - 1]
+                if rule is not None:                  # C = 0: H^l = <h^ h^> (RuleFields)
+                    rule.source_row(ell, t, n, Hp, S, dw, H[ell - 1])
+                    continue
                 c = Cm[ell - 1]
                 if t:
                     # drift: sum_alpha Hb_{mu alpha}(t, s) dw_{s alpha c}
@@ -375,6 +519,24 @@ def _march(data, model, L, T):
                 S = Sh[ell - 1]
                 Gn = Gtop if ell == L else G[ell]
                 d = Dm[ell - 1]
+                if rule is not None:                  # M_g = 1, drift along G~^{l+1}
+                    if t:
+                        d[gt, :tn] = rule.gtilde_row(ell, t, n, L) * dw.ravel()
+                    if ell <= L - 1:
+                        d[gt, :m] += rule.response(ell, t, n, MD)
+                    Mg[ell - 1][gt, gt] = eye
+                    MD[ell - 1][gt, :m] = d[gt, :m]
+                    Hl = H[ell - 1]
+                    zrow = Gn[gt, :mc] + g2 * (d[gt, :m] @ Hl[:m, :m]) @ d[:mc, :m].T
+                    x = rule.cross_row(ell, t, n, L, d[gt, :m], d)
+                    if x is not None:
+                        zrow = zrow + x
+                    Gl = G[ell - 1]
+                    Gl[gt, :mc] = zrow
+                    Gl[:mc, gt] = zrow.T
+                    f_l = rule.closure_row(ell, t, n, d[gt, :m][0], Hl)
+                    f_rule = f_l if ell == L else f_rule
+                    continue
                 if t:
                     if ell == L:                               # G^{L+1}_{cc'} = delta_{cc'}
                         d[gt, :tn] = dw.transpose(2, 0, 1).reshape(C, tn)
@@ -402,23 +564,30 @@ def _march(data, model, L, T):
                 Y[ell - 1][gt, :m] = MD[ell - 1][gt, :m] @ S[:m, :m] \
                     + 0.5 * Gl[gt, :tc] @ Cm[ell - 1][:m, :tc].T
             # ---------------- predictions and error signal at time t
-            if model.closure == "exact":
+            if model.closure == "exact" and rule is not None:
+                f[t] = f_rule[:, None]
+            elif model.closure == "exact":
                 f[t] = (MD[L - 1][gt, :m] @ Sh[L - 1][:m, rt]).T \
                     + Cm[L - 1][rt, :tc] @ G[L - 1][:tc, gt]
             elif t:
                 f[t] = kappa_decay * f[t - 1] + eta * drive
             delta[t, :P] = model.Y - f[t, :P]
-            if model.closure == "ntk":
+            if model.closure == "ntk" and rule is not None:
+                drive = rule.ntk_drive(t, n, P, data.kx, H, delta[t, :P, 0])
+            elif model.closure == "ntk":
                 # K(t, t) Delta(t): sum_l [Hb^l(t, t) Delta(t)] G^{l+1}(t, t), G^{L+1} = I
                 drive = (data.kx[:, :P] @ delta[t, :P]) @ G[0][gt, gt]
                 for ell in range(1, L + 1):
                     hd = H[ell - 1][rt, tn: tn + P] @ delta[t, :P]
                     drive = drive + ((hd + b * delta[t, :P].sum(axis=0)) @ G[ell][gt, gt]
                                      if ell < L else hd)
-            if not (np.all(np.isfinite(f[t])) and np.max(np.abs(G[0][gt, gt])) < 1e12):
+            if not (np.all(np.isfinite(f[t])) and np.max(np.abs(G[0][gt, gt])) < 1e12
+                    and (rule is None or np.max(np.abs(delta[t])) < 1e6 * ymax)):
                 raise ConvergenceError(
                     f"deep linear DMFT diverged at time step {t} of {T} (kernels not finite or "
                     "above 1e12); lower gamma0 or eta")
+    if rule is not None:
+        rule.finish(MD, H)
     return (H, G, Af[: L - 1], MD[1:], delta), f
 
 

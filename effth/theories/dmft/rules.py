@@ -22,7 +22,8 @@ which is in general not symmetric.  This module gives
 * the rich-regime DMFT of two-layer networks of any activation for every rule
   (:func:`solve_rule_two_layer`: Algorithm 1 at ``L = 1``, where no responses are needed) and of
   deep networks of any activation trained by DFA, Hebb (their forward fields close without
-  responses) or ρ-FA (with the sampled responses ``C``, ``D``) (:func:`solve_rule_forward`);
+  responses) or ρ-FA (with the sampled responses ``C``, ``D``), with the true-gradient kernels
+  and the eNTK marched on the same samples (:func:`solve_rule_forward`);
 * the finite-width NLO kernel covariances at initialization (:func:`kernel_fluctuations`,
   App. H.3);
 * diagnostics: kernel--task alignment, ``corr(g, g~)`` and ``H_y`` (Figs. 1, 3, 5).
@@ -49,8 +50,9 @@ import numpy as np
 from ..._display import html_table, short
 from ..._results import HiddenLayers
 from ..._validate import integer, real_array, real_scalar
-from ...errors import DomainError, NotDerivedError
+from ...errors import ConvergenceError, DomainError, NotDerivedError
 from ...numerics import gaussian_expectation
+from .deep_linear import RuleFields, _march, _Model
 from .grid import TimeGrid, TrainingData, prepare_data
 from .lazy import (
     _pair_cov,
@@ -574,16 +576,6 @@ class RuleDMFTResult(HiddenLayers):
                            ("loss", short(loss[[0, len(loss) // 2, -1]]))])
 
 
-def _quad(a, b, kern_u, kern_r, cov_v):
-    """``<(a . sources) (b . sources)^T>`` for coefficient triples ``a = (a_u, a_r, a_v)`` on the
-    sources ``u`` (covariance ``kern_u``, independent), ``r`` (covariance ``kern_r``) and the static
-    scalar ``v`` (variance 1, ``Cov(r, v) = cov_v``)."""
-    a_u, a_r, a_v = a
-    b_u, b_r, b_v = b
-    return (a_u @ kern_u @ b_u.T + a_r @ kern_r @ b_r.T + np.outer(a_r @ cov_v, b_v)
-            + np.outer(a_v, b_r @ cov_v) + np.outer(a_v, b_v))
-
-
 def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, hidden_layers=None,
                            gamma0, eta, steps, X_test=None, kernel=None,
                            closure: str = "exact", activation="linear") -> RuleDMFTResult:
@@ -602,6 +594,13 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
       (then ``h^ℓ = (I - gamma0 H^{ℓ-1}_{Δ^2})^{-1} u^ℓ``).  GLN with linear gates is GD.
 
     ``u^ℓ ~ GP(0, H^{ℓ-1})``, ``H^0 = K^x``, ``r^ℓ ~ GP(0, G^{ℓ+1})``, ``G^{L+1} = 1``.
+
+    The marching is the one of :func:`effth.theories.dmft.solve_deep_linear` (``deep_linear._march``)
+    with the rule hook :class:`effth.theories.dmft.deep_linear.RuleFields`: GD (and GLN) run the
+    plain GD equations unchanged, so they equal ``solve_deep_linear`` to rounding; for the other
+    rules the hook supplies the forward field's source part, ``G̃^{ℓ+1}`` in ``D^ℓ``'s drift
+    (at the current time ``t``, also for Hebb), the cross covariance of ``r^ℓ`` with the feedback
+    coordinate and the closure.
 
     Parameters
     ----------
@@ -656,127 +655,36 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
     if not np.all(np.isfinite(data.kx)) or not np.all(np.isfinite(data.y)):
         raise DomainError("the data must be finite")
     start = time.perf_counter()
-    kind = r_eff.name
-    rho_v = r_eff.rho if kind == "fa" else 0.0
-    static = kind in ("fa", "dfa")
-    N = T * n
-    Z = lambda *s: np.zeros(s)
-    Hu = {l: Z(N, N) for l in range(1, L + 1)}
-    Hr = {l: Z(N, N) for l in range(1, L + 1)}
-    Hv = {l: Z(N) for l in range(1, L + 1)}
-    Gu = {l: Z(N, N) for l in range(1, L + 2)}
-    Gr = {l: Z(N, N) for l in range(1, L + 1)}
-    Gv = {l: Z(N) for l in range(1, L + 1)}
-    H = {0: np.tile(data.kx, (T, T))}
-    H.update({l: Z(N, N) for l in range(1, L + 1)})
-    G = {L + 1: np.ones((N, N))}
-    G.update({l: Z(N, N) for l in range(1, L + 1)})
-    Gt = {L + 1: np.ones((N, N))}                         # G~ (two-time, full)
-    Gt.update({l: Z(N, N) for l in range(1, L + 1)})
-    d = {l: np.zeros(N) for l in range(1, L + 1)}         # FA/DFA: G~^l = d^l 1^T
-    d[L + 1] = np.ones(N)
-    HG = Z(N, N)                                          # <g^L h^L^T> (cross kernel at the top)
-    f = np.zeros((T, n))
-    D = np.zeros((T, n))                                  # error, zero on test points
-    K = np.zeros((T, n, n))
-    fcur = np.zeros(n)
-
-    def cov_rv(l):
-        """Covariance blocks of (r^l, v) at layer l (v: the static FA/DFA feedback scalar)."""
-        return G[l + 1], rho_v * d[l + 1]
-
-    def cross(l, rs, stop):
-        """(<g^l(t) h^l(s)>, <g^l(s) h^l(t)>) for s <= t (rows ``rs`` of time t)."""
-        Grv, cv = cov_rv(l)
-        kern = (H[l - 1][:stop, :stop], Grv[:stop, :stop], cv[:stop])
-        gu, gr, gv = Gu[l][:stop, :stop], Gr[l][:stop, :stop], Gv[l][:stop]
-        hu, hr, hv = Hu[l][:stop, :stop], Hr[l][:stop, :stop], Hv[l][:stop]
-        return (_quad((gu[rs], gr[rs], gv[rs]), (hu, hr, hv), *kern),
-                _quad((gu, gr, gv), (hu[rs], hr[rs], hv[rs]), *kern))
-
+    kind = {"gd": "gd", "fa": "static", "dfa": "static", "hebb": "hebb"}[r_eff.name]
+    hook = RuleFields(kind, r_eff.rho if r_eff.name == "fa" else 0.0, g0)
+    model = _Model(eta=eta, g2=g0 * g0, rho=1.0, lam=0.0, b=0.0, Y=data.y[:, None],
+                   closure=closure, gi=False)
     try:
         with np.errstate(over="raise", invalid="raise", divide="raise"):
-            for t in range(T):
-                rs, p = slice(t * n, (t + 1) * n), slice(0, t * n)
-                stop = rs.stop
-                Dp = D[:t].ravel()[None, :]
-                # ---------------------------------------------------------------- backward l = L..1
-                for l in range(L, 0, -1):
-                    B = Gu[l + 1][rs, p] + eta * g0 * Gt[l + 1][rs, p] * Dp
-                    Gu[l][rs, :stop] = B @ Hu[l][p, :stop]
-                    Gr[l][rs, :stop] = B @ Hr[l][p, :stop]
-                    Gr[l][rs, rs] += np.eye(n)
-                    Gv[l][rs] = B @ Hv[l][p]
-                    Grv, cv = cov_rv(l)
-                    # G^l rows t against all s <= t
-                    a_r, a_v = Gr[l][rs, :stop], Gv[l][rs]
-                    blk = _quad((Gu[l][rs, :stop], a_r, a_v),
-                                (Gu[l][:stop, :stop], Gr[l][:stop, :stop], Gv[l][:stop]),
-                                H[l - 1][:stop, :stop], Grv[:stop, :stop], cv[:stop])
-                    G[l][rs, :stop] = blk
-                    G[l][:stop, rs] = blk.T
-                    if kind == "gd":
-                        Gt[l][rs, :stop] = blk
-                        Gt[l][:stop, rs] = blk.T
-                    elif static:
-                        d[l][rs] = a_r @ cv[:stop] + a_v
-                        Gt[l][rs, :] = d[l][rs][:, None]
-                # ---------------------------------------------------------------- forward l = 1..L
-                for l in range(1, L + 1):
-                    Hl = H[l - 1][rs, p]
-                    if kind == "gd":
-                        A = (Hr[l - 1][rs, p] if l > 1 else 0.0) + eta * g0 * Hl * Dp
-                        Hu[l][rs, :stop] = A @ Gu[l][p, :stop]
-                        Hr[l][rs, :stop] = A @ Gr[l][p, :stop]
-                        Hv[l][rs] = A @ Gv[l][p]
-                    elif static:
-                        Hv[l][rs] = (rho_v * Hv[l - 1][rs] if l > 1 else 0.0) + eta * g0 * (Hl @ Dp[0])
-                    else:                                                        # Hebb
-                        A = eta * g0 * Hl * Dp ** 2
-                        Hu[l][rs, :stop] = A @ Hu[l][p, :stop]
-                    Hu[l][rs, rs] += np.eye(n)
-                    Grv, cv = cov_rv(l)
-                    blk = _quad((Hu[l][rs, :stop], Hr[l][rs, :stop], Hv[l][rs]),
-                                (Hu[l][:stop, :stop], Hr[l][:stop, :stop], Hv[l][:stop]),
-                                H[l - 1][:stop, :stop], Grv[:stop, :stop], cv[:stop])
-                    H[l][rs, :stop] = blk
-                    H[l][:stop, rs] = blk.T
-                # ---------------------------------------------------------------- <g^l h^l> rows/cols t
-                top_row, top_col = cross(L, rs, stop)
-                HG[rs, :stop], HG[:stop, rs] = top_row, top_col
-                if closure == "exact":
-                    f[t] = np.diag(HG[rs, rs]) / g0          # f = w . h^L / (gamma0 N) -> <g^L h^L>/gamma0
-                else:
-                    f[t] = fcur
-                D[t, :P] = data.y - f[t, :P]
-                if not (np.all(np.isfinite(f[t])) and np.all(np.isfinite(H[L][rs, rs]))
-                        and np.abs(D[t]).max() < 1e6 * max(1.0, np.abs(data.y).max())):
-                    raise DomainError(
-                        f"the discrete {r.title} dynamics diverge at step {t} (eta={eta:g}, "
-                        f"gamma0={g0:g}): the kernels or the error blow up; use a smaller eta or gamma0")
-                if kind == "hebb":                           # G~^l(t, s) = <g^l(t) h^l(s)> Delta(s)
-                    Dfull = D[:t + 1].ravel()
-                    for l in range(1, L + 1):
-                        row, col = (top_row, top_col) if l == L else cross(l, rs, stop)
-                        Gt[l][rs, :stop] = row * Dfull[None, :]
-                        Gt[l][:stop, rs] = col * D[t][None, :]
-                # ---------------------------------------------------------------- eNTK and f
-                K[t] = sum(Gt[l + 1][rs, rs] * H[l][rs, rs] for l in range(L + 1))
-                if closure == "ntk":
-                    fcur = f[t] + eta * K[t] @ D[t]
-    except FloatingPointError:
+            (H, G, _, _, D), f = _march(data, model, L, T, rule=hook)
+    except (FloatingPointError, ConvergenceError):
         raise DomainError(
-            f"the discrete {r.title} dynamics overflow (eta={eta:g}, gamma0={g0:g}): the "
-            "kernels or the error blow up; use a smaller eta or gamma0") from None
-    delta = D[:, :P]
+            f"the discrete {r.title} dynamics diverge (eta={eta:g}, gamma0={g0:g}): the kernels "
+            "or the error blow up; use a smaller eta or gamma0") from None
+    f, D = f[..., 0], D[..., 0]
     shape = (L, T, n, T, n)
-    phi = np.stack([H[l] for l in range(1, L + 1)]).reshape(shape)
-    gg = np.stack([G[l] for l in range(1, L + 1)]).reshape(shape)
-    gt = np.stack([Gt[l] for l in range(1, L + 1)]).reshape(shape)
+    phi = np.stack(H).reshape(shape)
+    gg = np.stack([np.broadcast_to(x[:, None, :, None], (T, n, T, n)) for x in G])
+    if kind == "gd":
+        gt = gg.copy()
+    elif kind == "static":                      # G~^l(t, s) = <g^l(t) v^l>
+        gt = np.stack([np.broadcast_to(d[:, None, None, None], (T, n, T, n)) for d in hook.d])
+    else:                                       # G~^l(t; s, nu) = gamma0 (D H)(t; s, nu) Delta_nu(s)
+        gt = np.stack([np.broadcast_to((gh * D.ravel()[None, :])[:, None, :], (T, n, T * n))
+                       for gh in hook.gh]).reshape(shape)
+    idx = np.arange(T)
+    K = data.kx[None] * gt[0][idx, :, idx, :] if L else None
+    for ell in range(1, L + 1):
+        top = 1.0 if ell == L else gt[ell][idx, :, idx, :]
+        K = K + top * phi[ell - 1][idx, :, idx, :]
     return RuleDMFTResult(grid=TimeGrid(eta, T), data=data, hidden_layers=L, gamma0=g0, rule=r,
-                          phi=phi, g=gg, gtilde=gt, f=f, delta=delta, ntk=K, closure=closure,
+                          phi=phi, g=gg, gtilde=gt, f=f, delta=D[:, :P], ntk=K, closure=closure,
                           diagnostics={"seconds": time.perf_counter() - start})
-
 
 
 # ================================================================== two-layer nonlinear (L = 1)
@@ -945,12 +853,15 @@ def solve_rule_two_layer(X=None, y=None, *, rule="gd", rho=None, gamma0, eta, st
 def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidden_layers=None, gamma0,
                        eta, steps, activation="tanh", samples: int = 20000, batches: int = 10,
                        seed=0, X_test=None, kernel=None, jitter: float = 1e-10) -> RuleDMFTResult:
-    r"""Rich-regime DMFT of deep networks of any activation trained by DFA, Hebb or ρ-FA (sampled).
+    r"""Rich-regime DMFT of deep networks of any activation trained by DFA, Hebb, ρ-FA or GLN (sampled).
 
-    ρ-FA (smooth activations) is marched by :mod:`effth.theories.dmft._rules_fa`: its
+    ρ-FA (any activation) is marched by :mod:`effth.theories.dmft._rules_fa`: its
     pseudo-gradient chain closes with the responses ``C``, ``D`` (estimated by causal Stein
     regression on the sampled sources) and no true-gradient response; the readout closure adds
-    ``gamma0^{-1} ρ <∂φ(h^L)/∂ž^L>``.  The rest of this docstring describes DFA and Hebb.
+    ``gamma0^{-1} ρ <∂φ(h^L)/∂ž^L>`` (for activations with kinks, e.g. ReLU, the direct
+    average ``gamma0^{-1} <w^L(0) [φ(h^L(t)) - φ(h^L(0))]>``: the Stein form needs ``φ''``).
+    GLN is marched by :func:`._rules_fa.march_gln` (both responses ``A``, ``B``, strictly causal
+    because the gates are frozen).  The rest of this docstring describes DFA and Hebb.
 
     For DFA (``g~^ℓ = φ'(h^ℓ) z~^ℓ``) and error-modulated Hebb (``g~^ℓ = Δ φ(h^ℓ)``) no hidden
     field depends on the backward sources ``r^ℓ`` or on the forward weights' transposes, so the
@@ -965,15 +876,20 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
     from the samples of layer ``ℓ - 1`` (Algorithm 1 without its fixed-point loop, which
     causality makes unnecessary here).
 
-    The eNTK needs the true-gradient kernels ``G~^ℓ = <g^ℓ g~^ℓ>`` and their responses ``B``;
-    they are not computed (``value('ntk')`` raises :class:`NotDerivedError`).  GD, ρ-FA and GLN
-    need the responses in the dynamics itself and are not handled here.
+    The eNTK ``K = Σ_ℓ G̃^{ℓ+1} ⊙ Φ^ℓ`` needs the true gradients: since nothing in the forward
+    dynamics depends on them, ``g^ℓ = φ'(h^ℓ) z^ℓ`` is marched afterwards on the stored samples
+    (:func:`._rules_fa.march_true_gradient`), with the z-equation of eq. (40),
+    ``z^ℓ(t) = r^ℓ(t) + Σ_{s<=t} B̄^ℓ(t,s) φ(h^ℓ(s)) + eta gamma0 Σ_{s<t} G̃^{ℓ+1}(t,s) Δ(s) φ(h^ℓ(s))``,
+    ``z^L = w^L(t)``, ``r^ℓ ~ GP(0, G^{ℓ+1})`` (ρ-FA: jointly Gaussian with the feedback source
+    ``v^ℓ``, ``Cov(r^ℓ(t), v^ℓ(s)) = G̃^{ℓ+1}(t, s)``) and the response ``B̄^ℓ`` by causal Stein
+    regression on ``u^{ℓ+1}``.  GD and GLN need the responses in the dynamics itself and are not
+    handled here.
 
     Parameters
     ----------
     X, y, X_test, kernel
         Data, scalar targets.
-    rule : {'dfa', 'hebb', 'fa'}
+    rule : {'dfa', 'hebb', 'fa', 'gln'}
     rho : float, optional
         Feedback alignment for ``'fa'``.
     depth, hidden_layers : int
@@ -982,7 +898,9 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
         Richness ``> 0``, Euler step, grid points.
     activation : str, Activation or sympy.Expr
     samples, batches : int
-        Monte-Carlo draws, and the batches whose spread gives ``mc_stderr`` (``'f'``, ``'phi'``).
+        Monte-Carlo draws, and the batches whose spread gives ``stderr`` (``'f'``, ``'phi'``,
+        ``'g'``, ``'gtilde'``, ``'ntk'``; it ignores the noise of the estimated kernels fed into
+        the conditional draws).
     seed : int
     jitter : float
         Relative eigenvalue floor of the conditional Gaussian sampling.
@@ -990,34 +908,40 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
     Returns
     -------
     RuleDMFTResult
-        ``phi`` two-time; ``g``, ``gtilde``, ``ntk`` are ``None``.
+        Two-time ``phi``, ``g`` and ``gtilde`` (``G̃^ℓ(t, s) = <g^ℓ(t) g̃^ℓ(s)>``), the
+        equal-time eNTK ``ntk``, read with ``value(name, layer=)`` and ``stderr(name, layer=)``.
     """
     r = learning_rule(rule, rho)
-    if r.name not in ("dfa", "hebb", "fa"):
+    if r.name not in ("dfa", "hebb", "fa", "gln"):
         raise NotDerivedError(
-            f"solve_rule_forward handles DFA, Hebb and ρ-FA (whose fields close without the "
-            f"true-gradient responses); {r.title} needs the responses A, B of Algorithm 1 (for GD "
-            "use solve_monte_carlo; for linear networks solve_rule_deep_linear)")
+            f"solve_rule_forward handles DFA, Hebb, ρ-FA and gated linear networks; {r.title} "
+            "of a nonlinear network needs the responses of the non-Gaussian fields with a "
+            "fixed-point loop (use solve_monte_carlo; for linear networks solve_rule_deep_linear)")
     L = hidden_layer_count(depth, hidden_layers)
     act, fn, dfn, g0, eta, T, S, nb = _sampled_arguments(activation, gamma0, eta, steps, samples,
                                                          batches)
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)
     P, n = data.n_train, data.n_all
     rng = np.random.default_rng(seed)
+    if r.name == "gln":
+        from ._rules_fa import march_gln
+        f, f_se, D, Phi, Phi_se, G, G_se, K, K_se, sec = march_gln(data, L, g0, eta, T, dfn, S,
+                                                                   nb, rng)
+        shape = (L, T, n, T, n)
+        G, G_se = G.reshape(shape), G_se.reshape(shape)
+        return RuleDMFTResult(grid=TimeGrid(eta, T), data=data, hidden_layers=L, gamma0=g0,
+                              rule=r, phi=Phi.reshape(shape), g=G, gtilde=G.copy(), f=f,
+                              delta=D[:, :P], ntk=K, closure="exact", activation=act.name,
+                              diagnostics={"seconds": sec, "samples": S},
+                              mc_stderr={"f": f_se, "phi": Phi_se.reshape(shape), "g": G_se,
+                                         "gtilde": G_se.copy(), "ntk": K_se})
     if r.name == "fa":
         from ._rules_fa import march_fa
-        if act.kinks:
-            raise NotDerivedError(f"activation={activation!r} has kinks; the ρ-FA readout closure "
-                                  "needs phi'' pointwise (use a smooth activation)")
-        f, f_se, D, Phi, Phi_se, GG, sec = march_fa(data, L, r.rho, g0, eta, T, fn, dfn,
-                                                    act.numpy(2), S, nb, rng)
-        shape = (L, T, n, T, n)
-        return RuleDMFTResult(grid=TimeGrid(eta, T), data=data, hidden_layers=L, gamma0=g0,
-                              rule=r, phi=Phi.reshape(shape), g=None, gtilde=None, f=f,
-                              delta=D[:, :P], ntk=None, closure="exact", activation=act.name,
-                              diagnostics={"seconds": sec, "samples": S,
-                                           "gtilde_tilde": GG.reshape(shape)},
-                              mc_stderr={"f": f_se, "phi": Phi_se.reshape(shape)})
+        d2fn = None if act.kinks else act.numpy(2)      # kinks: direct readout average
+        f, f_se, D, Phi, Phi_se, GG, sec, smp = march_fa(data, L, r.rho, g0, eta, T, fn, dfn,
+                                                         d2fn, S, nb, rng)
+        return _with_true_gradients(data, L, r, act, g0, eta, T, dfn, smp, f, f_se, D, Phi,
+                                    Phi_se, nb, rng, sec, S, {"gtilde_tilde": GG})
     start = time.perf_counter()
     Nn = T * n
     A = [np.zeros((S, Nn)) for _ in range(L)]          # features a^ℓ at flattened (t, μ)
@@ -1088,14 +1012,30 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
     except FloatingPointError:
         raise DomainError(f"the {r.title} dynamics diverge (eta={eta:g}, gamma0={g0:g}); use a "
                           "smaller eta or gamma0") from None
+    phi_se = np.stack([pb.std(axis=0, ddof=1) / np.sqrt(nb) for pb in PhiB])
+    smp = {"h": Hf, "u": U, "a": A, "gtilde": Gt, "phi": Phi}
+    return _with_true_gradients(data, L, r, act, g0, eta, T, dfn, smp, f, f_se, D, np.stack(Phi),
+                                phi_se, nb, rng, time.perf_counter() - start, S, {})
+
+
+def _with_true_gradients(data, L, r, act, g0, eta, T, dfn, smp, f, f_se, D, Phi, Phi_se, nb, rng,
+                         seconds, S, extra) -> RuleDMFTResult:
+    """The forward solvers' result, with ``G``, ``G~`` and the eNTK from the true-gradient fields
+    marched on the stored samples (:func:`._rules_fa.march_true_gradient`)."""
+    from ._rules_fa import march_true_gradient
+    n, P = data.n_all, data.n_train
+    start = time.perf_counter()
+    G, GT, K, G_se, GT_se, K_se = march_true_gradient(
+        data, L, g0, eta, T, dfn, smp, D, nb, rng, rho=r.rho if r.name == "fa" else None)
     shape = (L, T, n, T, n)
-    phi = np.stack(Phi).reshape(shape)
-    phi_se = np.stack([pb.std(axis=0, ddof=1) / np.sqrt(nb) for pb in PhiB]).reshape(shape)
+    rs = lambda x: x.reshape(shape)
     return RuleDMFTResult(grid=TimeGrid(eta, T), data=data, hidden_layers=L, gamma0=g0, rule=r,
-                          phi=phi, g=None, gtilde=None, f=f, delta=D[:, :P], ntk=None,
+                          phi=rs(Phi), g=rs(G), gtilde=rs(GT), f=f, delta=D[:, :P], ntk=K,
                           closure="exact", activation=act.name,
-                          diagnostics={"seconds": time.perf_counter() - start, "samples": S},
-                          mc_stderr={"f": f_se, "phi": phi_se})
+                          diagnostics={"seconds": seconds + time.perf_counter() - start,
+                                       "samples": S, **{k: rs(v) for k, v in extra.items()}},
+                          mc_stderr={"f": f_se, "phi": rs(Phi_se), "g": rs(G_se),
+                                     "gtilde": rs(GT_se), "ntk": K_se})
 
 
 # ================================================================== finite-width NLO (App. H)
