@@ -5,8 +5,9 @@ array program over all sample labels (as :func:`~effth.theories.pdlt.flow` does 
 :math:`K, V, G^{\{1\}}`):
 
 * every derivative atom :math:`\langle\prod_k\sigma^{(p_k)}_{\delta_k}\rangle_{K^{(\ell)}}` becomes a
-  table over the inputs (:class:`~effth.numerics.atom_tables.AtomTables`: one memoized
-  integral per distinct integrand, on trapezoid grids shared per subset of samples);
+  table over the inputs (:class:`~effth.numerics.atom_tables.AtomTables`: all tables of a layer
+  evaluated together, each subset of samples once for every integrand on it, one variable
+  integrated out on shared rotated nodes);
 * every tensor component with repeated labels, e.g. :math:`P_{\delta_0\delta_1\delta_2\delta_0}`,
   is a fancy-indexed view of the full tensor;
 * the expression is lambdified once per process (common-subexpression elimination) and evaluated
@@ -489,6 +490,7 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     out["Theta"][0] = Th
     errs = [0.0]
     pair_orders = set().union(*(ntk_layer_step(s).pair_orders for s in stats))
+    atoms = sorted({a for s in stats for a in ntk_layer_step(s).atoms})
 
     def step(layer: int, K: np.ndarray, tabs: dict, V: Any, G1: Any, c_w_: float, c_b_: float,
              r_: float) -> None:
@@ -500,6 +502,7 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         # and for kinked sigma the (0, 0) one (the others follow kinked_pair_tables' convention)
         given = {o: T for o, T in tabs.items() if o != "four" and (o == (0, 0) or not kinked)}
         tables = _PairFirstTables(K, act, rtol, kinked, pair_orders, given)
+        tables.prepare(atoms)          # every atom table of the layer in one shared evaluation
         for s in stats:
             val = ntk_layer_step(s)(N, tables, prev, params, out=out[s][layer])
             if not np.isfinite(val.sum()):         # one reduction; NaN and inf propagate into it
@@ -564,6 +567,13 @@ class _PairFirstTables:
     @property
     def max_error(self) -> float:
         return max(self._err, 0.0 if self._base is None else self._base.max_error)
+
+    def prepare(self, patterns: list) -> None:
+        """Evaluate the atoms that no two-point table serves together (their integrals over
+        each subset of samples are shared)."""
+        rest = [f for f in patterns if not (len(f) == 2 and (f[0][1], f[1][1]) in self._pairs)]
+        if rest:
+            self.base.tables(rest)
 
     def table(self, factors: tuple) -> np.ndarray:
         if len(factors) == 2:
