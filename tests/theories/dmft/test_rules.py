@@ -501,3 +501,23 @@ def test_two_layer_relu_width_scaling_wide(opt_in_slow, rule, rho):
     print("two-layer relu", rule, rho, fit)
     assert abs(fit.slope + 1) < 4.5 * fit.slope_stderr, fit
     assert et.compare(th, run, "f").max_abs_z < 4.5
+
+
+def test_kernel_fluctuations_equal_the_four_point_vertex():
+    """App. H's N Var(Phi^l) is PDLT's four-point vertex of the next layer (Var of the metric
+    G^(l+1) = V^(l+1)/n, (4.76)-(4.77)): for sqrt(2)-ReLU (PDLT: ReLU with C_W = 2, K = 1) the
+    flow's V^(l+1)/K^2 equals V_phi l = 5 l, and for the linear network 2 l."""
+    import sympy as sp
+
+    import effth
+    from effth.activations import Z
+    from effth.theories.dmft.rules import kernel_fluctuations
+    L = 5
+    X = np.array([[1.0, 1.0]])                                     # x.x / n_0 = 1
+    for act, net in ((sp.sqrt(2) * sp.Max(0, Z), effth.MLP("relu", depth=L + 1, c_w=2.0, c_b=0.0)),
+                     ("linear", effth.MLP("linear", depth=L + 1, c_w=1.0, c_b=0.0))):
+        k = kernel_fluctuations(act, hidden_layers=L)
+        fl = effth.flow(net, X)
+        V = np.array([fl.value("V", layer=l + 1)[0, 0, 0, 0] / fl.value("K", layer=l + 1)[0, 0] ** 2
+                      for l in range(1, L + 1)])
+        np.testing.assert_allclose(np.diag(k.cov_phi()), V, rtol=1e-9)
