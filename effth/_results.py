@@ -33,3 +33,26 @@ class WeightLayers:
     def hidden_layers(self) -> int:
         """Number of hidden layers, ``depth - 1``."""
         return self.depth - 1
+
+
+class TrainTestSplit:
+    """``n_test``, ``n_out``, ``depth``, ``hidden_layers`` of a learning prediction that holds an
+    output-layer kernel ``K`` on training-then-test inputs, ``n_train``, the targets ``y_train``
+    and the network ``net`` (``None`` for precomputed kernels)."""
+
+    @property
+    def n_test(self) -> int:
+        return self.K.shape[0] - self.n_train
+
+    @property
+    def n_out(self) -> int:
+        return 1 if self.y_train.ndim == 1 else self.y_train.shape[1]
+
+    @property
+    def depth(self) -> int | None:
+        """Number of weight layers :math:`L` of the network (``None`` for precomputed kernels)."""
+        return None if self.net is None else self.net.depth
+
+    @property
+    def hidden_layers(self) -> int | None:
+        return None if self.net is None else self.net.depth - 1

@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from effth._results import TrainTestSplit
 from effth.errors import DomainError
 
 from .learning import _labels, _nonneg, _real_array, _spectrum, _symmetric
@@ -168,7 +169,7 @@ def _terms(K: np.ndarray, G1: np.ndarray, V: np.ndarray, P: int, y: np.ndarray, 
 
 # ==================================================================================== the result
 @dataclass(repr=False)
-class BayesPosterior:
+class BayesPosterior(TrainTestSplit):
     r"""The Bayesian posterior of a finite-width network's outputs to :math:`O(1/n)` (PDLT §6.4).
 
     Read it as every effth result (``docs/conventions.md``): ``post.value(name)``,
@@ -228,22 +229,6 @@ class BayesPosterior:
     c_b: float | None = None
     net: Any = None
     layers: tuple = field(default=())
-
-    @property
-    def n_test(self) -> int:
-        return self.K.shape[0] - self.n_train
-
-    @property
-    def n_out(self) -> int:
-        return 1 if self.y_train.ndim == 1 else self.y_train.shape[1]
-
-    @property
-    def depth(self) -> int | None:
-        return None if self.net is None else self.net.depth
-
-    @property
-    def hidden_layers(self) -> int | None:
-        return None if self.net is None else self.net.depth - 1
 
     @property
     def names(self) -> tuple:

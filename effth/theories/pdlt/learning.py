@@ -38,6 +38,7 @@ import sympy as sp
 from scipy.special import log_softmax, softmax
 
 from effth.algebra.tensors import SampleSum, SampleTensor
+from effth._results import TrainTestSplit
 from effth.errors import AccuracyWarning, DomainError
 
 from .finite_width_learning import COVARIANCE_PARTS as _COV_PARTS, MEAN_PARTS as _MEAN_PARTS
@@ -215,7 +216,7 @@ def _covariance(Pm: np.ndarray, K: np.ndarray, P: int) -> np.ndarray:
 
 # ================================================================================== the result
 @dataclass(repr=False)
-class Prediction:
+class Prediction(TrainTestSplit):
     r"""Ensemble statistics of an infinite-width network's test outputs after learning.
 
     Read it as every effth result (``docs/conventions.md``): ``p.value(name)``,
@@ -292,23 +293,6 @@ class Prediction:
     layers: tuple = field(default=())
 
     # ----------------------------------------------------------------- reading
-    @property
-    def n_test(self) -> int:
-        return self.K.shape[0] - self.n_train
-
-    @property
-    def n_out(self) -> int:
-        return 1 if self.y_train.ndim == 1 else self.y_train.shape[1]
-
-    @property
-    def depth(self) -> int | None:
-        """Number of weight layers :math:`L` of the network (``None`` for precomputed kernels)."""
-        return None if self.net is None else self.net.depth
-
-    @property
-    def hidden_layers(self) -> int | None:
-        return None if self.net is None else self.net.depth - 1
-
     @property
     def converged(self) -> bool:
         """Trained to convergence (Bayes, converged GD, Newton)."""
