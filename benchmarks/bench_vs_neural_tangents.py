@@ -18,9 +18,9 @@ Parameterization: NT's ``Dense(W_std, b_std, parameterization="ntk")`` is the bo
 ``C_W = W_std**2``, ``C_b = b_std**2`` and learning rates ``lambda_W = C_W``, ``lambda_b = C_b``.
 Without neural-tangents the script says so and exits 0.
 
-Measured on the 2-core development machine (1 BLAS thread, other jobs running; best of 3):
-erf depth 8 / 20: 1.17x / 1.06x; ReLU depth 8 / 20: 0.90x / 0.43x. neural-tangents' jit compile
-takes 0.5-4.4 s on top; effth's first call reads its derivations from the disk cache. K agrees to
+Measured on the 2-core development machine (1 BLAS thread, idle, best of 5):
+erf depth 8 / 20: 1.43x / 1.36x; ReLU depth 8 / 20: 1.35x / 0.77x. neural-tangents' jit compile
+takes 0.45-3.1 s on top; effth's first call reads its derivations from the disk cache. K agrees to
 1e-15. For ReLU, neural-tangents' Theta differs from effth's by up to 2e-8 relative, on the
 diagonal: against a 40-digit mpmath iteration of the arc-cosine recursions, effth's diagonal is
 off by 4e-16 and neural-tangents' by 1.8e-8 (its arc-cosine derivative near cos = 1).

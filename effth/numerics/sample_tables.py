@@ -958,12 +958,26 @@ def _fast_pair(act: Any, p: int, q: int):
 
         return f1, lambda d: np.full(np.shape(d), 0.5 * s2)
     if fam == "erf":
+        # in place on one block-sized array: the per-sample factors are vectors (no temporaries
+        # of the block's size besides the result)
         if p == 0:
-            return (lambda da, db, k: (2.0 / np.pi) * np.arcsin(np.clip(
-                        2.0 * k / (np.sqrt(1.0 + 2.0 * da) * np.sqrt(1.0 + 2.0 * db)), -1.0, 1.0)),
-                    lambda d: (2.0 / np.pi) * np.arcsin(2.0 * d / (1.0 + 2.0 * d)))
-        return ((lambda da, db, k: (4.0 / np.pi) / np.sqrt((1.0 + 2.0 * da) * (1.0 + 2.0 * db) - 4.0 * k * k)),
-                lambda d: (4.0 / np.pi) / np.sqrt(1.0 + 4.0 * d))
+            def erf00(da, db, k):
+                t = np.multiply(k, 2.0 / np.sqrt(1.0 + 2.0 * da))
+                t *= 1.0 / np.sqrt(1.0 + 2.0 * db)
+                np.clip(t, -1.0, 1.0, out=t)
+                np.arcsin(t, out=t)
+                t *= 2.0 / np.pi
+                return t
+            return erf00, lambda d: (2.0 / np.pi) * np.arcsin(2.0 * d / (1.0 + 2.0 * d))
+
+        def erf11(da, db, k):
+            t = np.multiply(k, k)
+            t *= -4.0
+            t += (1.0 + 2.0 * da) * (1.0 + 2.0 * db)
+            np.sqrt(t, out=t)
+            np.divide(4.0 / np.pi, t, out=t)
+            return t
+        return erf11, lambda d: (4.0 / np.pi) / np.sqrt(1.0 + 4.0 * d)
     if fam == "trig":
         kind = str(act.param("kind"))
         if kind not in ("sin", "cos"):

@@ -128,8 +128,11 @@ class LayerStep:
         leftover = body.free_symbols - set(self.params) - {s for s, _ in self._inputs}
         if leftover:
             raise NotDerivedError(f"{statistic}: symbols not mapped to arrays: {leftover}")
-        self._fn: Callable = sp.lambdify([s for s, _ in self._inputs] + list(self.params), body,
-                                         modules="numpy", cse=True)
+        # a polynomial step (K, V, G1 all are) is evaluated term by term in place; any other is
+        # compiled whole
+        self._terms = polynomial_terms(body, [s for s, _ in self._inputs], self.params)
+        self._fn: Callable | None = None if self._terms is not None else sp.lambdify(
+            [s for s, _ in self._inputs] + list(self.params), body, modules="numpy", cse=True)
         self.rank = len(labels)
         self.pair_orders = {k.orders for _, k in self._inputs if isinstance(k, _Atom) and k.kind == "pair"}
         self.needs_four_point = any(isinstance(k, _Atom) and k.kind == "four" for _, k in self._inputs)
@@ -137,8 +140,9 @@ class LayerStep:
         self.reads = {k[0] for _, k in self._inputs if not isinstance(k, _Atom)}
 
     def __call__(self, N: int, tables: dict, V: np.ndarray, G1: np.ndarray, c_w: float, c_b: float,
-                 ratio: float) -> np.ndarray:
-        """Evaluate on all labels: returns an array of shape ``(N,) * rank``."""
+                 ratio: float, out: np.ndarray | None = None) -> np.ndarray:
+        """Evaluate on all labels: an array of shape ``(N,) * rank`` (written into ``out`` if
+        given)."""
         grids = _grids(N, self.rank)
         args = []
         for _, key in self._inputs:
@@ -151,9 +155,63 @@ class LayerStep:
             else:
                 name, labs = key
                 args.append((V if name == "V" else G1)[tuple(grids[i] for i in labs)])
+        vals = [np.float64(c_w), np.float64(c_b), np.float64(ratio)]
+        shape = (N,) * self.rank
         with np.errstate(over="ignore", invalid="ignore"):     # overflow is reported by the caller
-            out = self._fn(*args, np.float64(c_w), np.float64(c_b), np.float64(ratio))
-        return np.broadcast_to(out, (N,) * self.rank).copy()
+            if self._terms is not None:
+                return evaluate_terms(self._terms, args, vals, shape, out)
+            res = self._fn(*args, *vals)
+        if out is None:
+            return np.broadcast_to(res, shape).copy()
+        np.copyto(out, res)
+        return out
+
+
+def polynomial_terms(body: sp.Expr, inputs: list, params: tuple) -> list | None:
+    """``[(coefficient(params), (input positions with multiplicity)), ...]`` when ``body`` is a
+    polynomial in ``inputs`` with coefficients in ``params`` only; ``None`` otherwise."""
+    try:
+        poly = sp.Poly(sp.expand(body), *inputs)
+    except sp.PolynomialError:
+        return None
+    terms = []
+    for mono, coef in poly.terms():
+        if coef.free_symbols - set(params):
+            return None
+        fn = sp.lambdify(list(params), coef, modules="math")
+        terms.append((fn, tuple(i for i, e in enumerate(mono) for _ in range(e))))
+    return terms
+
+
+def evaluate_terms(terms: list, args: list, vals: list, shape: tuple,
+                   out: np.ndarray | None = None) -> np.ndarray:
+    """Evaluate :func:`polynomial_terms` on arrays, accumulating term by term in place (the first
+    term written into ``out``, one scratch array for the others): no temporaries of the generated
+    expression."""
+    if out is None:
+        out = np.empty(shape)
+    tmp = None
+    const = 0.0
+    first = True
+    for coef, factors in terms:
+        c = float(coef(*vals))
+        if not factors:
+            const += c
+            continue
+        target = out if first else tmp
+        if target is None:
+            tmp = target = np.empty(shape)
+        np.multiply(args[factors[0]], c, out=target)
+        for f in factors[1:]:
+            target *= args[f]
+        if not first:
+            out += tmp
+        first = False
+    if first:
+        out.fill(const)
+    elif const:
+        out += const
+    return out
 
 
 @lru_cache(maxsize=64)
@@ -574,7 +632,7 @@ def _flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None =
             Vn = Gn = None
             with np.errstate(over="ignore", invalid="ignore"):   # reported below with the layer
                 tabs, err = _tables(K, act, orders, four, rtol)
-                Kn = steps["K"](N, tabs, V, G1, c_w_, c_b_, r_)
+                Kn = steps["K"](N, tabs, V, G1, c_w_, c_b_, r_, out=Ks[layer])
                 if Vs is not None:
                     Vn = steps["V"](N, tabs, V, G1, c_w_, c_b_, r_)
                 if Gs is not None and g1_book is None:
@@ -589,7 +647,8 @@ def _flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None =
             if hook is not None:
                 hook(layer, K, tabs, V, G1, c_w_, c_b_, r_)
             del tabs
-            Ks[layer] = Kn
+            if Kn is not Ks[layer]:
+                Ks[layer] = Kn
             if Vs is not None:
                 Vs.append(Vn)
             if Gs is not None:

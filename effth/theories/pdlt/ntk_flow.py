@@ -55,7 +55,7 @@ from effth.numerics.sample_tables import closed_pair_tables, pair_tables
 from ._derive import CB, CW
 from ._ntk_forward import LAMBDA_B, LAMBDA_W
 from .initialization import RATIO
-from .kernel_flow import (FLOW_NAMES, Flow, _flow, _grids, _html_table, _layer_index, _relative,
+from .kernel_flow import (FLOW_NAMES, Flow, _flow, _grids, evaluate_terms, polynomial_terms, _html_table, _layer_index, _relative,
                           _widths_summary)
 from .ntk import NTK_STATISTICS, derive_ntk
 
@@ -116,7 +116,7 @@ class NTKLayerStep:
             raise NotDerivedError(f"{statistic}: symbols not mapped to arrays: {leftover}")
         self.rank = len(rec.labels)
         # a polynomial step is evaluated term by term in place; any other is compiled whole
-        self._terms = _polynomial_terms(body, [s for s, _ in self._inputs], self.params)
+        self._terms = polynomial_terms(body, [s for s, _ in self._inputs], self.params)
         self._fn: Callable | None = None if self._terms is not None else sp.lambdify(
             [s for s, _ in self._inputs] + list(self.params), body, modules="numpy", cse=True)
         self.max_order = max((o for key in self.atoms for _, o in key), default=0)
@@ -139,6 +139,9 @@ class NTKLayerStep:
                 args.append(tables.table(fac)[tuple(grids[p] for p in labs)])
             else:
                 _, name, labs = key
+                if self.rank == 2 and tuple(labs) in ((0, 1), (1, 0)):   # a view, no index copy
+                    args.append(tensors[name] if tuple(labs) == (0, 1) else tensors[name].T)
+                    continue
                 args.append(tensors[name][tuple(grids[p] for p in labs)])
         vals = [np.float64(params[k]) for k in ("c_w", "c_b", "lambda_b", "lambda_w", "ratio")]
         shape = (N,) * self.rank
@@ -149,40 +152,8 @@ class NTKLayerStep:
                     return np.broadcast_to(res, shape).copy()
                 np.copyto(out, res)
                 return out
-            # a polynomial in the arrays: accumulate term by term in place (one scratch array),
-            # instead of the temporaries of the generated expression
-            if out is None:
-                out = np.empty(shape)
-            out.fill(0.0)
-            tmp = None
-            for coef, factors in self._terms:
-                c = float(coef(*vals))
-                if not factors:
-                    out += c
-                    continue
-                if tmp is None:
-                    tmp = np.empty(shape)
-                np.multiply(args[factors[0]], c, out=tmp)
-                for f in factors[1:]:
-                    tmp *= args[f]
-                out += tmp
-        return out
-
-
-def _polynomial_terms(body: sp.Expr, inputs: list, params: tuple) -> list | None:
-    """``[(coefficient(params), (input positions with multiplicity)), ...]`` when ``body`` is a
-    polynomial in ``inputs`` with coefficients in ``params`` only; ``None`` otherwise."""
-    try:
-        poly = sp.Poly(sp.expand(body), *inputs)
-    except sp.PolynomialError:
-        return None
-    terms = []
-    for mono, coef in poly.terms():
-        if coef.free_symbols - set(params):
-            return None
-        fn = sp.lambdify(list(params), coef, modules="math")
-        terms.append((fn, tuple(i for i, e in enumerate(mono) for _ in range(e))))
-    return terms
+            # a polynomial in the arrays: accumulated term by term in place
+            return evaluate_terms(self._terms, args, vals, shape, out)
 
 
 @lru_cache(maxsize=None)
