@@ -276,8 +276,7 @@ def test_mean_of_trained_networks_width_study(opt_in_slow):
     lazy = th.value("H1")[2, 0] + th.value("delta_ntk")[2, 0]
     A = np.stack([np.ones(len(widths)), 1 / np.array(widths)], 1) / meas[:, 1:2]
     coef, *_ = np.linalg.lstsq(A, meas[:, 0] / meas[:, 1], rcond=None)
-    cov = np.linalg.inv(A.T @ A)
-    se0 = np.sqrt(cov[0, 0])
+    se0 = np.sqrt(np.linalg.inv(A.T @ A)[0, 0])
     print(f"\nmeasured n(E-m): {meas.tolist()}; intercept {coef[0]:.4f} +- {se0:.4f}; "
           f"theory {full:.4f}; lazy {lazy:.4f}")
     assert abs(coef[0] - full) < 5 * se0
