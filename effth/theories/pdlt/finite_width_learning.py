@@ -85,9 +85,42 @@ def _projectors(H: np.ndarray, P: int, algorithm: str, eta: Any) -> AlgorithmPro
     return algorithm_projectors(H[:P, :P], algorithm=algorithm, eta=eta)
 
 
+# ----------------------------------------------------------------------------- result types
+class _Parts:
+    r"""A theory result held as named parts with their sum (``total``), read as every effth
+    result: ``value(name)``, ``stderr(name)`` (``None``), no layer axis (the output layer)."""
+
+    total = ""
+    part_names: tuple = ()
+
+    @property
+    def names(self) -> tuple:
+        return (self.total,) + self.part_names
+
+    def _special(self, name: str):
+        return None
+
+    def value(self, name: str, layer: Any = None) -> np.ndarray:
+        if layer is not None:
+            raise DomainError(f"{type(self).__name__} has no layer axis (it is the output layer L)")
+        special = self._special(name)
+        if special is not None:
+            return special
+        if name == self.total:
+            return sum(self.parts[k] for k in self.part_names)
+        if name not in self.parts:
+            raise DomainError(f"unknown name {name!r}; expected one of {self.names}")
+        return self.parts[name]
+
+    def stderr(self, name: str, layer: Any = None) -> None:
+        """``None``: a deterministic theory (the name is checked)."""
+        self.value(name, layer)
+        return None
+
+
 # ----------------------------------------------------------------------------- one network
 @dataclass(frozen=True, repr=False)
-class TrainedOutput:
+class TrainedOutput(_Parts):
     r"""The fully trained outputs of one finite-width network, (∞.141), on all its inputs.
 
     ``value(name)`` with ``name`` in ``("z", "free", "dntk", "ddntk_I", "ddntk_II")`` is an
@@ -100,20 +133,8 @@ class TrainedOutput:
     projectors: AlgorithmProjectors
     layers: tuple = field(default=())
 
-    names = ("z",) + OUTPUT_PARTS
-
-    def value(self, name: str, layer: Any = None) -> np.ndarray:
-        if layer is not None:
-            raise DomainError("a trained output has no layer axis (it is the output layer L)")
-        if name == "z":
-            return sum(self.parts[k] for k in OUTPUT_PARTS)
-        if name not in self.parts:
-            raise DomainError(f"unknown name {name!r}; expected one of {self.names}")
-        return self.parts[name]
-
-    def stderr(self, name: str, layer: Any = None) -> None:
-        self.value(name, layer)
-        return None
+    total = "z"
+    part_names = OUTPUT_PARTS
 
     def __repr__(self) -> str:
         z = self.value("z")
@@ -301,7 +322,7 @@ def mean_latex() -> str:
     return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
 
 
-class _ExpansionParts:
+class _ExpansionParts(_Parts):
     r"""A theory quantity at infinite width plus its :math:`O(1/n)` coefficient, held in parts.
 
     Subclasses set :attr:`stem` (``"mean"``, ``"covariance"``) and :attr:`part_names`; the names
@@ -310,30 +331,22 @@ class _ExpansionParts:
     """
 
     stem = ""
-    part_names: tuple = ()
+
+    @property
+    def total(self) -> str:
+        return self.stem + "1"
 
     @property
     def names(self) -> tuple:
-        return (self.stem, self.stem + "1", self.stem + "_at_width") + self.part_names
+        return (self.stem, self.total, self.stem + "_at_width") + self.part_names
 
-    def value(self, name: str, layer: Any = None) -> np.ndarray:
-        if layer is not None:
-            raise DomainError(f"a trained {self.stem} has no layer axis (it is the output layer L)")
+    def _special(self, name: str):
         if name == self.stem:
             return self.infinite
-        if name == self.stem + "1":
-            return sum(self.parts[k] for k in self.part_names)
         if name == self.stem + "_at_width":
             if self.width is None:
                 raise DomainError(f"no width given: pass width= to finite_width_{self.stem}")
-            return self.infinite + self.value(self.stem + "1") / self.width
-        if name not in self.parts:
-            raise DomainError(f"unknown name {name!r}; expected one of {self.names}")
-        return self.parts[name]
-
-    def stderr(self, name: str, layer: Any = None) -> None:
-        """``None``: a deterministic theory (the name is checked)."""
-        self.value(name, layer)
+            return self.infinite + self.value(self.total) / self.width
         return None
 
 

@@ -267,6 +267,13 @@ def test_mean_of_trained_networks():
         assert abs(val - no_diff) > 5 * se and abs(val - no_fluct) > 5 * se, (val, se, no_diff, no_fluct)
 
 
+def _intercept(widths, meas):
+    """Weighted fit of n x (measured - infinite width) = a + b/n: (a, b) and the SE of a."""
+    A = np.stack([np.ones(len(widths)), 1 / np.array(widths)], 1) / meas[:, 1:2]
+    coef, *_ = np.linalg.lstsq(A, meas[:, 0] / meas[:, 1], rcond=None)
+    return coef, np.sqrt(np.linalg.inv(A.T @ A)[0, 0])
+
+
 def test_mean_of_trained_networks_width_study(opt_in_slow):
     """n (E[z] - m_inf) = mean1 + c/n: the fitted intercept agrees with the theory within 5 SE,
     the lazy (no-differential) intercept is rejected, over n = 16..128 with 16000 networks."""
@@ -274,18 +281,14 @@ def test_mean_of_trained_networks_width_study(opt_in_slow):
     th, meas, cov, var = _theory_and_ensemble(widths, 16000)
     full = th.value("mean1")[2, 0]
     lazy = th.value("H1")[2, 0] + th.value("delta_ntk")[2, 0]
-    A = np.stack([np.ones(len(widths)), 1 / np.array(widths)], 1) / meas[:, 1:2]
-    coef, *_ = np.linalg.lstsq(A, meas[:, 0] / meas[:, 1], rcond=None)
-    se0 = np.sqrt(np.linalg.inv(A.T @ A)[0, 0])
+    coef, se0 = _intercept(widths, meas)
     print(f"\nmeasured n(E-m): {meas.tolist()}; intercept {coef[0]:.4f} +- {se0:.4f}; "
           f"theory {full:.4f}; lazy {lazy:.4f}")
     assert abs(coef[0] - full) < 5 * se0
     assert abs(coef[0] - lazy) > 4 * se0
     nf = effth.ntk_flow(effth.MLP(depth=3, activation="tanh", c_w=1.0, c_b=0.0), _X3, lambda_b=_LB)
     cfull, no_diff, _ = _cov_theories(cov, nf)
-    A = np.stack([np.ones(len(widths)), 1 / np.array(widths)], 1) / var[:, 1:2]
-    coef, *_ = np.linalg.lstsq(A, var[:, 0] / var[:, 1], rcond=None)
-    se0 = np.sqrt(np.linalg.inv(A.T @ A)[0, 0])
+    coef, se0 = _intercept(widths, var)
     print(f"measured n(Var - Var u0): {var.tolist()}; intercept {coef[0]:.4f} +- {se0:.4f}; "
           f"theory {cfull:.4f}; without differentials {no_diff:.4f}")
     assert abs(coef[0] - cfull) < 5 * se0
