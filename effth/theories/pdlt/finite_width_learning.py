@@ -391,6 +391,39 @@ class FiniteWidthMean(_ExpansionParts):
 _TENSORS = ("Theta", "H1", "K", "A", "B", "P", "Q", "R", "S", "T", "U")
 
 
+def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: str, eta: Any,
+           width: Any, layer: int | None) -> tuple:
+    """Read and check the output-layer statistics ``names`` (from an NTKFlow or a mapping), the
+    targets, the width and the projectors: ``(T, y, P, width, Theta, projectors)``."""
+    if hasattr(tensors, "value") and hasattr(tensors, "layers"):
+        lay = tensors.layers[-1] if layer is None else layer
+        missing = [k for k in names if k not in tensors.names]
+        if missing:
+            raise DomainError(f"the NTK flow lacks {missing}: compute ntk_flow with every statistic "
+                              "(kinked activations have no dNTK/ddNTK statistics, PDLT §∞.1)")
+        T = {k: np.asarray(tensors.value(k, layer=lay), float) for k in names}
+    else:
+        try:
+            T = {k: np.asarray(tensors[k], float) for k in names}
+        except KeyError as exc:
+            raise DomainError(f"tensors lacks {exc.args[0]!r}; needs {names}") from None
+    N = T["Theta"].shape[0]
+    for k in names:
+        want = (N, N) if k in ("Theta", "H1", "K", "G1") else (N,) * 4
+        if T[k].shape != want:
+            raise DomainError(f"{k} must have shape {want}, got {T[k].shape}")
+        if not np.isfinite(T[k]).all():
+            raise DomainError(f"{k} has NaN or infinite entries")
+    P = _n_train(n_train, N)
+    y = _targets(y_train, P)
+    if width is not None:
+        if isinstance(width, (bool, np.bool_)) or not isinstance(width, (int, np.integer)) or width < 1:
+            raise DomainError(f"width must be a positive int (n_(L-1)), got {width!r}")
+        width = int(width)
+    Th = kernel_matrix(T["Theta"], "Theta")
+    return T, y, P, width, Th, _projectors(Th, P, algorithm, eta)
+
+
 def finite_width_mean(tensors: Any, y_train: Any, *, n_train: int, algorithm: str = "gd",
                       eta: Any = None, width: Any = None, layer: int | None = None) -> FiniteWidthMean:
     r"""Ensemble mean of the outputs of networks trained to convergence, at order :math:`1/n`.
@@ -433,34 +466,8 @@ def finite_width_mean(tensors: Any, y_train: Any, *, n_train: int, algorithm: st
         :math:`1/n` dynamics does not apply there, PDLT §∞.1), a singular training NTK, an
         unstable learning rate, inconsistent shapes.
     """
-    if hasattr(tensors, "value") and hasattr(tensors, "layers"):
-        lay = tensors.layers[-1] if layer is None else layer
-        missing = [k for k in _TENSORS if k not in tensors.names]
-        if missing:
-            raise DomainError(f"the NTK flow lacks {missing}: compute ntk_flow with every statistic "
-                              "(kinked activations have no dNTK/ddNTK statistics, PDLT §∞.1)")
-        T = {k: np.asarray(tensors.value(k, layer=lay), float) for k in _TENSORS}
-    else:
-        try:
-            T = {k: np.asarray(tensors[k], float) for k in _TENSORS}
-        except KeyError as exc:
-            raise DomainError(f"tensors lacks {exc.args[0]!r}; needs {_TENSORS}") from None
-    N = T["Theta"].shape[0]
-    for k in _TENSORS:
-        want = (N, N) if k in ("Theta", "H1", "K") else (N,) * 4
-        if T[k].shape != want:
-            raise DomainError(f"{k} must have shape {want}, got {T[k].shape}")
-        if not np.isfinite(T[k]).all():
-            raise DomainError(f"{k} has NaN or infinite entries")
-    P = _n_train(n_train, N)
-    y = _targets(y_train, P)
+    T, y, P, width, Th, Z = _setup(tensors, _TENSORS, y_train, n_train, algorithm, eta, width, layer)
     nL = y.shape[1]
-    if width is not None:
-        if isinstance(width, (bool, np.bool_)) or not isinstance(width, (int, np.integer)) or width < 1:
-            raise DomainError(f"width must be a positive int (n_(L-1)), got {width!r}")
-        width = int(width)
-    Th = kernel_matrix(T["Theta"], "Theta")
-    Z = _projectors(Th, P, algorithm, eta)
     Hinv = Z.inverse()
     v = Hinv @ y                                                   # (P, nL)
     yh = Z.to_eigenbasis(y, (0,)).T                                # (nL, P): y_{i;p}
@@ -595,28 +602,14 @@ def finite_width_covariance(tensors: Any, y_train: Any, *, n_train: int, algorit
     The projectors are materialized (:math:`N_\mathcal A^6` entries) and the output indices are
     explicit, so this is for small training sets (:math:`N_\mathcal A\le 8`) and few outputs.
     """
-    names = _TENSORS + ("G1", "D", "F")
-    if hasattr(tensors, "value") and hasattr(tensors, "layers"):
-        lay = tensors.layers[-1] if layer is None else layer
-        missing = [k for k in names if k not in tensors.names]
-        if missing:
-            raise DomainError(f"the NTK flow lacks {missing}: compute ntk_flow with every statistic")
-        T = {k: np.asarray(tensors.value(k, layer=lay), float) for k in names}
-    else:
-        try:
-            T = {k: np.asarray(tensors[k], float) for k in names}
-        except KeyError as exc:
-            raise DomainError(f"tensors lacks {exc.args[0]!r}; needs {names}") from None
-    mean = finite_width_mean(T, y_train, n_train=n_train, algorithm=algorithm, eta=eta, width=width)
-    P = mean.n_train
+    T, y, P, width, Th, Z = _setup(tensors, _TENSORS + ("G1", "D", "F"), y_train, n_train,
+                                   algorithm, eta, width, layer)
     if P > _MAX_TRAIN_COV:
         raise DomainError(f"finite_width_covariance materializes the projectors: at most "
                           f"{_MAX_TRAIN_COV} training inputs, got {P}")
-    y = _targets(y_train, P)
     m = y.shape[1]
-    Th, K = T["Theta"], T["K"]
+    K = T["K"]
     N = Th.shape[0]
-    Z = mean.projectors
     Hi = Z.inverse()
     EA = np.zeros((P, N))
     EA[:, :P] = np.eye(P)
@@ -667,7 +660,7 @@ def finite_width_covariance(tensors: Any, y_train: Any, *, n_train: int, algorit
                           Z.dense(proj), Ez3, Mb, Mb, optimize=True)
     ddntk = f + f.transpose(1, 0, 3, 2)
     parts = {"metric": metric, "ntk_fluctuation": fluct, "dntk": dntk, "ddntk": ddntk}
-    return FiniteWidthCovariance(parts, cov_inf, P, mean.width)
+    return FiniteWidthCovariance(parts, cov_inf, P, width)
 
 
 def _restrict(E: np.ndarray, samples: str, P: int) -> np.ndarray:

@@ -41,8 +41,11 @@ from effth.algebra.tensors import SampleSum, SampleTensor
 from effth._results import TrainTestSplit
 from effth.errors import AccuracyWarning, DomainError
 
-from .finite_width_learning import COVARIANCE_PARTS as _COV_PARTS, MEAN_PARTS as _MEAN_PARTS
-from .ntk_flow import _per_layer as _lambda_per_layer
+from .finite_width_learning import (_MAX_TRAIN_COV, COVARIANCE_PARTS as _COV_PARTS,
+                                    MEAN_PARTS as _MEAN_PARTS, finite_width_covariance,
+                                    finite_width_mean)
+from .kernel_flow import flow
+from .ntk_flow import _per_layer as _lambda_per_layer, ntk_flow
 
 __all__ = ["predict", "Prediction", "output_kernels", "log_evidence", "log_bayes_factor",
            "log_evidence_two_inputs", "evidence_scan", "EvidenceScan", "PREDICTION_NAMES"]
@@ -138,9 +141,6 @@ def output_kernels(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0
     -------
     (ndarray (N, N), ndarray (N, N) or None)
     """
-    from .kernel_flow import flow
-    from .ntk_flow import ntk_flow
-
     X = _real_array(X, "X", (2,))
     if not hasattr(net, "depth") or not hasattr(net, "c_w_at"):
         raise DomainError(f"net must be an effth.MLP, got {type(net).__name__}")
@@ -789,7 +789,7 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         if eta == 0:
             raise DomainError("eta must be > 0")
     if width is not None:
-        width = _width(width, net, method, updates, noise, jitter)
+        width = _width(width, net, updates, jitter, method)
     Kf, Tf, P, y, lb, lw = _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method,
                                          lambda_b, lambda_w, rtol)
     N = Kf.shape[0]
@@ -891,7 +891,7 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
                       net=net, lambda_b=lb, lambda_w=lw, finite_width=finite)
 
 
-def _width(width: Any, net: Any, method: str, updates: Any, noise: float, jitter: float) -> int:
+def _width(width: Any, net: Any, updates: Any, jitter: float, method: str) -> int:
     """Check ``width=`` of :func:`predict` (Bayes: PDLT §6.4; GD, Newton: §∞.2)."""
     if isinstance(width, (bool, np.bool_)) or not isinstance(width, numbers.Integral) or width < 1:
         raise DomainError(f"width must be a positive int, the width n_(L-1) of the last hidden "
@@ -913,10 +913,8 @@ def _width(width: Any, net: Any, method: str, updates: Any, noise: float, jitter
 
 
 def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol):
-    """The O(1/n) mean of trained networks (PDLT (∞.155)) on train-then-test inputs."""
-    from .finite_width_learning import _MAX_TRAIN_COV, finite_width_covariance, finite_width_mean
-    from .ntk_flow import ntk_flow
-
+    """The O(1/n) mean and covariance (``None`` past 8 training inputs) of trained networks
+    (PDLT (∞.155)) on train-then-test inputs."""
     X = np.vstack([_real_array(X_train, "X_train", (2,)), _real_array(X_test, "X_test", (2,))])
     nf = ntk_flow(net, X, lambda_b=lambda_b, lambda_w=lambda_w, rtol=min(rtol * 100, 1e-8))
     algorithm = "two_step" if method == "newton" else ("gd" if eta is not None else "gradient_flow")
