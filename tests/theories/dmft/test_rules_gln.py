@@ -16,6 +16,8 @@ from effth.simulation.rules import simulate_rule_training
 from effth.theories.dmft import solve_deep_linear
 from effth.theories.dmft.rules import solve_rule_forward, solve_rule_two_layer
 
+from ._sampled_checks import assert_sampled_matches_exact
+
 rng = np.random.default_rng(2)
 X = rng.standard_normal((3, 5))
 Y = np.array([1.0, -1.0, 0.5])
@@ -31,16 +33,9 @@ def test_gln_linear_gates_is_deep_linear_gd(L):
     ex = solve_deep_linear(X, Y, **kw)
     bad = solve_deep_linear(X, Y, **dict(kw, gamma0=0.5))
     mc = solve_rule_forward(X, Y, rule="gln", activation="linear", samples=40000, seed=1, **kw)
-    outside = False
-    for name, layers in (("f", (None,)), ("phi", range(1, L + 1)), ("g", range(1, L + 1)),
-                         ("ntk", (None,))):
-        for layer in layers:
-            got, se = mc.value(name, layer=layer), mc.stderr(name, layer=layer)
-            ref = ex.value(name, layer=layer)
-            band = 5 * se + 0.02 * np.abs(ref).max()
-            assert np.all(np.abs(got - ref) <= band), (name, layer)
-            outside |= bool(np.any(np.abs(got - bad.value(name, layer=layer)) > band))
-    assert outside
+    hidden = range(1, L + 1)
+    assert_sampled_matches_exact(mc, ex, bad, (("f", (None,)), ("phi", hidden), ("g", hidden),
+                                               ("ntk", (None,))))
     np.testing.assert_array_equal(mc.value("gtilde"), mc.value("g"))     # GD of the gated net
 
 

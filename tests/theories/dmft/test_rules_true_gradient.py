@@ -14,6 +14,8 @@ import effth as et
 from effth.simulation.rules import simulate_rule_training
 from effth.theories.dmft.rules import solve_rule_deep_linear, solve_rule_forward
 
+from ._sampled_checks import assert_sampled_matches_exact
+
 rng = np.random.default_rng(2)
 X = rng.standard_normal((3, 5))
 Y = np.array([1.0, -1.0, 0.5])
@@ -32,15 +34,8 @@ def test_true_gradient_kernels_linear_match_exact(rule, rho):
     ex = solve_rule_deep_linear(X, Y, **kw)
     mc = solve_rule_forward(X, Y, activation="linear", samples=40000, seed=2, **kw)
     bad = solve_rule_deep_linear(X, Y, **dict(kw, gamma0=0.5 * kw["gamma0"]))
-    outside = False
-    for name, layers in (("g", (1, 2, 3)), ("gtilde", (1, 2, 3)), ("ntk", (None,))):
-        for layer in layers:
-            got, se = mc.value(name, layer=layer), mc.stderr(name, layer=layer)
-            ref = ex.value(name, layer=layer)
-            band = 5 * se + 0.02 * np.abs(ref).max()
-            assert np.all(np.abs(got - ref) <= band), (name, layer)
-            outside |= bool(np.any(np.abs(got - bad.value(name, layer=layer)) > band))
-    assert outside
+    assert_sampled_matches_exact(mc, ex, bad, (("g", (1, 2, 3)), ("gtilde", (1, 2, 3)),
+                                               ("ntk", (None,))))
 
 
 def _equal_time(arr):
