@@ -90,3 +90,14 @@ def test_gln_relu_gates_width_scaling_wide(opt_in_slow):
     print("GLN relu L=3", fit, "z", _zmax(th, run), "wrong z", _zmax(wrong, run))
     assert abs(fit.slope + 1) < 4 * fit.slope_stderr, fit
     assert _zmax(th, run) < 4.5
+
+
+@pytest.mark.slow
+def test_gln_relu_gates_at_widths_1000_to_4000(opt_in_slow):
+    """Depth 3 (L = 2), widths 1000-4000, 24 networks per width, 200000 DMFT samples: slope -1
+    within 4 SE, the z-test passes (4.5 sigma) and the theory at gamma0 x 0.8 fails it."""
+    th, wrong, run, fit = _study(2, [1000, 2000, 4000], 24, 200000)
+    print("GLN relu L=2, N=1000-4000", fit, "z", _zmax(th, run), "wrong z", _zmax(wrong, run))
+    assert fit.slope_stderr < 0.35 and abs(fit.slope + 1) < 4 * fit.slope_stderr, fit
+    assert _zmax(th, run) < 4.5
+    assert _zmax(wrong, run) > 6

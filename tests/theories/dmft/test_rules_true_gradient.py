@@ -97,3 +97,15 @@ def test_true_gradient_kernels_tanh_width_scaling_wide(opt_in_slow, rule, rho):
     z = max(_z(th, run, q, l) for q, l in checks)
     print("max |z| at N = 2000:", round(z, 2))
     assert z < 5.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule,rho", [("dfa", None), ("hebb", None), ("fa", 0.5)])
+def test_true_gradient_kernels_at_widths_1000_to_4000(opt_in_slow, rule, rho):
+    """Depth 3 (L = 2), widths 1000-4000 (the widths Bordelon & Pehlevan train at), 24 networks
+    per width, 200000 DMFT samples so that the theory's own noise stays below the 1/N gap:
+    D(N) falls as N^slope with slope -1 within 4 SE (about 1 minute per rule)."""
+    g0 = 1.0 if rule == "hebb" else 1.5
+    _th, _wrong, _run, fit = _width_study(rule, rho, 2, [1000, 2000, 4000], 24, 200000, g0)
+    print("true-gradient kernels, tanh L=2, N=1000-4000", rule, rho, fit)
+    assert fit.slope_stderr < 0.35 and abs(fit.slope + 1) < 4 * fit.slope_stderr, fit
