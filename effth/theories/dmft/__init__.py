@@ -31,6 +31,7 @@ from .rules import (KernelFluctuations, LazyENTK, LearningRule, RuleDMFTResult, 
                     fa_fixed_point, gradient_correlation, kernel_fluctuations, lazy_entk,
                     learning_rule, solve_rule_deep_linear, solve_rule_forward,
                     solve_rule_two_layer, target_overlap, task_alignment, two_layer_exact)
+from .saddle_point import saddle_point_nlo
 from .two_layer import solve_two_layer
 
 __all__ = [
@@ -60,5 +61,5 @@ __all__ = [
            "LazyENTK", "LearningRule", "RuleDMFTResult", "TwoLayerSolution", "fa_fixed_point",
            "gradient_correlation", "lazy_entk", "learning_rule", "solve_rule_deep_linear",
            "target_overlap", "task_alignment", "two_layer_exact", "solve_rule_two_layer",
-           "solve_rule_forward", "kernel_fluctuations", "KernelFluctuations",
+           "solve_rule_forward", "kernel_fluctuations", "KernelFluctuations", "saddle_point_nlo",
 ]
