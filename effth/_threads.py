@@ -11,9 +11,11 @@ from __future__ import annotations
 import functools
 import os
 from contextlib import contextmanager
-from typing import Callable, Iterator, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-__all__ = ["blas_threads", "limits_blas_threads", "default_blas_threads"]
+__all__ = ["blas_threads", "limits_blas_threads", "default_blas_threads", "worker_threads",
+           "thread_map"]
 
 F = TypeVar("F", bound=Callable)
 
@@ -51,3 +53,37 @@ def limits_blas_threads(func: F) -> F:
             return func(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def worker_threads() -> int:
+    """Threads effth's own chunked loops use (:func:`thread_map`): ``$EFFTH_THREADS``, or the cores
+    this process may run on (at most 8)."""
+    value = os.environ.get("EFFTH_THREADS")
+    if value is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - not on Linux
+            cores = os.cpu_count() or 1
+        return max(1, min(cores, 8))
+    try:
+        n = int(value)
+    except ValueError as exc:
+        raise ValueError(f"EFFTH_THREADS must be a positive integer, got {value!r}") from exc
+    if n < 1:
+        raise ValueError(f"EFFTH_THREADS must be a positive integer, got {value!r}")
+    return n
+
+
+def thread_map(fn: Callable[[Any], Any], items: Iterable[Any], threads: int | None = None) -> list:
+    """``[fn(item) for item in items]``, run on :func:`worker_threads` threads.
+
+    For chunks of vectorized NumPy work (ufuncs and reductions release the GIL): each chunk is
+    computed exactly as in the serial loop, so the results do not depend on the thread count.
+    Exceptions propagate (the first one in item order).
+    """
+    items = list(items)
+    n = worker_threads() if threads is None else int(threads)
+    if n <= 1 or len(items) <= 1:
+        return [fn(it) for it in items]
+    with ThreadPoolExecutor(max_workers=min(n, len(items))) as ex:
+        return list(ex.map(fn, items))
