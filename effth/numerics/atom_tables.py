@@ -52,6 +52,7 @@ import numpy as np
 from ..activations import get_activation
 from ..errors import AccuracyWarning, DomainError
 from ._rules import gauss_hermite, truncation
+from .sample_blocks import SampleRestriction
 from .sample_tables import (
     _DROP,
     _check_grid,
@@ -72,7 +73,7 @@ __all__ = ["AtomTables"]
 
 _MAX_NODES = 1 << 21     # per subset grid (method="grid")
 _MAX_REFINE = 3
-_ELEMS = 1 << 14         # grid elements (subsets x nodes) of one chunk: bounds the memory
+_ELEMS = 1 << 16         # grid elements (subsets x nodes) of one chunk: bounds the memory (2^14: 1.3x slower)
 _BLOCK = 1 << 18         # table entries decomposed at once
 _SUBSETS = 1 << 14       # subsets whose geometry is computed at once
 
@@ -278,7 +279,9 @@ def _atoms_group(K: np.ndarray, S: np.ndarray, combos: list, act: Any, rtol: flo
     _, first, inv = np.unique(code, return_index=True, return_inverse=True)
     maps = np.array([[cidx[tuple(cb[j] for j in order[i])] for cb in combos] for i in first])
     pm = maps[inv.ravel()]
-    for sl, top in _chunks(scales, act, rtol, nfac, mult, X):
+
+    def chunk(item: tuple) -> tuple:
+        sl, top = item
         rules = [_rules_for(v, act, rtol, nfac, mult, X) for v in top[:-1]]
         if fold:              # f(-x) = f(x) for every combo: half of the x_1 line
             rules[0] = _fold(*rules[0][:2])
@@ -296,7 +299,11 @@ def _atoms_group(K: np.ndarray, S: np.ndarray, combos: list, act: Any, rtol: flo
             part = _rotated(act, A[sl], c[sl], s[sl], combos, [(x1[blk], w1[blk], c1[blk])] + rules[1:],
                             yrule)
             v, e, a = v + part[0], e + part[1], a + part[2]
-        v, e, a = _finish(v, e, a, _order(top, act, rtol, nfac))
+        return _finish(v, e, a, _order(top, act, rtol, nfac))
+
+    # (threads over the chunks were measured slower on 2 cores: small, memory-bound operations)
+    for sl, top in _chunks(scales, act, rtol, nfac, mult, X):
+        v, e, a = chunk((sl, top))
         rows = np.arange(len(sl))[:, None]
         val[sl], err[sl], ab[sl] = v[rows, pm[sl]], e[rows, pm[sl]], a[rows, pm[sl]]
     return val, err, ab
@@ -410,6 +417,14 @@ else:                                              # NumPy < 2
         return np.einsum("...k,...k->...", a, b)
 
 
+@lru_cache(maxsize=256)
+def _function_indices(combos: tuple) -> tuple:
+    """(sorted factor functions, each combo as indices into them): computed once per combo set."""
+    fns = sorted({f for cb in combos for f in cb})
+    fi = {f: i for i, f in enumerate(fns)}
+    return fns, [tuple(fi[f] for f in cb) for cb in combos]
+
+
 def _rotated(act: Any, A: np.ndarray, c: np.ndarray, s: np.ndarray, combos: list, rules: list,
              yrule: tuple) -> tuple:
     """(fine, coarse, E|f|) of combos in the rotated variable order (outer variables, then the
@@ -419,9 +434,7 @@ def _rotated(act: Any, A: np.ndarray, c: np.ndarray, s: np.ndarray, combos: list
     the inner outer coordinates are taken per pair (r = 2) or per pair and then per triple
     (r = 3) of factor functions that the combos contain."""
     r = len(rules)
-    fns = sorted({f for cb in combos for f in cb})
-    fi = {f: i for i, f in enumerate(fns)}
-    ci = [tuple(fi[f] for f in cb) for cb in combos]            # (nc, k) function indices
+    fns, ci = _function_indices(tuple(combos))
     x1, w1, c1 = rules[0]
     y, wy, wyc = yrule
     e1, g1 = _sub(w1, c1)
@@ -514,6 +527,9 @@ class AtomTables:
         variable integrated out (see the module docstring); ``"grid"``: the reference path, one
         tensor-product grid per subset (at most :data:`_MAX_NODES` nodes: four distinct samples
         of unit-scale inputs exceed it).
+    restrict : SampleRestriction, optional
+        Evaluate only the subsets of samples with at most ``restrict.max_test`` test samples;
+        table entries on other subsets are NaN (:mod:`effth.numerics.sample_blocks`).
 
     Examples
     --------
@@ -527,7 +543,8 @@ class AtomTables:
     #: Subclasses that evaluate integrands another way (e.g. closed forms for kinked sigma) set False.
     smooth_only = True
 
-    def __init__(self, K: Any, activation: Any, rtol: float = 1e-8, *, method: str = "shared") -> None:
+    def __init__(self, K: Any, activation: Any, rtol: float = 1e-8, *, method: str = "shared",
+                 restrict: SampleRestriction | None = None) -> None:
         K = real_kernel(K)
         self.K = K
         self.N = K.shape[0]
@@ -539,6 +556,11 @@ class AtomTables:
             raise DomainError(f"method must be 'shared' or 'grid', got {method!r}")
         self.rtol = float(rtol)
         self.method = method
+        if restrict is not None:
+            if method != "shared":
+                raise DomainError("restrict= needs method='shared'")
+            restrict.check(self.N)
+        self.restrict = restrict
         # a subclass that evaluates integrands its own way keeps the per-subset path
         self._keyed = method == "grid" or type(self)._evaluate is not AtomTables._evaluate
         self._cache: dict = {}
@@ -734,6 +756,9 @@ class AtomTables:
             for k, combos in sorted(need.items()):
                 combos = _close(combos)
                 ids, samples = _all_subsets(self.N, k)
+                if self.restrict is not None:
+                    keep = self.restrict.subsets(samples)
+                    ids, samples = ids[keep], samples[keep]
                 self._compute(k, ids, samples, combos)
             for f, plan in plans.items():
                 self._tables[f] = self._gather(*plan)

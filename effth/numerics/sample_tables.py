@@ -244,19 +244,61 @@ def _rotate(A: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ------------------------------------------------------------------------------- integrands
-def _smoothed(act: Any, m: np.ndarray, s: np.ndarray, p: np.ndarray, order: int,
-              y: np.ndarray, wy: np.ndarray) -> np.ndarray:
-    """S(m; s) = E_y[(sigma^(order)(m + s y))^p], m (B, n), s (B,), p (B,): returns (B, n)."""
-    arg = m[..., None] + s[:, None, None] * y
-    vals = act.numpy(order)(arg)
-    if np.any(p != 1):
-        vals = vals ** p[:, None, None]
-    return vals @ wy
+def _steps(scales: np.ndarray, activation: Any, rtol: float, nfac: int) -> np.ndarray:
+    """:func:`_step` elementwise over an array of scales (the same formula; used to sort subsets
+    into buckets of similar grids, whose rules then come from :func:`_rules_for`)."""
+    sc = np.asarray(scales, dtype=np.float64)
+    L = log_inv_tol(rtol) + 2.0 * _growth(activation, nfac) + 3.0
+    strip = activation.strip
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if math.isinf(strip):
+            g = 1.0 if activation.family == "gelu" else 2.0
+            h = 2.0 * math.pi / (np.sqrt(2.0 * L * (1.0 + g * nfac * sc * sc)) + 1.0)
+        else:
+            L += 2.0 * (nfac - 1)
+            W_gauss = math.sqrt(2.0 * L) + 1.0
+            a = strip / sc
+            W = np.where(a >= W_gauss, W_gauss, np.maximum(W_gauss, L / a + a / 2.0 + 1.0))
+            h = 2.0 * math.pi / W
+    return np.where(sc > 0.0, h, np.inf)
+
+
+_LEVEL = math.log(1.1)   # bucket width: node counts of one bucket's members within about 10 %
+
+
+def _buckets(scales: np.ndarray, act: Any, rtol: float, nfac: int, mult: float,
+             X: float) -> list:
+    """Index arrays of subsets with similar rules: each direction's node count (from its own
+    scale, :func:`_steps`) rounded up to a geometric ladder of ratio 1.1, so that the rules of a
+    bucket -- set by its largest scales -- cost its members at most about 10 % more nodes per
+    direction than their own (one set of rules for all subsets costs the worst one's)."""
+    B = scales.shape[0]
+    if act.is_polynomial:
+        return [np.arange(B)]
+    h = _steps(scales, act, rtol, nfac) / mult
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m = np.where(np.isinf(h), 0.0, np.floor(X / h))
+    lev = np.ceil(np.log(np.maximum(m, 1.0)) / _LEVEL).astype(np.int64)
+    lev[m == 0] = -1
+    _, inv = np.unique(lev, axis=0, return_inverse=True)
+    inv = inv.ravel()
+    order = np.argsort(inv, kind="stable")
+    cuts = np.flatnonzero(np.diff(inv[order])) + 1
+    return np.split(order, cuts)
 
 
 def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
                       mult: float) -> tuple:
-    """E[prod_i sigma(z_i)^{P_i}] for a batch of k x k kernels (k = 1..4); (value, error, E|f|)."""
+    """E[prod_i sigma(z_i)^{P_i}] for a batch of k x k kernels (k = 1..4); (value, error, E|f|).
+
+    The subsets are sorted into buckets of similar node counts (:func:`_buckets`), each with its
+    own rules from its largest scales, and the buckets cut into chunks of about :data:`_CHUNK`
+    integrand elements; the chunks run on :func:`effth._threads.thread_map`'s threads (an entry's
+    value depends on its bucket's rules only, not on the chunking or the thread count).
+    """
+    from .._threads import thread_map
+    from .atom_tables import _split
+
     B, k = P.shape
     nfac = int(P.sum(axis=1).max())
     X = truncation(rtol, _growth(act, nfac))
@@ -266,63 +308,117 @@ def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
         x, w, wc = _rules_for(float(sd.max()), act, rtol, nfac, mult, X)
         if even and not act.is_polynomial:
             x, w, wc = _fold(x, w)
-        f = act.numpy(0)(sd[:, None] * x) ** P[:, :1]
+        f = _ipow(act.numpy(0)(sd[:, None] * x), P[:, 0])
         return _finish(f @ w, f @ wc, np.abs(f) @ w, _order([sd.max()], act, rtol, nfac))
-    order, A, c, s = _split_last(K)
+    order, A, c, s = _split(K)
     Po = np.take_along_axis(P, order, axis=1)
     r = k - 1
-    # one set of rules for the batch, from the largest scale of each direction (bucketing the
-    # subsets by their own scales was measured slower: more, smaller array operations)
-    scales = [float(np.max(np.abs(A[:, :, 0]), initial=0.0)), float(np.max(np.abs(c), initial=0.0))]
-    scales = [max(scales)] + [float(np.max(np.abs(A[:, :, j]))) for j in range(1, r)]
-    rules = [_rules_for(v, act, rtol, nfac, mult, X) for v in scales]
-    if even and not act.is_polynomial:     # f(-x) = f(x): half of the x_1 line
-        rules[0] = _fold(*rules[0][:2])
-    y, wy, wyc = _rules_for(float(s.max()), act, rtol, nfac, mult, X)
-    top = max(scales + [float(s.max())])
-    _check_grid([len(rule[0]) for rule in rules], top, "four-point table")
-    _check_grid([len(rules[0][0]), len(y)], top, "four-point table")
-    per = 2 * int(np.prod([len(rule[0]) for rule in rules]))
-    chunk = max(1, _CHUNK // per)
-    parts = [_outer_sum(A[i:i + chunk], c[i:i + chunk], s[i:i + chunk], Po[i:i + chunk], act, rules,
-                        y, wy, wyc) for i in range(0, B, chunk)]
-    q = _order(scales + [float(s.max())], act, rtol, nfac)
-    return _finish(*(np.concatenate(v) for v in zip(*parts)), q)
+    # per-subset scale of each direction: x_1 carries row 0 of A and mu = c x_1
+    sc = np.empty((B, r + 1))
+    sc[:, 0] = np.maximum(np.max(np.abs(A[:, :, 0]), axis=1), np.abs(c))
+    for j in range(1, r):
+        sc[:, j] = np.max(np.abs(A[:, :, j]), axis=1)
+    sc[:, r] = s
+    tasks = []
+    for members in _buckets(sc, act, rtol, nfac, mult, X):
+        top = [float(v) for v in sc[members].max(axis=0)]
+        scales = [max(top[0], 0.0)] + top[1:r]
+        rules = [_rules_for(v, act, rtol, nfac, mult, X) for v in scales]
+        if even and not act.is_polynomial:     # f(-x) = f(x): half of the x_1 line
+            rules[0] = _fold(*rules[0][:2])
+        y, wy, wyc = _rules_for(top[r], act, rtol, nfac, mult, X)
+        _check_grid([len(rule[0]) for rule in rules], max(top), "four-point table")
+        _check_grid([len(rules[0][0]), len(y)], max(top), "four-point table")
+        per = 2 * max(int(np.prod([len(rule[0]) for rule in rules])), len(rules[0][0]) * len(y))
+        chunk = max(1, _CHUNK // per)
+        q = _order(top, act, rtol, nfac)
+        for i in range(0, len(members), chunk):
+            tasks.append((members[i:i + chunk], rules, (y, wy, wyc), q))
+
+    def run(task: tuple) -> tuple:
+        idx, rules, (y, wy, wyc), q = task
+        return _finish(*_outer_sum(A[idx], c[idx], s[idx], Po[idx], act, rules, y, wy, wyc), q)
+
+    val, err, ab = np.empty(B), np.empty(B), np.empty(B)
+    for (idx, *_), (v, e, a) in zip(tasks, thread_map(run, tasks)):
+        val[idx], err[idx], ab[idx] = v, e, a
+    return val, err, ab
+
+
+def _ipow(f: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """f ** p for small integer powers p >= 1 per leading index (f (B, ...), p (B,)), by repeated
+    multiplication (a power with an integer-array exponent costs about 60 ns per element)."""
+    p = np.asarray(p)
+    if np.all(p == 1):
+        return f
+    out = np.empty_like(f)
+    for q in np.unique(p):
+        m = p == q
+        g = f if m.all() else f[m]
+        v = g.copy()
+        for _ in range(int(q) - 1):
+            v *= g
+        if m.all():
+            return v
+        out[m] = v
+    return out
+
+
+def _sigma_(act: Any, z: np.ndarray) -> np.ndarray:
+    """sigma(z), in place where the family has a NumPy ufunc (tanh: no temporary)."""
+    if getattr(act, "family", None) == "tanh":
+        return np.tanh(z, out=z)
+    return act.numpy(0)(z)
 
 
 def _outer_sum(A: np.ndarray, c: np.ndarray, s: np.ndarray, Po: np.ndarray, act: Any, rules: list,
                y: np.ndarray, wy: np.ndarray, wyc: np.ndarray) -> tuple:
     """(fine, coarse, E|f|) of E_x[prod_i sigma(z_i)^p_i S(c x_1)] on the given rules."""
     r = len(rules)
+    B = len(A)
     x1, w1, c1 = rules[0]
-    S = _smoothed(act, c[:, None] * x1, s, Po[:, -1], 0, y, wy)            # (B, n1)
-    Sc = _smoothed(act, c[:, None] * x1, s, Po[:, -1], 0, y, wyc)
-    sig = act.numpy(0)
+    n1 = len(x1)
+    # S(c x_1; s) with the fine and the step-2h y-rule from one evaluation of sigma
+    arg = c[:, None, None] * x1[:, None] + s[:, None, None] * y                # (B, n1, ny)
+    fy = _ipow(_sigma_(act, arg), Po[:, -1])
+    SS = fy.reshape(-1, len(y)) @ np.stack([wy, wyc], axis=1)
+    S, Sc = SS[:, 0].reshape(B, n1), SS[:, 1].reshape(B, n1)
+    del arg, fy
     if r == 1:
-        f1 = sig(A[:, 0, 0][:, None] * x1) ** Po[:, :1]
+        f1 = _ipow(_sigma_(act, A[:, 0, 0][:, None] * x1), Po[:, 0])
         inner, inner_c, inner_a = f1, f1, np.abs(f1)
     elif r == 2:
         x2, w2, c2 = rules[1]
         z0 = A[:, 0, 0][:, None, None] * x1[:, None] + A[:, 0, 1][:, None, None] * x2
         z1 = A[:, 1, 0][:, None, None] * x1[:, None] + A[:, 1, 1][:, None, None] * x2
-        f = sig(z0) ** Po[:, 0, None, None] * sig(z1) ** Po[:, 1, None, None]
+        f = _ipow(_sigma_(act, z0), Po[:, 0])
+        f *= _ipow(_sigma_(act, z1), Po[:, 1])
         inner, inner_c, inner_a = f @ w2, f @ c2, np.abs(f) @ w2
     else:
         (x2, w2, c2), (x3, w3, c3) = rules[1], rules[2]
+        n2, n3 = len(x2), len(x3)
         z0 = A[:, 0, 0][:, None, None] * x1[:, None] + A[:, 0, 1][:, None, None] * x2   # (B,n1,n2)
-        g = sig(z0)
-        if np.any(Po[:, 0] != 1):
-            g = g ** Po[:, 0, None, None]
-        base = (A[:, 1:, 0, None, None] * x1[:, None] + A[:, 1:, 1, None, None] * x2)  # (B,2,n1,n2)
-        v = sig(base[..., None] + A[:, 1:, 2, None, None, None] * x3)                  # (B,2,n1,n2,n3)
-        if np.any(Po[:, 1:] != 1):
-            v = v ** Po[:, 1:, None, None, None]
-        prod = v[:, 0]
-        prod *= v[:, 1]
-        tt = prod @ np.stack([w3, c3], axis=1)       # fine and coarse x_3 sums in one pass
-        t, tc = tt[..., 0], tt[..., 1]
+        g = _ipow(_sigma_(act, z0), Po[:, 0])
+        # z_2, z_3 on the 3-D grid, one contiguous (B, n1, n2, n3) array each
+        v = np.empty((2, B, n1, n2, n3))
+        for j in (0, 1):
+            base = A[:, 1 + j, 0, None, None] * x1[:, None] + A[:, 1 + j, 1, None, None] * x2
+            np.add(base[..., None], (A[:, 1 + j, 2, None] * x3)[:, None, None, :], out=v[j])
+            if getattr(act, "family", None) == "tanh":
+                np.tanh(v[j], out=v[j])
+            else:
+                v[j] = act.numpy(0)(v[j])
+            if np.any(Po[:, 1 + j] != 1):
+                v[j] = _ipow(v[j], Po[:, 1 + j])
+        prod = v[0]
+        prod *= v[1]
+        # fine and coarse x_3 sums in one product
+        tt = prod.reshape(-1, n3) @ np.stack([w3, c3], axis=1)
+        t, tc = tt[:, 0].reshape(B, n1, n2), tt[:, 1].reshape(B, n1, n2)
+        del v, prod
         # E|f| is bounded below by |E_x3 f| (a smaller scale only makes the estimate stricter)
-        inner, inner_c, inner_a = (g * t) @ w2, (g * tc) @ c2, (np.abs(g * t)) @ w2
+        gt = g * t
+        inner, inner_c, inner_a = gt @ w2, (g * tc) @ c2, np.abs(gt) @ w2
     return (inner * S) @ w1, (inner_c * Sc) @ c1, (inner_a * np.abs(S)) @ w1
 
 
@@ -388,29 +484,64 @@ def _check(K: Any, activation: Any) -> np.ndarray:
     return K
 
 
-def _refined(fn, n: int, rtol: float, what: str, scale: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def _refined(fn, n: int, rtol: float, what: str, scale: float = 0.0,
+             adaptive: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Run ``fn(mult, members)`` on all n entries, then again with finer steps on those whose
     error estimate is above rtol (relative to max(|value|, 1e-3 E|f|, 1e-3 scale), where
     ``scale`` bounds the table's entries: an entry that vanishes by symmetry is not an accuracy
-    failure because its absolute error is 1e-18)."""
+    failure because its absolute error is 1e-18).
+
+    Each refinement divides the steps by 1.5.  With ``adaptive``, the first one divides them by
+    the factor the error model asks for instead (:func:`_first_refinement`: 1.1, 1.2, 1.35 or
+    1.5, the failing entries refined in one batch per factor), and one more refinement is allowed
+    (so the finest steps are never coarser than without)."""
     val, err = np.empty(n), np.empty(n)
-    todo = np.arange(n)
-    mult = 1.0
-    for _ in range(_MAX_REFINE + 1):
+    work = [(np.arange(n), 1.0, 0)]
+    failed = False
+    while work:
+        todo, mult, attempt = work.pop(0)
         v, e, a = fn(mult, todo)
         val[todo], err[todo] = v, e
         scale = max(scale, float(np.max(np.abs(v), initial=0.0)))
         # an entry that vanishes (by symmetry, e.g. an odd moment) is judged against the
         # table's scale: an absolute error of 1e-18 on an exact 0 is not an accuracy failure
         floor = np.maximum(1e-3 * a, 1e-3 * scale)
-        bad = e > rtol * np.maximum(np.abs(v), floor) + 1e-300
+        target = rtol * np.maximum(np.abs(v), floor) + 1e-300
+        bad = e > target
         if not bad.any():
-            return val, err
-        todo = todo[bad]
-        mult *= 1.5
-    warnings.warn(f"{what}: estimated error {float(np.max(err)):.2e} above rtol={rtol:g} after "
-                  f"{_MAX_REFINE} refinements", AccuracyWarning, stacklevel=3)
+            continue
+        if attempt == _MAX_REFINE + bool(adaptive):
+            failed = True
+            continue
+        if adaptive and attempt == 0:
+            m = _first_refinement(e[bad], target[bad], a[bad])
+            for f in np.unique(m):
+                work.append((todo[bad][m == f], mult * float(f), attempt + 1))
+        else:
+            work.append((todo[bad], mult * 1.5, attempt + 1))
+    if failed:
+        warnings.warn(f"{what}: estimated error {float(np.max(err)):.2e} above rtol={rtol:g} after "
+                      f"{_MAX_REFINE} refinements", AccuracyWarning, stacklevel=3)
     return val, err
+
+
+_LADDER = np.array([1.1, 1.2, 1.35, 1.5])
+
+
+def _first_refinement(err: np.ndarray, target: np.ndarray, absval: np.ndarray) -> np.ndarray:
+    r"""Per entry, a step divisor that brings the estimated error to half its target.
+
+    The error of a trapezoid rule with step :math:`h/m` falls like :math:`e^{-m\beta/h}` (a pole
+    in the strip; a Gaussian-limited direction falls faster, like :math:`e^{-m^2\beta'/h^2}`), so
+    relative to :math:`I=\langle|f|\rangle` the divisor :math:`m=\ln(t/2I)/\ln(e/I)` suffices;
+    with 2 % margin, rounded up to 1.1, 1.2, 1.35 or 1.5 (1.5, the fixed factor, when an error
+    is not below :math:`I` or more is needed)."""
+    I = np.maximum(absval, 1e-300)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        lt, le = np.log(0.5 * target / I), np.log(err / I)
+        m = 1.02 * lt / le
+    m = np.where(np.isfinite(m) & (le < 0.0) & (lt < 0.0), m, np.inf)
+    return _LADDER[np.minimum(np.searchsorted(_LADDER, m), len(_LADDER) - 1)]
 
 
 def four_point_table(K: Any, activation: Any, *, rtol: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
@@ -446,7 +577,8 @@ def four_point_table(K: Any, activation: Any, *, rtol: float = 1e-9) -> tuple[np
         def run(mult: float, sel: np.ndarray, Kb=Kb, P=P) -> tuple:
             return _four_point_group(Kb[sel], P[sel], activation, rtol, mult)
 
-        v, e = _refined(run, len(ids), rtol, f"four-point table (multiplicities {pattern})", scale)
+        v, e = _refined(run, len(ids), rtol, f"four-point table (multiplicities {pattern})", scale,
+                        adaptive=True)
         vals[ids], errs[ids] = v, e
         scale = max(scale, float(np.max(np.abs(v), initial=0.0)))
     return vals[idx], errs[idx]

@@ -42,6 +42,7 @@ import numpy as np
 
 from effth._validate import kernel_matrix, real_array
 from effth.errors import DomainError
+from effth.numerics.sample_blocks import SampleRestriction
 from .projectors import AlgorithmProjectors, algorithm_projectors
 
 __all__ = ["trained_output", "TrainedOutput", "finite_width_mean", "FiniteWidthMean",
@@ -392,9 +393,14 @@ _TENSORS = ("Theta", "H1", "K", "A", "B", "P", "Q", "R", "S", "T", "U")
 
 
 def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: str, eta: Any,
-           width: Any, layer: int | None) -> tuple:
+           width: Any, layer: int | None, max_test: int) -> tuple:
     """Read and check the output-layer statistics ``names`` (from an NTKFlow or a mapping), the
-    targets, the width and the projectors: ``(T, y, P, width, Theta, projectors)``."""
+    targets, the width and the projectors: ``(T, y, P, width, Theta, projectors)``.
+
+    Only the entries with at most ``max_test`` distinct test samples enter the result (the mean
+    reads one, the covariance two): those must be finite, the others (NaN in a flow computed
+    with ``ntk_flow(..., n_train=, max_test=)``) are set to zero, where they meet zero
+    coefficients."""
     if hasattr(tensors, "value") and hasattr(tensors, "layers"):
         lay = tensors.layers[-1] if layer is None else layer
         missing = [k for k in names if k not in tensors.names]
@@ -408,13 +414,20 @@ def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: st
         except KeyError as exc:
             raise DomainError(f"tensors lacks {exc.args[0]!r}; needs {names}") from None
     N = T["Theta"].shape[0]
+    P = _n_train(n_train, N)
+    need = SampleRestriction(P, max_test)
     for k in names:
         want = (N, N) if k in ("Theta", "H1", "K", "G1") else (N,) * 4
         if T[k].shape != want:
             raise DomainError(f"{k} must have shape {want}, got {T[k].shape}")
         if not np.isfinite(T[k]).all():
-            raise DomainError(f"{k} has NaN or infinite entries")
-    P = _n_train(n_train, N)
+            m = need.mask(N, T[k].ndim)
+            if not np.isfinite(T[k][m]).all():
+                raise DomainError(
+                    f"{k} has NaN or infinite entries among those with at most {max_test} test "
+                    f"input(s) (the first n_train={P} inputs are training inputs; a flow computed "
+                    f"with ntk_flow(..., n_train={P}, max_test={max_test}) holds them)")
+            T[k] = np.where(m, T[k], 0.0)
     y = _targets(y_train, P)
     if width is not None:
         if isinstance(width, (bool, np.bool_)) or not isinstance(width, (int, np.integer)) or width < 1:
@@ -466,7 +479,7 @@ def finite_width_mean(tensors: Any, y_train: Any, *, n_train: int, algorithm: st
         :math:`1/n` dynamics does not apply there, PDLT §∞.1), a singular training NTK, an
         unstable learning rate, inconsistent shapes.
     """
-    T, y, P, width, Th, Z = _setup(tensors, _TENSORS, y_train, n_train, algorithm, eta, width, layer)
+    T, y, P, width, Th, Z = _setup(tensors, _TENSORS, y_train, n_train, algorithm, eta, width, layer, 1)
     nL = y.shape[1]
     Hinv = Z.inverse()
     v = Hinv @ y                                                   # (P, nL)
@@ -603,7 +616,7 @@ def finite_width_covariance(tensors: Any, y_train: Any, *, n_train: int, algorit
     explicit, so this is for small training sets (:math:`N_\mathcal A\le 8`) and few outputs.
     """
     T, y, P, width, Th, Z = _setup(tensors, _TENSORS + ("G1", "D", "F"), y_train, n_train,
-                                   algorithm, eta, width, layer)
+                                   algorithm, eta, width, layer, 2)
     if P > _MAX_TRAIN_COV:
         raise DomainError(f"finite_width_covariance materializes the projectors: at most "
                           f"{_MAX_TRAIN_COV} training inputs, got {P}")

@@ -52,6 +52,8 @@ from effth.algebra.expectation import GaussianExpectation
 from effth.algebra.tensors import FourPointVertex, NLOMetric
 from effth.errors import DomainError, NotDerivedError
 from effth.numerics import gaussian_expectation, validate_covariance
+from effth.numerics.atom_tables import AtomTables
+from effth.numerics.sample_blocks import SampleRestriction
 from effth.numerics.sample_tables import (closed_pair_tables, four_point_table, kinked_pair_tables,
                                           multiset_groups, multiset_index, pair_tables)
 
@@ -140,15 +142,16 @@ class LayerStep:
         self.reads = {k[0] for _, k in self._inputs if not isinstance(k, _Atom)}
 
     def __call__(self, N: int, tables: dict, V: np.ndarray, G1: np.ndarray, c_w: float, c_b: float,
-                 ratio: float, out: np.ndarray | None = None) -> np.ndarray:
+                 ratio: float, out: np.ndarray | None = None, entries: tuple | None = None) -> np.ndarray:
         """Evaluate on all labels: an array of shape ``(N,) * rank`` (written into ``out`` if
-        given)."""
-        grids = _grids(N, self.rank)
+        given); with ``entries`` (``rank`` flat index arrays) only on those (the rest of a new
+        array is NaN, of ``out`` untouched)."""
+        grids = _grids(N, self.rank) if entries is None else entries
         args = []
         for _, key in self._inputs:
             if isinstance(key, _Atom):
                 table = tables["four"] if key.kind == "four" else tables[key.orders]
-                if self.rank == 2 and key.labels == (0, 1):
+                if entries is None and self.rank == 2 and key.labels == (0, 1):
                     args.append(table)             # the table itself: no index copy
                     continue
                 args.append(table[tuple(grids[i] for i in key.labels)])
@@ -156,15 +159,32 @@ class LayerStep:
                 name, labs = key
                 args.append((V if name == "V" else G1)[tuple(grids[i] for i in labs)])
         vals = [np.float64(c_w), np.float64(c_b), np.float64(ratio)]
-        shape = (N,) * self.rank
-        with np.errstate(over="ignore", invalid="ignore"):     # overflow is reported by the caller
-            if self._terms is not None:
-                return evaluate_terms(self._terms, args, vals, shape, out)
-            res = self._fn(*args, *vals)
+        return run_step(self._terms, self._fn, args, vals, N, self.rank, out, entries)
+
+
+def run_step(terms: list | None, fn: Callable | None, args: list, vals: list, N: int, rank: int,
+             out: np.ndarray | None, entries: tuple | None) -> np.ndarray:
+    """Evaluate a compiled step (:func:`polynomial_terms` in place, or the lambdified ``fn``) on
+    arguments gathered over all labels or over ``entries`` (scattered into ``out``, a new array
+    NaN elsewhere)."""
+    full = (N,) * rank
+    shape = full if entries is None else (len(entries[0]),)
+    dest = out if entries is None else None
+    with np.errstate(over="ignore", invalid="ignore"):     # overflow is reported by the caller
+        if terms is not None:
+            res = evaluate_terms(terms, args, vals, shape, dest)
+        else:
+            res = np.broadcast_to(fn(*args, *vals), shape)
+    if entries is None:
         if out is None:
-            return np.broadcast_to(res, shape).copy()
-        np.copyto(out, res)
+            return res if terms is not None else res.copy()
+        if res is not out:
+            np.copyto(out, res)
         return out
+    if out is None:
+        out = np.full(full, np.nan)
+    out[entries] = res
+    return out
 
 
 def polynomial_terms(body: sp.Expr, inputs: list, params: tuple) -> list | None:
@@ -273,13 +293,23 @@ def _relative(err: np.ndarray, table: np.ndarray) -> float:
     return float(np.max(err / np.maximum(np.abs(table), max(floor, 1e-300))))
 
 
-def _tables(K: np.ndarray, act: Any, orders: set, four: bool, rtol: float) -> tuple[dict, float]:
-    """All tables for one layer and the largest estimated relative error.
+def _tables(K: np.ndarray, act: Any, orders: set, four: bool, rtol: float,
+            restrict: SampleRestriction | None = None) -> tuple[dict, float]:
+    r"""All tables for one layer and the largest estimated relative error.
 
     Two-point orders with a closed form come from :func:`closed_pair_tables` (exact; for kinked
     activations only :math:`(0,0)`: the other orders of the kinked tables follow the Leibniz
-    convention of :func:`kinked_pair_tables` on the diagonal), the rest from quadrature.
+    convention of :func:`kinked_pair_tables` on the diagonal), the rest from quadrature.  With
+    ``restrict`` (smooth or polynomial :math:`\sigma`) the four-point table holds only the
+    entries of :class:`SampleRestriction` (NaN elsewhere), from :class:`AtomTables`, which is
+    returned as ``tables["atoms"]`` for the NTK-hierarchy atoms of the same layer.
     """
+    if restrict is not None and four and (act.is_smooth or act.is_polynomial):
+        tabs, err = _tables(K, act, orders, False, rtol)
+        atoms = AtomTables(K, act, rtol=rtol, restrict=restrict)
+        tabs["four"] = atoms.table(((0, 0), (1, 0), (2, 0), (3, 0)))
+        tabs["atoms"] = atoms
+        return tabs, max(err, atoms.max_error)
     if act.is_smooth:
         tabs = closed_pair_tables(K, act, orders)
         rest = {o for o in orders if o not in tabs}
@@ -592,9 +622,11 @@ def _flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None =
           hidden_layers: int | None = None, activation: Any = None, c_w: Any = 1.0, c_b: Any = 0.0,
           ratios: Any = 1.0, rtol: float = 1e-8, require_critical: bool = False,
           progress: bool | None = None, statistics: Any = None, hook: Callable | None = None,
-          progress_label: str = "flow: layers") -> Flow:
-    """:func:`flow`, with ``hook(layer, K, tables, V, G1, c_w, c_b, ratio)`` called after each step
-    with the layer-``layer`` tensors and the tables of ``K`` (how :func:`ntk_flow` shares them)."""
+          progress_label: str = "flow: layers", restrict: SampleRestriction | None = None) -> Flow:
+    r""":func:`flow`, with ``hook(layer, K, tables, V, G1, c_w, c_b, ratio)`` called after each step
+    with the layer-``layer`` tensors and the tables of ``K`` (how :func:`ntk_flow` shares them).
+    With ``restrict``, :math:`V` and :math:`G^{\{1\}}` are computed only on the entries of
+    :class:`~effth.numerics.sample_blocks.SampleRestriction` (NaN elsewhere; :math:`K` in full)."""
     stats = _statistics(statistics)
     spec = _resolve(net, X, K1, depth, hidden_layers, activation, c_w, c_b, ratios)
     K, L, act, cws, cbs, rats, widths = spec
@@ -617,6 +649,9 @@ def _flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None =
             orders = set().union(*(steps[s].pair_orders for s in stats if s != "G1"))
     four = any(step.needs_four_point for step in steps.values())
     N = K.shape[0]
+    if restrict is not None:
+        restrict.check(N)
+    ent4 = None if restrict is None else restrict.entries(N, 4)
     Ks, errs = np.empty((L, N, N)), [0.0]          # layers written in place (no final stack)
     Ks[0] = K
     Vs = [np.zeros((N,) * 4)] if "V" in stats else None
@@ -631,16 +666,17 @@ def _flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None =
             c_w_, c_b_, r_ = cws[layer], cbs[layer], rats[layer - 1]
             Vn = Gn = None
             with np.errstate(over="ignore", invalid="ignore"):   # reported below with the layer
-                tabs, err = _tables(K, act, orders, four, rtol)
+                tabs, err = _tables(K, act, orders, four, rtol, restrict)
                 Kn = steps["K"](N, tabs, V, G1, c_w_, c_b_, r_, out=Ks[layer])
                 if Vs is not None:
-                    Vn = steps["V"](N, tabs, V, G1, c_w_, c_b_, r_)
+                    Vn = steps["V"](N, tabs, V, G1, c_w_, c_b_, r_, entries=ent4)
                 if Gs is not None and g1_book is None:
                     Gn = steps["G1"](N, tabs, V, G1, c_w_, c_b_, r_)
                 elif Gs is not None:
                     Gn = g1_book.evaluate(K, V, G1, activation=act, c_w=c_w_, c_b=c_b_, ratio=r_,
                                           rtol=rtol)
-            if not all(np.all(np.isfinite(T)) for T in (Vn, Gn) if T is not None):
+            if not all(np.all(np.isfinite(T if restrict is None else T[restrict.mask(N, T.ndim)]))
+                       for T in (Vn, Gn) if T is not None):
                 Kn = Kn * np.nan
             _check_layer(Kn, layer + 1, scale0, warned)
             warned = warned or _scale_off(Kn, scale0)
@@ -750,7 +786,7 @@ def _check_widths(fl: Flow) -> None:
     if fl.V is not None:
         d = np.einsum("laa->la", fl.K)
         vn = np.einsum("laaaa->la", fl.V) / np.maximum(d * d, 1e-300) / n[:, None]
-        worst = float(np.max(vn))
+        worst = float(np.nanmax(vn))            # NaN: a diagonal a restricted flow skipped
     if ratio > 0.5 or worst > 0.5:
         warnings.warn(f"depth/width L/n = {ratio:.2f} and max V/(n K^2) = {worst:.2f}: the 1/n "
                       f"expansion is not reliable (want both << 1)", WidthWarning, stacklevel=4)

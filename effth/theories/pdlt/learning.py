@@ -916,11 +916,14 @@ def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_
     """The O(1/n) mean and covariance (``None`` past 8 training inputs) of trained networks
     (PDLT (∞.155)) on train-then-test inputs."""
     X = np.vstack([_real_array(X_train, "X_train", (2,)), _real_array(X_test, "X_test", (2,))])
-    nf = ntk_flow(net, X, lambda_b=lambda_b, lambda_w=lambda_w, rtol=min(rtol * 100, 1e-8))
+    # only the entries with at most one test input (the mean) or two (the covariance) are read
+    cov_too = len(y) <= _MAX_TRAIN_COV
+    nf = ntk_flow(net, X, lambda_b=lambda_b, lambda_w=lambda_w, rtol=min(rtol * 100, 1e-8),
+                  n_train=len(y), max_test=2 if cov_too else 1)
     algorithm = "two_step" if method == "newton" else ("gd" if eta is not None else "gradient_flow")
     kw = dict(n_train=len(y), algorithm=algorithm, eta=eta if algorithm == "gd" else None, width=width)
     mean = finite_width_mean(nf, y, **kw)
-    cov = finite_width_covariance(nf, y, **kw) if len(y) <= _MAX_TRAIN_COV else None
+    cov = finite_width_covariance(nf, y, **kw) if cov_too else None
     return mean, cov
 
 

@@ -50,13 +50,14 @@ from effth.algebra.tensors import FourPointVertex, Kernel, NLOMetric, SampleTens
 from effth.errors import DomainError, NotDerivedError
 from effth.numerics import gaussian_expectation
 from effth.numerics.atom_tables import AtomTables
+from effth.numerics.sample_blocks import SampleRestriction
 from effth.numerics.sample_tables import closed_pair_tables, pair_tables
 
 from ._derive import CB, CW
 from ._ntk_forward import LAMBDA_B, LAMBDA_W
 from .initialization import RATIO
-from .kernel_flow import (FLOW_NAMES, Flow, _flow, _grids, evaluate_terms, polynomial_terms, _html_table, _layer_index, _relative,
-                          _widths_summary)
+from .kernel_flow import (FLOW_NAMES, Flow, _flow, _grids, polynomial_terms, run_step, _html_table, _layer_index,
+                          _relative, _widths_summary)
 from .ntk import NTK_STATISTICS, derive_ntk
 
 __all__ = ["ntk_flow", "NTKFlow", "NTKLayerStep", "learning_rates"]
@@ -124,36 +125,28 @@ class NTKLayerStep:
         self.pair_orders = {tuple(o for _, o in key) for key in self.atoms if len(key) == 2}
 
     def __call__(self, N: int, tables: AtomTables, tensors: dict, params: dict,
-                 out: np.ndarray | None = None) -> np.ndarray:
+                 out: np.ndarray | None = None, entries: tuple | None = None) -> np.ndarray:
         """Evaluate on all labels: an array of shape ``(N,) * rank`` (written into ``out`` if
-        given)."""
-        grids = _grids(N, self.rank)
+        given); with ``entries`` (``rank`` flat index arrays) only on those."""
+        grids = _grids(N, self.rank) if entries is None else entries
+        whole = entries is None and self.rank == 2
         args = []
         for _, key in self._inputs:
             if key[0] == "atom":
                 fac = key[1]
                 labs = sorted({p for p, _ in fac})
-                if self.rank == 2 and labs == [0, 1]:
+                if whole and labs == [0, 1]:
                     args.append(tables.table(fac))      # the table itself: no index copy
                     continue
                 args.append(tables.table(fac)[tuple(grids[p] for p in labs)])
             else:
                 _, name, labs = key
-                if self.rank == 2 and tuple(labs) in ((0, 1), (1, 0)):   # a view, no index copy
+                if whole and tuple(labs) in ((0, 1), (1, 0)):   # a view, no index copy
                     args.append(tensors[name] if tuple(labs) == (0, 1) else tensors[name].T)
                     continue
                 args.append(tensors[name][tuple(grids[p] for p in labs)])
         vals = [np.float64(params[k]) for k in ("c_w", "c_b", "lambda_b", "lambda_w", "ratio")]
-        shape = (N,) * self.rank
-        with np.errstate(over="ignore", invalid="ignore"):
-            if self._terms is None:
-                res = self._fn(*args, *vals)
-                if out is None:
-                    return np.broadcast_to(res, shape).copy()
-                np.copyto(out, res)
-                return out
-            # a polynomial in the arrays: accumulated term by term in place
-            return evaluate_terms(self._terms, args, vals, shape, out)
+        return run_step(self._terms, self._fn, args, vals, N, self.rank, out, entries)
 
 
 @lru_cache(maxsize=None)
@@ -209,6 +202,9 @@ class NTKFlow(WeightLayers):
         Learning rates :math:`\lambda_b^{(\ell)}, \lambda_W^{(\ell)}` of every layer.
     layers : tuple of int
         Book layer numbers held, :math:`(1, \dots, L)`.
+    restrict : SampleRestriction or None
+        Set when only the entries with at most ``restrict.max_test`` distinct test inputs were
+        computed (``ntk_flow(..., n_train=, max_test=)``); the others are NaN.
     """
 
     kernel: Flow
@@ -217,6 +213,7 @@ class NTKFlow(WeightLayers):
     lambda_w: np.ndarray
     layers: tuple
     table_error: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    restrict: SampleRestriction | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(int(x) for x in np.asarray(self.layers).ravel()))
@@ -304,7 +301,9 @@ class NTKFlow(WeightLayers):
         stats = [s for s in NTK_STATISTICS if s in self.tensors]
         return (f"NTKFlow(activation={self.kernel.activation.name!r}, depth={self.depth}, "
                 f"inputs={self.kernel.K.shape[-1]}, widths={_widths_summary(self.kernel.widths)}, "
-                f"statistics={' '.join(stats + list(self.kernel.statistics))})")
+                f"statistics={' '.join(stats + list(self.kernel.statistics))}"
+                + ("" if self.restrict is None else
+                   f", n_train={self.restrict.n_train}, max_test={self.restrict.max_test}") + ")")
 
     def _repr_html_(self) -> str:
         stats = [s for s in NTK_STATISTICS if s in self.tensors]
@@ -370,7 +369,8 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
              depth: int | None = None, hidden_layers: int | None = None, activation: Any = None,
              c_w: Any = 1.0, c_b: Any = 0.0, ratios: Any = 1.0, lambda_b: Any = 1.0,
              lambda_w: Any = 1.0, statistics: Any = None, rtol: float = 1e-8,
-             progress: bool | None = None) -> NTKFlow:
+             progress: bool | None = None, n_train: int | None = None,
+             max_test: int = 1) -> NTKFlow:
     r"""Iterate the derived NTK-hierarchy recursions through every layer.
 
     Either ``ntk_flow(net, X, lambda_b=..., lambda_w=...)`` or, from a first-layer kernel,
@@ -400,6 +400,15 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     progress : bool or None
         Draw a progress bar over the layers (``None``: when stderr is a terminal or in a notebook,
         unless ``EFFTH_PROGRESS=0``).
+    n_train, max_test : int, optional
+        Inputs ``0..n_train-1`` are training inputs, the rest test inputs: compute only the
+        entries whose labels hold at most ``max_test`` distinct test inputs (the others are NaN;
+        :math:`K` and :math:`\Theta` are computed in full).  These entries are closed under the
+        layer recursions, so they are exact; the trained prediction at order :math:`1/n` reads
+        only them (PDLT (∞.155)–(∞.160): ``max_test=1``; its covariance: ``max_test=2``).  With
+        :math:`N_\mathcal A` training and :math:`N_\mathcal B` test inputs the four-sample atoms
+        cost :math:`\binom{N_\mathcal A}{4}+N_\mathcal B\binom{N_\mathcal A}{3}` subsets
+        instead of :math:`\binom{N_\mathcal A+N_\mathcal B}{4}`.
 
     Returns
     -------
@@ -456,8 +465,17 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
                 "ddNTKs does not apply (PDLT §∞.1: kinks change the scaling). Only Theta and B are "
                 "available for kinked activations.")
     N = Th.shape[0]
-    # every layer written in place (no list of layers stacked at the end: a copy of L N^2 floats)
-    out = {s: np.zeros((L,) + (N,) * (2 if s in ("Theta", "H1") else 4)) for s in stats}
+    restrict = None if n_train is None else SampleRestriction(n_train, max_test)
+    if restrict is not None:
+        restrict.check(N)
+    ent4 = None if restrict is None else restrict.entries(N, 4)
+    # every layer written in place (no list of layers stacked at the end: a copy of L N^2 floats);
+    # a restricted flow's layer-1 tensors are exact zeros, the rest NaN until computed
+    out = {}
+    for s in stats:
+        out[s] = np.zeros((L,) + (N,) * (2 if s in ("Theta", "H1") else 4))
+        if restrict is not None:
+            out[s][1:] = np.nan
     out["Theta"][0] = Th
     errs = [0.0]
     pair_orders = set().union(*(ntk_layer_step(s).pair_orders for s in stats))
@@ -471,19 +489,23 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         prev["G1"] = G1
         # two-point tables of K shared with the kernel step: exact expectations for smooth sigma,
         # and for kinked sigma the (0, 0) one (the others follow kinked_pair_tables' convention)
-        given = {o: T for o, T in tabs.items() if o != "four" and (o == (0, 0) or not kinked)}
-        tables = _PairFirstTables(K, act, rtol, kinked, pair_orders, given)
+        given = {o: T for o, T in tabs.items()
+                 if o not in ("four", "atoms") and (o == (0, 0) or not kinked)}
+        tables = _PairFirstTables(K, act, rtol, kinked, pair_orders, given, tabs.get("atoms"), restrict)
         tables.prepare(atoms)          # every atom table of the layer in one shared evaluation
         for s in stats:
-            val = ntk_layer_step(s)(N, tables, prev, params, out=out[s][layer])
+            st = ntk_layer_step(s)
+            val = st(N, tables, prev, params, out=out[s][layer], entries=ent4 if st.rank == 4 else None)
+            if restrict is not None:
+                val = val[restrict.mask(N, st.rank)]
             if not np.isfinite(val.sum()):         # one reduction; NaN and inf propagate into it
                 if not np.all(np.isfinite(val)):
                     raise DomainError(f"{s} overflows or is undefined at layer {layer + 1}")
         errs.append(tables.max_error)
 
     kern = _flow(**kw, rtol=rtol, statistics=kstats, hook=step, progress=progress,
-                 progress_label="ntk_flow: layers")
-    return NTKFlow(kern, out, lb, lw, np.arange(1, L + 1), np.asarray(errs))
+                 progress_label="ntk_flow: layers", restrict=restrict)
+    return NTKFlow(kern, out, lb, lw, np.arange(1, L + 1), np.asarray(errs), restrict)
 
 
 def _check_theta(Th: np.ndarray, N: int) -> None:
@@ -515,8 +537,10 @@ class _PairFirstTables:
     when needed)."""
 
     def __init__(self, K: np.ndarray, act: Any, rtol: float, kinked: bool, orders: set,
-                 given: dict) -> None:
+                 given: dict, base: AtomTables | None = None,
+                 restrict: SampleRestriction | None = None) -> None:
         self.K, self.act, self.rtol, self.kinked = K, act, rtol, kinked
+        self.restrict = restrict
         self._pairs = dict(given)
         self._err = 0.0
         missing = {o for o in orders if o not in self._pairs or o[::-1] not in self._pairs}
@@ -527,12 +551,14 @@ class _PairFirstTables:
             more, errs = pair_tables(K, act, rest, rtol=rtol)
             self._pairs.update(more)
             self._err = max(_relative(e, more[o]) for o, e in errs.items())
-        self._base = None
+        self._base = base
 
     @property
     def base(self) -> AtomTables:
         if self._base is None:
-            self._base = (_KinkedTables if self.kinked else AtomTables)(self.K, self.act, rtol=self.rtol)
+            # kinked sigma: per-subset closed forms (Theta and B only), never restricted
+            self._base = (_KinkedTables(self.K, self.act, rtol=self.rtol) if self.kinked else
+                          AtomTables(self.K, self.act, rtol=self.rtol, restrict=self.restrict))
         return self._base
 
     @property
