@@ -550,7 +550,7 @@ def _decomposition(X: np.ndarray, m: int, pattern: str) -> np.ndarray:
 
 #: Parts of :math:`n_{L-1}(\mathrm{Cov}-\mathrm{Cov}^\infty)`, see :func:`finite_width_covariance`.
 COVARIANCE_PARTS = ("metric", "ntk_fluctuation", "dntk", "ddntk")
-_MAX_TRAIN_COV = 8
+_MAX_TRAIN_COV = 64
 
 
 @dataclass(frozen=True, repr=False)
@@ -612,14 +612,18 @@ def finite_width_covariance(tensors: Any, y_train: Any, *, n_train: int, algorit
 
     Notes
     -----
-    The projectors are materialized (:math:`N_\mathcal A^6` entries) and the output indices are
-    explicit, so this is for small training sets (:math:`N_\mathcal A\le 8`) and few outputs.
+    The ddNTK projectors stay in the eigenbasis of the training NTK (:math:`N_\mathcal A^3`
+    coefficients, never :math:`N_\mathcal A^6` tensors); :math:`Z_A, Z_B` are held densely
+    (:math:`N_\mathcal A^4`) and the output indices are explicit, so this is for training sets
+    up to 64 inputs and few outputs.  The statistics are read at entries with at most two test
+    inputs (``ntk_flow(..., n_train=, max_test=2)``).
     """
     T, y, P, width, Th, Z = _setup(tensors, _TENSORS + ("G1", "D", "F"), y_train, n_train,
                                    algorithm, eta, width, layer, 2)
     if P > _MAX_TRAIN_COV:
-        raise DomainError(f"finite_width_covariance materializes the projectors: at most "
-                          f"{_MAX_TRAIN_COV} training inputs, got {P}")
+        raise DomainError(f"finite_width_covariance holds the NTK-variance projectors Z_A, Z_B "
+                          f"densely (N_A^4 entries): at most {_MAX_TRAIN_COV} training inputs, "
+                          f"got {P}")
     m = y.shape[1]
     K = T["K"]
     N = Th.shape[0]
@@ -666,11 +670,15 @@ def finite_width_covariance(tensors: Any, y_train: Any, *, n_train: int, algorit
            + np.einsum("IL,xu,JKst->IJKLxstu", d, KxA, G2))
     EI = _decomposition(T["R"], m, "ddI")
     EII = _decomposition((T["S"], T["T"], T["U"]), m, "ddII")
+    # the rank-6 projectors in their eigenbasis (pair-diagonal: superscripts k and k+3 share an
+    # eigen-index), never as N_A^6 tensors: both sides' training slots go to the eigenbasis
+    Ez3_hat = Z.to_eigenbasis(Ez3, (5, 6, 7))                # [I J K L x a b c]
     f = 0.0
     for E, spec, proj in ((EI, "JiKLpDqr", "IA"), (EI, "iJKLDpqr", "IB"),
                           (EII, "JKiLpqDr", "IIA"), (EII, "iJKLDpqr", "IIB")):
-        f = f + np.einsum(spec + ",pqrstu,IJKLxstu,Ax,BD->ABIi", _restrict(E, spec[4:], P),
-                          Z.dense(proj), Ez3, Mb, Mb, optimize=True)
+        E_hat = Z.to_eigenbasis(_restrict(E, spec[4:], P), tuple(4 + spec[4:].index(c) for c in "pqr"))
+        f = f + np.einsum(spec.translate(str.maketrans("pqr", "abc")) + ",abc,IJKLxabc,Ax,BD->ABIi",
+                          E_hat, Z.coefficients[proj], Ez3_hat, Mb, Mb, optimize=True)
     ddntk = f + f.transpose(1, 0, 3, 2)
     parts = {"metric": metric, "ntk_fluctuation": fluct, "dntk": dntk, "ddntk": ddntk}
     return FiniteWidthCovariance(parts, cov_inf, P, width)

@@ -244,7 +244,7 @@ class Prediction(TrainTestSplit):
       shape as ``"mean"``; its parts ``"mean1_H1"`` (the NTK-mean shift :math:`H^{\{1\}}`),
       ``"mean1_delta_ntk"`` (∞.157), ``"mean1_dntk"`` (∞.158), ``"mean1_ddntk_I"`` (∞.159),
       ``"mean1_ddntk_II"`` (∞.160); ``"mean_at_width"``: :math:`m^\infty+\text{mean1}/n_{L-1}`;
-    * ``"covariance1"`` (with ``width=``, at most 8 training inputs): :math:`n_{L-1}` times the
+    * ``"covariance1"`` (with ``width=``, at most 64 training inputs): :math:`n_{L-1}` times the
       :math:`O(1/n)` covariance of the trained outputs (:func:`~effth.theories.pdlt.
       finite_width_learning.finite_width_covariance`, derived here, not printed in the book),
       ``(Q, Q)`` for one output and ``(Q, Q, C, C)`` (:math:`[\dot\beta_1,\dot\beta_2,i_1,i_2]`,
@@ -400,9 +400,9 @@ class Prediction(TrainTestSplit):
         if finite and self.finite_width is None:
             raise DomainError(f"{name!r} is the O(1/n) correction: pass width= (n_(L-1)) to predict")
         if finite and self.method != "bayes" and name.startswith("cov") and self.finite_width[1] is None:
-            raise DomainError(f"{name!r}: the O(1/n) covariance is computed for at most 8 training "
-                              "inputs (it materializes the projectors); use "
-                              "effth.theories.pdlt.finite_width_mean for the mean alone")
+            raise DomainError(f"{name!r}: the O(1/n) covariance is computed for at most "
+                              f"{_MAX_TRAIN_COV} training inputs (it holds the N_A^4 projectors "
+                              "Z_A, Z_B); the mean is available")
         if name not in self.names:
             if name in ("bias", "variance", "test_loss"):
                 raise DomainError(f"{name!r} needs the test targets: pass y_test= to predict")
@@ -913,7 +913,7 @@ def _width(width: Any, net: Any, updates: Any, jitter: float, method: str) -> in
 
 
 def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol):
-    """The O(1/n) mean and covariance (``None`` past 8 training inputs) of trained networks
+    """The O(1/n) mean and covariance (``None`` past 64 training inputs) of trained networks
     (PDLT (∞.155)) on train-then-test inputs."""
     X = np.vstack([_real_array(X_train, "X_train", (2,)), _real_array(X_test, "X_test", (2,))])
     # only the entries with at most one test input (the mean) or two (the covariance) are read

@@ -371,3 +371,47 @@ def test_covariance_structure():
     np.testing.assert_allclose(q.value("covariance1"), c1[2:, 2:], rtol=1e-6, atol=1e-12)
     np.testing.assert_allclose(q.value("covariance_at_width"), cov.value("covariance")[2:, 2:] + c1[2:, 2:] / 32,
                                rtol=1e-6, atol=1e-12)
+
+
+def test_covariance_ddntk_in_eigenbasis_equals_dense_projectors():
+    """Past the old limit of 8 training inputs: the ddNTK part of the covariance, contracted in
+    the eigenbasis of the training NTK, equals the contraction with the N_A^6 projectors built
+    from their definitions (∞.107), (∞.110), (∞.135)-(∞.147) by dense inverses; a projector
+    scaled by 0.9 is rejected."""
+    from effth.theories.pdlt.finite_width_learning import _decomposition, _restrict
+
+    rng = np.random.default_rng(11)
+    P, N, m = 10, 12, 1
+    T = symmetric_statistics(N, rng)
+    G = rng.standard_normal((N, N))
+    T.update(G1=G + G.T, D=rng.standard_normal((N,) * 4), F=rng.standard_normal((N,) * 4))
+    y = rng.standard_normal((P, m))
+    Ht = T["Theta"][:P, :P]
+    eta = 0.5 / np.linalg.eigvalsh(Ht).max()
+    got = finite_width_covariance(T, y, n_train=P, eta=eta).value("ddntk")
+    Z = dense_projectors(Ht, eta)
+    Hi = np.linalg.inv(Ht)
+    EA = np.zeros((P, N))
+    EA[:, :P] = np.eye(P)
+    Mb = np.eye(N) - T["Theta"][:, :P] @ Hi @ EA
+    K, d = T["K"], np.eye(m)
+    G2 = np.einsum("jk,pq->jkpq", d, K[:P, :P]) + np.einsum("pj,qk->jkpq", y, y)
+    KxA = K[:, :P]
+    Ez3 = (np.einsum("IJ,xs,KLtu->IJKLxstu", d, KxA, G2) + np.einsum("IK,xt,JLsu->IJKLxstu", d, KxA, G2)
+           + np.einsum("IL,xu,JKst->IJKLxstu", d, KxA, G2))
+    EI = _decomposition(T["R"], m, "ddI")
+    EII = _decomposition((T["S"], T["T"], T["U"]), m, "ddII")
+
+    def dense(scale_IB=1.0):
+        f = 0.0
+        for E, spec, proj in ((EI, "JiKLpDqr", "IA"), (EI, "iJKLDpqr", "IB"),
+                              (EII, "JKiLpqDr", "IIA"), (EII, "iJKLDpqr", "IIB")):
+            Zp = Z[proj] * (scale_IB if proj == "IB" else 1.0)
+            f = f + np.einsum(spec + ",pqrstu,IJKLxstu,Ax,BD->ABIi", _restrict(E, spec[4:], P),
+                              Zp, Ez3, Mb, Mb, optimize=True)
+        return f + f.transpose(1, 0, 3, 2)
+
+    want = dense()
+    scale = np.abs(want).max()
+    assert np.max(np.abs(got - want)) < 1e-9 * scale
+    assert np.max(np.abs(got - dense(0.9))) > 1e-3 * scale
