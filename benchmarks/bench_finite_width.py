@@ -9,11 +9,13 @@ Two parts, reported separately:
   Baseline in the same process: the same mean with the projectors materialized from their
   definitions, X_II and X_III as dense inverses of the N_A^2 x N_A^2 and N_A^3 x N_A^3 Kronecker
   sums (the route that does not scale), for N_A up to 6.  Ratio: baseline / effth.
-* ``end to end``: ``effth.predict(net, X_train, y, X_test, width=n)`` on a depth-5 tanh MLP, whose
-  cost is that of :func:`~effth.ntk_flow` (the NTK hierarchy on the N_A + N_B inputs).
+* ``end to end``: the O(1/n) mean on a depth-5 tanh MLP with N_A training and N_A test inputs,
+  whose cost is that of :func:`~effth.ntk_flow` on the N_A + N_B inputs restricted to the entries
+  with at most one test input (``n_train=N_A, max_test=1``).  Baseline in the same process: the
+  full flow (every entry) for N_A up to ``--full-up-to``.  Bar: 20 + 20 inputs "in seconds".
 
 Options: ``--train`` (repeatable), ``--e2e`` (repeatable N_A for the end-to-end part),
-``--repeat``.  Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_finite_width.py``.
+``--repeat``, ``--rtol``, ``--full-up-to``.  Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_finite_width.py``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ def main(argv=None) -> None:
     ap.add_argument("--train", type=int, action="append")
     ap.add_argument("--e2e", type=int, action="append")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rtol", type=float, default=1e-8, help="ntk_flow accuracy [1e-8]")
+    ap.add_argument("--full-up-to", type=int, default=8, help="largest N_A for the full-flow baseline")
     a = ap.parse_args(argv)
     sizes = a.train or [2, 4, 6, 10, 20, 40]
     rng = np.random.default_rng(0)
@@ -69,13 +73,33 @@ def main(argv=None) -> None:
     if len(sizes) > 2:
         slope = np.polyfit(np.log(sizes[-3:]), np.log(ts[-3:]), 1)[0]
         print(f"fitted cost exponent in N_A over the three largest sizes: {slope:.2f}")
-    e2e = a.e2e or [2, 4]
-    print("end to end: predict(width=) on a depth-5 tanh MLP, N_A training + 2 test inputs")
+    e2e = a.e2e or [2, 4, 8]
+    print(f"end to end: the O(1/n) mean on a depth-5 tanh MLP, N_A training + N_A test inputs, "
+          f"rtol={a.rtol:g}")
+    print("  effth: ntk_flow(n_train=N_A, max_test=1) + finite_width_mean; baseline: the full "
+          "ntk_flow (every entry) + finite_width_mean")
+    print(f"{'N_A':>5} {'effth s':>10} {'full s':>10} {'ratio':>8}")
+    net = et.MLP("tanh", depth=5, c_w=1.0, c_b=0.0)
+    et.ntk_flow(net, rng.standard_normal((3, 4)))          # compile the steps once (not timed)
+    times = []
     for P in e2e:
-        X = rng.standard_normal((P + 2, 4))
-        net = et.MLP("tanh", depth=5, c_w=1.0, c_b=0.0)
-        t = best(lambda: et.predict(net, X[:P], rng.standard_normal(P), X[P:], width=64), 1)
-        print(f"{P:5d} {t:10.2f} s")
+        X = rng.standard_normal((2 * P, 4))
+        y = rng.standard_normal((P, 1))
+
+        def mean(**kw):
+            nf = et.ntk_flow(net, X, rtol=a.rtol, **kw)
+            return finite_width_mean(nf, y, n_train=P, algorithm="gradient_flow", width=64)
+
+        t = best(lambda: mean(n_train=P, max_test=1), 1)
+        times.append(t)
+        if P <= a.full_up_to:
+            tf = best(lambda: mean(), 1)
+            print(f"{P:5d} {t:10.2f} {tf:10.2f} {tf / t:8.1f}")
+        else:
+            print(f"{P:5d} {t:10.2f} {'-':>10} {'-':>8}")
+    if len(e2e) > 2:
+        slope = np.polyfit(np.log(e2e[-3:]), np.log(times[-3:]), 1)[0]
+        print(f"fitted cost exponent in N_A (= N_B) over the three largest sizes: {slope:.2f}")
 
 
 if __name__ == "__main__":
