@@ -20,16 +20,19 @@ __all__ = ["blas_threads", "limits_blas_threads", "default_blas_threads", "worke
 F = TypeVar("F", bound=Callable)
 
 
-def default_blas_threads() -> int:
-    """Thread count used by :func:`blas_threads`: ``$EFFTH_BLAS_THREADS`` or 1."""
-    value = os.environ.get("EFFTH_BLAS_THREADS", "1")
+def _positive_env(name: str, value: str) -> int:
     try:
         n = int(value)
     except ValueError as exc:
-        raise ValueError(f"EFFTH_BLAS_THREADS must be a positive integer, got {value!r}") from exc
+        raise ValueError(f"{name} must be a positive integer, got {value!r}") from exc
     if n < 1:
-        raise ValueError(f"EFFTH_BLAS_THREADS must be a positive integer, got {value!r}")
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return n
+
+
+def default_blas_threads() -> int:
+    """Thread count used by :func:`blas_threads`: ``$EFFTH_BLAS_THREADS`` or 1."""
+    return _positive_env("EFFTH_BLAS_THREADS", os.environ.get("EFFTH_BLAS_THREADS", "1"))
 
 
 @contextmanager
@@ -65,13 +68,7 @@ def worker_threads() -> int:
         except AttributeError:  # pragma: no cover - not on Linux
             cores = os.cpu_count() or 1
         return max(1, min(cores, 8))
-    try:
-        n = int(value)
-    except ValueError as exc:
-        raise ValueError(f"EFFTH_THREADS must be a positive integer, got {value!r}") from exc
-    if n < 1:
-        raise ValueError(f"EFFTH_THREADS must be a positive integer, got {value!r}")
-    return n
+    return _positive_env("EFFTH_THREADS", value)
 
 
 def thread_map(fn: Callable[[Any], Any], items: Iterable[Any], threads: int | None = None) -> list:
