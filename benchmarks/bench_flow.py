@@ -1,53 +1,100 @@
 """Benchmark of :func:`effth.flow` (compiled K, V, G1 over all layers and inputs).
 
-Bar: a depth-20 tanh network on 8 inputs gives K, V, G1 at every layer in under 2 s;
-on 16 inputs in under 20 s.  Baseline in the same process: the naive evaluation, one quadrature
-call per tensor entry per layer (``initialization_flow``, which evaluates each of the
-symmetry-distinct components of the derived expression separately).  The naive run is timed on
-``--naive-layers`` layer steps and extrapolated linearly to the full depth (its cost per step
-does not depend on the layer beyond the kernel scale; the extrapolation is printed as such).
-Accuracy: the two are compared entry by entry on the layers both computed.
+Bar: a depth-20 tanh network (unit-scale random inputs in 10 dimensions, C_W = 1, C_b = 0,
+rtol 1e-8) gives K, V, G1 at every layer on 32 inputs in under 30 s, with peak memory within
+2x the V tensor of all layers; the cost of the four-point table grows like N^4 (every multiset of
+four inputs). Baselines in the same process:
 
-Options: ``--inputs``, ``--depth``, ``--act``, ``--rtol``, ``--naive-layers`` (0 to skip).
-Run ``python benchmarks/bench_flow.py`` (effth limits BLAS threads itself).
+* the naive evaluation, one quadrature call per tensor entry per layer (``initialization_flow``,
+  which evaluates each of the symmetry-distinct components of the derived expression
+  separately), for N <= ``--naive-max``: timed on ``--naive-layers`` layer steps and extrapolated
+  linearly to the full depth (its cost per step does not depend on the layer beyond the kernel
+  scale; the extrapolation is printed as such);
+* ``effth.flow`` on one thread (``EFFTH_THREADS=1``), the baseline of the threaded chunks (the
+  tables do not depend on the thread count: checked here).
+
+Accuracy: the naive and compiled flows are compared entry by entry on the layers both computed.
+``--memory`` also reports the peak of ``tracemalloc`` (a separate, untimed run: tracing slows
+NumPy's allocations) against the size of V.
+
+Options: ``--inputs``, ``--depth``, ``--act``, ``--rtol``, ``--naive-layers`` (0 to skip),
+``--naive-max``, ``--memory``. Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_flow.py``
+(effth limits BLAS threads itself).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
+import tracemalloc
 
 import numpy as np
 
 import effth as et
+from effth._threads import worker_threads
 from effth.theories.pdlt import initialization_flow
 from effth.theories.pdlt.kernel_flow import layer_steps
+
+BAR_N, BAR_S = 32, 30.0
+
+
+def _timed(fn):
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - t0, time.process_time() - c0, out
+
+
+def _serial(fn):
+    old = os.environ.get("EFFTH_THREADS")
+    os.environ["EFFTH_THREADS"] = "1"
+    try:
+        return fn()
+    finally:
+        if old is None:
+            os.environ.pop("EFFTH_THREADS", None)
+        else:
+            os.environ["EFFTH_THREADS"] = old
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--inputs", type=int, nargs="+", default=[8, 16])
+    ap.add_argument("--inputs", type=int, nargs="+", default=[8, 16, 24, 32])
     ap.add_argument("--depth", type=int, default=20)
     ap.add_argument("--act", default="tanh")
     ap.add_argument("--rtol", type=float, default=1e-8)
     ap.add_argument("--naive-layers", type=int, default=2)
+    ap.add_argument("--naive-max", type=int, default=16)
+    ap.add_argument("--memory", action="store_true")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     t0 = time.perf_counter()
     layer_steps()                      # derivation + compilation (once per process)
     t_compile = time.perf_counter() - t0
-    print(f"derive + compile the three steps: {t_compile:.2f} s (once per process)")
+    print(f"derive + compile the three steps: {t_compile:.2f} s (once per process); "
+          f"{worker_threads()} threads; bar: {BAR_N} inputs at depth 20 in < {BAR_S:.0f} s, "
+          "peak memory < 2x V")
     for N in args.inputs:
         X = rng.standard_normal((N, 10))
         net = et.MLP(args.act, args.depth, 128, c_w=1.0, c_b=0.0)
-        t0, c0 = time.perf_counter(), time.process_time()
-        fl = et.flow(net, X, rtol=args.rtol)
-        t_fast, c_fast = time.perf_counter() - t0, time.process_time() - c0
+        et.flow(et.MLP(args.act, 2, 128), X[:3], rtol=args.rtol)          # warm-up
+        t_fast, c_fast, fl = _timed(lambda net=net, X=X: et.flow(net, X, rtol=args.rtol))
+        t_one, _, fl1 = _timed(lambda net=net, X=X: _serial(lambda: et.flow(net, X, rtol=args.rtol)))
+        same = all(np.array_equal(getattr(fl, k), getattr(fl1, k)) for k in ("K", "V", "G1"))
         print(f"\n{args.act}, depth {args.depth}, {N} inputs, rtol {args.rtol:g}")
         print(f"  effth.flow          : {t_fast:8.2f} s wall, {c_fast:.2f} s CPU  (K, V with {N**4} "
-              f"entries, G1; all layers)"
-              f"  max est. table error {fl.table_error.max():.1e}")
-        if args.naive_layers:
+              f"entries, G1; all layers)  max est. table error {fl.table_error.max():.1e}"
+              + (f"  [bar: < {BAR_S:.0f} s: {'met' if t_fast < BAR_S else 'NOT met'}]" if N == BAR_N else ""))
+        print(f"  on one thread       : {t_one:8.2f} s  ratio one thread / threaded {t_one / t_fast:5.2f}x;"
+              f" tables identical: {same}")
+        if args.memory:
+            tracemalloc.start()
+            et.flow(net, X, rtol=args.rtol)
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            print(f"  peak traced memory  : {peak / 2**20:8.1f} MiB = {peak / fl.V.nbytes:.2f} x V "
+                  f"({fl.V.nbytes / 2**20:.1f} MiB, all layers)")
+        if args.naive_layers and N <= args.naive_max:
             m = min(args.naive_layers, args.depth - 1)
             t0 = time.perf_counter()
             ref = initialization_flow(fl.K[0], m + 1, args.act, c_w=1.0, c_b=0.0, rtol=args.rtol)

@@ -3,7 +3,8 @@
 Times ``effth.output_kernels`` (K^(L), Theta^(L), PDLT (4.118), (9.5)) and neural-tangents'
 ``kernel_fn(X, X, ("nngp", "ntk"))`` for the same MLP on the same N x N inputs, float64, and
 prints the ratio effth / neural-tangents and the largest relative disagreement. Both run in this
-process, interleaved, best of ``--repeat``.
+process, interleaved (one call of each per round), best of ``--repeat`` rounds; effth is also
+timed with ``EFFTH_THREADS=1`` (the baseline of any threaded part of its path).
 
 neural-tangents 0.6.5 imports only with jax/jaxlib 0.4.30, installed without dependencies plus
 frozendict, opt_einsum, ml_dtypes and absl-py; its ``neural_tangents.experimental`` module pulls
@@ -18,17 +19,22 @@ Parameterization: NT's ``Dense(W_std, b_std, parameterization="ntk")`` is the bo
 ``C_W = W_std**2``, ``C_b = b_std**2`` and learning rates ``lambda_W = C_W``, ``lambda_b = C_b``.
 Without neural-tangents the script says so and exits 0.
 
-Measured on the 2-core development machine (1 BLAS thread, idle, best of 5):
-erf depth 8 / 20: 1.43x / 1.36x; ReLU depth 8 / 20: 1.35x / 0.77x. neural-tangents' jit compile
-takes 0.45-3.1 s on top; effth's first call reads its derivations from the disk cache. K agrees to
-1e-15. For ReLU, neural-tangents' Theta differs from effth's by up to 2e-8 relative, on the
-diagonal: against a 40-digit mpmath iteration of the arc-cosine recursions, effth's diagonal is
-off by 4e-16 and neural-tangents' by 1.8e-8 (its arc-cosine derivative near cos = 1).
+Measured on the 2-core development machine (1 BLAS thread, otherwise idle, interleaved, best of
+5): erf depth 8 / 20: 1.34x / 1.33x (neural-tangents 0.088 / 0.224 s); ReLU depth 8 / 20:
+1.49x / 0.76x (0.125 / 0.733 s); a run ten minutes earlier gave 1.45x / 1.53x and 1.32x / 0.61x.
+effth's two-point tables run on one thread (their blocks on two threads measured no faster), so
+the "1 thread" column differs from the default one by noise.
+neural-tangents' jit compile takes 0.46-3.1 s on top; effth's first call reads its derivations
+from the disk cache. K agrees to 1e-15. For ReLU, neural-tangents' Theta differs from effth's by
+up to 2e-8 relative, on the diagonal: against a 40-digit mpmath iteration of the arc-cosine
+recursions, effth's diagonal is off by 4e-16 and neural-tangents' by 1.8e-8 (its arc-cosine
+derivative near cos = 1).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import types
@@ -36,14 +42,23 @@ import types
 import numpy as np
 
 import effth as et
-from _timing import best
+from effth._threads import worker_threads
+
+threads = os.environ.get("EFFTH_THREADS")
+
+
+def _restore(value):
+    if value is None:
+        os.environ.pop("EFFTH_THREADS", None)
+    else:
+        os.environ["EFFTH_THREADS"] = value
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000, help="number of inputs N [1000]")
     ap.add_argument("--depths", default="8,20")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     try:
         sys.modules.setdefault("neural_tangents.experimental", types.ModuleType("neural_tangents.experimental"))
@@ -78,12 +93,32 @@ def main() -> int:
             t0 = time.perf_counter()
             et.output_kernels(net, X[:3], lambda_b=c_b, lambda_w=c_w)    # first call: derivation
             t_first = time.perf_counter() - t0
-            t_nt, (Kn, Tn) = best(nt, args.repeat, result=True)
-            t_e, (Ke, Te) = best(lambda: et.output_kernels(net, X, lambda_b=c_b, lambda_w=c_w), args.repeat,
-                              result=True)
+            def ours():
+                return et.output_kernels(net, X, lambda_b=c_b, lambda_w=c_w)
+
+            def serial():
+                os.environ["EFFTH_THREADS"] = "1"
+                try:
+                    return ours()
+                finally:
+                    _restore(threads)
+
+            # interleaved: one call of each per round, best of the rounds
+            times = {"nt": [], "effth": [], "serial": []}
+            for _ in range(args.repeat):
+                for key, fn in (("nt", nt), ("effth", ours), ("serial", serial)):
+                    t0 = time.perf_counter()
+                    res = fn()
+                    times[key].append(time.perf_counter() - t0)
+                    if key == "nt":
+                        Kn, Tn = res
+                    elif key == "effth":
+                        Ke, Te = res
+            t_nt, t_e, t_s = (min(times[k]) for k in ("nt", "effth", "serial"))
             err = max(np.max(np.abs(Ke - Kn)) / np.max(np.abs(Kn)), np.max(np.abs(Te - Tn)) / np.max(np.abs(Tn)))
-            print(f"{act:5s} depth {L:3d}: effth {t_e:6.3f} s, neural-tangents {t_nt:6.3f} s "
-                  f"(jit compile {t_compile:.2f} s; effth first call {t_first:.2f} s)  ratio {t_e / t_nt:5.2f}x  "
+            print(f"{act:5s} depth {L:3d}: effth {t_e:6.3f} s ({worker_threads()} threads; 1 thread "
+                  f"{t_s:.3f} s), neural-tangents {t_nt:6.3f} s (jit compile {t_compile:.2f} s; effth "
+                  f"first call {t_first:.2f} s)  ratio {t_e / t_nt:5.2f}x (1 thread {t_s / t_nt:.2f}x)  "
                   f"max rel. difference {err:.1e}")
     return 0
 

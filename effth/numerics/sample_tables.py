@@ -22,11 +22,21 @@ coordinate only and :math:`z_1` on the first two; then :math:`S_p` is needed at 
 points only and :math:`\sigma(z_1)` at :math:`n_1n_2`.  A 4-D integral costs about two
 activation evaluations per node of a 3-D grid instead of one per node of a 4-D grid.
 
+The geometry (which variable is integrated out, the rotation) is computed backward-stably from an
+eigen-factor of each sub-kernel (:func:`effth.numerics.atom_tables._split`), so duplicated,
+collinear and zero inputs are exact limits (a direction of zero variance gets one node).
+
 All rules are truncated trapezoids in standard-normal coordinates (spectrally convergent for
-activations analytic in a strip, like the smooth path of :mod:`effth.numerics.quadrature`), shared
-by every subset of a batch; the error is estimated from the same nodes with every other node
-dropped (step :math:`2h`), using :math:`e(h)\approx e(2h)^2/\lvert I\rvert`, and the step is
-refined until the estimate is below ``rtol``.  Kinked activations are not handled here (their
+activations analytic in a strip, like the smooth path of :mod:`effth.numerics.quadrature`); the
+error is estimated from the same nodes with every other node dropped (step :math:`2h`), using
+:math:`e(h)\approx e(2h)^2/\lvert I\rvert`, and the step is refined until the estimate is below
+``rtol``.  For the four-point table each direction's step follows its own scale: the subsets are
+sorted into buckets of node counts within 20 % (:func:`_buckets`), each bucket with the rules of
+its largest scales (one set of rules for all subsets would cost every subset the worst one's
+grid); the buckets are cut into chunks of bounded memory that run on
+:func:`effth._threads.thread_map`'s threads (an entry depends on its bucket only, so the tables do
+not depend on the thread count), and the first refinement divides the step by the factor the
+error model asks for (:func:`_first_refinement`).  Kinked activations are not handled here (their
 integrands are not smooth in the rotated coordinates): callers fall back to
 :func:`effth.gaussian_expectation`.
 """
@@ -41,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from .._threads import blas_threads, thread_map
 from ..errors import AccuracyWarning, DomainError
 from ._rules import INV_SQRT_2PI, gauss_hermite, log_inv_tol, truncation
 
@@ -49,8 +60,9 @@ __all__ = ["pair_tables", "four_point_table", "kinked_pair_tables", "closed_pair
 
 _MAX_REFINE = 4
 _DROP = 1e-13          # conditional variances <= this * max diagonal are zero
-_CHUNK = 2 ** 17       # integrand elements evaluated at once (cache-sized: np.tanh is 3x slower on big arrays)
+_CHUNK = 2 ** 19       # four-point integrand elements per chunk (4 MiB: larger chunks thread better)
 _PAIR_NODES = 2 ** 19  # pair_tables: integrand elements per chunk of pairs (bounds its memory)
+_SPLIT = 1 << 12       # four_point_table: subsets whose geometry is computed at once
 
 
 # ------------------------------------------------------------------------------------ rules
@@ -263,14 +275,14 @@ def _steps(scales: np.ndarray, activation: Any, rtol: float, nfac: int) -> np.nd
     return np.where(sc > 0.0, h, np.inf)
 
 
-_LEVEL = math.log(1.1)   # bucket width: node counts of one bucket's members within about 10 %
+_LEVEL = math.log(1.2)   # bucket width: node counts of one bucket's members within about 20 %
 
 
 def _buckets(scales: np.ndarray, act: Any, rtol: float, nfac: int, mult: float,
              X: float) -> list:
     """Index arrays of subsets with similar rules: each direction's node count (from its own
-    scale, :func:`_steps`) rounded up to a geometric ladder of ratio 1.1, so that the rules of a
-    bucket -- set by its largest scales -- cost its members at most about 10 % more nodes per
+    scale, :func:`_steps`) rounded up to a geometric ladder of ratio 1.2, so that the rules of a
+    bucket -- set by its largest scales -- cost its members at most about 20 % more nodes per
     direction than their own (one set of rules for all subsets costs the worst one's)."""
     B = scales.shape[0]
     if act.is_polynomial:
@@ -278,13 +290,19 @@ def _buckets(scales: np.ndarray, act: Any, rtol: float, nfac: int, mult: float,
     h = _steps(scales, act, rtol, nfac) / mult
     with np.errstate(divide="ignore", invalid="ignore"):
         m = np.where(np.isinf(h), 0.0, np.floor(X / h))
-    lev = np.ceil(np.log(np.maximum(m, 1.0)) / _LEVEL).astype(np.int64)
-    lev[m == 0] = -1
-    _, inv = np.unique(lev, axis=0, return_inverse=True)
-    inv = inv.ravel()
-    order = np.argsort(inv, kind="stable")
-    cuts = np.flatnonzero(np.diff(inv[order])) + 1
+    lev = np.ceil(np.log(np.maximum(m, 1.0)) / _LEVEL).astype(np.int64) + 1
+    lev[m == 0] = 0
+    # one integer key per subset (levels are below 2^10: a line has at most 2^23 nodes)
+    key = lev @ (np.int64(1) << (10 * np.arange(lev.shape[1], dtype=np.int64)))
+    order = np.argsort(key, kind="stable")
+    cuts = np.flatnonzero(np.diff(key[order])) + 1
     return np.split(order, cuts)
+
+
+def _elements(rules: list, y: np.ndarray) -> int:
+    """Integrand elements per subset on the given rules (the 3-D grid's two factors, or the
+    smoothed line's n1 x ny nodes)."""
+    return 2 * max(math.prod(len(rule[0]) for rule in rules), len(rules[0][0]) * len(y))
 
 
 def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
@@ -296,7 +314,6 @@ def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
     integrand elements; the chunks run on :func:`effth._threads.thread_map`'s threads (an entry's
     value depends on its bucket's rules only, not on the chunking or the thread count).
     """
-    from .._threads import thread_map
     from .atom_tables import _split
 
     B, k = P.shape
@@ -310,7 +327,9 @@ def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
             x, w, wc = _fold(x, w)
         f = _ipow(act.numpy(0)(sd[:, None] * x), P[:, 0])
         return _finish(f @ w, f @ wc, np.abs(f) @ w, _order([sd.max()], act, rtol, nfac))
-    order, A, c, s = _split(K)
+    # the geometry in blocks of subsets (LAPACK per 4 x 4 kernel: the blocking does not change it)
+    parts = thread_map(lambda i: _split(K[i:i + _SPLIT]), range(0, B, _SPLIT))
+    order, A, c, s = (np.concatenate(v) for v in zip(*parts))
     Po = np.take_along_axis(P, order, axis=1)
     r = k - 1
     # per-subset scale of each direction: x_1 carries row 0 of A and mu = c x_1
@@ -322,15 +341,13 @@ def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
     tasks = []
     for members in _buckets(sc, act, rtol, nfac, mult, X):
         top = [float(v) for v in sc[members].max(axis=0)]
-        scales = [max(top[0], 0.0)] + top[1:r]
-        rules = [_rules_for(v, act, rtol, nfac, mult, X) for v in scales]
+        rules = [_rules_for(v, act, rtol, nfac, mult, X) for v in top[:r]]
         if even and not act.is_polynomial:     # f(-x) = f(x): half of the x_1 line
             rules[0] = _fold(*rules[0][:2])
         y, wy, wyc = _rules_for(top[r], act, rtol, nfac, mult, X)
         _check_grid([len(rule[0]) for rule in rules], max(top), "four-point table")
         _check_grid([len(rules[0][0]), len(y)], max(top), "four-point table")
-        per = 2 * max(int(np.prod([len(rule[0]) for rule in rules])), len(rules[0][0]) * len(y))
-        chunk = max(1, _CHUNK // per)
+        chunk = max(1, _CHUNK // _elements(rules, y))
         q = _order(top, act, rtol, nfac)
         for i in range(0, len(members), chunk):
             tasks.append((members[i:i + chunk], rules, (y, wy, wyc), q))
@@ -340,7 +357,11 @@ def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
         return _finish(*_outer_sum(A[idx], c[idx], s[idx], Po[idx], act, rules, y, wy, wyc), q)
 
     val, err, ab = np.empty(B), np.empty(B), np.empty(B)
-    for (idx, *_), (v, e, a) in zip(tasks, thread_map(run, tasks)):
+    # largest chunks first (the threads finish together); small groups serially (starting threads
+    # costs more than it saves); the same chunks either way
+    size = [len(t[0]) * _elements(t[1], t[2][0]) for t in tasks]
+    tasks = [tasks[i] for i in np.argsort(size, kind="stable")[::-1]]
+    for (idx, *_), (v, e, a) in zip(tasks, thread_map(run, tasks, 1 if sum(size) < 4 * _CHUNK else None)):
         val[idx], err[idx], ab[idx] = v, e, a
     return val, err, ab
 
@@ -436,10 +457,16 @@ def _finish(fine: np.ndarray, coarse: np.ndarray, absval: np.ndarray, model: tup
 def multiset_index(N: int) -> tuple[np.ndarray, list]:
     """(index tensor (N,)*4 -> multiset id, list of sorted multisets) for N samples."""
     sets = list(itertools.combinations_with_replacement(range(N), 4))
-    pos = {m: i for i, m in enumerate(sets)}
+    # rank of a sorted multiset a <= b <= c <= d in that (lexicographic) order, by counting:
+    # pos[a, b, c, d] for the sorted tuples, gathered for all N^4 tuples in blocks of the first index
+    pos = np.zeros((N,) * 4, dtype=np.intp)
+    S = np.array(sets, dtype=np.intp).reshape(-1, 4)
+    pos[S[:, 0], S[:, 1], S[:, 2], S[:, 3]] = np.arange(len(sets))
     idx = np.empty((N,) * 4, dtype=np.intp)
-    for t in itertools.product(range(N), repeat=4):
-        idx[t] = pos[tuple(sorted(t))]
+    rest = np.indices((N,) * 3).reshape(3, -1)
+    for a in range(N):
+        T = np.sort(np.vstack([np.full(rest.shape[1], a), rest]), axis=0)
+        idx[a] = pos[T[0], T[1], T[2], T[3]].reshape((N,) * 3)
     idx.setflags(write=False)
     return idx, sets
 
@@ -570,17 +597,18 @@ def four_point_table(K: Any, activation: Any, *, rtol: float = 1e-9) -> tuple[np
     # the scale against which entries that vanish by symmetry are judged
     groups = sorted(multiset_groups(N).items(), key=lambda kv: len(kv[0]))
     scale = 0.0
-    for pattern, (ids, var) in groups:
-        P = np.tile(pattern, (len(ids), 1))
-        Kb = K[var[:, :, None], var[:, None, :]]
+    with blas_threads():            # the chunks run on effth's threads: one BLAS thread each
+        for pattern, (ids, var) in groups:
+            P = np.tile(pattern, (len(ids), 1))
+            Kb = K[var[:, :, None], var[:, None, :]]
 
-        def run(mult: float, sel: np.ndarray, Kb=Kb, P=P) -> tuple:
-            return _four_point_group(Kb[sel], P[sel], activation, rtol, mult)
+            def run(mult: float, sel: np.ndarray, Kb=Kb, P=P) -> tuple:
+                return _four_point_group(Kb[sel], P[sel], activation, rtol, mult)
 
-        v, e = _refined(run, len(ids), rtol, f"four-point table (multiplicities {pattern})", scale,
-                        adaptive=True)
-        vals[ids], errs[ids] = v, e
-        scale = max(scale, float(np.max(np.abs(v), initial=0.0)))
+            v, e = _refined(run, len(ids), rtol, f"four-point table (multiplicities {pattern})",
+                            scale, adaptive=True)
+            vals[ids], errs[ids] = v, e
+            scale = max(scale, float(np.max(np.abs(v), initial=0.0)))
     return vals[idx], errs[idx]
 
 
@@ -1094,8 +1122,10 @@ def _fast_pair(act: Any, p: int, q: int):
         # of the block's size besides the result)
         if p == 0:
             def erf00(da, db, k):
-                t = np.multiply(k, 2.0 / np.sqrt(1.0 + 2.0 * da))
-                t *= 1.0 / np.sqrt(1.0 + 2.0 * db)
+                # 2 k u_a u_b, u = (1 + 2 K)^(-1/2): u_a u_b is symmetric in (a, b) to the last bit
+                t = np.multiply(1.0 / np.sqrt(1.0 + 2.0 * da), 1.0 / np.sqrt(1.0 + 2.0 * db))
+                t *= k
+                t *= 2.0
                 np.clip(t, -1.0, 1.0, out=t)
                 np.arcsin(t, out=t)
                 t *= 2.0 / np.pi
@@ -1195,16 +1225,30 @@ def closed_pair_tables(K: Any, activation: Any, orders: Any, *, rows: int = _ROW
     plans = {o: v for o, v in plans.items() if o[::-1] in plans}
     out = {o: np.empty((N, N)) for o in plans}
     step = max(1, rows // max(N, 1))
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        for i0 in range(0, N, step):
-            i1 = min(N, i0 + step)
-            da, db, k = d[i0:i1, None], d[None, i0:], K[i0:i1, i0:]
+
+    def block(i0: int) -> dict:
+        # rows i0:i1 of the upper triangle and their mirror: the blocks write disjoint parts;
+        # returns whether each order's off-diagonal entries of the block are finite
+        i1 = min(N, i0 + step)
+        da, db, k = d[i0:i1, None], d[None, i0:], K[i0:i1, i0:]
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             blocks = {o: plans[o][0](da, db, k) for o in plans}
-            for (p, q), B in blocks.items():
-                T = out[p, q]
-                T[i0:i1, i0:] = B
-                T[i1:, i0:i1] = blocks[q, p][:, i1 - i0:].T
+        r = np.arange(i1 - i0)
+        finite = {}
+        for (p, q), B in blocks.items():
+            B[r, r] = 0.0                      # the diagonal: the one-sample values, set below
+            finite[p, q] = bool(np.isfinite(B).all())
+            T = out[p, q]
+            T[i0:i1, i0:] = B
+            T[i1:, i0:i1] = blocks[q, p][:, i1 - i0:].T
+        return finite
+
+    # serially: on two threads the blocks (a few memory-bound passes each) measured no faster
+    finite = [block(i0) for i0 in range(0, N, step)]
+    ok = {}
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for (p, q), T in out.items():
-            T[np.diag_indices(N)] = plans[p, q][1](d)
-    return {o: T for o, T in out.items() if np.all(np.isfinite(T))
-            and np.all(np.isfinite(out[o[::-1]]))}
+            diag = plans[p, q][1](d)
+            T[np.diag_indices(N)] = diag
+            ok[p, q] = all(f[p, q] for f in finite) and bool(np.isfinite(diag).all())
+    return {o: T for o, T in out.items() if ok[o] and ok[o[::-1]]}
