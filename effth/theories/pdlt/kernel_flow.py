@@ -654,24 +654,29 @@ def _flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None =
     ent4 = None if restrict is None else restrict.entries(N, 4)
     Ks, errs = np.empty((L, N, N)), [0.0]          # layers written in place (no final stack)
     Ks[0] = K
-    Vs = [np.zeros((N,) * 4)] if "V" in stats else None
-    Gs = [np.zeros((N, N))] if "G1" in stats else None
+    # V and G1 preallocated and written layer by layer too: the peak memory is one copy of the
+    # (L, N^4) result plus the tables (a list stacked at the end held two); a restricted flow's
+    # skipped entries stay NaN
+    Vs = np.zeros((L,) + (N,) * 4) if "V" in stats else None
+    Gs = np.zeros((L, N, N)) if "G1" in stats else None
+    if restrict is not None and Vs is not None:
+        Vs[1:] = np.nan
     scale0 = float(np.max(np.abs(np.diag(K))))
     warned = False
     with blas_threads(), progress_bar(L - 1, progress_label, progress=progress, unit="layer") as bar:
         for layer in range(1, L):
             K = Ks[layer - 1]
-            V = None if Vs is None else Vs[-1]
-            G1 = None if Gs is None else Gs[-1]
+            V = None if Vs is None else Vs[layer - 1]
+            G1 = None if Gs is None else Gs[layer - 1]
             c_w_, c_b_, r_ = cws[layer], cbs[layer], rats[layer - 1]
             Vn = Gn = None
             with np.errstate(over="ignore", invalid="ignore"):   # reported below with the layer
                 tabs, err = _tables(K, act, orders, four, rtol, restrict)
                 Kn = steps["K"](N, tabs, V, G1, c_w_, c_b_, r_, out=Ks[layer])
                 if Vs is not None:
-                    Vn = steps["V"](N, tabs, V, G1, c_w_, c_b_, r_, entries=ent4)
+                    Vn = steps["V"](N, tabs, V, G1, c_w_, c_b_, r_, out=Vs[layer], entries=ent4)
                 if Gs is not None and g1_book is None:
-                    Gn = steps["G1"](N, tabs, V, G1, c_w_, c_b_, r_)
+                    Gn = steps["G1"](N, tabs, V, G1, c_w_, c_b_, r_, out=Gs[layer])
                 elif Gs is not None:
                     Gn = g1_book.evaluate(K, V, G1, activation=act, c_w=c_w_, c_b=c_b_, ratio=r_,
                                           rtol=rtol)
@@ -685,13 +690,13 @@ def _flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None =
             del tabs
             if Kn is not Ks[layer]:
                 Ks[layer] = Kn
-            if Vs is not None:
-                Vs.append(Vn)
-            if Gs is not None:
-                Gs.append(Gn)
+            if Vn is not None and Vn is not Vs[layer]:
+                Vs[layer] = Vn
+            if Gn is not None and Gn is not Gs[layer]:
+                Gs[layer] = Gn
             errs.append(err)
             bar.update()
-    out = Flow(Ks, None if Vs is None else np.array(Vs), None if Gs is None else np.array(Gs),
+    out = Flow(Ks, Vs, Gs,
                np.arange(1, L + 1), act, np.asarray(cws, float), np.asarray(cbs, float),
                np.asarray(rats, float), widths, np.asarray(errs))
     if widths is not None and (Vs is not None or Gs is not None):    # K alone is the n -> inf limit
