@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator, TypeVar
@@ -80,7 +81,24 @@ def thread_map(fn: Callable[[Any], Any], items: Iterable[Any], threads: int | No
     """
     items = list(items)
     n = worker_threads() if threads is None else int(threads)
-    if n <= 1 or len(items) <= 1:
+    # inside a worker (a nested call) the items run serially: waiting on the same pool from
+    # its own workers could deadlock
+    if n <= 1 or len(items) <= 1 or threading.current_thread().name.startswith("effth_"):
         return [fn(it) for it in items]
-    with ThreadPoolExecutor(max_workers=min(n, len(items))) as ex:
-        return list(ex.map(fn, items))
+    return list(_pool(n).map(fn, items))
+
+
+_POOLS: dict = {}
+_POOL_LOCK = threading.Lock()
+
+
+def _pool(n: int) -> ThreadPoolExecutor:
+    """One persistent pool per thread count and process (a forked child makes its own: the
+    parent's worker threads do not exist there); creating a pool per call cost more than the
+    threads saved on small tables."""
+    key = (os.getpid(), n)
+    with _POOL_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None:
+            pool = _POOLS[key] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="effth_")
+        return pool

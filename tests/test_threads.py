@@ -29,3 +29,9 @@ def test_bad_thread_counts(monkeypatch, var, fn, bad):
     monkeypatch.setenv(var, bad)
     with pytest.raises(ValueError, match=var):
         fn()
+
+
+def test_nested_thread_map_does_not_deadlock(monkeypatch):
+    monkeypatch.setenv("EFFTH_THREADS", "2")
+    out = thread_map(lambda i: sum(thread_map(lambda j: i * j, range(4))), range(6))
+    assert out == [6 * i for i in range(6)]
