@@ -6,7 +6,7 @@ NTK hierarchy only at entries whose labels hold at most one test input -- :math:
 covariance at entries with at most two distinct test inputs.  Every layer recursion of
 :math:`K, V, G^{\{1\}}` and of the NTK hierarchy maps an entry to an expression in atoms over
 subsets of the entry's own samples and in the previous layer's entries with the same samples
-(PDLT (4.118)–(4.120), (8.63)–(8.97), (11.49)–(11.52), (∞.172)–(∞.176)), so the entries with at
+(PDLT (4.115), (4.118), (4.119), (8.63)–(8.97), (11.49)–(11.52), (∞.172)–(∞.176)), so the entries with at
 most ``max_test`` distinct test samples are closed under the recursions: a flow restricted to
 them is exact on them.
 

@@ -895,7 +895,7 @@ def kinked_pair_tables(K: Any, activation: Any, orders: Any, rtol: float = 1e-10
     r"""Pair tables :math:`T_{pq}[\alpha,\beta]` for the Edgeworth-form recursions, for any
     activation (kinked ones included) and any PSD kernel, singular ones included.
 
-    The recursions (PDLT (4.118)–(4.120) with the inverse kernel integrated away) use a table
+    The recursions (PDLT (4.115), (4.118), (4.119) with the inverse kernel integrated away) use a table
     entry :math:`T_{pq}[\alpha,\beta]` only in Leibniz combinations
     :math:`\sum_p\binom mp T_{p,m-p}[\alpha,\beta]\,X_{\alpha^p\beta^{m-p}}`, where the tensor
     entry :math:`X` (of :math:`V` or :math:`G^{\{1\}}`) carries one label per derivative.  The

@@ -160,7 +160,7 @@ def _normal_ordered(zs: list) -> sp.Expr:
 def _hermite_atom(F: sp.Expr, labels: tuple) -> sp.Expr:
     r"""Book (raised-index) form of :math:`\langle\partial_{\gamma_1}\cdots\partial_{\gamma_k}F\rangle_K`.
 
-    Gaussian integration by parts (Stein's lemma, PDLT (4.118)–(4.120) in Edgeworth form) run backwards:
+    Gaussian integration by parts (Stein's lemma, PDLT (4.115), (4.118), (4.119) in Edgeworth form) run backwards:
 
     .. math:: \langle\partial_{\gamma_1}\cdots\partial_{\gamma_k}F\rangle_K=\sum_{\beta}
               K^{\gamma_1\beta_1}\cdots K^{\gamma_k\beta_k}

@@ -353,7 +353,7 @@ def bayes_posterior(net: Any = None, X_train: Any = None, y_train: Any = None, X
 
     Either ``bayes_posterior(net, X_train, y_train, X_test)`` — :math:`K^{(L)}, V^{(L)},
     G^{\{1\}(L)}` on the training then test inputs from the layer flow
-    (:func:`~effth.theories.pdlt.flow`, (4.118)–(4.120)) — or precomputed output-layer tensors
+    (:func:`~effth.theories.pdlt.flow`, (4.115), (4.118), (4.119)) — or precomputed output-layer tensors
     ``K=, V=, G1=`` (``G1`` defaults to 0) with ``n_train=`` and ``widths=`` (:math:`n_{L-1}`).
 
     The mean is (6.88) evaluated consistently at :math:`O(1/n)` (module docstring), with the

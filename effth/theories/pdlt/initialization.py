@@ -18,7 +18,7 @@ The result is a :class:`Recursion`: the layer-:math:`(\ell+1)` component as a Sy
 in layer-:math:`\ell` tensors (``Kernel``, ``FourPointVertex``, ``NLOMetric`` at layer
 :math:`\ell`), derivative atoms :math:`\langle\sigma^{(a)}_{\alpha}\cdots\rangle_{K^{(\ell)}}`
 and the hyperparameters :math:`C_W^{(\ell+1)}, C_b^{(\ell+1)}`.  The Edgeworth form has no
-inverse kernel (the book's (4.118)–(4.120) after Gaussian integration by parts); the derivative sums :math:`\sum_\gamma` collapse onto the external
+inverse kernel (the book's (4.115), (4.118), (4.119) after Gaussian integration by parts); the derivative sums :math:`\sum_\gamma` collapse onto the external
 labels, so the components carry no dummy indices.
 
 **Spectator check.**  The widths enter only as :math:`n_\ell/n_{\ell-1}`; the derivation checks

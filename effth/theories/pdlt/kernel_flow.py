@@ -1,7 +1,7 @@
 r"""Fast layer-by-layer evaluation of the derived :math:`K, V, G^{\{1\}}` recursions on a batch of inputs.
 
 :func:`flow` compiles the recursions *derived* by :func:`~effth.theories.pdlt.derive_initialization`
-(Edgeworth form: PDLT (4.118)–(4.120) with the inverse kernel removed by Gaussian integration by
+(Edgeworth form: PDLT (4.115), (4.118), (4.119) with the inverse kernel removed by Gaussian integration by
 parts) into array programs over the whole sample index space:
 
 * every atom of the derived expressions is a table over samples:
@@ -23,7 +23,7 @@ activations and from :func:`effth.gaussian_expectation` batched over all entries
 
 ``statistics=`` selects what is iterated: ``("K",)`` needs only
 :math:`\langle\sigma\sigma\rangle` (PDLT (4.118)) and costs :math:`O(N^2)` per layer;
-:math:`V` (4.119) adds the four-point table (:math:`O(N^4)`) and :math:`G^{\{1\}}` (4.120)
+:math:`V` (4.119) adds the four-point table (:math:`O(N^4)`) and :math:`G^{\{1\}}` (4.115)
 more derivative orders.  What was not requested is not held (``value`` raises
 :class:`~effth.errors.DomainError`).  For kinked activations the
 Edgeworth form of :math:`G^{\{1\}}` needs :math:`\sigma''''`, which is not a function; it is then
@@ -384,7 +384,7 @@ class Flow(WeightLayers):
     ========  =====================================================================  ================
     ``"K"``   kernel at infinite width :math:`K^{(\ell)}_{\alpha_1\alpha_2}` (PDLT (4.118))  ``(N, N)``
     ``"V"``   four-point vertex :math:`V^{(\ell)}_{(\alpha_1\alpha_2)(\alpha_3\alpha_4)}` (PDLT (4.119))  ``(N, N, N, N)``
-    ``"G1"``  NLO metric :math:`G^{\{1\}(\ell)}_{\alpha_1\alpha_2}` (PDLT (4.120))   ``(N, N)``
+    ``"G1"``  NLO metric :math:`G^{\{1\}(\ell)}_{\alpha_1\alpha_2}` (PDLT (4.115))   ``(N, N)``
     ``"G"``   metric at finite width :math:`K^{(\ell)}+G^{\{1\}(\ell)}/n_{\ell-1}` (PDLT (4.104))  ``(N, N)``
     ========  =====================================================================  ================
 
