@@ -20,10 +20,9 @@ Parameterization: NT's ``Dense(W_std, b_std, parameterization="ntk")`` is the bo
 Without neural-tangents the script says so and exits 0.
 
 Measured on the 2-core development machine (1 BLAS thread, otherwise idle, interleaved, best of
-5): erf depth 8 / 20: 1.34x / 1.33x (neural-tangents 0.088 / 0.224 s); ReLU depth 8 / 20:
-1.49x / 0.76x (0.125 / 0.733 s); a run ten minutes earlier gave 1.45x / 1.53x and 1.32x / 0.61x.
-effth's two-point tables run on one thread (their blocks on two threads measured no faster), so
-the "1 thread" column differs from the default one by noise.
+5), effth with two worker threads / ``EFFTH_THREADS=1``: erf depth 8 / 20: 1.45x / 1.34x and
+1.34x / 1.28x (neural-tangents 0.081 / 0.221 s); ReLU depth 8 / 20: 1.25x / 0.57x and 1.49x / 0.76x
+(0.125 / 0.713 s); runs ten minutes apart differ by about 10 %.
 neural-tangents' jit compile takes 0.46-3.1 s on top; effth's first call reads its derivations
 from the disk cache. K agrees to 1e-15. For ReLU, neural-tangents' Theta differs from effth's by
 up to 2e-8 relative, on the diagonal: against a 40-digit mpmath iteration of the arc-cosine
