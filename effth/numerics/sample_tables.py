@@ -55,7 +55,7 @@ from .._threads import blas_threads, thread_map
 from ..errors import AccuracyWarning, DomainError
 from ._rules import INV_SQRT_2PI, gauss_hermite, log_inv_tol, truncation
 
-__all__ = ["pair_tables", "four_point_table", "kinked_pair_tables", "closed_pair_tables", "multiset_index",
+__all__ = ["pair_tables", "four_point_table", "kinked_pair_tables", "closed_pair_tables", "pair_plans", "multiset_index",
            "multiset_groups", "parity"]
 
 _MAX_REFINE = 4
@@ -1082,6 +1082,48 @@ def _pl_theta(rho: np.ndarray) -> np.ndarray:
     return np.arctan2(np.sqrt(det), rho)
 
 
+def fast_pair_joint(act: Any):
+    r"""``f(da, db, k) -> {(0, 0): <sigma_a sigma_b>, (1, 1): <sigma'_a sigma'_b>}`` sharing their
+    common pieces (erf: :math:`t=2K_{ab}u_au_b`, :math:`u=(1+2K_{aa})^{-1/2}`, with
+    :math:`\langle\sigma'\sigma'\rangle=\frac4\pi u_au_b/\sqrt{1-t^2}`; the arc-cosine family:
+    :math:`\rho`, :math:`\theta` and :math:`\sin\theta=\sqrt{1-\rho^2}`), or None.  The same
+    values as the separate formulas of :func:`_fast_pair` to rounding, symmetric in the two
+    samples to the last bit."""
+    fam = getattr(act, "family", None)
+    if fam == "erf":
+        def erf_joint(da, db, k):
+            uu = np.multiply(1.0 / np.sqrt(1.0 + 2.0 * da), 1.0 / np.sqrt(1.0 + 2.0 * db))
+            t = np.multiply(uu, k)
+            t *= 2.0
+            np.clip(t, -1.0, 1.0, out=t)
+            w = np.multiply(t, t)                    # (4/pi) u_a u_b / sqrt(1 - t^2)
+            np.subtract(1.0, w, out=w)
+            np.sqrt(w, out=w)
+            np.divide(uu, w, out=w)
+            w *= 4.0 / np.pi
+            np.arcsin(t, out=t)
+            t *= 2.0 / np.pi
+            return {(0, 0): t, (1, 1): w}
+        return erf_joint
+    if fam == "piecewise_linear":
+        ap, am = float(act.param("a_plus")), float(act.param("a_minus"))
+        s2, x = ap * ap + am * am, ap * am
+
+        def pl_joint(da, db, k):
+            sab = np.multiply(np.sqrt(da), np.sqrt(db))
+            rho = np.divide(k, sab)
+            np.clip(rho, -1.0, 1.0, out=rho)
+            st = (1.0 - rho) * (1.0 + rho)           # sin(theta)^2, as _pl_theta
+            st[st <= 8 * np.finfo(float).eps] = 0.0
+            np.sqrt(st, out=st)
+            t = np.arctan2(st, rho)
+            d1 = (s2 * (np.pi - t) + 2.0 * x * t) / (2.0 * np.pi)
+            d0 = sab * (s2 * (st + (np.pi - t) * rho) - 2.0 * x * (st - t * rho)) / (2.0 * np.pi)
+            return {(0, 0): d0, (1, 1): d1}
+        return pl_joint
+    return None
+
+
 def _fast_pair(act: Any, p: int, q: int):
     r"""Direct NumPy formula ``f(da, db, k) -> <sigma^(p)(z_a) sigma^(q)(z_b)>`` (elementwise,
     broadcast; ``da, db`` the variances, ``k`` the covariance) and its one-sample form
@@ -1152,6 +1194,51 @@ def _fast_pair(act: Any, p: int, q: int):
     return None
 
 
+def pair_plans(act: Any, orders: Any, d: np.ndarray, *, direct_only: bool = False) -> dict:
+    r"""The closed forms of :func:`closed_pair_tables` for a kernel with diagonal ``d``:
+    ``{(p, q): (pair(da, db, k), one(d))}``, ``pair`` the two-sample expectation
+    :math:`\langle\sigma^{(p)}_a\sigma^{(q)}_b\rangle` on broadcast arrays of
+    :math:`K_{aa}, K_{bb}, K_{ab}` and ``one`` the one-sample :math:`\langle\sigma^{(p)}\sigma^{(q)}\rangle`
+    on :math:`K_{aa}`; only orders whose transpose has one too, none where a kinked activation
+    meets a zero-variance input or a scale outside :math:`2^{\pm16}` (see
+    :func:`closed_pair_tables`).  ``direct_only``: only the direct NumPy formulas (erf, sin/cos,
+    the arc-cosine family), which are symmetric in the two samples to the last bit."""
+    from .closed_forms import closed_form, has_closed_form
+
+    kinked = bool(getattr(act, "kinks", ()))
+    if kinked:
+        if np.any(d <= 0.0):
+            return {}
+        if act.homogeneity is not None:
+            with np.errstate(divide="ignore"):
+                e = np.round(np.log2(d))
+            if np.any(np.abs(e) > 16):
+                return {}
+    want = sorted({tuple(o) for o in orders} | {tuple(o)[::-1] for o in orders})
+    plans: dict = {}
+    for (p, q) in want:
+        if (p and act.singular_part(p)) or (q and act.singular_part(q)):
+            continue
+        fast = _fast_pair(act, p, q)
+        if fast is not None:
+            plans[p, q] = fast
+            continue
+        if direct_only:
+            continue
+        f2 = [(0, "sigma", p), (1, "sigma", q)]
+        f1 = [(0, "sigma", p), (0, "sigma", q)]
+        if has_closed_form(act, f2) and has_closed_form(act, f1):
+            def pair(da, db, k, f2=f2):
+                B = np.empty(np.broadcast(da, db, k).shape + (2, 2))
+                B[..., 0, 0], B[..., 1, 1] = da, db
+                B[..., 0, 1] = B[..., 1, 0] = k
+                return closed_form(act, f2, B)
+
+            plans[p, q] = (pair, lambda dd, f1=f1: closed_form(act, f1, dd.reshape(-1, 1, 1)))
+    # keep an order only with its transpose (the lower triangle of (p, q) is (q, p) transposed)
+    return {o: v for o, v in plans.items() if o[::-1] in plans}
+
+
 def closed_pair_tables(K: Any, activation: Any, orders: Any, *, rows: int = _ROWS) -> dict:
     r"""Exact tables :math:`T_{pq}[\alpha,\beta]=\langle\sigma^{(p)}_\alpha\sigma^{(q)}_\beta\rangle_K`
     from closed forms, for the orders that have one.
@@ -1186,44 +1273,13 @@ def closed_pair_tables(K: Any, activation: Any, orders: Any, *, rows: int = _ROW
     dict
         ``{(p, q): (N, N) table}`` for the orders (and transposes) that have a closed form.
     """
-    from .closed_forms import closed_form, has_closed_form
-
     act = activation
     K = np.asarray(K, dtype=np.float64)
     N = K.shape[0]
     d = np.diag(K).copy()
-    kinked = bool(getattr(act, "kinks", ()))
     if N == 0:
         return {}
-    if kinked:
-        if np.any(d <= 0.0):
-            return {}
-        if act.homogeneity is not None:
-            with np.errstate(divide="ignore"):
-                e = np.round(np.log2(d))
-            if np.any(np.abs(e) > 16):
-                return {}
-    want = sorted({tuple(o) for o in orders} | {tuple(o)[::-1] for o in orders})
-    plans: dict = {}
-    for (p, q) in want:
-        if (p and act.singular_part(p)) or (q and act.singular_part(q)):
-            continue
-        fast = _fast_pair(act, p, q)
-        if fast is not None:
-            plans[p, q] = fast
-            continue
-        f2 = [(0, "sigma", p), (1, "sigma", q)]
-        f1 = [(0, "sigma", p), (0, "sigma", q)]
-        if has_closed_form(act, f2) and has_closed_form(act, f1):
-            def pair(da, db, k, f2=f2):
-                B = np.empty(np.broadcast(da, db, k).shape + (2, 2))
-                B[..., 0, 0], B[..., 1, 1] = da, db
-                B[..., 0, 1] = B[..., 1, 0] = k
-                return closed_form(act, f2, B)
-
-            plans[p, q] = (pair, lambda dd, f1=f1: closed_form(act, f1, dd.reshape(-1, 1, 1)))
-    # keep an order only with its transpose (the lower triangle of (p, q) is (q, p) transposed)
-    plans = {o: v for o, v in plans.items() if o[::-1] in plans}
+    plans = pair_plans(act, orders, d)
     out = {o: np.empty((N, N)) for o in plans}
     step = max(1, rows // max(N, 1))
 

@@ -56,8 +56,8 @@ from effth.numerics.sample_tables import closed_pair_tables, pair_tables
 from ._derive import CB, CW
 from ._ntk_forward import LAMBDA_B, LAMBDA_W
 from .initialization import RATIO
-from .kernel_flow import (FLOW_NAMES, Flow, _flow, _grids, polynomial_terms, run_step, _html_table, _layer_index,
-                          _relative, _widths_summary)
+from .kernel_flow import (FLOW_NAMES, Flow, _flow, _grids, evaluate_terms, polynomial_terms, run_step, _html_table,
+                          _layer_index, _relative, _widths_summary)
 from .ntk import NTK_STATISTICS, derive_ntk
 
 __all__ = ["ntk_flow", "NTKFlow", "NTKLayerStep", "learning_rates"]
@@ -465,6 +465,11 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
                 "ddNTKs does not apply (PDLT §∞.1: kinks change the scaling). Only Theta and B are "
                 "available for kinked activations.")
     N = Th.shape[0]
+    if stats == ("Theta",) and n_train is None:
+        # K and Theta alone from closed forms: fused row blocks on the worker threads
+        fast = _theta_flow_blocked(kw, Th, lb, lw, progress)
+        if fast is not None:
+            return fast
     restrict = None if n_train is None else SampleRestriction(n_train, max_test)
     if restrict is not None:
         restrict.check(N)
@@ -506,6 +511,118 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     kern = _flow(**kw, rtol=rtol, statistics=kstats, hook=step, progress=progress,
                  progress_label="ntk_flow: layers", restrict=restrict)
     return NTKFlow(kern, out, lb, lw, np.arange(1, L + 1), np.asarray(errs), restrict)
+
+
+_ROW_ENTRIES = 1 << 16     # entries of one row block of the fused K/Theta step (cache-sized)
+
+
+def _row_args(inputs: list, rows: slice, blocks: dict, ones: dict, tensors: dict) -> list | None:
+    """The arguments of a compiled two-label step on the rows ``rows`` (all columns): two-sample
+    atoms from ``blocks`` (``(p, q) -> (rows, N)``), one-sample atoms from ``ones`` (``(p, q) ->
+    (N,)``), tensors by rows; ``None`` when an input is of another kind (no fused path)."""
+    args = []
+    for _, key in inputs:
+        if isinstance(key, tuple) and key and key[0] == "atom":          # NTKLayerStep
+            fac = key[1]
+            if len(fac) != 2:
+                return None
+            (l0, p), (l1, q) = fac
+            labs, orders = (l0, l1), (p, q)
+        elif isinstance(key, tuple) and key and key[0] == "tensor":      # NTKLayerStep
+            _, name, labs = key
+            T = tensors.get(name)
+            if T is None or len(labs) != 2:
+                return None
+            args.append(T[rows] if tuple(labs) == (0, 1) else
+                        T[:, rows].T if tuple(labs) == (1, 0) else
+                        np.diagonal(T)[rows, None] if tuple(labs) == (0, 0) else np.diagonal(T)[None, :])
+            continue
+        elif getattr(key, "kind", None) == "pair":                      # LayerStep (kernel)
+            labs, orders = key.labels, key.orders
+        else:
+            return None
+        labs = tuple(labs)
+        if labs == (0, 1):
+            args.append(blocks[orders])
+        elif labs == (1, 0):
+            args.append(blocks[orders[::-1]])
+        elif labs == (0, 0):
+            args.append(ones[orders][rows, None])
+        elif labs == (1, 1):
+            args.append(ones[orders][None, :])
+        else:
+            return None
+    return args
+
+
+def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarray,
+                        progress: Any) -> NTKFlow | None:
+    r""":math:`K` and :math:`\Theta` through every layer (PDLT (4.118), (9.5)) when every two-point
+    atom of the two steps has a direct closed form (erf, sin/cos, the arc-cosine family; exactly
+    symmetric, so each block computes whole rows and no mirror is needed): per layer, each block of rows is one fused pass
+    (closed forms, then the compiled K and Theta steps on the block, the one-sample values on its
+    diagonal), the blocks on :func:`effth._threads.thread_map`'s threads.  ``None`` (the general
+    path then runs) when an atom has no closed form, a layer's closed forms do not apply (kinked
+    activation at a zero-variance input or an extreme scale) or give a non-finite value."""
+    from effth._progress import progress_bar
+    from effth._threads import blas_threads, thread_map
+    from effth.numerics.sample_tables import fast_pair_joint, pair_plans
+
+    from .kernel_flow import _check_layer, _resolve, _scale_off, layer_step
+
+    net, X = kw.get("net"), kw.get("X")
+    K1, L, act, cws, cbs, rats, widths = _resolve(net, X, kw.get("K1"), kw.get("depth"), None,
+                                                  kw.get("activation"), kw.get("c_w", 1.0),
+                                                  kw.get("c_b", 0.0), kw.get("ratios", 1.0))
+    ks, ts = layer_step("K"), ntk_layer_step("Theta")
+    orders = set(ks.pair_orders) | set(ts.pair_orders)
+    joint = fast_pair_joint(act) if orders == {(0, 0), (1, 1)} else None
+    if ts._terms is None or ks._terms is None or set(ts.reads) - {"Theta"}:
+        return None
+    N = K1.shape[0]
+    Ks, Ths = np.empty((L, N, N)), np.empty((L, N, N))
+    Ks[0], Ths[0] = K1, Th1
+    scale0 = float(np.max(np.abs(np.diag(K1))))
+    warned = False
+    step = max(1, _ROW_ENTRIES // max(N, 1))
+    with blas_threads(), progress_bar(L - 1, "ntk_flow: layers", progress=progress, unit="layer") as bar:
+        for layer in range(1, L):
+            K, T = Ks[layer - 1], Ths[layer - 1]
+            d = np.diag(K).copy()
+            plans = pair_plans(act, orders, d, direct_only=True)
+            if not all(o in plans for o in orders):
+                return None
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                ones = {o: np.asarray(plans[o][1](d), float) for o in plans}
+            kv = [np.float64(x) for x in (cws[layer], cbs[layer], rats[layer - 1])]
+            tv = [np.float64(x) for x in (cws[layer], cbs[layer], lb[layer], lw[layer], rats[layer - 1])]
+
+            def block(i0: int, K=K, T=T, d=d, plans=plans, ones=ones, kv=kv, tv=tv, layer=layer) -> bool:
+                rows = slice(i0, min(N, i0 + step))
+                r = np.arange(rows.stop - i0)
+                with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                    da, db, kr = d[rows, None], d[None, :], K[rows]
+                    blocks = joint(da, db, kr) if joint is not None else {}
+                    blocks.update({o: plans[o][0](da, db, kr) for o in plans if o not in blocks})
+                    for o, B in blocks.items():
+                        B[r, i0 + r] = ones[o][rows]          # the one-sample values, as the tables
+                    shape = (len(r), N)
+                    ka = _row_args(ks._inputs, rows, blocks, ones, {})
+                    ta = _row_args(ts._inputs, rows, blocks, ones, {"Theta": T})
+                    if ka is None or ta is None:
+                        return False
+                    kb = evaluate_terms(ks._terms, ka, kv, shape, Ks[layer, rows])
+                    tb = evaluate_terms(ts._terms, ta, tv, shape, Ths[layer, rows])
+                return bool(np.isfinite(kb).all() and np.isfinite(tb).all())
+
+            if not all(thread_map(block, range(0, N, step))):
+                return None                                    # the general path says why
+            _check_layer(Ks[layer], layer + 1, scale0, warned)
+            warned = warned or _scale_off(Ks[layer], scale0)
+            bar.update()
+    kern = Flow(Ks, None, None, np.arange(1, L + 1), act, np.asarray(cws, float), np.asarray(cbs, float),
+                np.asarray(rats, float), widths, np.zeros(L))
+    return NTKFlow(kern, {"Theta": Ths}, lb, lw, np.arange(1, L + 1), np.zeros(L))
 
 
 def _check_theta(Th: np.ndarray, N: int) -> None:
