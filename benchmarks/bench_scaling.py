@@ -51,14 +51,14 @@ def main() -> None:
         base.append(best(lambda: plain_erf(X, 10), 2))
         for a, cw in acts:
             net = et.MLP(a, depth=10, c_w=cw, c_b=0.1)
-            res_n[a].append(best(lambda: et.output_kernels(net, X), 2))
+            res_n[a].append(best(lambda: et.output_kernels(net, X), 3))
         print(f"N = {N:5d}, depth 10: " + ", ".join(f"{a} {res_n[a][-1]:.3f} s" for a, _ in acts)
               + f"; plain NumPy erf {base[-1]:.3f} s (erf ratio {res_n['erf'][-1] / base[-1]:.2f}x)")
     X = Xall[:400]
     for L in depths:
         for a, cw in acts:
             net = et.MLP(a, depth=L, c_w=cw, c_b=0.1)
-            res_l[a].append(best(lambda: et.output_kernels(net, X), 2))
+            res_l[a].append(best(lambda: et.output_kernels(net, X), 3))
         print(f"L = {L:3d}, N = 400: " + ", ".join(f"{a} {res_l[a][-1]:.3f} s" for a, _ in acts))
     fits_n = {a: np.polyfit(np.log(sizes[1:]), np.log(res_n[a][1:]), 1)[0] for a, _ in acts}
     fits_l = {a: np.polyfit(np.log(depths[1:]), np.log(res_l[a][1:]), 1)[0] for a, _ in acts}
