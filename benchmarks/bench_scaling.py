@@ -77,6 +77,9 @@ def main() -> None:
         a1.set_xlabel("number of inputs N"); a1.set_ylabel("time of K and Theta [s]")
         a1.set_title("depth 10, 1 BLAS thread"); a1.legend(fontsize=8)
         a2.set_xlabel("depth L"); a2.set_ylabel("time of K and Theta [s]")
+        for ax, ticks in ((a1, sizes), (a2, depths)):      # plain tick labels at the measured points
+            ax.minorticks_off()
+            ax.set_xticks(ticks, [str(t) for t in ticks])
         a2.set_title("N = 400 inputs"); a2.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(args.plot, dpi=110)
