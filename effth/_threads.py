@@ -59,17 +59,19 @@ def limits_blas_threads(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def worker_threads() -> int:
-    """Threads effth's own chunked loops use (:func:`thread_map`): ``$EFFTH_THREADS``, or the cores
-    this process may run on (at most 8)."""
-    value = os.environ.get("EFFTH_THREADS")
+def worker_threads(variable: str | None = None) -> int:
+    """Threads effth's own chunked loops use (:func:`thread_map`): ``$variable`` if given and set
+    (e.g. ``EFFTH_SIM_WORKERS`` for the simulators), else ``$EFFTH_THREADS``, else the cores this
+    process may run on (at most 8)."""
+    name = variable if variable is not None and variable in os.environ else "EFFTH_THREADS"
+    value = os.environ.get(name)
     if value is None:
         try:
             cores = len(os.sched_getaffinity(0))
         except AttributeError:  # pragma: no cover - not on Linux
             cores = os.cpu_count() or 1
         return max(1, min(cores, 8))
-    return _positive_env("EFFTH_THREADS", value)
+    return _positive_env(name, value)
 
 
 def thread_map(fn: Callable[[Any], Any], items: Iterable[Any], threads: int | None = None) -> list:

@@ -35,3 +35,17 @@ def test_nested_thread_map_does_not_deadlock(monkeypatch):
     monkeypatch.setenv("EFFTH_THREADS", "2")
     out = thread_map(lambda i: sum(thread_map(lambda j: i * j, range(4))), range(6))
     assert out == [6 * i for i in range(6)]
+
+
+def test_simulator_workers_variable_takes_precedence(monkeypatch):
+    from effth.errors import DomainError
+    from effth.simulation.ensemble import _n_workers
+
+    monkeypatch.setenv("EFFTH_THREADS", "1")
+    monkeypatch.delenv("EFFTH_SIM_WORKERS", raising=False)
+    assert _n_workers() == 1
+    monkeypatch.setenv("EFFTH_SIM_WORKERS", "3")
+    assert _n_workers() == 3
+    monkeypatch.setenv("EFFTH_SIM_WORKERS", "x")
+    with pytest.raises(DomainError, match="EFFTH_SIM_WORKERS"):
+        _n_workers()

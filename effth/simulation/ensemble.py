@@ -33,7 +33,6 @@ Examples
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -42,7 +41,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .._progress import progress_bar
-from .._threads import blas_threads
+from .._threads import blas_threads, worker_threads
 from ..arch import MLP
 from ..errors import DomainError
 from .._display import html_table, short
@@ -241,17 +240,11 @@ class EnsembleStatistics(WeightLayers):
 
 
 def _n_workers() -> int:
+    """``$EFFTH_SIM_WORKERS``, else ``$EFFTH_THREADS``, else the available cores (at most 8)."""
     try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        cores = os.cpu_count() or 1
-    env = os.environ.get("EFFTH_SIM_WORKERS")
-    if env is not None:
-        try:
-            return max(1, int(env))
-        except ValueError as exc:
-            raise DomainError(f"EFFTH_SIM_WORKERS must be a positive integer, got {env!r}") from exc
-    return max(1, min(cores, 8))
+        return worker_threads("EFFTH_SIM_WORKERS")
+    except ValueError as exc:
+        raise DomainError(str(exc)) from None
 
 
 def _validate(net: Any, X: Any, size: Any, method: str, layers: Iterable[int] | None,
