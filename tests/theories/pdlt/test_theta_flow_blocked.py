@@ -75,3 +75,19 @@ def test_blocked_path_reports_overflow():
     net = effth.MLP("relu", depth=40, c_w=1e8, c_b=0.0)
     with pytest.raises(effth.errors.DomainError, match="overflow"):
         effth.ntk_flow(net, _inputs(20), statistics=["Theta"])
+
+
+def test_per_layer_hyperparameters(monkeypatch):
+    """Per-layer C_W, C_b and learning rates enter the fused path at the same layers as the
+    general one."""
+    net = effth.MLP("erf", depth=5, c_w=[1.0, 1.2, 0.9, 1.1, 1.0], c_b=[0.0, 0.1, 0.2, 0.05, 0.1])
+    X = _inputs(40)
+    kw = dict(statistics=["Theta"], lambda_b=[0.3, 0.5, 0.7, 0.2, 0.9], lambda_w=[1.0, 0.4, 2.0, 0.8, 1.5])
+    fast = effth.ntk_flow(net, X, **kw)
+    with monkeypatch.context() as m:
+        m.setattr(nfm, "_theta_flow_blocked", lambda *a, **k: None)
+        general = effth.ntk_flow(net, X, **kw)
+    for layer in range(1, 6):
+        for name in ("K", "Theta"):
+            A, B = fast.value(name, layer=layer), general.value(name, layer=layer)
+            assert np.max(np.abs(A - B)) <= 1e-13 * np.abs(B).max(), (name, layer)
