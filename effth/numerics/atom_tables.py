@@ -19,7 +19,7 @@ A four-sample atom costs a 3-D grid (instead of a 4-D one), and on that grid the
 derivatives are evaluated once for all combos (tanh and GELU: one transcendental evaluation for
 all orders): the innermost sum :math:`T_{fg}(x_1,x_2)=\sum_{x_3}w_3F_f(z_2)F_g(z_3)` is taken once
 per pair of factor functions, the next one once per triple.  The geometry is computed
-backward-stably (:func:`_split`: nearly collinear inputs keep all their digits).  The subsets of
+backward-stably (:func:`effth.numerics.sample_tables._split`: nearly collinear inputs keep all their digits).  The subsets of
 one size are batched in vectorized NumPy, sorted by the size of their grids and cut into chunks
 of bounded memory (:data:`_ELEMS` grid elements), each chunk with its own shared rules; for odd
 or even :math:`\sigma` and integrands even under :math:`z\to-z` only half of the
@@ -54,14 +54,13 @@ from ..errors import AccuracyWarning, DomainError
 from ._rules import gauss_hermite, truncation
 from .sample_blocks import SampleRestriction
 from .sample_tables import (
-    _DROP,
     _check_grid,
     _coarse,
     _finish,
     _fold,
     _growth,
     _order,
-    _rotate,
+    _split,
     _rule,
     _rules_for,
     _step,
@@ -307,42 +306,6 @@ def _atoms_group(K: np.ndarray, S: np.ndarray, combos: list, act: Any, rtol: flo
         rows = np.arange(len(sl))[:, None]
         val[sl], err[sl], ab[sl] = v[rows, pm[sl]], e[rows, pm[sl]], a[rows, pm[sl]]
     return val, err, ab
-
-
-def _split(K: np.ndarray) -> tuple:
-    r"""The geometry of :func:`effth.numerics.sample_tables._split_last` (the variable of largest
-    conditional variance last, ``z_outer = A x`` rotated so that ``mu = c x_1``, conditional
-    standard deviation ``s``), computed backward-stably for nearly singular kernels.
-
-    From the eigen-factor :math:`K=FF^\top` (rows: variables), a Householder QR of the outer rows'
-    transpose :math:`F_o^\top=QR` gives :math:`F_oQ=R^\top` (last column zero), so
-    :math:`z_{last}=(F_lQ)_{<k}\,x+(F_lQ)_k\,y`.  These are the exact conditional quantities of a
-    kernel within rounding of :math:`K` (the Schur complement :math:`K_{ll}-k^\top K_o^{+}k`
-    loses all digits when :math:`K_o` is nearly singular, e.g. nearly collinear inputs)."""
-    B, k = K.shape[0], K.shape[-1]
-    w, V = np.linalg.eigh(K)
-    w = np.where(w > _DROP * np.maximum(w[:, -1:], 1e-300), w, 0.0)
-    F = V * np.sqrt(w)[:, None, :]                               # K = F F^T
-    dmax = np.max(np.diagonal(K, axis1=1, axis2=2), axis=1)
-    best = None
-    for v in range(k):
-        rest = [u for u in range(k) if u != v]
-        Q, R = np.linalg.qr(np.swapaxes(F[:, rest, :], 1, 2), mode="complete")   # (B,k,k), (B,k,k-1)
-        g = np.einsum("bj,bjk->bk", F[:, v, :], Q)
-        sv = np.abs(g[:, -1])
-        sv = np.where(sv * sv > _DROP * dmax, sv, 0.0)
-        cand = (sv, np.swapaxes(R[:, :k - 1, :], 1, 2), g[:, :k - 1])
-        if best is None:
-            best, last = list(cand), np.zeros(B, dtype=np.intp)
-        else:
-            take = sv > best[0] * (1.0 + 1e-12)
-            for old, new in zip(best, cand):
-                old[take] = new[take]
-            last[take] = v
-    s, A0, cvec = best
-    order = np.array([[u for u in range(k) if u != l] + [l] for l in last], dtype=np.intp).reshape(B, k)
-    A, cnorm = _rotate(A0, cvec)
-    return order, A, cnorm, s
 
 
 def _even(combos: list, act: Any) -> bool:

@@ -23,7 +23,7 @@ points only and :math:`\sigma(z_1)` at :math:`n_1n_2`.  A 4-D integral costs abo
 activation evaluations per node of a 3-D grid instead of one per node of a 4-D grid.
 
 The geometry (which variable is integrated out, the rotation) is computed backward-stably from an
-eigen-factor of each sub-kernel (:func:`effth.numerics.atom_tables._split`), so duplicated,
+eigen-factor of each sub-kernel (:func:`_split`), so duplicated,
 collinear and zero inputs are exact limits (a direction of zero variance gets one node).
 
 All rules are truncated trapezoids in standard-normal coordinates (spectrally convergent for
@@ -202,43 +202,42 @@ def _coarse(w: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- geometry of a subset
-def _split_last(K: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """For a batch of k x k kernels, choose the variable to integrate out.
+def _split(K: np.ndarray) -> tuple:
+    r"""For a batch of k x k kernels, choose the variable to integrate out: ``order`` (B, k) with
+    the variable of largest conditional variance last, the outer factor ``A`` (B, k-1, k-1) with
+    ``z_outer = A x`` rotated so that ``mu = c x_1`` (``z_outer[0]`` in span(x_1, x_2)), ``c``
+    (B,) and ``s`` (B,), the conditional standard deviation of the last variable; computed
+    backward-stably for nearly singular kernels.
 
-    Returns ``order`` (B, k) with the smoothed variable last, the outer factor ``A`` (B, k-1, k-1)
-    with ``z_outer = A x`` (rotated: ``mu = c x_1``, ``z_outer[0]`` in span(x_1, x_2)),
-    ``c`` (B,) and ``s`` (B,), the conditional standard deviation of the last variable.
-    """
+    From the eigen-factor :math:`K=FF^\top` (rows: variables), a Householder QR of the outer rows'
+    transpose :math:`F_o^\top=QR` gives :math:`F_oQ=R^\top` (last column zero), so
+    :math:`z_{last}=(F_lQ)_{<k}\,x+(F_lQ)_k\,y`.  These are the exact conditional quantities of a
+    kernel within rounding of :math:`K` (the Schur complement :math:`K_{ll}-k^\top K_o^{+}k`
+    loses all digits when :math:`K_o` is nearly singular, e.g. nearly collinear inputs)."""
     B, k = K.shape[0], K.shape[-1]
-    diag = np.diagonal(K, axis1=1, axis2=2)
-    dmax = np.max(diag, axis=1)
-    # conditional variance of each variable given the others (pseudo-inverse: singular K allowed)
-    cond = np.empty((B, k))
+    w, V = np.linalg.eigh(K)
+    w = np.where(w > _DROP * np.maximum(w[:, -1:], 1e-300), w, 0.0)
+    F = V * np.sqrt(w)[:, None, :]                               # K = F F^T
+    dmax = np.max(np.diagonal(K, axis1=1, axis2=2), axis=1)
+    best = None
     for v in range(k):
         rest = [u for u in range(k) if u != v]
-        Kr = K[:, rest][:, :, rest]
-        kv = K[:, rest, v]
-        beta = np.einsum("bij,bj->bi", np.linalg.pinv(Kr, rcond=1e-13, hermitian=True), kv)
-        cond[:, v] = diag[:, v] - np.einsum("bi,bi->b", kv, beta)
-    cond = np.where(cond > _DROP * dmax[:, None], cond, 0.0)
-    last = np.argmax(cond, axis=1)
-    order = np.array([[u for u in range(k) if u != l] + [l] for l in last])
-    bidx = np.arange(B)[:, None]
-    Ko = K[bidx[:, :, None], order[:, :, None], order[:, None, :]]
-    s = np.sqrt(cond[np.arange(B), last])
-    Kr, kv = Ko[:, :-1, :-1], Ko[:, :-1, -1]
-    beta = np.einsum("bij,bj->bi", np.linalg.pinv(Kr, rcond=1e-13, hermitian=True), kv)
-    A = _psd_factor(Kr)
-    cvec = np.einsum("bij,bi->bj", A, beta)          # mu = beta . z_outer = (A^T beta) . x
-    A, cnorm = _rotate(A, cvec)
+        Q, R = np.linalg.qr(np.swapaxes(F[:, rest, :], 1, 2), mode="complete")   # (B,k,k), (B,k,k-1)
+        g = np.einsum("bj,bjk->bk", F[:, v, :], Q)
+        sv = np.abs(g[:, -1])
+        sv = np.where(sv * sv > _DROP * dmax, sv, 0.0)
+        cand = (sv, np.swapaxes(R[:, :k - 1, :], 1, 2), g[:, :k - 1])
+        if best is None:
+            best, last = list(cand), np.zeros(B, dtype=np.intp)
+        else:
+            take = sv > best[0] * (1.0 + 1e-12)
+            for old, new in zip(best, cand):
+                old[take] = new[take]
+            last[take] = v
+    s, A0, cvec = best
+    order = np.array([[u for u in range(k) if u != l] + [l] for l in last], dtype=np.intp).reshape(B, k)
+    A, cnorm = _rotate(A0, cvec)
     return order, A, cnorm, s
-
-
-def _psd_factor(C: np.ndarray) -> np.ndarray:
-    """A with A A^T = C for PSD C (eigen-factor; exact for singular C)."""
-    w, U = np.linalg.eigh(C)
-    w = np.where(w > _DROP * np.maximum(w[:, -1:], 1e-300), w, 0.0)
-    return U * np.sqrt(w)[:, None, :]
 
 
 def _rotate(A: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -314,8 +313,6 @@ def _four_point_group(K: np.ndarray, P: np.ndarray, act: Any, rtol: float,
     integrand elements; the chunks run on :func:`effth._threads.thread_map`'s threads (an entry's
     value depends on its bucket's rules only, not on the chunking or the thread count).
     """
-    from .atom_tables import _split
-
     B, k = P.shape
     nfac = int(P.sum(axis=1).max())
     X = truncation(rtol, _growth(act, nfac))
@@ -424,13 +421,13 @@ def _outer_sum(A: np.ndarray, c: np.ndarray, s: np.ndarray, Po: np.ndarray, act:
         v = np.empty((2, B, n1, n2, n3))
         for j in (0, 1):
             base = A[:, 1 + j, 0, None, None] * x1[:, None] + A[:, 1 + j, 1, None, None] * x2
-            np.add(base[..., None], (A[:, 1 + j, 2, None] * x3)[:, None, None, :], out=v[j])
-            if getattr(act, "family", None) == "tanh":
-                np.tanh(v[j], out=v[j])
-            else:
-                v[j] = act.numpy(0)(v[j])
+            vj = v[j]
+            np.add(base[..., None], (A[:, 1 + j, 2, None] * x3)[:, None, None, :], out=vj)
+            val = _sigma_(act, vj)                       # in place for tanh
+            if val is not vj:
+                vj[...] = val
             if np.any(Po[:, 1 + j] != 1):
-                v[j] = _ipow(v[j], Po[:, 1 + j])
+                vj[...] = _ipow(vj, Po[:, 1 + j])
         prod = v[0]
         prod *= v[1]
         # fine and coarse x_3 sums in one product
@@ -677,7 +674,7 @@ def _quadrature_pair_tables(K: np.ndarray, activation: Any, orders: list, rtol: 
         if N > 1:
             a, b = iu
             Kb = np.stack([np.stack([K[a, a], K[a, b]], -1), np.stack([K[a, b], K[b, b]], -1)], -2)
-            order, A, c, s = _split_last(Kb)
+            order, A, c, s = _split(Kb)
             sc1 = float(np.max(np.maximum(np.abs(A[:, 0, 0]), np.abs(c))))
             x1, w1, w1c = _rules_for(sc1, activation, rtol, 2, mult, X)
             s_max = float(s.max())
