@@ -66,12 +66,6 @@ class SampleRestriction:
         """The computed entries as ``rank`` flat index arrays (row-major order; read-only)."""
         return _entries(self.n_train, self.max_test, N, rank)
 
-    def restrict(self, T: np.ndarray, fill: float = np.nan) -> np.ndarray:
-        """A copy of the square tensor ``T`` with ``fill`` outside the computed entries."""
-        out = np.array(T, dtype=float)
-        out[~self.mask(out.shape[0], out.ndim)] = fill
-        return out
-
 
 @lru_cache(maxsize=16)
 def _mask(n_train: int, max_test: int, N: int, rank: int) -> np.ndarray:

@@ -649,9 +649,7 @@ def _flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None =
             orders = set().union(*(steps[s].pair_orders for s in stats if s != "G1"))
     four = any(step.needs_four_point for step in steps.values())
     N = K.shape[0]
-    if restrict is not None:
-        restrict.check(N)
-    ent4 = None if restrict is None else restrict.entries(N, 4)
+    ent4 = None if restrict is None else restrict.entries(N, 4)    # checked by ntk_flow
     Ks, errs = np.empty((L, N, N)), [0.0]          # layers written in place (no final stack)
     Ks[0] = K
     # V and G1 preallocated and written layer by layer too: the peak memory is one copy of the
