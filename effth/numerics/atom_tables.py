@@ -32,7 +32,8 @@ same nodes at step :math:`2h` (:func:`effth.numerics.sample_tables._finish`) rel
 exceeds ``rtol``; polynomial activations use exact Gauss–Hermite rules.  Singular sub-kernels
 (duplicated or collinear inputs, a zero input) are exact limits: a direction of zero variance gets
 one node.  Kinked activations are not handled (their derivatives are distributions): callers must
-reject them or override :meth:`AtomTables._evaluate` (the per-subset path).
+reject them or override :meth:`AtomTables._group` (subsets of up to four samples) and
+:meth:`AtomTables._evaluate` (more).
 
 ``method="grid"`` keeps the reference evaluator: one tensor-product grid per subset of samples,
 one memoized integral per distinct integrand, limited to :data:`_MAX_NODES` nodes per subset.
@@ -524,8 +525,7 @@ class AtomTables:
                 raise DomainError("restrict= needs method='shared'")
             restrict.check(self.N)
         self.restrict = restrict
-        # a subclass that evaluates integrands its own way keeps the per-subset path
-        self._keyed = method == "grid" or type(self)._evaluate is not AtomTables._evaluate
+        self._keyed = method == "grid"
         self._cache: dict = {}
         self._tables: dict = {}
         self._fns: dict = {}
@@ -631,7 +631,7 @@ class AtomTables:
         worst = 0.0
         for attempt in range(_MAX_REFINE + 1):
             # subsets in blocks: the per-subset geometry (k x k factors) stays O(_SUBSETS)
-            parts = [_atoms_group(self.K, samples[i:i + _SUBSETS], combos, self.act, self.rtol, mult)
+            parts = [self._group(samples[i:i + _SUBSETS], combos, mult)
                      for i in range(0, len(samples), _SUBSETS)]
             v, e, a = (np.concatenate(x) for x in zip(*parts))
             scale = np.maximum(np.maximum(a, np.abs(v)), 1e-300)
@@ -651,6 +651,12 @@ class AtomTables:
                           f"{self.rtol:.2g} on {len(ids)} subsets of {k} samples (e.g. samples "
                           f"{tuple(int(x) for x in samples[0])}) after {_MAX_REFINE} refinements",
                           AccuracyWarning, stacklevel=3)
+
+    def _group(self, samples: np.ndarray, combos: list, mult: float) -> tuple:
+        """Values, error estimates and absolute scales, each (subsets, combos), of the combos on
+        the subsets ``samples (B, k)`` of at most four samples (the shared-node integrator;
+        subclasses with another evaluator, e.g. closed forms, override this)."""
+        return _atoms_group(self.K, samples, combos, self.act, self.rtol, mult)
 
     def _lookup(self, k: int, ids: np.ndarray, combo_col: np.ndarray) -> np.ndarray:
         store = self._store[k]

@@ -247,9 +247,10 @@ def gelu_pieces(a: int) -> list[tuple]:
 
 
 def n_theta_ok(family: str, groups: Groups) -> bool:
-    """Whether every term of the expansion has at most 3 Heaviside factors."""
+    """Whether every term of the expansion has at most 4 Heaviside factors (orthant moments of up
+    to four variables are closed, :func:`orthant_moment`)."""
     thetas = [a for orders, _ in groups for a in orders if (a == 0 if family == "erf" else a <= 1)]
-    return len(thetas) <= 3
+    return len(thetas) <= 4
 
 
 def _absorb(K: np.ndarray, c: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:

@@ -633,10 +633,19 @@ def _check_theta(Th: np.ndarray, N: int) -> None:
 
 
 class _KinkedTables(AtomTables):
-    """Atom tables for kinked sigma: products of sigma and sigma' only, each integrand by
-    :func:`effth.gaussian_expectation` (closed forms for the piecewise-linear family)."""
+    """Atom tables for kinked sigma: products of sigma and sigma' only, by
+    :func:`effth.gaussian_expectation` batched over all subsets of samples of one size (closed
+    forms for the piecewise-linear family, up to four samples: orthant moments)."""
 
     smooth_only = False
+
+    def _group(self, samples: np.ndarray, combos: list, mult: float) -> tuple:
+        Kb = self.K[samples[:, :, None], samples[:, None, :]]
+        v = np.empty((len(samples), len(combos)))
+        for c, combo in enumerate(combos):
+            fac = [(pos, "sigma", o) for pos, orders in enumerate(combo) for o in orders]
+            v[:, c] = gaussian_expectation(fac, Kb, self.act, rtol=self.rtol) if fac else 1.0
+        return v, np.zeros_like(v), np.abs(v)
 
     def _evaluate(self, S: tuple, keys: list) -> None:
         pos = {s: i for i, s in enumerate(S)}
