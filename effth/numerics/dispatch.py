@@ -42,7 +42,7 @@ class _Backend:
         act = self.activation
         if self.method in ("auto", "closed"):
             if mean is None:
-                res = _try_closed(act, factors, K)
+                res = _closed_with_point_masses(act, factors, K)
                 if res is not None:
                     return res, np.zeros(K.shape[0])
             if self.method == "closed":
@@ -101,6 +101,43 @@ def _try_closed(act: Any, factors: tuple, K: np.ndarray) -> np.ndarray | None:
     if not np.all(np.isfinite(res)):
         return None
     return res
+
+
+def _closed_with_point_masses(act: Any, factors: tuple, K: np.ndarray) -> np.ndarray | None:
+    """Closed forms for a batch ``K (B, k, k)`` in which some entries have slots of exactly zero
+    variance under a factor that jumps at 0 (:func:`_jump_on_point_mass`): there z = 0 almost
+    surely, so those factors are the constants sigma^(p)(0) (the value at the kink, PDLT (2.9))
+    and ``z^p`` is ``0**p``, and the closed form runs on the other slots.  Entries are grouped by
+    their pattern of zero slots; None where any group has no closed form (then quadrature, which
+    evaluates the point mass, takes the whole batch)."""
+    if not _jump_on_point_mass(act, factors, K):
+        return _try_closed(act, factors, K)
+    slots = sorted({s for s, _, _ in factors})
+    diag = np.diagonal(K, axis1=-2, axis2=-1)
+    codes = (diag[:, slots] == 0.0) @ (1 << np.arange(len(slots)))
+    out = np.empty(K.shape[0])
+    for code in np.unique(codes):
+        sel = codes == code
+        zero = {s for i, s in enumerate(slots) if int(code) >> i & 1}
+        const, rest = 1.0, []
+        for s, kind, o in factors:
+            if s not in zero:
+                rest.append((s, kind, o))
+            elif kind == "z":
+                const *= 0.0 ** o
+            else:
+                const *= float(act.numpy(o)(np.array(0.0)))
+        if const == 0.0 or not rest:
+            out[sel] = const
+            continue
+        used = sorted({s for s, _, _ in rest})
+        remap = {s: i for i, s in enumerate(used)}
+        sub = K[sel][:, used][:, :, used]
+        res = _try_closed(act, tuple((remap[s], kd, o) for s, kd, o in rest), sub)
+        if res is None:
+            return None
+        out[sel] = const * res
+    return out
 
 
 # ------------------------------------------------------- homogeneous scaling

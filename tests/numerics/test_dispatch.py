@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from effth.activations import get_activation
-from effth.errors import ClosedFormUnavailableWarning, DomainError, NotDerivedError
+from effth.errors import AccuracyWarning, ClosedFormUnavailableWarning, DomainError, NotDerivedError
 from effth.numerics import gaussian_expectation
 
 K2 = np.array([[1.3, 0.5], [0.5, 0.9]])
@@ -142,6 +142,34 @@ def test_point_mass_value_is_the_same_for_every_method(act, order, value):
     # two slots, one degenerate: <Theta(z1) Theta(z2)> with z2 = 0 is <Theta(z1)> * 1
     K = np.array([[1.0, 0.0], [0.0, 0.0]])
     assert float(gaussian_expectation([(0, "sigma", 0), (1, "sigma", 0)], K, "step")) == pytest.approx(0.5, abs=1e-12)
+
+
+@pytest.mark.parametrize("act,fac", [
+    ("relu", [(0, "sigma", 1), (1, "sigma", 1), (2, "sigma", 0), (3, "sigma", 0)]),
+    ("step", [(i, "sigma", 0) for i in range(4)]),
+    ("leaky_relu", [(0, "sigma", 1), (1, "sigma", 0), (2, "sigma", 1), (3, "sigma", 0)])])
+def test_point_masses_in_a_batch_keep_closed_forms(act, fac):
+    """A batch whose entries have zero-variance slots in different places (a zero input with
+    c_b = 0): those entries take sigma^(p)(0) on the degenerate slots and closed forms on the rest
+    (they once sent the whole batch to quadrature, minutes for a flow). Against quadrature, which
+    evaluates the point mass, on the degenerate entries, and against the batch without them."""
+    rng = np.random.default_rng(0)
+    Ks = []
+    for b in range(8):
+        X = rng.normal(size=(4, 5))
+        if b % 2 == 0:
+            X[(b // 2) % 4] = 0.0
+        if b == 6:
+            X[1] = 0.0
+        Ks.append(X @ X.T / 5)
+    Ks = np.array(Ks)
+    zero = np.array([np.any(np.diag(K) == 0.0) for K in Ks])
+    got = gaussian_expectation(fac, Ks, act)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AccuracyWarning)
+        ref = gaussian_expectation(fac, Ks[zero], act, method="quadrature", rtol=1e-9)
+    assert np.max(np.abs(got[zero] - ref)) < 1e-9 * np.max(np.abs(ref))
+    assert np.array_equal(got[~zero], gaussian_expectation(fac, Ks[~zero], act))
 
 
 @pytest.mark.parametrize("scale", [1e-150, 1e-8, 1e8, 1e150, 1e200])
