@@ -9,13 +9,13 @@ Two parts, reported separately:
   Baseline in the same process: the same mean with the projectors materialized from their
   definitions, X_II and X_III as dense inverses of the N_A^2 x N_A^2 and N_A^3 x N_A^3 Kronecker
   sums (the route that does not scale), for N_A up to 6.  Ratio: baseline / effth.
-* ``end to end``: the O(1/n) mean on a depth-5 tanh MLP with N_A training and N_A test inputs,
+* ``end to end``: the O(1/n) mean on a depth-5 MLP (tanh; ``--act`` for others) with N_A training and N_A test inputs,
   whose cost is that of :func:`~effth.ntk_flow` on the N_A + N_B inputs restricted to the entries
   with at most one test input (``n_train=N_A, max_test=1``).  Baseline in the same process: the
   full flow (every entry) for N_A up to ``--full-up-to``.  Bar: 20 + 20 inputs "in seconds".
 
 Options: ``--train`` (repeatable), ``--e2e`` (repeatable N_A for the end-to-end part),
-``--repeat``, ``--rtol``, ``--full-up-to``.  Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_finite_width.py``.
+``--repeat``, ``--rtol``, ``--full-up-to``, ``--act`` (repeatable).  Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_finite_width.py``.
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rtol", type=float, default=1e-8, help="ntk_flow accuracy [1e-8]")
     ap.add_argument("--full-up-to", type=int, default=8, help="largest N_A for the full-flow baseline")
+    ap.add_argument("--act", action="append",
+                    help="activations of the end-to-end part (repeatable) [tanh]; erf's atoms are "
+                         "closed forms, tanh's shared-node quadrature")
     a = ap.parse_args(argv)
     sizes = a.train or [2, 4, 6, 10, 20, 40]
     rng = np.random.default_rng(0)
@@ -73,13 +76,18 @@ def main(argv=None) -> None:
     if len(sizes) > 2:
         slope = np.polyfit(np.log(sizes[-3:]), np.log(ts[-3:]), 1)[0]
         print(f"fitted cost exponent in N_A over the three largest sizes: {slope:.2f}")
+    for act in a.act or ["tanh"]:
+        _end_to_end(a, act, rng)
+
+
+def _end_to_end(a, act: str, rng) -> None:
     e2e = a.e2e or [2, 4, 8]
-    print(f"end to end: the O(1/n) mean on a depth-5 tanh MLP, N_A training + N_A test inputs, "
+    print(f"end to end: the O(1/n) mean on a depth-5 {act} MLP, N_A training + N_A test inputs, "
           f"rtol={a.rtol:g}")
     print("  effth: ntk_flow(n_train=N_A, max_test=1) + finite_width_mean; baseline: the full "
           "ntk_flow (every entry) + finite_width_mean")
     print(f"{'N_A':>5} {'effth s':>10} {'full s':>10} {'ratio':>8}")
-    net = et.MLP("tanh", depth=5, c_w=1.0, c_b=0.0)
+    net = et.MLP(act, depth=5, c_w=1.0, c_b=0.0)
     et.ntk_flow(net, rng.standard_normal((3, 4)))          # compile the steps once (not timed)
     times = []
     for P in e2e:

@@ -17,7 +17,7 @@ Accuracy: the naive and compiled flows are compared entry by entry on the layers
 ``--memory`` also reports the peak of ``tracemalloc`` (a separate, untimed run: tracing slows
 NumPy's allocations) against the size of V.
 
-Options: ``--inputs``, ``--depth``, ``--act``, ``--rtol``, ``--naive-layers`` (0 to skip),
+Options: ``--inputs``, ``--depth``, ``--act`` (several: compared at each N), ``--c-w``, ``--rtol``, ``--naive-layers`` (0 to skip),
 ``--naive-max``, ``--memory``. Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_flow.py``
 (effth limits BLAS threads itself).
 """
@@ -61,27 +61,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--inputs", type=int, nargs="+", default=[8, 16, 24, 32])
     ap.add_argument("--depth", type=int, default=20)
-    ap.add_argument("--act", default="tanh")
+    ap.add_argument("--act", nargs="+", default=["tanh"])
+    ap.add_argument("--c-w", type=float, default=None,
+                    help="C_W (default: 2 for the arc-cosine family, the critical value; else 1)")
     ap.add_argument("--rtol", type=float, default=1e-8)
     ap.add_argument("--naive-layers", type=int, default=2)
     ap.add_argument("--naive-max", type=int, default=16)
     ap.add_argument("--memory", action="store_true")
     args = ap.parse_args()
-    rng = np.random.default_rng(0)
     t0 = time.perf_counter()
     layer_steps()                      # derivation + compilation (once per process)
     t_compile = time.perf_counter() - t0
     print(f"derive + compile the three steps: {t_compile:.2f} s (once per process); "
           f"{worker_threads()} threads; bar: {BAR_N} inputs at depth 20 in < {BAR_S:.0f} s, "
           "peak memory < 2x V")
-    for N in args.inputs:
-        X = rng.standard_normal((N, 10))
-        net = et.MLP(args.act, args.depth, 128, c_w=1.0, c_b=0.0)
-        et.flow(et.MLP(args.act, 2, 128), X[:3], rtol=args.rtol)          # warm-up
+    for act, N in [(a, n) for n in args.inputs for a in args.act]:
+        X = np.random.default_rng(N).standard_normal((N, 10))
+        c_w = args.c_w if args.c_w is not None else (
+            2.0 if et.get_activation(act).family == "piecewise_linear" else 1.0)
+        net = et.MLP(act, args.depth, 128, c_w=c_w, c_b=0.0)
+        et.flow(et.MLP(act, 2, 128, c_w=c_w), X[:3], rtol=args.rtol)          # warm-up
         t_fast, c_fast, fl = _timed(lambda net=net, X=X: et.flow(net, X, rtol=args.rtol))
         t_one, _, fl1 = _timed(lambda net=net, X=X: _serial(lambda: et.flow(net, X, rtol=args.rtol)))
         same = all(np.array_equal(getattr(fl, k), getattr(fl1, k)) for k in ("K", "V", "G1"))
-        print(f"\n{args.act}, depth {args.depth}, {N} inputs, rtol {args.rtol:g}")
+        print(f"\n{act} (C_W = {c_w:g}), depth {args.depth}, {N} inputs, rtol {args.rtol:g}")
         print(f"  effth.flow          : {t_fast:8.2f} s wall, {c_fast:.2f} s CPU  (K, V with {N**4} "
               f"entries, G1; all layers)  max est. table error {fl.table_error.max():.1e}"
               + (f"  [bar: < {BAR_S:.0f} s: {'met' if t_fast < BAR_S else 'NOT met'}]" if N == BAR_N else ""))
@@ -97,7 +100,7 @@ def main() -> None:
         if args.naive_layers and N <= args.naive_max:
             m = min(args.naive_layers, args.depth - 1)
             t0 = time.perf_counter()
-            ref = initialization_flow(fl.K[0], m + 1, args.act, c_w=1.0, c_b=0.0, rtol=args.rtol)
+            ref = initialization_flow(fl.K[0], m + 1, act, c_w=c_w, c_b=0.0, rtol=args.rtol)
             t_naive = (time.perf_counter() - t0) / m * (args.depth - 1)
             dev = max(float(np.max(np.abs(np.asarray(ref[k]) - getattr(fl, k)[:m + 1])
                                 / max(np.max(np.abs(getattr(fl, k)[1:m + 1])), 1e-300)))

@@ -29,7 +29,10 @@ Rules: truncated trapezoids in standard-normal coordinates with the step from th
 strip of analyticity (:func:`effth.numerics.sample_tables._step`), an error estimate from the
 same nodes at step :math:`2h` (:func:`effth.numerics.sample_tables._finish`) relative to
 :math:`\langle|\prod_k\sigma^{(p_k)}|\rangle`, and refinement of the subsets whose estimate
-exceeds ``rtol``; polynomial activations use exact Gauss–Hermite rules.  Singular sub-kernels
+exceeds ``rtol``; polynomial activations use exact Gauss–Hermite rules.  Activations whose atoms
+have fast closed forms (:func:`effth.numerics.closed_forms.fast_closed_form`: erf, sin/cos,
+polynomials) skip the quadrature: each combo is one batched closed-form call over all subsets of
+a size (erf's four-Heaviside atoms through the quadrivariate orthant probability).  Singular sub-kernels
 (duplicated or collinear inputs, a zero input) are exact limits: a direction of zero variance gets
 one node.  Kinked activations are not handled (their derivatives are distributions): callers must
 reject them or override :meth:`AtomTables._group` (subsets of up to four samples) and
@@ -76,6 +79,7 @@ _MAX_REFINE = 3
 _ELEMS = 1 << 16         # grid elements (subsets x nodes) of one chunk: bounds the memory (2^14: 1.3x slower)
 _BLOCK = 1 << 18         # table entries decomposed at once
 _SUBSETS = 1 << 14       # subsets whose geometry is computed at once
+_LAYOUT = 1 << 23        # table entries whose gather layout is kept (two int64 per entry)
 
 
 # ------------------------------------------------------------------ activation derivatives
@@ -241,6 +245,49 @@ class _Store:
 
 
 # ------------------------------------------------------------------ the shared-node evaluator
+def _combo_factors(combo: tuple) -> list:
+    """``gaussian_expectation`` factors of a combo (per-sample tuples of derivative orders)."""
+    return [(pos, "sigma", o) for pos, orders in enumerate(combo) for o in orders]
+
+
+def dispatched_group(K: np.ndarray, S: np.ndarray, combos: list, act: Any, rtol: float,
+                     closed_only: bool = True) -> tuple | None:
+    """:func:`_atoms_group` by :func:`effth.gaussian_expectation`, one batched call per combo
+    over all subsets (closed forms: zero error estimate).  With ``closed_only``, None when some
+    combo has no closed form that is faster than quadrature
+    (:func:`~effth.numerics.closed_forms.fast_closed_form`)."""
+    from ._closed._orthant import shared_terms
+    from .closed_forms import fast_closed_form
+
+    facs = [_combo_factors(cb) for cb in combos]
+    if closed_only and not all(fast_closed_form(act, f) for f in facs if f):
+        return None
+    Kb = K[S[:, :, None], S[:, None, :]]
+    v = np.empty((len(S), len(combos)))
+    with shared_terms():             # the combos share absorbed kernels and orthant moments
+        _dispatched_combos(Kb, facs, act, rtol, closed_only, v)
+    return v, np.zeros_like(v), np.abs(v)
+
+
+def _dispatched_combos(Kb: np.ndarray, facs: list, act: Any, rtol: float, closed_only: bool,
+                       v: np.ndarray) -> None:
+    from .closed_forms import closed_form
+    from .dispatch import gaussian_expectation
+
+    for c, f in enumerate(facs):
+        if not f:
+            v[:, c] = 1.0
+            continue
+        # smooth sigma: no point masses; the sub-kernels of a checked kernel need no new check
+        val = None
+        if closed_only and act.is_smooth:
+            with np.errstate(all="ignore"):
+                val = closed_form(act, f, Kb)
+        if val is None or not np.all(np.isfinite(val)):
+            val = gaussian_expectation(f, Kb, act, rtol=rtol)
+        v[:, c] = val
+
+
 def _atoms_group(K: np.ndarray, S: np.ndarray, combos: list, act: Any, rtol: float,
                  mult: float) -> tuple:
     r"""(value, error, E|f|), each (B, len(combos)): :math:`\mathbb E[\prod_v F_{c_v}(z_{S_v})]`
@@ -530,6 +577,7 @@ class AtomTables:
         self._tables: dict = {}
         self._fns: dict = {}
         self._store: dict = {}
+        self._layouts: dict = {}
         self.max_error = 0.0
 
     # ------------------------------------------------------------------ reference evaluation
@@ -654,8 +702,12 @@ class AtomTables:
 
     def _group(self, samples: np.ndarray, combos: list, mult: float) -> tuple:
         """Values, error estimates and absolute scales, each (subsets, combos), of the combos on
-        the subsets ``samples (B, k)`` of at most four samples (the shared-node integrator;
-        subclasses with another evaluator, e.g. closed forms, override this)."""
+        the subsets ``samples (B, k)`` of at most four samples: closed forms where every combo
+        has a fast one (:mod:`effth.numerics.closed_forms`: erf, sin/cos, polynomials, the
+        piecewise-linear family), else the shared-node integrator."""
+        closed = dispatched_group(self.K, samples, combos, self.act, self.rtol)
+        if closed is not None:
+            return closed
         return _atoms_group(self.K, samples, combos, self.act, self.rtol, mult)
 
     def _lookup(self, k: int, ids: np.ndarray, combo_col: np.ndarray) -> np.ndarray:
@@ -747,12 +799,37 @@ class AtomTables:
         return lab_orders, combos
 
     def _gather(self, lab_orders: list, _combos: dict) -> np.ndarray:
-        """The table (N,)*m from the stores, in blocks of the leading index."""
+        """The table (N,)*m from the stores (entries on subsets never computed: NaN)."""
         N, m = self.N, len(lab_orders)
-        out = np.empty(N ** m)
+        out = np.full(N ** m, np.nan)
+        for rv, kk, pos, sid in self._layout(m):
+            store = self._store[kk]
+            out[pos] = store.vals[store.col[_combo(rv, lab_orders)]][sid]
+        return out.reshape((N,) * m)
+
+    def _layout(self, m: int):
+        """Where each entry of an m-label table comes from, the same for every pattern of m
+        labels: ``(rank vector, k, flat positions, subset ids)`` per way the labels coincide,
+        skipping subsets outside the restriction.  Kept per instance while it has at most
+        :data:`_LAYOUT` entries (decomposing the index tuples cost half the NTK-hierarchy time
+        when it was redone for every table); larger ones are recomputed in blocks."""
+        if m in self._layouts:
+            return self._layouts[m]
+        blocks = self._layout_blocks(m)
+        if self.N ** m > _LAYOUT:
+            return blocks
+        parts: dict = {}
+        for rv, kk, pos, sid in blocks:
+            parts.setdefault((rv, kk), []).append((pos, sid))
+        lay = [(rv, kk, np.concatenate([p for p, _ in v]), np.concatenate([q for _, q in v]))
+               for (rv, kk), v in parts.items()]
+        self._layouts[m] = lay
+        return lay
+
+    def _layout_blocks(self, m: int):
+        N = self.N
         per = N ** (m - 1) if m > 1 else 1
         step = max(1, _BLOCK // max(per, 1))
-        cache: dict = {}
         for a0 in range(0, N if m else 1, step):
             a1 = min(N, a0 + step)
             if m == 0:
@@ -763,17 +840,17 @@ class AtomTables:
             rank, _ = _ranks(idx)
             code = rank @ (m ** np.arange(m)) if m else np.zeros(len(idx), dtype=np.int64)
             lo = a0 * per
-            for cval in np.unique(code):
-                sel = np.flatnonzero(code == cval)
+            order = np.argsort(code, kind="stable")
+            bounds = np.flatnonzero(np.diff(code[order])) + 1
+            for sel in np.split(order, bounds):
                 rv = tuple(int(x) for x in rank[sel[0]])
                 kk = max(rv) + 1
-                if (rv, kk) not in cache:
-                    store = self._store[kk]
-                    cache[rv, kk] = store.vals[store.col[_combo(rv, lab_orders)]]
                 D = np.empty((len(sel), kk), dtype=np.intp)
                 D[:, list(rv)] = idx[sel]
-                out[lo + sel] = cache[rv, kk][_subset_ids(D, N)]
-        return out.reshape((N,) * m)
+                if self.restrict is not None:
+                    keep = self.restrict.subsets(D)
+                    sel, D = sel[keep], D[keep]
+                yield rv, kk, lo + sel, _subset_ids(D, N)
 
     def _keyed_table(self, factors: tuple) -> np.ndarray:
         labels = sorted({p for p, _ in factors})

@@ -212,3 +212,26 @@ def test_ntk_flow_four_inputs_restrict_to_grid_reference(monkeypatch):
         sub = four.tensors[s][(slice(None),) + np.ix_(*[keep] * (ref.ndim - 1))]
         np.testing.assert_allclose(sub, ref, rtol=0, atol=1e-7 * np.abs(ref).max())
     assert four.table_error.max() <= 1e-8
+
+
+@pytest.mark.parametrize("act", ["erf", "sin"])
+def test_closed_form_tables_match_shared_quadrature(act):
+    """erf and sin atom tables come from closed forms (erf's four Heaviside factors through the
+    quadrivariate orthant probability); against the shared-node quadrature on every subset of
+    up to four of five samples, derivative orders up to 3."""
+    import effth.numerics.atom_tables as at
+    from effth.activations import get_activation
+
+    sig = get_activation(act)
+    X = np.random.default_rng(11).standard_normal((5, 3))
+    K = 0.8 * X @ X.T / 3 + 0.05
+    combos = at._close({((0,), (0,), (0,), (0,)), ((2,), (1,), (0,), (0,)), ((3,), (0,), (1,), (0,)),
+                        ((1,), (1,), (1,), (1,))})
+    _, S = at._all_subsets(5, 4)
+    closed, err, _ = at.dispatched_group(K, S, combos, sig, 1e-12)
+    assert not err.any()
+    quad, qerr, scale = at._atoms_group(K, S, combos, sig, 1e-12, 1.0)
+    assert np.all(qerr <= 1e-12 * scale)
+    np.testing.assert_allclose(closed, quad, rtol=0, atol=1e-11 * np.abs(quad).max())
+    t = AtomTables(K, sig, rtol=1e-12).table(((0, 0), (1, 0), (2, 0), (3, 0)))   # reads the same values
+    assert t[0, 1, 2, 3] == closed[0, combos.index(((0,), (0,), (0,), (0,)))]

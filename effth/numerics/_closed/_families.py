@@ -21,6 +21,7 @@ from ._orthant import (
     orthant2_moment,
     orthant_closed,
     orthant_moment,
+    shared_memo,
     theta_poly_expectation,
 )
 from ._poly import poly_expectation, poly_mul, shifted_moment
@@ -297,13 +298,20 @@ def plan_pieces(pieces_of: Callable[[int], list], groups: Groups) -> Evaluator:
 
     def ev(K: np.ndarray) -> np.ndarray:
         res = _zeros(K)
+        shared = shared_memo()
         absorbed: dict = {}
         for (c, th), poly in terms.items():
             poly = {e: v for e, v in poly.items() if v != 0.0}
             if not poly:
                 continue
             if c not in absorbed:
-                absorbed[c] = _absorb(K, c) if any(c) else (1.0, K)
+                key = ("absorb", id(K), c)
+                if shared is not None and key in shared:
+                    absorbed[c] = shared[key][1]
+                else:
+                    absorbed[c] = _absorb(K, c) if any(c) else (1.0, K)
+                    if shared is not None:
+                        shared[key] = (K, absorbed[c])
             pref, Kp = absorbed[c]
             val = theta_poly_expectation(Kp, tuple(s for s, _ in th), tuple(v for _, v in th), poly)
             res = res + pref * val

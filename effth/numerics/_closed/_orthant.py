@@ -13,8 +13,32 @@ import math
 
 import numpy as np
 
+import threading
+from contextlib import contextmanager
+
 from ..._threads import thread_map
 from ._poly import gaussian_moment, poly_mul
+
+_LOCAL = threading.local()
+
+
+@contextmanager
+def shared_terms():
+    """Within this context, closed forms evaluated on the *same* kernel array object share their
+    sub-expressions across calls (absorbed kernels, conditional covariances, orthant moments):
+    the many atoms of one batch of subsets (the NTK-hierarchy tables) repeat them.  Keyed by
+    object identity; the arrays are kept alive until the context ends.  Per thread."""
+    prev = getattr(_LOCAL, "memo", None)
+    _LOCAL.memo = {} if prev is None else prev
+    try:
+        yield
+    finally:
+        _LOCAL.memo = prev
+
+
+def shared_memo() -> dict | None:
+    """The memo of the enclosing :func:`shared_terms` (None outside one)."""
+    return getattr(_LOCAL, "memo", None)
 
 __all__ = [
     "half_gaussian_moment",
@@ -372,6 +396,43 @@ def theta_poly_expectation(
         from ._poly import poly_expectation
 
         return poly_expectation(poly, K)
+    memo = shared_memo()
+    key = ("theta", id(K), tuple(slots), tuple(noise))
+    if memo is not None and key in memo:
+        parts = memo[key][1]
+    else:
+        parts = _theta_parts(K, slots, noise)
+        if memo is not None:
+            memo[key] = (K, parts)
+    S, R, linpow, ocache, rcache = parts
+    nv = m + k
+    expanded: dict = {}
+    for e, c in poly.items():
+        q: dict = {(0,) * nv: c}
+        for s, p in enumerate(e):
+            if p:
+                q = poly_mul(q, linpow(s, p))
+        for ee, cc in q.items():
+            expanded[ee] = expanded[ee] + cc if ee in expanded else cc
+    res = np.zeros(K.shape[:-2])
+    for ee, cc in expanded.items():
+        a, b = ee[:m], ee[m:]
+        if sum(b) % 2:
+            continue
+        if a not in ocache:
+            ocache[a] = orthant_moment(S, a)
+        if b not in rcache:
+            rcache[b] = gaussian_moment(b, R) if any(b) else 1.0
+        res = res + cc * ocache[a] * rcache[b]
+    return res
+
+
+def _theta_parts(K: np.ndarray, slots: tuple, noise: tuple) -> tuple:
+    """What :func:`theta_poly_expectation` needs of ``(K, slots, noise)`` besides the polynomial:
+    ``S``, ``R``, the powers of the conditional linear forms and caches of the orthant and
+    Isserlis moments."""
+    m = len(slots)
+    k = K.shape[-1]
     idx = list(slots)
     S = K[..., idx, :][..., :, idx] + np.diag(np.asarray(noise, dtype=float))
     Czw = K[..., :, idx]  # (..., k, m)
@@ -400,22 +461,4 @@ def theta_poly_expectation(
                 powcache[(s, p)] = poly_mul(linpow(s, p - 1), lin[s])
         return powcache[(s, p)]
 
-    expanded: dict = {}
-    for e, c in poly.items():
-        q: dict = {(0,) * nv: c}
-        for s, p in enumerate(e):
-            if p:
-                q = poly_mul(q, linpow(s, p))
-        for ee, cc in q.items():
-            expanded[ee] = expanded[ee] + cc if ee in expanded else cc
-    res = np.zeros(K.shape[:-2])
-    ocache: dict = {}
-    for ee, cc in expanded.items():
-        a, b = ee[:m], ee[m:]
-        if sum(b) % 2:
-            continue
-        if a not in ocache:
-            ocache[a] = orthant_moment(S, a)
-        rb = gaussian_moment(b, R) if any(b) else 1.0
-        res = res + cc * ocache[a] * rb
-    return res
+    return S, R, linpow, {}, {}

@@ -49,14 +49,14 @@ from effth.algebra.ntk_tensors import NTK_TENSORS
 from effth.algebra.tensors import FourPointVertex, Kernel, NLOMetric, SampleTensor
 from effth.errors import DomainError, NotDerivedError
 from effth.numerics import gaussian_expectation
-from effth.numerics.atom_tables import AtomTables
+from effth.numerics.atom_tables import AtomTables, dispatched_group
 from effth.numerics.sample_blocks import SampleRestriction
 from effth.numerics.sample_tables import closed_pair_tables, pair_tables
 
 from ._derive import CB, CW
 from ._ntk_forward import LAMBDA_B, LAMBDA_W
 from .initialization import RATIO
-from .kernel_flow import (FLOW_NAMES, Flow, _flow, _grids, evaluate_terms, polynomial_terms, run_step, _html_table,
+from .kernel_flow import (FLOW_NAMES, Flow, _flow, _grids, evaluate_terms, gather_labels, polynomial_terms, run_step, _html_table,
                           _layer_index, _relative, _widths_summary)
 from .ntk import NTK_STATISTICS, derive_ntk
 
@@ -138,13 +138,13 @@ class NTKLayerStep:
                 if whole and labs == [0, 1]:
                     args.append(tables.table(fac))      # the table itself: no index copy
                     continue
-                args.append(tables.table(fac)[tuple(grids[p] for p in labs)])
+                args.append(gather_labels(tables.table(fac), labs, N, grids, entries))
             else:
                 _, name, labs = key
                 if whole and tuple(labs) in ((0, 1), (1, 0)):   # a view, no index copy
                     args.append(tensors[name] if tuple(labs) == (0, 1) else tensors[name].T)
                     continue
-                args.append(tensors[name][tuple(grids[p] for p in labs)])
+                args.append(gather_labels(tensors[name], labs, N, grids, entries))
         vals = [np.float64(params[k]) for k in ("c_w", "c_b", "lambda_b", "lambda_w", "ratio")]
         return run_step(self._terms, self._fn, args, vals, N, self.rank, out, entries)
 
@@ -633,19 +633,15 @@ def _check_theta(Th: np.ndarray, N: int) -> None:
 
 
 class _KinkedTables(AtomTables):
-    """Atom tables for kinked sigma: products of sigma and sigma' only, by
-    :func:`effth.gaussian_expectation` batched over all subsets of samples of one size (closed
-    forms for the piecewise-linear family, up to four samples: orthant moments)."""
+    """Atom tables for kinked sigma: products of sigma and sigma' only.  Up to four samples the
+    shared path evaluates them by closed forms batched over subsets (the piecewise-linear
+    family: orthant moments); beyond that, and for kinked activations without closed forms,
+    one :func:`effth.gaussian_expectation` per integrand."""
 
     smooth_only = False
 
     def _group(self, samples: np.ndarray, combos: list, mult: float) -> tuple:
-        Kb = self.K[samples[:, :, None], samples[:, None, :]]
-        v = np.empty((len(samples), len(combos)))
-        for c, combo in enumerate(combos):
-            fac = [(pos, "sigma", o) for pos, orders in enumerate(combo) for o in orders]
-            v[:, c] = gaussian_expectation(fac, Kb, self.act, rtol=self.rtol) if fac else 1.0
-        return v, np.zeros_like(v), np.abs(v)
+        return dispatched_group(self.K, samples, combos, self.act, self.rtol, closed_only=False)
 
     def _evaluate(self, S: tuple, keys: list) -> None:
         pos = {s: i for i, s in enumerate(S)}

@@ -136,3 +136,21 @@ def test_kinked_tables_by_stein_equal_book_form():
     for k in ("K", "V", "G1"):
         r = np.asarray(ref[k])
         np.testing.assert_allclose(fl[k], r, rtol=0, atol=1e-9 * np.abs(r).max())
+
+
+def test_erf_four_point_table_is_closed_and_matches_quadrature():
+    """The flow's four-point table for erf comes from closed forms (four Heaviside factors: the
+    quadrivariate orthant probability), with no quadrature error; against the shared-node
+    four_point_table on 6 inputs at rtol 1e-11."""
+    from effth.activations import get_activation
+    from effth.numerics.sample_tables import four_point_table
+    from effth.theories.pdlt.kernel_flow import _tables
+
+    X = np.random.default_rng(3).standard_normal((6, 4))
+    K = 1.3 * X @ X.T / 4 + 0.1
+    act = get_activation("erf")
+    tabs, err = _tables(K, act, {(0, 0)}, True, 1e-11)
+    F, FE = four_point_table(K, act, rtol=1e-11)
+    assert np.all(FE <= 1e-11 * np.abs(F).max())
+    np.testing.assert_allclose(tabs["four"], F, rtol=0, atol=2e-11 * np.abs(F).max())
+    assert err < 1e-11
