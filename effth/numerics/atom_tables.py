@@ -705,10 +705,22 @@ class AtomTables:
         the subsets ``samples (B, k)`` of at most four samples: closed forms where every combo
         has a fast one (:mod:`effth.numerics.closed_forms`: erf, sin/cos, polynomials, the
         piecewise-linear family), else the shared-node integrator."""
-        closed = dispatched_group(self.K, samples, combos, self.act, self.rtol)
-        if closed is not None:
+        from .closed_forms import closed_form_resolves
+
+        diag = np.diagonal(self.K)[samples]
+        ok = np.all([closed_form_resolves(self.act, _combo_factors(cb), diag, self.rtol)
+                     for cb in combos], axis=0) if combos else np.ones(len(samples), dtype=bool)
+        closed = dispatched_group(self.K, samples[ok], combos, self.act, self.rtol) if ok.any() else None
+        if closed is None:
+            return _atoms_group(self.K, samples, combos, self.act, self.rtol, mult)
+        if ok.all():
             return closed
-        return _atoms_group(self.K, samples, combos, self.act, self.rtol, mult)
+        # kernels too small for the closed forms' absolute accuracy: quadrature there
+        quad = _atoms_group(self.K, samples[~ok], combos, self.act, self.rtol, mult)
+        out = tuple(np.empty((len(samples), len(combos))) for _ in range(3))
+        for o, c, q in zip(out, closed, quad):
+            o[ok], o[~ok] = c, q
+        return out
 
     def _lookup(self, k: int, ids: np.ndarray, combo_col: np.ndarray) -> np.ndarray:
         store = self._store[k]

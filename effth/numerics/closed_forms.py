@@ -182,6 +182,33 @@ def fast_closed_form(activation: Any, factors: Sequence) -> bool:
     return getattr(activation, "family", None) in _FAST_FAMILIES and has_closed_form(activation, factors)
 
 
+def closed_form_resolves(activation: Any, factors: Sequence, diag: np.ndarray, rtol: float) -> np.ndarray:
+    r"""Whether the closed form keeps relative accuracy ``rtol`` at kernels with these diagonals
+    ``diag (..., k)`` (slots as in ``factors``): a boolean per batch entry.
+
+    erf's and sin/cos's closed forms are sums of :math:`O(1)` terms (Heaviside probabilities,
+    exponentials), so their error is absolute, about :math:`\epsilon`; an atom whose factors
+    vanish at :math:`z=0` (:math:`\mathrm{erf}^{(2j)}`, :math:`\sin^{(2j)}`,
+    :math:`\cos^{(2j+1)}`) is as small as :math:`\prod\sqrt{K_{ss}}` over those factors at small
+    kernels (:math:`\langle\mathrm{erf}^4\rangle\sim K^2`): measured relative error
+    :math:`5\times10^{-7}` at :math:`K=10^{-5}`, :math:`10^{-10}` at :math:`10^{-3}`.  Accepted
+    where :math:`100\,\epsilon\le\mathrm{rtol}\prod\sqrt{K_{ss}}`.  The other families are
+    exact in relative terms (polynomials: Isserlis; piecewise-linear: homogeneous)."""
+    diag = np.asarray(diag, dtype=float)
+    family = getattr(activation, "family", None)
+    if family not in ("erf", "trig"):
+        return np.ones(diag.shape[:-1], dtype=bool)
+    cos = family == "trig" and str(_param(activation, "kind")) == "cos"
+    size = np.ones(diag.shape[:-1])
+    for s, kind, order in factors:
+        vanishes = kind == "z" or (order % 2 == (1 if cos else 0))
+        if kind == "z" and order == 0:
+            continue
+        if vanishes:
+            size = size * np.sqrt(np.clip(diag[..., s], 0.0, None)) ** (order if kind == "z" else 1)
+    return 100 * np.finfo(float).eps <= rtol * size
+
+
 def closed_form(activation: Any, factors: Sequence, K: Any) -> np.ndarray | None:
     r"""Closed-form zero-mean Gaussian expectation of an atom, batched over covariances.
 

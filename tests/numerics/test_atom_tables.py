@@ -235,3 +235,30 @@ def test_closed_form_tables_match_shared_quadrature(act):
     np.testing.assert_allclose(closed, quad, rtol=0, atol=1e-11 * np.abs(quad).max())
     t = AtomTables(K, sig, rtol=1e-12).table(((0, 0), (1, 0), (2, 0), (3, 0)))   # reads the same values
     assert t[0, 1, 2, 3] == closed[0, combos.index(((0,), (0,), (0,), (0,)))]
+
+
+def test_closed_forms_give_way_at_small_kernels():
+    """erf's closed forms are sums of O(1) terms (absolute error ~eps): an atom of size K^2 at
+    K ~ 1e-6 would lose all its digits. Subsets with such inputs go to quadrature, the others
+    keep the closed forms; every entry is accurate relative to its own size."""
+    from effth.activations import get_activation
+    from effth.numerics.closed_forms import closed_form
+
+    sig = get_activation("erf")
+    X = np.random.default_rng(12).standard_normal((5, 3))
+    X[4] *= 1e-3                                         # K_44 ~ 1e-6
+    K = X @ X.T / 3
+    fac = ((0, 0), (1, 0), (2, 0), (3, 0))
+    tab = AtomTables(K, sig, rtol=1e-10).table(fac)
+    for idx in [(0, 1, 2, 4), (1, 2, 3, 4), (0, 1, 2, 3)]:
+        ref = gaussian_expectation([(i, "sigma", 0) for i in range(4)], K[np.ix_(idx, idx)], sig,
+                                   method="quadrature", rtol=1e-12)
+        assert tab[idx] == pytest.approx(float(ref), rel=1e-8)
+    # the closed form alone misses at this scale (what the guard prevents)
+    small = 1e-6 * K[:4, :4]
+    bad = closed_form(sig, [(i, "sigma", 0) for i in range(4)], small[None])[0]
+    ref = gaussian_expectation([(i, "sigma", 0) for i in range(4)], small, sig, method="quadrature",
+                               rtol=1e-12)
+    assert abs(bad / ref - 1) > 1e-6
+    got = AtomTables(small, sig, rtol=1e-10).table(fac)[0, 1, 2, 3]
+    assert got == pytest.approx(float(ref), rel=1e-8)

@@ -33,6 +33,7 @@ evaluated in the Stein-equivalent book form, entry by entry.
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -53,7 +54,7 @@ from effth.algebra.tensors import FourPointVertex, NLOMetric
 from effth.errors import DomainError, NotDerivedError
 from effth.numerics import gaussian_expectation, validate_covariance
 from effth.numerics.atom_tables import AtomTables
-from effth.numerics.closed_forms import fast_closed_form
+from effth.numerics.closed_forms import closed_form_resolves, fast_closed_form
 from effth.numerics.sample_blocks import SampleRestriction
 from effth.numerics.sample_tables import (closed_pair_tables, four_point_table, kinked_pair_tables,
                                           multiset_groups, multiset_index, pair_tables)
@@ -165,6 +166,7 @@ class LayerStep:
 
 _FLAT: dict = {}
 _FLAT_BYTES = 1 << 28      # cached flat indices, all entry lists together (256 MiB)
+_FLAT_LOCK = threading.Lock()
 
 
 def gather_labels(arr: np.ndarray, labs: tuple, N: int, grids: tuple, entries: tuple | None) -> np.ndarray:
@@ -175,15 +177,18 @@ def gather_labels(arr: np.ndarray, labs: tuple, N: int, grids: tuple, entries: t
     if entries is None:
         return arr[tuple(grids[i] for i in labs)]
     key = (id(entries), tuple(labs), N)
-    hit = _FLAT.get(key)
+    with _FLAT_LOCK:
+        hit = _FLAT.get(key)
     if hit is None or hit[0] is not entries:
         dims = (N,) * len(labs)
         flat = np.ravel_multi_index(tuple(entries[i] for i in labs), dims)
         if N ** len(labs) < 2 ** 31:
             flat = flat.astype(np.int32)
-        if sum(h[1].nbytes for h in _FLAT.values()) + flat.nbytes > _FLAT_BYTES:
-            _FLAT.clear()
-        _FLAT[key] = hit = (entries, flat)          # entries kept alive: its id stays unique
+        hit = (entries, flat)                       # entries kept alive: its id stays unique
+        with _FLAT_LOCK:
+            if sum(h[1].nbytes for h in _FLAT.values()) + flat.nbytes > _FLAT_BYTES:
+                _FLAT.clear()
+            _FLAT[key] = hit
     return np.take(arr.reshape(-1), hit[1])
 
 
@@ -343,7 +348,9 @@ def _tables(K: np.ndarray, act: Any, orders: set, four: bool, rtol: float,
             more, errs = pair_tables(K, act, rest, rtol=rtol)
             tabs.update(more)
             err = max(_relative(e, more[o]) for o, e in errs.items())
-        if four and fast_closed_form(act, [(s, "sigma", 0) for s in range(4)]):
+        four_f = [(s, "sigma", 0) for s in range(4)]
+        if four and fast_closed_form(act, four_f) and bool(np.all(
+                closed_form_resolves(act, four_f, np.full(4, np.min(np.diag(K))), rtol))):
             tabs["four"] = _generic_four(K, act, rtol)       # closed forms (erf, sin, polynomials)
         elif four:
             F, FE = four_point_table(K, act, rtol=rtol)

@@ -154,3 +154,18 @@ def test_erf_four_point_table_is_closed_and_matches_quadrature():
     assert np.all(FE <= 1e-11 * np.abs(F).max())
     np.testing.assert_allclose(tabs["four"], F, rtol=0, atol=2e-11 * np.abs(F).max())
     assert err < 1e-11
+
+
+def test_erf_four_point_table_small_kernels_stay_relative():
+    """At kernels of 1e-6 the closed forms' absolute error (~eps) would be 1e-4 of <erf^4> ~ K^2;
+    the flow's table falls back to quadrature there and keeps relative accuracy."""
+    from effth.activations import get_activation
+    from effth.theories.pdlt.kernel_flow import _tables
+
+    X = np.random.default_rng(3).standard_normal((5, 4))
+    K = 1e-6 * X @ X.T / 4
+    act = get_activation("erf")
+    tabs, _ = _tables(K, act, {(0, 0)}, True, 1e-10)
+    ref = et.gaussian_expectation([(i, "sigma", 0) for i in range(4)], K[:4, :4], act,
+                                  method="quadrature", rtol=1e-12)
+    assert tabs["four"][0, 1, 2, 3] == pytest.approx(float(ref), rel=1e-8)
