@@ -18,11 +18,12 @@ from effth.theories.pdlt.ntk_flow import ntk_flow
 N, P = 7, 4
 
 
-@pytest.fixture(scope="module")
-def setting():
+@pytest.fixture(scope="module", params=["tanh", "erf"])
+def setting(request):
+    """tanh: shared-node quadrature; erf: closed-form atom tables (with the restricted layout)."""
     rng = np.random.default_rng(3)
     X = rng.normal(size=(N, 3))
-    kw = dict(K1=0.1 + X @ X.T / 3, Theta1=1.0 + X @ X.T / 3, depth=3, activation="tanh",
+    kw = dict(K1=0.1 + X @ X.T / 3, Theta1=1.0 + X @ X.T / 3, depth=3, activation=request.param,
               c_w=1.0, c_b=0.1, rtol=1e-10)
     full = ntk_flow(**kw)
     return kw, full, {m: ntk_flow(**kw, n_train=P, max_test=m) for m in (1, 2)}
