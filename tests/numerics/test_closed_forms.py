@@ -772,13 +772,18 @@ def test_four_slot_even_degree_vs_gl(aname, orders):
 def test_four_heaviside_smooth_vs_quadrature(aname, orders):
     """erf and GELU atoms with four Heaviside factors (auxiliary noise) against effth's
     quadrature backend at rtol 1e-12 (an independent code path)."""
+    import warnings
+
     from effth import gaussian_expectation
+    from effth.errors import AccuracyWarning
 
     a = ACTS[aname]()
     fs = tuple((i % 4, S, o) for i, o in enumerate(orders))
     assert has_closed_form(a, fs)
     K = random_K(4, 64)
-    ref = gaussian_expectation(list(fs), K, a, method="quadrature", rtol=1e-12)
+    with warnings.catch_warnings():      # the reference's own estimate sits at rtol on one atom
+        warnings.simplefilter("ignore", AccuracyWarning)
+        ref = gaussian_expectation(list(fs), K, a, method="quadrature", rtol=1e-12)
     assert_close(closed_form(a, fs, K), ref, rtol=1e-11, atol=1e-13)
 
 
