@@ -20,6 +20,10 @@ The two-point tables come from closed forms where they exist
 arc-cosine kernels of the piecewise-linear family, upper triangle only, in blocks), otherwise from
 :mod:`effth.numerics.sample_tables` (shared nodes, one dimension integrated out) for smooth
 activations and from :func:`effth.gaussian_expectation` batched over all entries for kinked ones.
+The four-point table is a batched closed form where a fast one exists and keeps relative accuracy
+(:func:`effth.numerics.closed_forms.fast_closed_form`, ``closed_form_resolves``: erf, sin/cos,
+polynomials, the piecewise-linear family through the quadrivariate orthant probability),
+otherwise shared-node quadrature.
 
 ``statistics=`` selects what is iterated: ``("K",)`` needs only
 :math:`\langle\sigma\sigma\rangle` (PDLT (4.118)) and costs :math:`O(N^2)` per layer;
