@@ -262,3 +262,27 @@ def test_closed_forms_give_way_at_small_kernels():
     assert abs(bad / ref - 1) > 1e-6
     got = AtomTables(small, sig, rtol=1e-10).table(fac)[0, 1, 2, 3]
     assert got == pytest.approx(float(ref), rel=1e-8)
+
+
+def test_kinked_tables_four_samples_against_quadrature():
+    """ReLU's atoms of the NTK variance on four distinct inputs (batched closed forms through the
+    quadrivariate orthant probability) against the nested quadrature of one entry."""
+    from effth.theories.pdlt.ntk_flow import _KinkedTables
+
+    X = np.random.default_rng(13).standard_normal((5, 4))
+    K = 1.5 * X @ X.T / 4
+    t = _KinkedTables(K, "relu", rtol=1e-9)
+    fac = ((0, 1), (1, 1), (2, 0), (3, 0))                    # <s'_a s'_b s_c s_d>
+    tab = t.table(fac)
+    idx = (4, 0, 2, 3)
+    import warnings
+
+    from effth.errors import AccuracyWarning
+
+    with warnings.catch_warnings():          # the kinks cap the reference at ~6e-7 (its estimate)
+        warnings.simplefilter("ignore", AccuracyWarning)
+        ref, err = gaussian_expectation([(i, "sigma", o) for i, (_, o) in enumerate(fac)],
+                                        K[np.ix_(idx, idx)], "relu", method="quadrature", rtol=1e-7,
+                                        return_error=True)
+    assert abs(tab[idx] - float(ref)) <= 5 * max(float(err), 1e-7 * abs(float(ref)))
+    assert abs(0.9 * tab[idx] - float(ref)) > 5 * max(float(err), 1e-7 * abs(float(ref)))
