@@ -271,21 +271,15 @@ def dispatched_group(K: np.ndarray, S: np.ndarray, combos: list, act: Any, rtol:
 
 def _dispatched_combos(Kb: np.ndarray, facs: list, act: Any, rtol: float, closed_only: bool,
                        v: np.ndarray) -> None:
-    from .closed_forms import closed_form
-    from .dispatch import gaussian_expectation
+    from .dispatch import _try_closed, gaussian_expectation
 
     for c, f in enumerate(facs):
         if not f:
             v[:, c] = 1.0
             continue
         # smooth sigma: no point masses; the sub-kernels of a checked kernel need no new check
-        val = None
-        if closed_only and act.is_smooth:
-            with np.errstate(all="ignore"):
-                val = closed_form(act, f, Kb)
-        if val is None or not np.all(np.isfinite(val)):
-            val = gaussian_expectation(f, Kb, act, rtol=rtol)
-        v[:, c] = val
+        val = _try_closed(act, f, Kb) if closed_only and act.is_smooth else None
+        v[:, c] = gaussian_expectation(f, Kb, act, rtol=rtol) if val is None else val
 
 
 def _atoms_group(K: np.ndarray, S: np.ndarray, combos: list, act: Any, rtol: float,

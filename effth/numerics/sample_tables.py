@@ -1070,13 +1070,41 @@ def kinked_pair_tables(K: Any, activation: Any, orders: Any, rtol: float = 1e-10
 _ROWS = 1 << 16        # pair entries evaluated at once by closed_pair_tables (memory O(_ROWS), not O(N^2))
 
 
-def _pl_theta(rho: np.ndarray) -> np.ndarray:
-    r""":math:`\theta=\arccos\rho` as ``arctan2(sqrt((1-rho)(1+rho)), rho)`` (a determinant below
-    :math:`8\epsilon` is zero, as in :mod:`effth.numerics._closed._orthant`: duplicated samples
-    give the exact :math:`\rho=\pm1` limit)."""
-    det = (1.0 - rho) * (1.0 + rho)
-    det = np.where(det <= 8 * np.finfo(float).eps, 0.0, det)
-    return np.arctan2(np.sqrt(det), rho)
+def _pl_angle(rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r""":math:`\theta=\arccos\rho` as ``arctan2(sqrt((1-rho)(1+rho)), rho)``, and
+    :math:`\sin\theta` (a determinant below :math:`8\epsilon` is zero, as in
+    :mod:`effth.numerics._closed._orthant`: duplicated samples give the exact :math:`\rho=\pm1`
+    limit)."""
+    det = np.asarray((1.0 - rho) * (1.0 + rho))
+    det[det <= 8 * np.finfo(float).eps] = 0.0
+    st = np.sqrt(det, out=det)
+    return np.arctan2(st, rho), st
+
+
+# The arc-cosine kernels (Cho & Saul 2009) of sigma = a+ z Theta(z) + a- z Theta(-z), with
+# s2 = a+^2 + a-^2, x = a+ a-:  <sigma sigma> = s2 M11(rho) - 2 x M11(-rho),
+# M11(rho) = sqrt(da db) (sin t + (pi - t) cos t) / (2 pi), and
+# <sigma' sigma'> = (s2 (pi - t) + 2 x t) / (2 pi), t = arccos rho.
+def _pl00(s2: float, x: float, sab: np.ndarray, rho: np.ndarray, t: np.ndarray, st: np.ndarray) -> np.ndarray:
+    return sab * (s2 * (st + (np.pi - t) * rho) - 2.0 * x * (st - t * rho)) / (2.0 * np.pi)
+
+
+def _pl11(s2: float, x: float, t: np.ndarray) -> np.ndarray:
+    return (s2 * (np.pi - t) + 2.0 * x * t) / (2.0 * np.pi)
+
+
+def _erf_uu(da: np.ndarray, db: np.ndarray) -> np.ndarray:
+    """:math:`u_au_b`, :math:`u=(1+2K)^{-1/2}`: symmetric in (a, b) to the last bit."""
+    return np.multiply(1.0 / np.sqrt(1.0 + 2.0 * da), 1.0 / np.sqrt(1.0 + 2.0 * db))
+
+
+def _erf00_into(t: np.ndarray) -> np.ndarray:
+    r""":math:`\langle\mathrm{erf}\,\mathrm{erf}\rangle=\tfrac2\pi\arcsin t` in place on
+    ``t`` = :math:`2K_{ab}u_au_b` (clipped)."""
+    np.clip(t, -1.0, 1.0, out=t)
+    np.arcsin(t, out=t)
+    t *= 2.0 / np.pi
+    return t
 
 
 def fast_pair_joint(act: Any):
@@ -1084,12 +1112,11 @@ def fast_pair_joint(act: Any):
     common pieces (erf: :math:`t=2K_{ab}u_au_b`, :math:`u=(1+2K_{aa})^{-1/2}`, with
     :math:`\langle\sigma'\sigma'\rangle=\frac4\pi u_au_b/\sqrt{1-t^2}`; the arc-cosine family:
     :math:`\rho`, :math:`\theta` and :math:`\sin\theta=\sqrt{1-\rho^2}`), or None.  The same
-    values as the separate formulas of :func:`_fast_pair` to rounding, symmetric in the two
-    samples to the last bit."""
+    formulas as :func:`_fast_pair`, symmetric in the two samples to the last bit."""
     fam = getattr(act, "family", None)
     if fam == "erf":
         def erf_joint(da, db, k):
-            uu = np.multiply(1.0 / np.sqrt(1.0 + 2.0 * da), 1.0 / np.sqrt(1.0 + 2.0 * db))
+            uu = _erf_uu(da, db)
             t = np.multiply(uu, k)
             t *= 2.0
             np.clip(t, -1.0, 1.0, out=t)
@@ -1098,9 +1125,7 @@ def fast_pair_joint(act: Any):
             np.sqrt(w, out=w)
             np.divide(uu, w, out=w)
             w *= 4.0 / np.pi
-            np.arcsin(t, out=t)
-            t *= 2.0 / np.pi
-            return {(0, 0): t, (1, 1): w}
+            return {(0, 0): _erf00_into(t), (1, 1): w}
         return erf_joint
     if fam == "piecewise_linear":
         ap, am = float(act.param("a_plus")), float(act.param("a_minus"))
@@ -1110,13 +1135,8 @@ def fast_pair_joint(act: Any):
             sab = np.multiply(np.sqrt(da), np.sqrt(db))
             rho = np.divide(k, sab)
             np.clip(rho, -1.0, 1.0, out=rho)
-            st = (1.0 - rho) * (1.0 + rho)           # sin(theta)^2, as _pl_theta
-            st[st <= 8 * np.finfo(float).eps] = 0.0
-            np.sqrt(st, out=st)
-            t = np.arctan2(st, rho)
-            d1 = (s2 * (np.pi - t) + 2.0 * x * t) / (2.0 * np.pi)
-            d0 = sab * (s2 * (st + (np.pi - t) * rho) - 2.0 * x * (st - t * rho)) / (2.0 * np.pi)
-            return {(0, 0): d0, (1, 1): d1}
+            t, st = _pl_angle(rho)
+            return {(0, 0): _pl00(s2, x, sab, rho, t, st), (1, 1): _pl11(s2, x, t)}
         return pl_joint
     return None
 
@@ -1138,22 +1158,16 @@ def _fast_pair(act: Any, p: int, q: int):
         ap, am = float(act.param("a_plus")), float(act.param("a_minus"))
         s2, x = ap * ap + am * am, ap * am
         if p == 0:
-            # <sigma sigma> = (a+^2 + a-^2) M11(rho) - 2 a+ a- M11(-rho),
-            # M11(rho) = sqrt(da db) (sin t + (pi - t) cos t) / (2 pi), t = arccos rho
             def f(da, db, k):
                 sab = np.sqrt(da) * np.sqrt(db)
                 rho = np.clip(k / sab, -1.0, 1.0)
-                t = _pl_theta(rho)
-                st = np.sin(t)
-                return sab * (s2 * (st + (np.pi - t) * rho) - 2.0 * x * (st - t * rho)) / (2.0 * np.pi)
+                return _pl00(s2, x, sab, rho, *_pl_angle(rho))
 
             return f, lambda d: 0.5 * s2 * d
-        # <sigma' sigma'> = (a+^2 + a-^2) (pi - t)/(2 pi) + 2 a+ a- t/(2 pi)
 
         def f1(da, db, k):
             rho = np.clip(k / (np.sqrt(da) * np.sqrt(db)), -1.0, 1.0)
-            t = _pl_theta(rho)
-            return (s2 * (np.pi - t) + 2.0 * x * t) / (2.0 * np.pi)
+            return _pl11(s2, x, _pl_angle(rho)[0])
 
         return f1, lambda d: np.full(np.shape(d), 0.5 * s2)
     if fam == "erf":
@@ -1161,14 +1175,10 @@ def _fast_pair(act: Any, p: int, q: int):
         # of the block's size besides the result)
         if p == 0:
             def erf00(da, db, k):
-                # 2 k u_a u_b, u = (1 + 2 K)^(-1/2): u_a u_b is symmetric in (a, b) to the last bit
-                t = np.multiply(1.0 / np.sqrt(1.0 + 2.0 * da), 1.0 / np.sqrt(1.0 + 2.0 * db))
+                t = _erf_uu(da, db)                  # 2 k u_a u_b
                 t *= k
                 t *= 2.0
-                np.clip(t, -1.0, 1.0, out=t)
-                np.arcsin(t, out=t)
-                t *= 2.0 / np.pi
-                return t
+                return _erf00_into(t)
             return erf00, lambda d: (2.0 / np.pi) * np.arcsin(2.0 * d / (1.0 + 2.0 * d))
 
         def erf11(da, db, k):

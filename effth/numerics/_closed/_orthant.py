@@ -10,11 +10,10 @@ value :math:`\Theta(0)=1/2`, the limit of a vanishing independent perturbation.
 from __future__ import annotations
 
 import math
-
-import numpy as np
-
 import threading
 from contextlib import contextmanager
+
+import numpy as np
 
 from ..._threads import thread_map
 from ._poly import gaussian_moment, poly_mul

@@ -633,10 +633,10 @@ def _check_theta(Th: np.ndarray, N: int) -> None:
 
 
 class _KinkedTables(AtomTables):
-    """Atom tables for kinked sigma: products of sigma and sigma' only.  Up to four samples the
-    shared path evaluates them by closed forms batched over subsets (the piecewise-linear
-    family: orthant moments); beyond that, and for kinked activations without closed forms,
-    one :func:`effth.gaussian_expectation` per integrand."""
+    """Atom tables for kinked sigma: products of sigma and sigma' only, by
+    :func:`effth.gaussian_expectation`: up to four samples one call per integrand batched over
+    all subsets of a size (closed forms for the piecewise-linear family: orthant moments; the
+    dispatcher's quadrature for other kinked sigma), beyond that one call per entry."""
 
     smooth_only = False
 
