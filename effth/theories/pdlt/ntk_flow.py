@@ -508,8 +508,11 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
                     raise DomainError(f"{s} overflows or is undefined at layer {layer + 1}")
         errs.append(tables.max_error)
 
+    # restricted smooth flows: the atoms of three or more factors share the four-point table's
+    # pass over the subsets of samples (two-factor ones come from the pair tables)
     kern = _flow(**kw, rtol=rtol, statistics=kstats, hook=step, progress=progress,
-                 progress_label="ntk_flow: layers", restrict=restrict)
+                 progress_label="ntk_flow: layers", restrict=restrict,
+                 atom_patterns=tuple(f for f in atoms if len(f) > 2) if restrict is not None else ())
     return NTKFlow(kern, out, lb, lw, np.arange(1, L + 1), np.asarray(errs), restrict)
 
 
