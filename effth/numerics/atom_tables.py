@@ -20,10 +20,12 @@ derivatives are evaluated once for all combos (tanh and GELU: one transcendental
 all orders): the innermost sum :math:`T_{fg}(x_1,x_2)=\sum_{x_3}w_3F_f(z_2)F_g(z_3)` is taken once
 per pair of factor functions, the next one once per triple.  The geometry is computed
 backward-stably (:func:`effth.numerics.sample_tables._split`: nearly collinear inputs keep all their digits).  The subsets of
-one size are batched in vectorized NumPy, sorted by the size of their grids and cut into chunks
-of bounded memory (:data:`_ELEMS` grid elements), each chunk with its own shared rules; for odd
-or even :math:`\sigma` and integrands even under :math:`z\to-z` only half of the
-:math:`x_1` line is used.
+one size are batched in vectorized NumPy: sorted into buckets of similar node counts per
+direction (as the four-point table's, :func:`effth.numerics.sample_tables._buckets`), each
+bucket with the rules of its largest scales (so an entry does not depend on the chunking or the
+thread count), cut into chunks of bounded memory (:data:`_ELEMS` grid elements) that run on
+:func:`effth._threads.thread_map`'s threads; for odd or even :math:`\sigma` and integrands even
+under :math:`z\to-z` only half of the :math:`x_1` line is used.
 
 Rules: truncated trapezoids in standard-normal coordinates with the step from the activation's
 strip of analyticity (:func:`effth.numerics.sample_tables._step`), an error estimate from the
@@ -53,11 +55,13 @@ from typing import Any
 
 import numpy as np
 
+from .._threads import thread_map
 from ..activations import get_activation
 from ..errors import AccuracyWarning, DomainError
 from ._rules import gauss_hermite, truncation
 from .sample_blocks import SampleRestriction
 from .sample_tables import (
+    _buckets,
     _check_grid,
     _coarse,
     _finish,
@@ -68,6 +72,7 @@ from .sample_tables import (
     _rule,
     _rules_for,
     _step,
+    _steps,
     parity,
     real_kernel,
 )
@@ -76,7 +81,8 @@ __all__ = ["AtomTables"]
 
 _MAX_NODES = 1 << 21     # per subset grid (method="grid")
 _MAX_REFINE = 3
-_ELEMS = 1 << 16         # grid elements (subsets x nodes) of one chunk: bounds the memory (2^14: 1.3x slower)
+_ELEMS = 1 << 19         # grid elements (subsets x nodes) of one chunk: bounds the memory (chunks run on two
+                         # threads: 2^16 and 2^18 were 1.45x and 1.07x slower, 2^20 1.2x)
 _BLOCK = 1 << 18         # table entries decomposed at once
 _SUBSETS = 1 << 14       # subsets whose geometry is computed at once
 _LAYOUT = 1 << 23        # table entries whose gather layout is kept (two int64 per entry)
@@ -342,9 +348,8 @@ def _atoms_group(K: np.ndarray, S: np.ndarray, combos: list, act: Any, rtol: flo
             v, e, a = v + part[0], e + part[1], a + part[2]
         return _finish(v, e, a, _order(top, act, rtol, nfac))
 
-    # (threads over the chunks were measured slower on 2 cores: small, memory-bound operations)
-    for sl, top in _chunks(scales, act, rtol, nfac, mult, X):
-        v, e, a = chunk((sl, top))
+    items = list(_chunks(scales, act, rtol, nfac, mult, X))
+    for (sl, top), (v, e, a) in zip(items, thread_map(chunk, items)):
         rows = np.arange(len(sl))[:, None]
         val[sl], err[sl], ab[sl] = v[rows, pm[sl]], e[rows, pm[sl]], a[rows, pm[sl]]
     return val, err, ab
@@ -362,44 +367,27 @@ def _even(combos: list, act: Any) -> bool:
     return all(sum(p + odd for f in cb for p in f) % 2 == 0 for cb in combos)
 
 
-def _nodes(scale: float, act: Any, rtol: float, nfac: int, mult: float, X: float) -> int:
-    if act.is_polynomial:
-        return act.polynomial_degree * nfac // 2 + 1
-    h = _step(float(scale), act, rtol, nfac) / mult
-    return 1 if math.isinf(h) else 2 * max(math.floor(X / h), 1) + 1
-
-
 def _chunks(scales: list, act: Any, rtol: float, nfac: int, mult: float, X: float):
-    """Yield (index array, per-direction max scale) for chunks of subsets of bounded grid size,
-    the subsets sorted by their grid size (so a chunk's shared rules fit all its members)."""
+    """Yield (index array, per-direction max scale) for chunks of subsets of bounded grid size:
+    the subsets sorted into buckets of similar node counts per direction
+    (:func:`effth.numerics.sample_tables._buckets`, the four-point table's mechanism), each bucket
+    with the rules of its largest scales, cut into chunks of about :data:`_ELEMS` grid elements
+    (outer grid, or the smoothed line's ``n1 * ny`` nodes where larger)."""
     S = np.stack(scales, axis=1)                        # (B, d): outer directions, then y
-    B, d = S.shape
-    cache: dict = {}
-
-    def n(v: float) -> int:
-        if v not in cache:
-            cache[v] = _nodes(v, act, rtol, nfac, mult, X)
-        return cache[v]
-
-    # outer grid sizes (y enters as n1 * ny, smaller than n1 n2 n3 for four samples)
-    cnt = np.array([[n(float(v)) for v in row] for row in S])
-    def total(t: np.ndarray) -> int:
-        return int(t[0]) if d == 1 else max(int(np.prod(t[:d - 1])), int(t[0] * t[-1]))
-
-    size = np.array([total(t) for t in cnt])
-    perm = np.argsort(size, kind="stable")
-    start = 0
-    while start < B:
-        top = cnt[perm[start]].copy()
-        end = start + 1
-        while end < B:
-            t2 = np.maximum(top, cnt[perm[end]])
-            if (end - start + 1) * total(t2) > _ELEMS:
-                break
-            top, end = t2, end + 1
-        sel = np.sort(perm[start:end])
-        yield sel, [float(v) for v in S[sel].max(axis=0)]
-        start = end
+    d = S.shape[1]
+    for members in _buckets(S, act, rtol, nfac, mult, X):
+        top = S[members].max(axis=0)
+        if act.is_polynomial:
+            cnt = np.full(d, act.polynomial_degree * nfac // 2 + 1)
+        else:
+            h = _steps(top, act, rtol, nfac) / mult
+            with np.errstate(divide="ignore", invalid="ignore"):
+                cnt = np.where(np.isinf(h), 1, 2 * np.maximum(np.floor(X / h), 1) + 1)
+        size = int(cnt[0]) if d == 1 else max(int(np.prod(cnt[:d - 1])), int(cnt[0] * cnt[-1]))
+        step = max(1, _ELEMS // size)
+        members = np.sort(members)
+        for i in range(0, len(members), step):      # the bucket's rules: values do not depend
+            yield members[i:i + step], [float(v) for v in top]     # on the chunking
 
 
 def _sub(w: np.ndarray, c: np.ndarray) -> tuple:

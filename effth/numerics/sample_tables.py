@@ -70,27 +70,13 @@ def _step(scale: float, activation: Any, rtol: float, nfac: int) -> float:
     r"""Trapezoid step in standard-normal units for a direction of the given scale.
 
     For an activation analytic in a strip of half-width ``strip``, the factors of the integrand
-    have poles at distance :math:`a=	ext{strip}/	ext{scale}` from the real axis; up to ``nfac``
+    have poles at distance :math:`a=\mathrm{strip}/\mathrm{scale}` from the real axis; up to ``nfac``
     of them can coincide (nearly collinear samples), giving a pole of that order.  With the
     Gaussian weight the trapezoid error is about :math:`W^{p-1}e^{-aW+a^2/2}` for
     :math:`W=2\pi/h`, as long as the pole lies inside the saddle :math:`a<W`; beyond it the
     Gaussian term :math:`e^{-W^2/2}` dominates.
     """
-    L = log_inv_tol(rtol) + 2.0 * _growth(activation, nfac) + 3.0
-    if scale <= 0.0:
-        return math.inf
-    strip = activation.strip
-    if math.isinf(strip):
-        # entire sigma of Gaussian type: |sigma(i s y)| ~ exp(g s^2 y^2 / 2) per factor (g = 1 for
-        # GELU's Phi, 2 for erf; 2 is kept for the rest as an upper bound); the saddle of
-        # exp(-W y + (1 + g nfac s^2) y^2 / 2) gives the error exp(-W^2 / (2 (1 + g nfac s^2)))
-        g = 1.0 if activation.family == "gelu" else 2.0
-        return 2.0 * math.pi / (math.sqrt(2.0 * L * (1.0 + g * nfac * scale * scale)) + 1.0)
-    L += 2.0 * (nfac - 1)
-    W_gauss = math.sqrt(2.0 * L) + 1.0
-    a = strip / scale
-    W = W_gauss if a >= W_gauss else max(W_gauss, L / a + a / 2.0 + 1.0)
-    return 2.0 * math.pi / W
+    return float(_steps(np.float64(scale), activation, rtol, nfac))
 
 
 def _growth(activation: Any, nfac: int) -> int:
@@ -256,8 +242,9 @@ def _rotate(A: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 # ------------------------------------------------------------------------------- integrands
 def _steps(scales: np.ndarray, activation: Any, rtol: float, nfac: int) -> np.ndarray:
-    """:func:`_step` elementwise over an array of scales (the same formula; used to sort subsets
-    into buckets of similar grids, whose rules then come from :func:`_rules_for`)."""
+    """:func:`_step` elementwise over an array of scales (the one implementation of the formula;
+    used to sort subsets into buckets of similar grids, whose rules then come from
+    :func:`_rules_for`)."""
     sc = np.asarray(scales, dtype=np.float64)
     L = log_inv_tol(rtol) + 2.0 * _growth(activation, nfac) + 3.0
     strip = activation.strip

@@ -158,12 +158,15 @@ def test_values_and_chunking_consistent(monkeypatch):
     np.testing.assert_allclose(small, tab, rtol=0, atol=1e-9 * np.abs(tab).max())
 
 
-def test_memory_bounded_by_chunks():
-    """Scratch memory of a batch does not grow with the number of subsets (chunked)."""
+def test_memory_bounded_by_chunks(monkeypatch):
+    """Scratch memory of a batch does not grow with the number of subsets (chunked; chunks of
+    about one subset here, so that both batches span several)."""
     import tracemalloc
 
     import effth.numerics.atom_tables as at
     from effth.activations import get_activation
+
+    monkeypatch.setattr(at, "_ELEMS", 1 << 13)
 
     X = np.random.default_rng(6).standard_normal((8, 3))
     K = 0.1 * X @ X.T / 3
