@@ -332,6 +332,8 @@ def test_predict_with_width():
     parts = sum(p.value(f"mean1_{k}") for k in MEAN_PARTS)
     np.testing.assert_allclose(parts, p.value("mean1"), rtol=1e-12)
     assert "Z_{IIB}" in ref.latex() and r"W_{i;" in ref.latex()
+    assert "order=O(1/n) at width 32" in repr(p) and "order 1/n" in p._repr_html_()
+    assert "order=infinite width" in repr(effth.predict(net, X[:2], _Y3, X[2:], eta=0.3))
     with pytest.raises(DomainError, match="kinked"):
         effth.predict(effth.MLP(depth=3, activation="relu", c_w=2.0), X[:2], _Y3, X[2:], width=32)
     with pytest.raises(DomainError, match="network"):
@@ -340,6 +342,33 @@ def test_predict_with_width():
         effth.predict(net, X[:2], _Y3, X[2:], width=0)
     with pytest.raises(DomainError, match="unstable|not below"):
         effth.predict(net, X[:2], _Y3, X[2:], eta=50.0, width=32)
+
+
+def test_predict_width_covariance_on_first_read(monkeypatch):
+    """predict(width=) computes the mean from the entries with one test input; the flow with two
+    (the covariance's) runs only when a covariance name is first read, once."""
+    import effth.theories.pdlt.learning as learning
+
+    calls = []
+    real = learning.ntk_flow
+
+    def spy(*args, **kw):                 # the restricted flows (max_test=); the infinite-width
+        if kw.get("max_test") is not None:  # kernels come from an unrestricted K, Theta flow
+            calls.append(kw["max_test"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(learning, "ntk_flow", spy)
+    net = effth.MLP(depth=3, activation="tanh", c_w=1.0, c_b=0.0)
+    p = effth.predict(net, _X3[:2], _Y3, _X3[2:], lambda_b=_LB, eta=0.3, width=32)
+    assert calls == [1] and "covariance1" in p.names
+    c = p.value("covariance1")
+    assert calls == [1, 2]
+    parts = sum(p.value(f"covariance1_{k}") for k in ("metric", "ntk_fluctuation", "dntk", "ddntk"))
+    np.testing.assert_allclose(parts, c, rtol=1e-12, atol=1e-15)
+    assert calls == [1, 2]                          # computed once
+    nf = real(net, _X3, lambda_b=_LB)
+    ref = finite_width_covariance(nf, _Y3, n_train=2, eta=0.3)
+    np.testing.assert_allclose(c, ref.value("covariance1")[2:, 2:, 0, 0], rtol=1e-6, atol=1e-12)
 
 
 def test_covariance_structure():
