@@ -72,7 +72,6 @@ from .sample_tables import (
     _rule,
     _rules_for,
     _step,
-    _steps,
     parity,
     real_kernel,
 )
@@ -377,13 +376,8 @@ def _chunks(scales: list, act: Any, rtol: float, nfac: int, mult: float, X: floa
     d = S.shape[1]
     for members in _buckets(S, act, rtol, nfac, mult, X):
         top = S[members].max(axis=0)
-        if act.is_polynomial:
-            cnt = np.full(d, act.polynomial_degree * nfac // 2 + 1)
-        else:
-            h = _steps(top, act, rtol, nfac) / mult
-            with np.errstate(divide="ignore", invalid="ignore"):
-                cnt = np.where(np.isinf(h), 1, 2 * np.maximum(np.floor(X / h), 1) + 1)
-        size = int(cnt[0]) if d == 1 else max(int(np.prod(cnt[:d - 1])), int(cnt[0] * cnt[-1]))
+        cnt = [len(_rules_for(float(v), act, rtol, nfac, mult, X)[0]) for v in top]
+        size = cnt[0] if d == 1 else max(math.prod(cnt[:d - 1]), cnt[0] * cnt[-1])
         step = max(1, _ELEMS // size)
         members = np.sort(members)
         for i in range(0, len(members), step):      # the bucket's rules: values do not depend
