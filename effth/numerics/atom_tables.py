@@ -698,6 +698,33 @@ class AtomTables:
             o[ok], o[~ok] = c, q
         return out
 
+    def snapshot(self) -> dict:
+        """The values computed so far, compact (only the subsets evaluated): what :meth:`restore`
+        takes to spare another table over the same kernel their integrals."""
+        stores = {}
+        for k, store in self._store.items():
+            if not store.vals:
+                continue
+            done = np.flatnonzero(np.any([~np.isnan(v) for v in store.vals], axis=0))
+            stores[k] = (done, dict(store.col), np.stack([v[done] for v in store.vals], axis=1))
+        nbytes = sum(d.nbytes + v.nbytes for d, _, v in stores.values())
+        return {"K": self.K, "act": self.act, "rtol": self.rtol, "max_error": self.max_error,
+                "stores": stores, "nbytes": nbytes}
+
+    def restore(self, snap: dict) -> bool:
+        """Take over the subsets another table evaluated (:meth:`snapshot`): they are not
+        integrated again.  Only from a table over the same kernel and activation at a target
+        accuracy at least as tight; returns whether the values were taken."""
+        if (snap["act"] != self.act or snap["rtol"] > self.rtol or snap["K"].shape != self.K.shape
+                or not np.array_equal(snap["K"], self.K)):
+            return False
+        for k, (done, cols, vals) in snap["stores"].items():
+            store = self._store.setdefault(k, _Store(math.comb(self.N, k)))
+            for combo, j in cols.items():
+                store.vals[store.column(combo)][done] = vals[:, j]
+        self.max_error = max(self.max_error, snap["max_error"])
+        return True
+
     def _lookup(self, k: int, ids: np.ndarray, combo_col: np.ndarray) -> np.ndarray:
         store = self._store[k]
         out = np.empty(len(ids))

@@ -328,7 +328,8 @@ def _relative(err: np.ndarray, table: np.ndarray) -> float:
 
 
 def _tables(K: np.ndarray, act: Any, orders: set, four: bool, rtol: float,
-            restrict: SampleRestriction | None = None, atom_patterns: tuple = ()) -> tuple[dict, float]:
+            restrict: SampleRestriction | None = None, atom_patterns: tuple = (),
+            seed: dict | None = None) -> tuple[dict, float]:
     r"""All tables for one layer and the largest estimated relative error.
 
     Two-point orders with a closed form come from :func:`closed_pair_tables` (exact; for kinked
@@ -338,11 +339,15 @@ def _tables(K: np.ndarray, act: Any, orders: set, four: bool, rtol: float,
     entries of :class:`SampleRestriction` (NaN elsewhere), from :class:`AtomTables`, which is
     returned as ``tables["atoms"]`` for the NTK-hierarchy atoms of the same layer; the atoms
     ``atom_patterns`` (patterns of :meth:`AtomTables.tables`) are evaluated in the same pass, so
-    that every subset of samples is integrated once for the four-point table and them.
+    that every subset of samples is integrated once for the four-point table and them; the
+    subsets in ``seed`` (an :meth:`AtomTables.snapshot` of another flow's layer) are not
+    integrated again.
     """
     if restrict is not None and four and (act.is_smooth or act.is_polynomial):
         tabs, err = _tables(K, act, orders, False, rtol)
         atoms = AtomTables(K, act, rtol=rtol, restrict=restrict)
+        if seed is not None:
+            atoms.restore(seed)
         four_pattern = ((0, 0), (1, 0), (2, 0), (3, 0))
         tabs["four"] = atoms.tables([four_pattern, *atom_patterns])[0]
         tabs["atoms"] = atoms
@@ -664,12 +669,13 @@ def _flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None =
           ratios: Any = 1.0, rtol: float = 1e-8, require_critical: bool = False,
           progress: bool | None = None, statistics: Any = None, hook: Callable | None = None,
           progress_label: str = "flow: layers", restrict: SampleRestriction | None = None,
-          atom_patterns: tuple = ()) -> Flow:
+          atom_patterns: tuple = (), atom_seeds: list | None = None) -> Flow:
     r""":func:`flow`, with ``hook(layer, K, tables, V, G1, c_w, c_b, ratio)`` called after each step
     with the layer-``layer`` tensors and the tables of ``K`` (how :func:`ntk_flow` shares them).
     With ``restrict``, :math:`V` and :math:`G^{\{1\}}` are computed only on the entries of
     :class:`~effth.numerics.sample_blocks.SampleRestriction` (NaN elsewhere; :math:`K` in full),
-    and the hook's atoms ``atom_patterns`` in the same pass as the four-point table."""
+    and the hook's atoms ``atom_patterns`` in the same pass as the four-point table
+    (``atom_seeds[layer - 1]``: an :meth:`AtomTables.snapshot` whose subsets that layer reuses)."""
     stats = _statistics(statistics)
     spec = _resolve(net, X, K1, depth, hidden_layers, activation, c_w, c_b, ratios)
     K, L, act, cws, cbs, rats, widths = spec
@@ -712,7 +718,8 @@ def _flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None =
             c_w_, c_b_, r_ = cws[layer], cbs[layer], rats[layer - 1]
             Vn = Gn = None
             with np.errstate(over="ignore", invalid="ignore"):   # reported below with the layer
-                tabs, err = _tables(K, act, orders, four, rtol, restrict, atom_patterns)
+                seed = atom_seeds[layer - 1] if atom_seeds and layer <= len(atom_seeds) else None
+                tabs, err = _tables(K, act, orders, four, rtol, restrict, atom_patterns, seed)
                 Kn = steps["K"](N, tabs, V, G1, c_w_, c_b_, r_, out=Ks[layer])
                 if Vs is not None:
                     Vn = steps["V"](N, tabs, V, G1, c_w_, c_b_, r_, out=Vs[layer], entries=ent4)

@@ -943,22 +943,31 @@ def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_
     flow_kw = dict(lambda_b=lambda_b, lambda_w=lambda_w, rtol=min(rtol * 100, 1e-8), n_train=len(y))
     # the mean reads the entries with at most one test input; the covariance, which reads those
     # with two (its flow takes 2.2x the mean's at 14 + 14 tanh inputs), is computed when first
-    # read
-    mean = finite_width_mean(ntk_flow(net, X, max_test=1, **flow_kw), y, **kw)
-    cov = _PendingCovariance(net, X, y, flow_kw, kw) if len(y) <= _MAX_TRAIN_COV else None
+    # read, reusing the subsets of samples the mean's flow integrated
+    cache: list | None = [] if len(y) <= _MAX_TRAIN_COV else None
+    mean = finite_width_mean(ntk_flow(net, X, max_test=1, atom_cache=cache, **flow_kw), y, **kw)
+    if cache and sum(s["nbytes"] for s in cache if s is not None) > _ATOM_CACHE_BYTES:
+        cache.clear()             # too large to hold until the covariance is read: recomputed
+    cov = _PendingCovariance(net, X, y, flow_kw, kw, cache) if cache is not None else None
     return mean, cov
+
+
+_ATOM_CACHE_BYTES = 1 << 30    # the mean's atoms kept for the covariance up to this size
 
 
 class _PendingCovariance:
     """The O(1/n) covariance of :func:`_finite_width`, computed on first use (its flow reads the
     entries with two test inputs, which the mean does not need)."""
 
-    def __init__(self, net, X, y, flow_kw: dict, kw: dict) -> None:
+    def __init__(self, net, X, y, flow_kw: dict, kw: dict, cache: list) -> None:
         self._args = (net, X, y, flow_kw, kw)
+        self._cache = cache          # the mean's atoms, per layer (ntk_flow's atom_cache)
 
     def __call__(self):
         net, X, y, flow_kw, kw = self._args
-        return finite_width_covariance(ntk_flow(net, X, max_test=2, **flow_kw), y, **kw)
+        cache, self._cache = self._cache, None       # computed once: the snapshots go with it
+        return finite_width_covariance(ntk_flow(net, X, max_test=2, atom_cache=cache, **flow_kw),
+                                       y, **kw)
 
 
 def _solve_tri(Lc: np.ndarray, B: np.ndarray, transpose: bool = False) -> np.ndarray:

@@ -370,7 +370,7 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
              c_w: Any = 1.0, c_b: Any = 0.0, ratios: Any = 1.0, lambda_b: Any = 1.0,
              lambda_w: Any = 1.0, statistics: Any = None, rtol: float = 1e-8,
              progress: bool | None = None, n_train: int | None = None,
-             max_test: int = 1) -> NTKFlow:
+             max_test: int = 1, atom_cache: list | None = None) -> NTKFlow:
     r"""Iterate the derived NTK-hierarchy recursions through every layer.
 
     Either ``ntk_flow(net, X, lambda_b=..., lambda_w=...)`` or, from a first-layer kernel,
@@ -409,6 +409,11 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         :math:`N_\mathcal A` training and :math:`N_\mathcal B` test inputs the four-sample atoms
         cost :math:`\binom{N_\mathcal A}{4}+N_\mathcal B\binom{N_\mathcal A}{3}` subsets
         instead of :math:`\binom{N_\mathcal A+N_\mathcal B}{4}`.
+    atom_cache : list, optional
+        With ``n_train``: a list shared by flows of the same network, inputs and ``rtol`` (e.g.
+        ``max_test=1``, then ``max_test=2``).  The flow reuses the subsets of samples whose atoms
+        the list holds (one compact snapshot per layer: about 30 numbers per subset of four
+        samples) instead of integrating them again, and leaves its own in it.
 
     Returns
     -------
@@ -465,6 +470,10 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
                 "ddNTKs does not apply (PDLT §∞.1: kinks change the scaling). Only Theta and B are "
                 "available for kinked activations.")
     N = Th.shape[0]
+    if atom_cache is not None and (n_train is None or not isinstance(atom_cache, list)):
+        raise DomainError("atom_cache= is a list shared by flows restricted with n_train= (got "
+                          + (f"{type(atom_cache).__name__})" if n_train is not None else
+                             "no n_train=)"))
     if stats == ("Theta",) and n_train is None:
         # K and Theta alone from closed forms: fused row blocks on the worker threads
         fast = _theta_flow_blocked(kw, Th, lb, lw, progress)
@@ -507,12 +516,19 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
                 if not np.all(np.isfinite(val)):
                     raise DomainError(f"{s} overflows or is undefined at layer {layer + 1}")
         errs.append(tables.max_error)
+        if atom_cache is not None:
+            snaps.append(tabs["atoms"].snapshot() if tabs.get("atoms") is not None else None)
 
-    # restricted smooth flows: the atoms of three or more factors share the four-point table's
-    # pass over the subsets of samples (two-factor ones come from the pair tables)
+    snaps: list = []
+    # restricted smooth flows: the atoms no pair table serves share the four-point table's
+    # pass over the subsets of samples
+    shared = tuple(f for f in atoms if not _pair_served(f, pair_orders))
     kern = _flow(**kw, rtol=rtol, statistics=kstats, hook=step, progress=progress,
                  progress_label="ntk_flow: layers", restrict=restrict,
-                 atom_patterns=tuple(f for f in atoms if len(f) > 2) if restrict is not None else ())
+                 atom_patterns=shared if restrict is not None else (),
+                 atom_seeds=list(atom_cache) if atom_cache and restrict is not None else None)
+    if atom_cache is not None and restrict is not None:
+        atom_cache[:] = snaps
     return NTKFlow(kern, out, lb, lw, np.arange(1, L + 1), np.asarray(errs), restrict)
 
 
@@ -654,6 +670,13 @@ class _KinkedTables(AtomTables):
             self._cache[key] = float(gaussian_expectation(fac, KS, self.act, rtol=self.rtol))
 
 
+def _pair_served(factors: tuple, pair_orders: Any) -> bool:
+    """Whether an atom is read from a whole two-point table (two factors whose orders have one)
+    rather than from the per-subset :class:`AtomTables`: the one rule for where an atom is
+    evaluated."""
+    return len(factors) == 2 and (factors[0][1], factors[1][1]) in pair_orders
+
+
 class _PairFirstTables:
     r"""Atom tables of one layer: the two-factor atoms :math:`\langle\sigma^{(p)}_{\delta_1}
     \sigma^{(q)}_{\delta_2}\rangle` as whole :math:`N\times N` tables (given by the kernel step,
@@ -693,14 +716,13 @@ class _PairFirstTables:
     def prepare(self, patterns: list) -> None:
         """Evaluate the atoms that no two-point table serves together (their integrals over
         each subset of samples are shared)."""
-        rest = [f for f in patterns if not (len(f) == 2 and (f[0][1], f[1][1]) in self._pairs)]
+        rest = [f for f in patterns if not _pair_served(f, self._pairs)]
         if rest:
             self.base.tables(rest)
 
     def table(self, factors: tuple) -> np.ndarray:
-        if len(factors) == 2:
+        if _pair_served(factors, self._pairs):
             (p0, o0), (p1, o1) = factors
-            T = self._pairs.get((o0, o1))
-            if T is not None:
-                return T if p0 != p1 else np.ascontiguousarray(np.diagonal(T))
+            T = self._pairs[(o0, o1)]
+            return T if p0 != p1 else np.ascontiguousarray(np.diagonal(T))
         return self.base.table(factors)

@@ -98,3 +98,53 @@ def test_bad_restriction(setting):
         ntk_flow(**kw, n_train=N + 1)
     with pytest.raises(DomainError, match="max_test"):
         ntk_flow(**kw, n_train=P, max_test=-1)
+
+
+def test_atom_cache_reuses_the_subsets_of_the_first_flow(setting, monkeypatch):
+    """A max_test=2 flow seeded with the max_test=1 flow's atoms evaluates only the subsets
+    with two test inputs, equals the unseeded flow within rtol, and equals the first flow to the
+    bit on the entries they share (the mean and covariance of one prediction read the same
+    tensors)."""
+    import effth.numerics.atom_tables as at
+
+    kw, _, restricted = setting
+    cache: list = []
+    first = ntk_flow(**kw, n_train=P, max_test=1, atom_cache=cache)
+    assert len(cache) == 2 and all(c["nbytes"] > 0 for c in cache)
+    counted = []
+    real = at.AtomTables._group
+
+    def spy(self, samples, combos, mult):
+        counted.append(samples.copy())
+        return real(self, samples, combos, mult)
+
+    monkeypatch.setattr(at.AtomTables, "_group", spy)
+    second = ntk_flow(**kw, n_train=P, max_test=2, atom_cache=cache)
+    # every subset evaluated here (quadrature for tanh, closed forms for erf) holds exactly two
+    # test inputs
+    assert counted and all(((S >= P).sum(axis=1) == 2).all() for S in counted)
+    for name in list(first.tensors) + ["V", "K"]:
+        A, B, C = restricted[2][name], second[name], first[name]
+        m2 = np.broadcast_to(SampleRestriction(P, 2).mask(N, A.ndim - 1), A.shape)
+        m1 = np.broadcast_to(SampleRestriction(P, 1).mask(N, A.ndim - 1), A.shape)
+        assert np.max(np.abs(A[m2] - B[m2])) <= 1e-8 * np.abs(A[m2]).max(), name
+        assert np.array_equal(B[m1], C[m1]), name
+
+
+def test_atom_cache_is_ignored_for_another_kernel(setting):
+    """Snapshots of another network's layers are not taken over (the kernels differ)."""
+    kw, _, restricted = setting
+    cache: list = []
+    ntk_flow(**{**kw, "c_b": 0.3}, n_train=P, max_test=1, atom_cache=cache)
+    second = ntk_flow(**kw, n_train=P, max_test=2, atom_cache=cache)
+    A = restricted[2]["R"]
+    m = np.broadcast_to(SampleRestriction(P, 2).mask(N, 4), A.shape)
+    assert np.max(np.abs(A[m] - second["R"][m])) <= 1e-8 * np.abs(A[m]).max()
+
+
+def test_bad_atom_cache(setting):
+    kw, _, _ = setting
+    with pytest.raises(DomainError, match="n_train"):
+        ntk_flow(**kw, atom_cache=[])
+    with pytest.raises(DomainError, match="tuple"):
+        ntk_flow(**kw, n_train=P, atom_cache=())
