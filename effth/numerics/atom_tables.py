@@ -307,8 +307,8 @@ def _atoms_group(K: np.ndarray, S: np.ndarray, combos: list, act: Any, rtol: flo
     if k == 1:
         fns = [c[0] for c in combos]
         sd = np.sqrt(np.clip(Kb[:, 0, 0], 0.0, None))
-        for sl, top in _chunks([sd], act, rtol, nfac, mult, X):
-            x, wf, wc = _rules_for(top[0], act, rtol, nfac, mult, X)
+        for sl, top, rules in _chunks([sd], act, rtol, nfac, mult, X):
+            x, wf, wc = rules[0]
             if fold:
                 x, wf, wc = _fold(x, wf)
             F = _functions(act, fns, sd[sl, None] * x, axis=1)          # (b, nc, n)
@@ -327,11 +327,10 @@ def _atoms_group(K: np.ndarray, S: np.ndarray, combos: list, act: Any, rtol: flo
     pm = maps[inv.ravel()]
 
     def chunk(item: tuple) -> tuple:
-        sl, top = item
-        rules = [_rules_for(v, act, rtol, nfac, mult, X) for v in top[:-1]]
+        sl, top, rules = item
+        rules, yrule = list(rules[:-1]), rules[-1]
         if fold:              # f(-x) = f(x) for every combo: half of the x_1 line
             rules[0] = _fold(*rules[0][:2])
-        yrule = _rules_for(top[-1], act, rtol, nfac, mult, X)
         _check_grid([len(rule[0]) for rule in rules], max(top), "atom tables")
         _check_grid([len(rules[0][0]), len(yrule[0])], max(top), "atom tables")
         # the x_1 line in blocks (of even length: the step-2h nodes keep their parity), so that
@@ -348,7 +347,7 @@ def _atoms_group(K: np.ndarray, S: np.ndarray, combos: list, act: Any, rtol: flo
         return _finish(v, e, a, _order(top, act, rtol, nfac))
 
     items = list(_chunks(scales, act, rtol, nfac, mult, X))
-    for (sl, top), (v, e, a) in zip(items, thread_map(chunk, items)):
+    for (sl, _, _), (v, e, a) in zip(items, thread_map(chunk, items)):
         rows = np.arange(len(sl))[:, None]
         val[sl], err[sl], ab[sl] = v[rows, pm[sl]], e[rows, pm[sl]], a[rows, pm[sl]]
     return val, err, ab
@@ -367,21 +366,23 @@ def _even(combos: list, act: Any) -> bool:
 
 
 def _chunks(scales: list, act: Any, rtol: float, nfac: int, mult: float, X: float):
-    """Yield (index array, per-direction max scale) for chunks of subsets of bounded grid size:
-    the subsets sorted into buckets of similar node counts per direction
+    """Yield (index array, per-direction max scale, per-direction rules) for chunks of subsets
+    of bounded grid size: the subsets sorted into buckets of similar node counts per direction
     (:func:`effth.numerics.sample_tables._buckets`, the four-point table's mechanism), each bucket
-    with the rules of its largest scales, cut into chunks of about :data:`_ELEMS` grid elements
-    (outer grid, or the smoothed line's ``n1 * ny`` nodes where larger)."""
+    with the rules (:func:`effth.numerics.sample_tables._rules_for`) of its largest scales, cut
+    into chunks of about :data:`_ELEMS` grid elements (outer grid, or the smoothed line's
+    ``n1 * ny`` nodes where larger)."""
     S = np.stack(scales, axis=1)                        # (B, d): outer directions, then y
     d = S.shape[1]
     for members in _buckets(S, act, rtol, nfac, mult, X):
-        top = S[members].max(axis=0)
-        cnt = [len(_rules_for(float(v), act, rtol, nfac, mult, X)[0]) for v in top]
+        top = [float(v) for v in S[members].max(axis=0)]
+        rules = [_rules_for(v, act, rtol, nfac, mult, X) for v in top]
+        cnt = [len(r[0]) for r in rules]
         size = cnt[0] if d == 1 else max(math.prod(cnt[:d - 1]), cnt[0] * cnt[-1])
         step = max(1, _ELEMS // size)
         members = np.sort(members)
         for i in range(0, len(members), step):      # the bucket's rules: values do not depend
-            yield members[i:i + step], [float(v) for v in top]     # on the chunking
+            yield members[i:i + step], top, rules      # on the chunking
 
 
 def _sub(w: np.ndarray, c: np.ndarray) -> tuple:
