@@ -265,8 +265,8 @@ def orthant4_probability(S: np.ndarray) -> np.ndarray:
             sub = R[hit][:, keep][:, :, keep]
             reduced[hit] = np.where(r[hit] > 0, orthant3_probability(sub), 0.0)
             dup |= hit
-    shape = R.shape[:-2]
-    R = R.reshape(-1, 4, 4)
+    out4 = reduced
+    R = R[~dup]                    # the integral only where no pair was reduced exactly
     mu = np.clip(np.linalg.eigvalsh(R), 0.0, None)
 
     def run(lo: int) -> np.ndarray:
@@ -282,8 +282,9 @@ def orthant4_probability(S: np.ndarray) -> np.ndarray:
             todo = todo[~ok]
         return out
 
-    tot = np.concatenate(thread_map(run, range(0, max(len(R), 1), _DE_CHUNK)))[:len(R)].reshape(shape)
-    return np.where(dup, reduced, np.clip(tot, 0.0, 1.0))
+    if len(R):
+        out4[~dup] = np.clip(np.concatenate(thread_map(run, range(0, len(R), _DE_CHUNK))), 0.0, 1.0)
+    return out4
 
 
 def _condition_on_zero(S: np.ndarray, j: int) -> tuple[np.ndarray, np.ndarray]:
