@@ -14,8 +14,14 @@ Two parts, reported separately:
   with at most one test input (``n_train=N_A, max_test=1``).  Baseline in the same process: the
   full flow (every entry) for N_A up to ``--full-up-to``.  Bar: 20 + 20 inputs "in seconds".
 
+* ``covariance`` (``--covariance N_A``, repeatable): ``predict(..., width=64)`` on the same
+  network, its mean and then its covariance (read on first use).  Baseline in the same process:
+  the covariance without the mean's atoms (``atom_cache`` emptied), i.e. its ``max_test=2`` flow
+  integrating every subset again.  Ratio: baseline / effth for the covariance.
+
 Options: ``--train`` (repeatable), ``--e2e`` (repeatable N_A for the end-to-end part),
-``--repeat``, ``--rtol``, ``--full-up-to``, ``--act`` (repeatable).  Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_finite_width.py``.
+``--repeat``, ``--rtol``, ``--full-up-to``, ``--act`` (repeatable), ``--covariance``
+(repeatable).  Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_finite_width.py``.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rtol", type=float, default=1e-8, help="ntk_flow accuracy [1e-8]")
     ap.add_argument("--full-up-to", type=int, default=8, help="largest N_A for the full-flow baseline")
+    ap.add_argument("--covariance", type=int, action="append",
+                    help="N_A (= N_B) of the covariance part (repeatable; none by default)")
     ap.add_argument("--act", action="append",
                     help="activations of the end-to-end part (repeatable) [tanh]; erf's atoms are "
                          "closed forms, tanh's shared-node quadrature")
@@ -78,6 +86,8 @@ def main(argv=None) -> None:
         print(f"fitted cost exponent in N_A over the three largest sizes: {slope:.2f}")
     for act in a.act or ["tanh"]:
         _end_to_end(a, act, rng)
+        if a.covariance:
+            _covariance(a, act, rng)
 
 
 def _end_to_end(a, act: str, rng) -> None:
@@ -108,6 +118,31 @@ def _end_to_end(a, act: str, rng) -> None:
     if len(e2e) > 2:
         slope = np.polyfit(np.log(e2e[-3:]), np.log(times[-3:]), 1)[0]
         print(f"fitted cost exponent in N_A (= N_B) over the three largest sizes: {slope:.2f}")
+
+
+def _covariance(a, act: str, rng) -> None:
+    import effth.theories.pdlt.learning as learning
+
+    print(f"covariance: predict(width=64) on a depth-5 {act} MLP, N_A training + N_A test inputs; "
+          "the mean, then the covariance reusing the mean's atoms; baseline: the covariance "
+          "without them")
+    print(f"{'N_A':>5} {'mean s':>10} {'cov s':>10} {'cov base s':>11} {'ratio':>8}")
+    net = et.MLP(act, depth=5, c_w=1.0, c_b=0.0)
+    keep = learning._ATOM_CACHE_BYTES
+    for P in a.covariance:
+        X = rng.standard_normal((2 * P, 4))
+        y = rng.standard_normal(P)
+        times = []
+        for cap in (keep, -1):                 # -1: the snapshots are dropped after the mean
+            learning._ATOM_CACHE_BYTES = cap
+            try:
+                tm, p = best(lambda: et.predict(net, X[:P], y, X[P:], width=64), 1, result=True)
+                p.value("mean1")
+                times.append((tm, best(lambda: p.value("covariance1"), 1)))
+            finally:
+                learning._ATOM_CACHE_BYTES = keep
+        (tm, tc), (_, tb) = times
+        print(f"{P:5d} {tm:10.2f} {tc:10.2f} {tb:11.2f} {tb / tc:8.2f}")
 
 
 if __name__ == "__main__":
