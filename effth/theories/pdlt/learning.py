@@ -748,8 +748,8 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         The width :math:`n_{L-1}` of the last hidden layer: adds the :math:`O(1/n)` corrections
         (names ``"mean1"`` = :math:`n_{L-1}(m-m^\infty)`, ``"mean_at_width"``, their parts, and
         the same for the covariance, computed when a covariance name is first read: its NTK
-        hierarchy is needed at entries with two test inputs, about twice the mean's cost).
-        Needs ``net``.
+        hierarchy is needed at entries with two test inputs, and its flow reuses the subsets of
+        samples the mean's integrated, about the mean's cost again).  Needs ``net``.
 
         * Gradient descent and Newton (PDLT §∞.2): networks trained to convergence, the mean
           (∞.155)–(∞.160) as corrected in
@@ -766,7 +766,8 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
           (6.104), as :func:`~effth.theories.pdlt.bayes_finite.bayes_posterior` (parts
           ``"mean1_G1"``, ``"mean1_V_wiring"``, ``"mean1_V_linear"``, ...).
     rtol : float
-        Relative accuracy of the Gaussian expectations of the kernels.
+        Relative accuracy of the Gaussian expectations of the kernels; with ``width=``, the NTK
+        hierarchy of the :math:`O(1/n)` terms is computed at ``min(100 * rtol, 1e-8)``.
 
     Returns
     -------
