@@ -943,8 +943,8 @@ def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_
     kw = dict(n_train=len(y), algorithm=algorithm, eta=eta if algorithm == "gd" else None, width=width)
     flow_kw = dict(lambda_b=lambda_b, lambda_w=lambda_w, rtol=min(rtol * 100, 1e-8), n_train=len(y))
     # the mean reads the entries with at most one test input; the covariance, which reads those
-    # with two (its flow takes 2.2x the mean's at 14 + 14 tanh inputs), is computed when first
-    # read, reusing the subsets of samples the mean's flow integrated
+    # with two, is computed when first read, reusing the subsets of samples the mean's flow
+    # integrated (14 + 14 tanh inputs: 17.8 s after a 16.0 s mean, 32.2 s without the reuse)
     cache: list | None = [] if len(y) <= _MAX_TRAIN_COV else None
     mean = finite_width_mean(ntk_flow(net, X, max_test=1, atom_cache=cache, **flow_kw), y, **kw)
     if cache and sum(s["nbytes"] for s in cache if s is not None) > _ATOM_CACHE_BYTES:
