@@ -59,6 +59,9 @@ from .._threads import thread_map
 from ..activations import get_activation
 from ..errors import AccuracyWarning, DomainError
 from ._rules import gauss_hermite, truncation
+from ._tanh_fused import applies as fused_applies
+from ._tanh_fused import fused_sums
+from ._tanh_fused import in_range as fused_in_range
 from .sample_blocks import SampleRestriction
 from .sample_tables import (
     _buckets,
@@ -68,9 +71,9 @@ from .sample_tables import (
     _fold,
     _growth,
     _order,
-    _split,
     _rule,
     _rules_for,
+    _split,
     _step,
     parity,
     real_kernel,
@@ -337,7 +340,8 @@ def _atoms_group(K: np.ndarray, S: np.ndarray, combos: list, act: Any, rtol: flo
         # no temporary exceeds about _ELEMS elements (large ones cost page faults per chunk)
         x1, w1, c1 = rules[0]
         inner = len(sl) * math.prod(len(rule[0]) for rule in rules[1:]) * (1 if k > 2 else len(yrule[0]))
-        nb = max(2, (_ELEMS // max(inner, 1)) // 2 * 2)
+        whole = fused and fused_in_range(A[sl], [rule[0] for rule in rules])   # no grid temporaries
+        nb = len(x1) if whole else max(2, (_ELEMS // max(inner, 1)) // 2 * 2)
         v = e = a = 0.0
         for i0 in range(0, len(x1), nb):
             blk = slice(i0, i0 + nb)
@@ -346,7 +350,10 @@ def _atoms_group(K: np.ndarray, S: np.ndarray, combos: list, act: Any, rtol: flo
             v, e, a = v + part[0], e + part[1], a + part[2]
         return _finish(v, e, a, _order(top, act, rtol, nfac))
 
-    items = list(_chunks(scales, act, rtol, nfac, mult, X))
+    # the compiled kernels keep no grid temporaries: their chunks are bounded by the smoothed
+    # line only, and bucketed by the outer directions' node counts only
+    fused = fused_applies(act, _function_indices(tuple(combos))[0], k - 1)
+    items = list(_chunks(scales, act, rtol, nfac, mult, X, fused))
     for (sl, _, _), (v, e, a) in zip(items, thread_map(chunk, items)):
         rows = np.arange(len(sl))[:, None]
         val[sl], err[sl], ab[sl] = v[rows, pm[sl]], e[rows, pm[sl]], a[rows, pm[sl]]
@@ -365,20 +372,26 @@ def _even(combos: list, act: Any) -> bool:
     return all(sum(p + odd for f in cb for p in f) % 2 == 0 for cb in combos)
 
 
-def _chunks(scales: list, act: Any, rtol: float, nfac: int, mult: float, X: float):
+def _chunks(scales: list, act: Any, rtol: float, nfac: int, mult: float, X: float,
+            fused: bool = False):
     """Yield (index array, per-direction max scale, per-direction rules) for chunks of subsets
     of bounded grid size: the subsets sorted into buckets of similar node counts per direction
     (:func:`effth.numerics.sample_tables._buckets`, the four-point table's mechanism), each bucket
     with the rules (:func:`effth.numerics.sample_tables._rules_for`) of its largest scales, cut
     into chunks of about :data:`_ELEMS` grid elements (outer grid, or the smoothed line's
-    ``n1 * ny`` nodes where larger)."""
+    ``n1 * ny`` nodes where larger).  ``fused`` (the compiled four-sample kernel, whose memory
+    does not grow with the outer grid): buckets by the outer directions only (the smoothed line
+    takes its bucket's largest scale; it costs O(n1 ny) per subset) and chunks of about
+    :data:`_ELEMS` smoothed-line elements."""
     S = np.stack(scales, axis=1)                        # (B, d): outer directions, then y
     d = S.shape[1]
-    for members in _buckets(S, act, rtol, nfac, mult, X):
+    for members in _buckets(S[:, :-1] if fused else S, act, rtol, nfac, mult, X):
         top = [float(v) for v in S[members].max(axis=0)]
         rules = [_rules_for(v, act, rtol, nfac, mult, X) for v in top]
         cnt = [len(r[0]) for r in rules]
         size = cnt[0] if d == 1 else max(math.prod(cnt[:d - 1]), cnt[0] * cnt[-1])
+        if fused:
+            size = cnt[0] * cnt[-1]
         step = max(1, _ELEMS // size)
         members = np.sort(members)
         for i in range(0, len(members), step):      # the bucket's rules: values do not depend
@@ -434,7 +447,10 @@ def _rotated(act: Any, A: np.ndarray, c: np.ndarray, s: np.ndarray, combos: list
     Sa = (np.abs(Fy[:, :, e1]) @ wy)                              # E_y|F|: the scale E|f|
     del Fy
     lpos = {f: i for i, f in enumerate(last)}
-    if r == 1:
+    fused = _fused(act, A, rules, fns, ci, e1) if r > 1 else None
+    if fused is not None:
+        U, Uc, Ua, upos = fused
+    elif r == 1:
         F0 = _functions(act, fns, A[:, 0, 0, None] * x1, axis=0)          # (nf, B, n1)
         U, Uc = F0, F0[:, :, e1]
         Ua = np.abs(Uc)
@@ -495,6 +511,23 @@ def _rotated(act: Any, A: np.ndarray, c: np.ndarray, s: np.ndarray, combos: list
     coarse = np.einsum("cbi,cbi,i->bc", Uc[cu], Sc[cl], ce1)
     absval = np.einsum("cbi,cbi,i->bc", Ua[cu], Sa[cl], ce1)
     return fine, coarse, absval
+
+
+def _fused(act: Any, A: np.ndarray, rules: list, fns: list, ci: list, e1: Any) -> tuple | None:
+    """(U, Uc, Ua, upos) of :func:`_rotated` for r = 2 or 3 by the compiled kernels
+    (:mod:`effth.numerics._tanh_fused`), or None where they do not apply."""
+    r = len(rules)
+    subs, g = [e1], 1.0
+    for rule in rules[1:]:
+        e, f = _sub(rule[1], rule[2])
+        subs.append(e)
+        g *= f
+    tuples = sorted({cb[:r] for cb in ci})
+    out = fused_sums(act, A, rules, fns, tuples, tuple(subs))
+    if out is None:
+        return None
+    U, Uc, Ua = out
+    return U, g * Uc[:, :, e1], g * Ua[:, :, e1], {t: i for i, t in enumerate(tuples)}
 
 
 # ------------------------------------------------------------------ the tables

@@ -158,15 +158,18 @@ def test_values_and_chunking_consistent(monkeypatch):
     np.testing.assert_allclose(small, tab, rtol=0, atol=1e-9 * np.abs(tab).max())
 
 
-def test_memory_bounded_by_chunks(monkeypatch):
+@pytest.mark.parametrize("fused", ["0", "1"])
+def test_memory_bounded_by_chunks(monkeypatch, fused):
     """Scratch memory of a batch does not grow with the number of subsets (chunked; chunks of
-    about one subset here, so that both batches span several)."""
+    about one subset (NumPy path) or of a few (compiled kernels, bounded by the smoothed line)
+    here, so that both batches span several)."""
     import tracemalloc
 
     import effth.numerics.atom_tables as at
     from effth.activations import get_activation
 
     monkeypatch.setattr(at, "_ELEMS", 1 << 13)
+    monkeypatch.setenv("EFFTH_FUSED", fused)
 
     X = np.random.default_rng(6).standard_normal((8, 3))
     K = 0.1 * X @ X.T / 3
@@ -174,7 +177,7 @@ def test_memory_bounded_by_chunks(monkeypatch):
     combos = at._close({((0,), (0,), (1,), (1,)), ((1,), (1,), (2,), (3,))})
     _, S = at._all_subsets(8, 4)
     peaks = []
-    for B in (10, 70):
+    for B in ((10, 70) if fused == "0" else (35, 70)):
         at._atoms_group(K, S[:B], combos, act, 1e-8, 1.0)       # warm caches
         tracemalloc.start()
         at._atoms_group(K, S[:B], combos, act, 1e-8, 1.0)

@@ -1,0 +1,186 @@
+"""The numba kernels of :mod:`effth.numerics._tanh_fused` (imported on first use: numba's import
+costs about 0.2 s; compiled once per installation, cached next to this file)."""
+
+import math
+
+import numpy as np
+from numba import njit
+
+# nogil: the chunks run on effth._threads.thread_map; error_model="numpy": a division raises no
+# Python exception (the check would stop the loops from vectorizing); reassoc: vectorized sums
+_OPT = {"nogil": True, "fastmath": {"reassoc", "contract"}, "error_model": "numpy", "cache": True}
+
+
+@njit(inline="always", **_OPT)
+def _line(e1, e2, E1, E2, w, absval):
+    """sum_k w_k s^(f)(z1_k) s^(g)(z2_k) for the 16 pairs (f, g) (of |.| with absval), where
+    e^{2 z1_k} = e1 E1[k], e^{2 z2_k} = e2 E2[k]."""
+    s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = 0.0
+    s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = 0.0
+    for k in range(w.size):
+        P1 = 1.0 + e1 * E1[k]
+        P2 = 1.0 + e2 * E2[k]
+        R = 2.0 / (P1 * P2)
+        a0 = 1.0 - P2 * R               # tanh z1 = 1 - 2 / P1
+        b0 = 1.0 - P1 * R
+        a1 = 1.0 - a0 * a0
+        b1 = 1.0 - b0 * b0
+        a2 = -2.0 * a0 * a1
+        b2 = -2.0 * b0 * b1
+        a3 = (6.0 * a0 * a0 - 2.0) * a1
+        b3 = (6.0 * b0 * b0 - 2.0) * b1
+        wk = w[k]
+        b0 *= wk
+        b1 *= wk
+        b2 *= wk
+        b3 *= wk
+        if absval:
+            a0, a1, a2, a3 = abs(a0), abs(a1), abs(a2), abs(a3)
+            b0, b1, b2, b3 = abs(b0), abs(b1), abs(b2), abs(b3)
+        s00 += a0 * b0; s01 += a0 * b1; s02 += a0 * b2; s03 += a0 * b3
+        s10 += a1 * b0; s11 += a1 * b1; s12 += a1 * b2; s13 += a1 * b3
+        s20 += a2 * b0; s21 += a2 * b1; s22 += a2 * b2; s23 += a2 * b3
+        s30 += a3 * b0; s31 += a3 * b1; s32 += a3 * b2; s33 += a3 * b3
+    return (s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23, s30, s31, s32, s33)
+
+
+@njit(**_OPT)
+def _store(T, j, s):
+    for p in range(16):
+        T[p, j] = s[p]
+
+
+@njit(**_OPT)
+def _derivatives(E, D):
+    """D[p] = tanh^(p)(z), p <= 3, from E = exp(2 z)."""
+    for m in range(E.size):
+        t = 1.0 - 2.0 / (1.0 + E[m])
+        d1 = 1.0 - t * t
+        D[0, m] = t
+        D[1, m] = d1
+        D[2, m] = -2.0 * t * d1
+        D[3, m] = (6.0 * t * t - 2.0) * d1
+
+
+@njit(**_OPT)
+def _cube(A, x1, x2, w2, x3, w3, x3c, w3c, m1, m2, pidx, t0, U, Uc, Ua):
+    """U[t, b, i] = sum_j w2 s^(t0)(z0) T_pidx[t](x1_i, x2_j); Uc, Ua the same on the step-2h
+    nodes (x3c, w3c: that rule's x3 nodes with the fine weights; m1, m2 its x1, x2 nodes) for
+    the signed and the absolute integrand; zero on the other x1 nodes."""
+    B = A.shape[0]
+    n1, n2, n3, n3c = x1.size, x2.size, x3.size, x3c.size
+    nt = t0.size
+    E1 = np.empty(n3)
+    E2 = np.empty(n3)
+    C1 = np.empty(n3c)
+    C2 = np.empty(n3c)
+    X11 = np.empty(n1)
+    X21 = np.empty(n1)
+    X12 = np.empty(n2)
+    X22 = np.empty(n2)
+    E0 = np.empty(n2)
+    D0 = np.empty((4, n2))
+    W0 = np.empty((4, n2))
+    T = np.zeros((16, n2))
+    Tc = np.zeros((16, n2))
+    Ta = np.zeros((16, n2))
+    for b in range(B):
+        for k in range(n3):
+            E1[k] = math.exp(2.0 * A[b, 1, 2] * x3[k])
+            E2[k] = math.exp(2.0 * A[b, 2, 2] * x3[k])
+        for k in range(n3c):
+            C1[k] = math.exp(2.0 * A[b, 1, 2] * x3c[k])
+            C2[k] = math.exp(2.0 * A[b, 2, 2] * x3c[k])
+        for i in range(n1):
+            X11[i] = math.exp(2.0 * A[b, 1, 0] * x1[i])
+            X21[i] = math.exp(2.0 * A[b, 2, 0] * x1[i])
+        for j in range(n2):
+            X12[j] = math.exp(2.0 * A[b, 1, 1] * x2[j])
+            X22[j] = math.exp(2.0 * A[b, 2, 1] * x2[j])
+        for i in range(n1):
+            for j in range(n2):
+                E0[j] = math.exp(2.0 * (A[b, 0, 0] * x1[i] + A[b, 0, 1] * x2[j]))
+            _derivatives(E0, D0)
+            for f in range(4):
+                for j in range(n2):
+                    W0[f, j] = w2[j] * D0[f, j]
+            for j in range(n2):
+                e1 = X11[i] * X12[j]
+                e2 = X21[i] * X22[j]
+                _store(T, j, _line(e1, e2, E1, E2, w3, False))
+                if m1[i] and m2[j]:
+                    _store(Tc, j, _line(e1, e2, C1, C2, w3c, False))
+                    _store(Ta, j, _line(e1, e2, C1, C2, w3c, True))
+            for t in range(nt):
+                p = pidx[t]
+                f = t0[t]
+                acc = 0.0
+                for j in range(n2):
+                    acc += W0[f, j] * T[p, j]
+                U[t, b, i] = acc
+                acc = 0.0
+                acca = 0.0
+                if m1[i]:
+                    for j in range(n2):
+                        acc += W0[f, j] * Tc[p, j]          # Tc, Ta: zero off the step-2h x2 nodes
+                        acca += abs(W0[f, j]) * Ta[p, j]
+                Uc[t, b, i] = acc
+                Ua[t, b, i] = acca
+
+
+@njit(**_OPT)
+def _functions(E, fo, w, D, F):
+    """F[f] = w * prod_l tanh^(fo[f, l])(z) (fo padded with -1) from E = exp(2 z)."""
+    _derivatives(E, D)
+    nf, fl = fo.shape
+    for f in range(nf):
+        for m in range(E.size):
+            F[f, m] = w[m] * D[fo[f, 0], m]
+        for l in range(1, fl):
+            o = fo[f, l]
+            if o >= 0:
+                for m in range(E.size):
+                    F[f, m] *= D[o, m]
+
+
+@njit(**_OPT)
+def _square(A, x1, x2, w2, m1, m2, fo, p0, p1, U, Uc, Ua):
+    """Three samples (r = 2): U[p, b, i] = sum_j w2 F_p0[p](z0) F_p1[p](z1), the factor
+    functions products of derivatives (orders fo); Uc, Ua the same on the step-2h nodes (m1,
+    m2), signed and absolute; zero on the other x1 nodes."""
+    B = A.shape[0]
+    n1, n2 = x1.size, x2.size
+    nf = fo.shape[0]
+    npair = p0.size
+    E = np.empty(n2)
+    D = np.empty((4, n2))
+    F0 = np.empty((nf, n2))
+    F1 = np.empty((nf, n2))
+    ones = np.ones(n2)
+    mc = np.empty(n2)
+    for j in range(n2):
+        mc[j] = 1.0 if m2[j] else 0.0
+    for b in range(B):
+        for i in range(n1):
+            for j in range(n2):
+                E[j] = math.exp(2.0 * (A[b, 0, 0] * x1[i] + A[b, 0, 1] * x2[j]))
+            _functions(E, fo, ones, D, F0)
+            for j in range(n2):
+                E[j] = math.exp(2.0 * (A[b, 1, 0] * x1[i] + A[b, 1, 1] * x2[j]))
+            _functions(E, fo, w2, D, F1)
+            for p in range(npair):
+                a = F0[p0[p]]
+                c = F1[p1[p]]
+                acc = 0.0
+                for j in range(n2):
+                    acc += a[j] * c[j]
+                U[p, b, i] = acc
+                acc = 0.0
+                acca = 0.0
+                if m1[i]:
+                    for j in range(n2):
+                        v = mc[j] * a[j] * c[j]
+                        acc += v
+                        acca += abs(v)
+                Uc[p, b, i] = acc
+                Ua[p, b, i] = acca
