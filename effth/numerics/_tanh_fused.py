@@ -62,6 +62,15 @@ def applies(act, fns: list, r: int) -> bool:
     return r == 2 or all(len(f) == 1 for f in fns)
 
 
+def _padded(x: np.ndarray, w: np.ndarray, lanes: int = 8) -> tuple:
+    """Nodes and weights padded with zero-weight nodes at 0 to a multiple of ``lanes``: the short
+    step-2h line then runs in whole vectors (no scalar remainder; 1.x faster)."""
+    n = -(-len(x) // lanes) * lanes
+    xp, wp = np.zeros(n), np.zeros(n)
+    xp[:len(x)], wp[:len(x)] = x, w
+    return xp, wp
+
+
 def in_range(A: np.ndarray, nodes: list) -> bool:
     """Whether every |2 z| = |2 (A x)_v| on the grid of these outer nodes is at most
     :data:`_MAX_EXP` (the kernels' exponentials then cannot overflow)."""
@@ -111,8 +120,7 @@ def fused_sums(act, A: np.ndarray, rules: list, fns: list, tuples: list,
         kern._square(A, x[0], x[1], w[1], masks[0], masks[1], fo, idx[:, 0], idx[:, 1], U, Uc, Ua)
     else:
         orders = np.array([f[0] for f in fns], dtype=np.int64)
-        e3 = subs[2]
-        kern._cube(A, x[0], x[1], w[1], x[2], w[2], np.ascontiguousarray(x[2][e3]),
-                   np.ascontiguousarray(w[2][e3]), masks[0], masks[1],
+        x3c, w3c = _padded(x[2][subs[2]], w[2][subs[2]])
+        kern._cube(A, x[0], x[1], w[1], x[2], w[2], x3c, w3c, masks[0], masks[1],
                    4 * orders[idx[:, 1]] + orders[idx[:, 2]], orders[idx[:, 0]], U, Uc, Ua)
     return U, Uc, Ua

@@ -587,7 +587,6 @@ class AtomTables:
         self._tables: dict = {}
         self._fns: dict = {}
         self._store: dict = {}
-        self._layouts: dict = {}
         self.max_error = 0.0
 
     # ------------------------------------------------------------------ reference evaluation
@@ -857,49 +856,11 @@ class AtomTables:
         return out.reshape((N,) * m)
 
     def _layout(self, m: int):
-        """Where each entry of an m-label table comes from, the same for every pattern of m
-        labels: ``(rank vector, k, flat positions, subset ids)`` per way the labels coincide,
-        skipping subsets outside the restriction.  Kept per instance while it has at most
-        :data:`_LAYOUT` entries (decomposing the index tuples cost half the NTK-hierarchy time
-        when it was redone for every table); larger ones are recomputed in blocks."""
-        if m in self._layouts:
-            return self._layouts[m]
-        blocks = self._layout_blocks(m)
+        """Where each entry of an m-label table comes from (:func:`_layout`), kept while it has
+        at most :data:`_LAYOUT` entries, else recomputed in blocks."""
         if self.N ** m > _LAYOUT:
-            return blocks
-        parts: dict = {}
-        for rv, kk, pos, sid in blocks:
-            parts.setdefault((rv, kk), []).append((pos, sid))
-        lay = [(rv, kk, np.concatenate([p for p, _ in v]), np.concatenate([q for _, q in v]))
-               for (rv, kk), v in parts.items()]
-        self._layouts[m] = lay
-        return lay
-
-    def _layout_blocks(self, m: int):
-        N = self.N
-        per = N ** (m - 1) if m > 1 else 1
-        step = max(1, _BLOCK // max(per, 1))
-        for a0 in range(0, N if m else 1, step):
-            a1 = min(N, a0 + step)
-            if m == 0:
-                idx = np.zeros((1, 0), dtype=np.intp)
-            else:
-                idx = np.indices((a1 - a0,) + (N,) * (m - 1)).reshape(m, -1).T
-                idx[:, 0] += a0
-            rank, _ = _ranks(idx)
-            code = rank @ (m ** np.arange(m)) if m else np.zeros(len(idx), dtype=np.int64)
-            lo = a0 * per
-            order = np.argsort(code, kind="stable")
-            bounds = np.flatnonzero(np.diff(code[order])) + 1
-            for sel in np.split(order, bounds):
-                rv = tuple(int(x) for x in rank[sel[0]])
-                kk = max(rv) + 1
-                D = np.empty((len(sel), kk), dtype=np.intp)
-                D[:, list(rv)] = idx[sel]
-                if self.restrict is not None:
-                    keep = self.restrict.subsets(D)
-                    sel, D = sel[keep], D[keep]
-                yield rv, kk, lo + sel, _subset_ids(D, N)
+            return _layout_blocks(self.N, m, self.restrict)
+        return _layout(self.N, m, self.restrict)
 
     def _keyed_table(self, factors: tuple) -> np.ndarray:
         labels = sorted({p for p, _ in factors})
@@ -915,6 +876,52 @@ def _combo(rank: tuple, lab_orders: list) -> tuple:
     k = max(rank) + 1
     return tuple(tuple(sorted(o for j, r in enumerate(rank) if r == v for o in lab_orders[j]))
                  for v in range(k))
+
+
+@lru_cache(maxsize=3)
+def _layout(N: int, m: int, restrict: SampleRestriction | None) -> list:
+    """Where each entry of an m-label table comes from, the same for every pattern of m labels
+    and every kernel of N samples (so every layer of a flow): ``(rank vector, k, flat
+    positions, subset ids)`` per way the labels coincide, skipping subsets outside the
+    restriction (read-only arrays; decomposing the index tuples cost half the NTK-hierarchy time
+    when it was redone for every table, and a second at 20 + 20 inputs when redone per layer)."""
+    parts: dict = {}
+    for rv, kk, pos, sid in _layout_blocks(N, m, restrict):
+        parts.setdefault((rv, kk), []).append((pos, sid))
+    lay = []
+    for (rv, kk), v in parts.items():
+        pos, sid = np.concatenate([p for p, _ in v]), np.concatenate([q for _, q in v])
+        pos.setflags(write=False)
+        sid.setflags(write=False)
+        lay.append((rv, kk, pos, sid))
+    return lay
+
+
+def _layout_blocks(N: int, m: int, restrict: SampleRestriction | None):
+    """:func:`_layout` in blocks of about :data:`_BLOCK` entries (for tables too large to keep)."""
+    per = N ** (m - 1) if m > 1 else 1
+    step = max(1, _BLOCK // max(per, 1))
+    for a0 in range(0, N if m else 1, step):
+        a1 = min(N, a0 + step)
+        if m == 0:
+            idx = np.zeros((1, 0), dtype=np.intp)
+        else:
+            idx = np.indices((a1 - a0,) + (N,) * (m - 1)).reshape(m, -1).T
+            idx[:, 0] += a0
+        rank, _ = _ranks(idx)
+        code = rank @ (m ** np.arange(m)) if m else np.zeros(len(idx), dtype=np.int64)
+        lo = a0 * per
+        order = np.argsort(code, kind="stable")
+        bounds = np.flatnonzero(np.diff(code[order])) + 1
+        for sel in np.split(order, bounds):
+            rv = tuple(int(x) for x in rank[sel[0]])
+            kk = max(rv) + 1
+            D = np.empty((len(sel), kk), dtype=np.intp)
+            D[:, list(rv)] = idx[sel]
+            if restrict is not None:
+                keep = restrict.subsets(D)
+                sel, D = sel[keep], D[keep]
+            yield rv, kk, lo + sel, _subset_ids(D, N)
 
 
 @lru_cache(maxsize=64)
