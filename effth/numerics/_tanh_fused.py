@@ -11,7 +11,9 @@ one vectorized loop.  With :math:`\tanh z = 1-2/(1+e^{2z})` and
 :math:`e^{2z_1}=e^{2(a_{10}x_1+a_{11}x_2)}\,e^{2a_{12}x_3}` (the exponentials of the coordinates
 taken once), a node costs one division for both variables, the derivatives
 :math:`\sigma'=1-t^2`, :math:`\sigma''=-2t\sigma'`, :math:`\sigma^{(3)}=(6t^2-2)\sigma'`, and the
-16 pair products accumulated in registers: about 4 ns.
+16 pair products accumulated in registers: about 4 ns.  The smoothed line
+:math:`S_F(c x_1; s)=\mathbb E_y[F(c x_1+s y)]` of the integrated-out variable runs in the same
+way (:func:`fused_smoothed`).
 
 The kernels compute what the NumPy path computes on the same rules (the same nodes and weights,
 the step-2h estimate and the :math:`\mathbb E|f|` scale); the sums run in another order, so values
@@ -36,7 +38,7 @@ from functools import cache
 
 import numpy as np
 
-__all__ = ["applies", "available", "fused_sums", "in_range"]
+__all__ = ["applies", "available", "fused_smoothed", "fused_sums", "in_range"]
 
 _MAX_EXP = 354.0          # |2 z| bound: (1 + e^{2 z1}) (1 + e^{2 z2}) < 1.8e308
 
@@ -69,6 +71,14 @@ def _padded(x: np.ndarray, w: np.ndarray, lanes: int = 8) -> tuple:
     xp, wp = np.zeros(n), np.zeros(n)
     xp[:len(x)], wp[:len(x)] = x, w
     return xp, wp
+
+
+def _orders(fns: list) -> np.ndarray:
+    """The derivative orders of the factor functions, padded with -1: (len(fns), longest)."""
+    fo = np.full((len(fns), max(len(f) for f in fns)), -1, dtype=np.int64)
+    for i, f in enumerate(fns):
+        fo[i, :len(f)] = f
+    return fo
 
 
 def in_range(A: np.ndarray, nodes: list) -> bool:
@@ -113,14 +123,34 @@ def fused_sums(act, A: np.ndarray, rules: list, fns: list, tuples: list,
     from . import _tanh_kernels as kern
 
     if r == 2:
-        fl = max(len(f) for f in fns)
-        fo = np.full((len(fns), fl), -1, dtype=np.int64)
-        for i, f in enumerate(fns):
-            fo[i, :len(f)] = f
-        kern._square(A, x[0], x[1], w[1], masks[0], masks[1], fo, idx[:, 0], idx[:, 1], U, Uc, Ua)
+        kern._square(A, x[0], x[1], w[1], masks[0], masks[1], _orders(fns), idx[:, 0], idx[:, 1], U, Uc, Ua)
     else:
         orders = np.array([f[0] for f in fns], dtype=np.int64)
         x3c, w3c = _padded(x[2][subs[2]], w[2][subs[2]])
         kern._cube(A, x[0], x[1], w[1], x[2], w[2], x3c, w3c, masks[0], masks[1],
                    4 * orders[idx[:, 1]] + orders[idx[:, 2]], orders[idx[:, 0]], U, Uc, Ua)
     return U, Uc, Ua
+
+
+def fused_smoothed(act, c: np.ndarray, s: np.ndarray, x1: np.ndarray, yrule: tuple, fns: list,
+                   e1) -> tuple | None:
+    r"""The smoothed line :math:`S_F(c x_1; s)=\mathbb E_y[F(c x_1+s y)]` of
+    :func:`effth.numerics.atom_tables._rotated` by the compiled kernel, or None where it does not
+    apply: (fine, step-2h, E|F|) sums, each (len(fns), B, n1); the last two zero off the step-2h
+    x1 nodes ``e1`` (a selection of :func:`~effth.numerics.atom_tables._sub`)."""
+    if not applies(act, fns, 2):
+        return None
+    y, wy, wyc = (np.ascontiguousarray(v, dtype=np.float64) for v in yrule)
+    x1 = np.ascontiguousarray(x1, dtype=np.float64)
+    cs = np.stack([np.asarray(c, dtype=np.float64), np.asarray(s, dtype=np.float64)], axis=1)
+    if not in_range(cs[:, None, :], [x1, y]):
+        return None
+    m1 = np.zeros(len(x1), dtype=np.bool_)
+    m1[e1] = True
+    from . import _tanh_kernels as kern
+
+    B = cs.shape[0]
+    Sm, Sc, Sa = (np.empty((len(fns), B, len(x1))) for _ in range(3))
+    kern._smoothed(np.ascontiguousarray(cs[:, 0]), np.ascontiguousarray(cs[:, 1]), x1, y, wy, wyc, m1,
+                   _orders(fns), Sm, Sc, Sa)
+    return Sm, Sc, Sa

@@ -212,3 +212,39 @@ def _square(A, x1, x2, w2, m1, m2, fo, p0, p1, U, Uc, Ua):
                         acca += abs(v)
                 Uc[p, b, i] = acc
                 Ua[p, b, i] = acca
+
+
+@njit(**_OPT)
+def _smoothed(c, s, x1, y, wy, wyc, m1, fo, Sm, Sc, Sa):
+    """The smoothed line S_F(c x1; s) = E_y[F(c x1 + s y)] of the factor functions F (orders
+    fo): Sm[l, b, i] with the fine y weights; on the step-2h x1 nodes (m1) Sc with the step-2h
+    y weights and Sa = E_y|F| with the fine ones (zero on the other x1 nodes)."""
+    B = c.size
+    n1, ny = x1.size, y.size
+    nf, fl = fo.shape
+    Ey = np.empty(ny)
+    E = np.empty(ny)
+    D = np.empty((4, ny))
+    for b in range(B):
+        for k in range(ny):
+            Ey[k] = math.exp(2.0 * s[b] * y[k])
+        for i in range(n1):
+            e = math.exp(2.0 * c[b] * x1[i])
+            for k in range(ny):
+                E[k] = e * Ey[k]
+            _derivatives(E, D)
+            for f in range(nf):
+                acc = 0.0
+                accc = 0.0
+                acca = 0.0
+                for k in range(ny):
+                    v = D[fo[f, 0], k]
+                    for m in range(1, fl):
+                        if fo[f, m] >= 0:
+                            v *= D[fo[f, m], k]
+                    acc += wy[k] * v
+                    accc += wyc[k] * v
+                    acca += wy[k] * abs(v)
+                Sm[f, b, i] = acc
+                Sc[f, b, i] = accc if m1[i] else 0.0
+                Sa[f, b, i] = acca if m1[i] else 0.0

@@ -60,7 +60,7 @@ from ..activations import get_activation
 from ..errors import AccuracyWarning, DomainError
 from ._rules import gauss_hermite, truncation
 from ._tanh_fused import applies as fused_applies
-from ._tanh_fused import fused_sums
+from ._tanh_fused import fused_smoothed, fused_sums
 from ._tanh_fused import in_range as fused_in_range
 from .sample_blocks import SampleRestriction
 from .sample_tables import (
@@ -441,13 +441,17 @@ def _rotated(act: Any, A: np.ndarray, c: np.ndarray, s: np.ndarray, combos: list
     e1, g1 = _sub(w1, c1)
     # the smoothed functions S_F(c x_1; s) = E_y[F(c x_1 + s y)], for the last slot's functions
     last = sorted({cb[-1] for cb in ci})
-    Fy = _functions(act, [fns[i] for i in last], c[:, None, None] * x1[:, None] + s[:, None, None] * y,
-                    axis=0)                                       # (nl, B, n1, ny)
-    Sm, Sc = Fy @ wy, (Fy @ wyc)[:, :, e1]                        # (nl, B, n1), (nl, B, n1e)
-    Sa = (np.abs(Fy[:, :, e1]) @ wy)                              # E_y|F|: the scale E|f|
-    del Fy
-    lpos = {f: i for i, f in enumerate(last)}
     fused = _fused(act, A, rules, fns, ci, e1) if r > 1 else None
+    line = fused_smoothed(act, c, s, x1, yrule, [fns[i] for i in last], e1) if fused else None
+    if line is not None:
+        Sm, Sc, Sa = line[0], line[1][:, :, e1], line[2][:, :, e1]
+    else:
+        Fy = _functions(act, [fns[i] for i in last], c[:, None, None] * x1[:, None] + s[:, None, None] * y,
+                        axis=0)                                   # (nl, B, n1, ny)
+        Sm, Sc = Fy @ wy, (Fy @ wyc)[:, :, e1]                    # (nl, B, n1), (nl, B, n1e)
+        Sa = (np.abs(Fy[:, :, e1]) @ wy)                          # E_y|F|: the scale E|f|
+        del Fy
+    lpos = {f: i for i, f in enumerate(last)}
     if fused is not None:
         U, Uc, Ua, upos = fused
     elif r == 1:

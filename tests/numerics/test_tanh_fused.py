@@ -1,8 +1,8 @@
 """The compiled tanh kernels of the atom tables against the NumPy path they replace.
 
-Two kinds of check: on the *same* rules and geometry the kernels must reproduce the NumPy path's
-fine sum, step-2h sum and E|f| scale to rounding (any slip in a derivative, a weight, a node
-selection or a pair index shows as an O(1) difference); through the public tables, values must
+Two kinds of check: on the *same* rules and geometry the kernels (the outer grid and the smoothed
+line) must reproduce the NumPy path's fine sum, step-2h sum and E|f| scale to rounding (any slip
+in a derivative, a weight, a node selection or a pair index shows as an O(1) difference); through the public tables, values must
 agree with the NumPy path within the requested accuracy (the two paths bucket subsets
 differently, so their rules differ) and the kernels must actually be the path taken.  The
 independent references (per-entry Gaussian expectations, the tensor-grid path) of
@@ -62,11 +62,12 @@ def _both(monkeypatch, *args):
     return fused, ref
 
 
-@pytest.mark.parametrize("fold", [False, True])
-def test_four_samples_same_rules_as_numpy(monkeypatch, fold):
+@pytest.mark.parametrize("fold,collinear", [(False, False), (True, False), (True, True)])
+def test_four_samples_same_rules_as_numpy(monkeypatch, fold, collinear):
     """r = 3: every combo of single derivatives of order <= 3 (all 16 pairs of the x3 sums), fine,
-    step-2h and E|f| sums equal to rounding; steps of the benchmark's size (25-31 nodes)."""
-    order, A, c, s = _geometry(4, 7, seed=1)
+    step-2h and E|f| sums equal to rounding; steps of the benchmark's size (25-31 nodes); also
+    with a nearly collinear pair of samples (a near-zero coordinate scale)."""
+    _, A, c, s = _geometry(4, 7, seed=1, collinear=collinear)
     combos = sorted(set(itertools.product([(0,), (1,), (2,), (3,)], repeat=4)))[::5]
     combos = at._close(combos)
     rules = _rules([0.42, 0.47, 0.53], fold=fold)
@@ -81,7 +82,7 @@ def test_four_samples_same_rules_as_numpy(monkeypatch, fold):
 def test_three_samples_products_same_rules_as_numpy(monkeypatch):
     """r = 2: factor functions that are products of derivatives at one sample (three samples
     carry four factors), including a one-node direction (a zero-variance coordinate)."""
-    order, A, c, s = _geometry(3, 9, seed=2)
+    _, A, c, s = _geometry(3, 9, seed=2)
     fns = [(0,), (1,), (3,), (0, 2), (1, 1), (1, 3)]
     combos = at._close({(fns[0], fns[4], fns[1]), (fns[3], fns[1], fns[2]), (fns[5], fns[0], fns[0]),
                         (fns[2], fns[2], fns[4])})

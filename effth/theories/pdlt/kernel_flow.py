@@ -185,9 +185,9 @@ def gather_labels(arr: np.ndarray, labs: tuple, N: int, grids: tuple, entries: t
         hit = _FLAT.get(key)
     if hit is None or hit[0] is not entries:
         dims = (N,) * len(labs)
+        # kept as intp: np.take converts other index types on every call (int32 indices made
+        # the gathers of the 20 + 20 restricted flow 1.7x slower)
         flat = np.ravel_multi_index(tuple(entries[i] for i in labs), dims)
-        if N ** len(labs) < 2 ** 31:
-            flat = flat.astype(np.int32)
         hit = (entries, flat)                       # entries kept alive: its id stays unique
         with _FLAT_LOCK:
             if sum(h[1].nbytes for h in _FLAT.values()) + flat.nbytes > _FLAT_BYTES:
