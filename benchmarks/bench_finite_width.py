@@ -13,6 +13,8 @@ Two parts, reported separately:
   whose cost is that of :func:`~effth.ntk_flow` on the N_A + N_B inputs restricted to the entries
   with at most one test input (``n_train=N_A, max_test=1``).  Baseline in the same process: the
   full flow (every entry) for N_A up to ``--full-up-to``.  Bar: 20 + 20 inputs "in seconds".
+  Second baseline, for tanh: the same restricted mean with the compiled atom kernels switched
+  off (``EFFTH_FUSED=0``: the NumPy path) for N_A up to ``--numpy-up-to``.
 
 * ``covariance`` (``--covariance N_A``, repeatable): ``predict(..., width=64)`` on the same
   network, its mean and then its covariance (read on first use).  Baseline in the same process:
@@ -20,8 +22,8 @@ Two parts, reported separately:
   integrating every subset again.  Ratio: baseline / effth for the covariance.
 
 Options: ``--train`` (repeatable), ``--e2e`` (repeatable N_A for the end-to-end part),
-``--repeat``, ``--rtol``, ``--full-up-to``, ``--act`` (repeatable), ``--covariance``
-(repeatable).  Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_finite_width.py``.
+``--repeat``, ``--rtol``, ``--full-up-to``, ``--numpy-up-to``, ``--act`` (repeatable),
+``--covariance`` (repeatable).  Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_finite_width.py``.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rtol", type=float, default=1e-8, help="ntk_flow accuracy [1e-8]")
     ap.add_argument("--full-up-to", type=int, default=8, help="largest N_A for the full-flow baseline")
+    ap.add_argument("--numpy-up-to", type=int, default=10,
+                    help="largest N_A for the NumPy-path baseline (compiled atom kernels off) [10]")
     ap.add_argument("--covariance", type=int, action="append",
                     help="N_A (= N_B) of the covariance part (repeatable; none by default)")
     ap.add_argument("--act", action="append",
@@ -91,14 +95,22 @@ def main(argv=None) -> None:
 
 
 def _end_to_end(a, act: str, rng) -> None:
+    import os
+
+    from effth.activations import get_activation
+    from effth.numerics._tanh_fused import applies
+
     e2e = a.e2e or [2, 4, 8]
+    compiled = applies(get_activation(act), [(0,)], 3)
     print(f"end to end: the O(1/n) mean on a depth-5 {act} MLP, N_A training + N_A test inputs, "
           f"rtol={a.rtol:g}")
-    print("  effth: ntk_flow(n_train=N_A, max_test=1) + finite_width_mean; baseline: the full "
-          "ntk_flow (every entry) + finite_width_mean")
-    print(f"{'N_A':>5} {'effth s':>10} {'full s':>10} {'ratio':>8}")
+    print("  effth: ntk_flow(n_train=N_A, max_test=1) + finite_width_mean; baselines: the full "
+          "ntk_flow (every entry) + finite_width_mean" + ("; the same with the compiled atom "
+                                                          "kernels off (EFFTH_FUSED=0)" if compiled else ""))
+    print(f"{'N_A':>5} {'effth s':>10} {'full s':>10} {'ratio':>8}" + (f" {'numpy s':>10} {'ratio':>8}"
+                                                                      if compiled else ""))
     net = et.MLP(act, depth=5, c_w=1.0, c_b=0.0)
-    et.ntk_flow(net, rng.standard_normal((3, 4)))          # compile the steps once (not timed)
+    et.ntk_flow(net, rng.standard_normal((4, 4)))          # compile the steps once (not timed)
     times = []
     for P in e2e:
         X = rng.standard_normal((2 * P, 4))
@@ -110,11 +122,26 @@ def _end_to_end(a, act: str, rng) -> None:
 
         t = best(lambda: mean(n_train=P, max_test=1), 1)
         times.append(t)
+        row = f"{P:5d} {t:10.2f}"
         if P <= a.full_up_to:
             tf = best(lambda: mean(), 1)
-            print(f"{P:5d} {t:10.2f} {tf:10.2f} {tf / t:8.1f}")
+            row += f" {tf:10.2f} {tf / t:8.1f}"
         else:
-            print(f"{P:5d} {t:10.2f} {'-':>10} {'-':>8}")
+            row += f" {'-':>10} {'-':>8}"
+        if compiled and P <= a.numpy_up_to:
+            old = os.environ.get("EFFTH_FUSED")
+            os.environ["EFFTH_FUSED"] = "0"
+            try:
+                tn = best(lambda: mean(n_train=P, max_test=1), 1)
+            finally:
+                if old is None:
+                    del os.environ["EFFTH_FUSED"]
+                else:
+                    os.environ["EFFTH_FUSED"] = old
+            row += f" {tn:10.2f} {tn / t:8.1f}"
+        elif compiled:
+            row += f" {'-':>10} {'-':>8}"
+        print(row)
     if len(e2e) > 2:
         slope = np.polyfit(np.log(e2e[-3:]), np.log(times[-3:]), 1)[0]
         print(f"fitted cost exponent in N_A (= N_B) over the three largest sizes: {slope:.2f}")

@@ -18,7 +18,9 @@ rotated so that :math:`\mu` depends on its first coordinate only and :math:`z_1`
 A four-sample atom costs a 3-D grid (instead of a 4-D one), and on that grid the activation
 derivatives are evaluated once for all combos (tanh and GELU: one transcendental evaluation for
 all orders): the innermost sum :math:`T_{fg}(x_1,x_2)=\sum_{x_3}w_3F_f(z_2)F_g(z_3)` is taken once
-per pair of factor functions, the next one once per triple.  The geometry is computed
+per pair of factor functions, the next one once per triple (for tanh, these sums and the
+smoothed line run in compiled kernels, :mod:`effth.numerics._tanh_fused`: the same nodes,
+weights and error estimate at about 4 ns per node instead of 50).  The geometry is computed
 backward-stably (:func:`effth.numerics.sample_tables._split`: nearly collinear inputs keep all their digits).  The subsets of
 one size are batched in vectorized NumPy: sorted into buckets of similar node counts per
 direction (as the four-point table's, :func:`effth.numerics.sample_tables._buckets`), each
