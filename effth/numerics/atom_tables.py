@@ -381,10 +381,10 @@ def _chunks(scales: list, act: Any, rtol: float, nfac: int, mult: float, X: floa
     (:func:`effth.numerics.sample_tables._buckets`, the four-point table's mechanism), each bucket
     with the rules (:func:`effth.numerics.sample_tables._rules_for`) of its largest scales, cut
     into chunks of about :data:`_ELEMS` grid elements (outer grid, or the smoothed line's
-    ``n1 * ny`` nodes where larger).  ``fused`` (the compiled four-sample kernel, whose memory
-    does not grow with the outer grid): buckets by the outer directions only (the smoothed line
-    takes its bucket's largest scale; it costs O(n1 ny) per subset) and chunks of about
-    :data:`_ELEMS` smoothed-line elements."""
+    ``n1 * ny`` nodes where larger).  ``fused`` (the compiled three- and four-sample kernels,
+    whose memory does not grow with the outer grid): buckets by the outer directions only (the
+    smoothed line takes its bucket's largest scale; it costs O(n1 ny) per subset) and chunks of
+    about :data:`_ELEMS` smoothed-line elements."""
     S = np.stack(scales, axis=1)                        # (B, d): outer directions, then y
     d = S.shape[1]
     for members in _buckets(S[:, :-1] if fused else S, act, rtol, nfac, mult, X):
