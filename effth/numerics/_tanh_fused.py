@@ -9,7 +9,7 @@ node costs some forty passes over memory (the transcendental evaluation, the der
 products, the sums): about 50 ns.  Here the :math:`x_3` line of one :math:`(x_1,x_2)` node is
 one vectorized loop.  With :math:`\tanh z = 1-2/(1+e^{2z})` and
 :math:`e^{2z_1}=e^{2(a_{10}x_1+a_{11}x_2)}\,e^{2a_{12}x_3}` (the exponentials of the coordinates
-taken once), a node costs one division for both variables, the derivatives
+taken once), a node costs a division per variable, the derivatives
 :math:`\sigma'=1-t^2`, :math:`\sigma''=-2t\sigma'`, :math:`\sigma^{(3)}=(6t^2-2)\sigma'`, and the
 16 pair products accumulated in registers: about 4 ns.  The smoothed line
 :math:`S_F(c x_1; s)=\mathbb E_y[F(c x_1+s y)]` of the integrated-out variable runs in the same
@@ -23,8 +23,8 @@ agree to rounding.  They are used when
 * the activation is tanh with derivative orders at most 3 (the NTK hierarchy's atoms); for four
   samples each factor function is a single derivative (a product of several at one sample, or a
   higher order, goes to NumPy),
-* the exponentials stay finite: :math:`|2z|\le 354` on the grid, so that
-  :math:`(1+e^{2z_1})(1+e^{2z_2})` cannot overflow (kernels up to about :math:`K\sim 600`).
+* the exponentials stay finite: :math:`\sum_v|2a_vx_v|\le 354` on the grid, so that no product
+  of the per-coordinate exponentials overflows (kernels up to about :math:`K\sim 600`).
 
 ``EFFTH_FUSED=0`` in the environment switches them off (the NumPy path then runs everywhere).
 The kernels themselves are in :mod:`effth.numerics._tanh_kernels`, imported on first use.
@@ -40,7 +40,7 @@ import numpy as np
 
 __all__ = ["applies", "available", "fused_smoothed", "fused_sums", "in_range"]
 
-_MAX_EXP = 354.0          # |2 z| bound: (1 + e^{2 z1}) (1 + e^{2 z2}) < 1.8e308
+_MAX_EXP = 354.0          # bound on sum |2 a_v x_v|: no partial product of e^{2 a_v x_v} leaves [1e-154, 1e154]
 
 
 @cache

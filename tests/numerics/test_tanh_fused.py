@@ -139,3 +139,26 @@ def test_tables_fused_against_numpy_path(monkeypatch):
     old = at.AtomTables(K, "tanh", rtol=1e-10).tables(pats)
     for a, b in zip(new, old):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-9 * np.abs(b).max())
+
+
+def test_zero_input_gives_exact_zeros(monkeypatch):
+    """A zero input makes sigma(z) = tanh(0) vanish identically: the kernels must give exact zeros
+    there (tanh z = 1 - 2/(1 + e^{2z}) is exactly 0 at z = 0), or the error estimate of those
+    atoms, relative to their own E|f| ~ 1e-17, is rounding noise and forces refinements and an
+    AccuracyWarning (one division shared by both variables did that)."""
+    import warnings
+
+    from effth.errors import AccuracyWarning
+
+    X = np.random.default_rng(11).standard_normal((5, 4))
+    X[3] = 0.0
+    K = X @ X.T / 4
+    pats = [((0, 0), (1, 1), (2, 2), (3, 3)), ((0, 0), (1, 0), (2, 0), (3, 0))]
+    monkeypatch.setenv("EFFTH_FUSED", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AccuracyWarning)
+        t = at.AtomTables(K, "tanh", rtol=1e-9)
+        tabs = t.tables(pats)
+    assert t.max_error <= 1e-9
+    for tab in tabs:                       # label 0 carries sigma itself: sigma(z_3) = 0
+        assert np.all(tab[3] == 0.0)
