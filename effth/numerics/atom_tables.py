@@ -391,9 +391,10 @@ def _chunks(scales: list, act: Any, rtol: float, nfac: int, mult: float, X: floa
         top = [float(v) for v in S[members].max(axis=0)]
         rules = [_rules_for(v, act, rtol, nfac, mult, X) for v in top]
         cnt = [len(r[0]) for r in rules]
-        size = cnt[0] if d == 1 else max(math.prod(cnt[:d - 1]), cnt[0] * cnt[-1])
         if fused:
             size = cnt[0] * cnt[-1]
+        else:
+            size = cnt[0] if d == 1 else max(math.prod(cnt[:d - 1]), cnt[0] * cnt[-1])
         step = max(1, _ELEMS // size)
         members = np.sort(members)
         for i in range(0, len(members), step):      # the bucket's rules: values do not depend
