@@ -16,7 +16,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the working tree's effth
 
-from effth.theories.dmft import solve_deep_linear
+from effth.dmft import solve_deep_linear
 
 
 def _data():

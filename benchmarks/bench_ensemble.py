@@ -51,7 +51,7 @@ def main() -> None:
         best, cpu = np.inf, np.inf
         for _ in range(args.repeat):
             t0, c0 = time.perf_counter(), time.process_time()
-            simulate_ensemble(net, X, size=args.size, seed=1, method=method)
+            simulate_ensemble(net, X, networks=args.size, seed=1, method=method)
             best = min(best, time.perf_counter() - t0)
             cpu = min(cpu, time.process_time() - c0)
         times[method] = best

@@ -3,7 +3,7 @@ points.
 
 Two parts, reported separately:
 
-* ``contract``: :func:`~effth.theories.pdlt.finite_width_mean` from given output-layer
+* ``contract``: :func:`~effth.pdlt.finite_width_mean` from given output-layer
   statistics (random tensors with the right symmetries), N_A training inputs and one test input:
   the projectors in the eigenbasis of the training NTK and every contraction of (∞.155)-(∞.160).
   Baseline in the same process: the same mean with the projectors materialized from their
@@ -16,7 +16,7 @@ Two parts, reported separately:
   Second baseline, for tanh: the same restricted mean with the compiled atom kernels switched
   off (``EFFTH_FUSED=0``: the NumPy path) for N_A up to ``--numpy-up-to``.
 
-* ``covariance`` (``--covariance N_A``, repeatable): ``predict(..., width=64)`` on the same
+* ``covariance`` (``--covariance N_A``, repeatable): ``predict(..., widths=64)`` on the same
   network, its mean and then its covariance (read on first use).  Baseline in the same process:
   the covariance without the mean's atoms (``atom_cache`` emptied), i.e. its ``max_test=2`` flow
   integrating every subset again.  Ratio: baseline / effth for the covariance.
@@ -36,7 +36,7 @@ import numpy as np
 
 import effth as et
 from _timing import best
-from effth.theories.pdlt.finite_width_learning import finite_width_mean
+from effth.pdlt.learning.finite_width import finite_width_mean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "theories" / "pdlt"))
 from _trained_reference import dense_projectors, symmetric_statistics  # noqa: E402
@@ -118,7 +118,7 @@ def _end_to_end(a, act: str, rng) -> None:
 
         def mean(**kw):
             nf = et.ntk_flow(net, X, rtol=a.rtol, **kw)
-            return finite_width_mean(nf, y, n_train=P, algorithm="gradient_flow", width=64)
+            return finite_width_mean(nf, y, n_train=P, algorithm="gradient_flow", widths=64)
 
         t = best(lambda: mean(n_train=P, max_test=1), 1)
         times.append(t)
@@ -148,9 +148,9 @@ def _end_to_end(a, act: str, rng) -> None:
 
 
 def _covariance(a, act: str, rng) -> None:
-    import effth.theories.pdlt.learning as learning
+    import effth.pdlt.learning.prediction as learning
 
-    print(f"covariance: predict(width=64) on a depth-5 {act} MLP, N_A training + N_A test inputs; "
+    print(f"covariance: predict(widths=64) on a depth-5 {act} MLP, N_A training + N_A test inputs; "
           "the mean, then the covariance reusing the mean's atoms; baseline: the covariance "
           "without them")
     print(f"{'N_A':>5} {'mean s':>10} {'cov s':>10} {'cov base s':>11} {'ratio':>8}")
@@ -163,7 +163,7 @@ def _covariance(a, act: str, rng) -> None:
         for cap in (keep, -1):                 # -1: the snapshots are dropped after the mean
             learning._ATOM_CACHE_BYTES = cap
             try:
-                tm, p = best(lambda: et.predict(net, X[:P], y, X[P:], width=64), 1, result=True)
+                tm, p = best(lambda: et.predict(net, X[:P], y, X[P:], widths=64), 1, result=True)
                 p.value("mean1")
                 times.append((tm, best(lambda: p.value("covariance1"), 1)))
             finally:

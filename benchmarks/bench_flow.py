@@ -33,8 +33,8 @@ import numpy as np
 
 import effth as et
 from effth._threads import worker_threads
-from effth.theories.pdlt import initialization_flow
-from effth.theories.pdlt.kernel_flow import layer_steps
+from effth.pdlt import initialization_flow
+from effth.pdlt.initialization.kernel_flow import layer_steps
 
 BAR_N, BAR_S = 32, 30.0
 

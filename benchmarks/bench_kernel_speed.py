@@ -27,7 +27,7 @@ os.environ.setdefault("EFFTH_PROGRESS", "0")
 import effth as et  # noqa: E402
 from _timing import best  # noqa: E402
 from effth.numerics import gaussian_expectation  # noqa: E402
-from effth.theories.pdlt import predict  # noqa: E402
+from effth.pdlt import predict  # noqa: E402
 
 
 def plain(act, X, L, cw, cb, lb, lw):

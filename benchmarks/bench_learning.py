@@ -1,9 +1,9 @@
-"""Benchmark of :func:`effth.theories.pdlt.predict` (infinite-width GD / Bayes prediction).
+"""Benchmark of :func:`effth.pdlt.predict` (infinite-width GD / Bayes prediction).
 
 Bar: the full infinite-width prediction (mean + covariance) for 100 training and 100 test inputs
 of a depth-10 MLP in well under a second.  Reported separately:
 
-* ``kernels``: :func:`~effth.theories.pdlt.output_kernels` (K^(L), Theta^(L) on the 200 inputs;
+* ``kernels``: :func:`~effth.pdlt.output_kernels` (K^(L), Theta^(L) on the 200 inputs;
   closed forms for ReLU, batched quadrature for smooth activations — the bottleneck for tanh);
 * ``predict`` end to end, GD (eigenbasis of the training NTK) and Bayes (Cholesky);
 * ``solve only``: ``predict(K=..., Theta=...)`` from precomputed kernels;
@@ -25,7 +25,7 @@ import numpy as np
 
 import effth as et
 from _timing import best
-from effth.theories.pdlt import output_kernels, predict
+from effth.pdlt import output_kernels, predict
 
 
 def main() -> None:

@@ -37,7 +37,7 @@ def run_single(args) -> None:
     net = MLP(args.act, depth=args.depth, widths=args.width, c_w=1.0, c_b=0.0, n_out=args.outputs)
     X = np.random.default_rng(0).standard_normal((args.inputs, args.inputs))
     t0, c0 = time.perf_counter(), time.process_time()
-    st = ntk_mod.simulate_ntk_ensemble(net, X, size=args.size, seed=0, order=args.order,
+    st = ntk_mod.simulate_ntk_ensemble(net, X, networks=args.size, seed=0, order=args.order,
                                        outputs=range(args.outputs))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     print(f"  OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')} "

@@ -27,7 +27,7 @@ import effth as et
 from effth.errors import DomainError
 from effth.numerics.atom_tables import AtomTables
 
-nf_mod = importlib.import_module("effth.theories.pdlt.ntk_flow")   # the module (the package exports the function)
+nf_mod = importlib.import_module("effth.pdlt.ntk.ntk_flow")   # the module (the package exports the function)
 
 
 class _Timed(AtomTables):

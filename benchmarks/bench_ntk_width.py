@@ -1,4 +1,4 @@
-"""Cost and statistical efficiency of the NTK width study (``tests/theories/pdlt/ntk_width_study.py``).
+"""Cost and statistical efficiency of the NTK width study (``tests/pdlt/ntk_width_study.py``).
 
 For the study's configuration (depth 3, two inputs, ``order=3``) and each width, times
 :func:`effth.simulation.simulate_ntk_ensemble` for ``outputs`` = 2 (the baseline), 3 and 4
@@ -26,7 +26,7 @@ def measure(act: str, n: int, m: int, size: int) -> tuple[float, dict[str, float
     X = np.array([[1.0, 0.0], [0.6, 0.8]]) * np.sqrt(2.0)
     net = MLP(act, depth=3, widths=n, c_w=1.0, c_b=0.0, n_out=m)
     c0 = time.process_time()
-    st = simulate_ntk_ensemble(net, X, size=size, seed=0, order=3, outputs=range(m))
+    st = simulate_ntk_ensemble(net, X, networks=size, seed=0, order=3, outputs=range(m))
     cost = (time.process_time() - c0) / size * 1e3
     return cost, {k: float(np.mean(st.err[k] ** 2)) for k in STATS}
 

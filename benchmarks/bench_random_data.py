@@ -19,7 +19,7 @@ from _timing import best
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the working tree's effth
 
-from effth.theories.dmft import (learning_rate_sweep, solve_deep_linear, solve_power_law,
+from effth.dmft import (learning_rate_sweep, solve_deep_linear, solve_power_law,
                                  solve_random_data)
 
 

@@ -5,7 +5,7 @@ n, Delta_G = G - (K + G^{1}/n) (off-diagonal component, control-variate estimato
 Delta_V = V_sim - V ((01)(01) component) +- se, the weighted power-law fits
 Delta = A n^-p with sigma_p (predictions p_G = 2, p_V = 1) and the fit with a deliberately wrong
 NLO metric 0.9 G^{1} (must be rejected), plus wall times.  The estimator and the fit live in
-``tests/theories/pdlt/test_width_scaling.py`` (the slow test runs the same study).
+``tests/pdlt/test_width_scaling.py`` (the slow test runs the same study).
 
 Run from the repository root:  ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_width_scaling.py``
 (about 8-9 minutes on 2 cores; budget 25).  ``--scale 0.25`` runs a quick reduced version,
@@ -22,7 +22,7 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tests.theories.pdlt.test_width_scaling import (  # noqa: E402
+from tests.pdlt.test_width_scaling import (  # noqa: E402
     DEPTH, FULL_SIZES, OFF, WIDTHS, CONFIGS, study)
 
 

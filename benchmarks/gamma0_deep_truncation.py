@@ -8,11 +8,11 @@ gives the truncation error of the series cut at order ``2k`` (``k = 0, 1, 2``),
 
 for the final-time ``Phi^1(t_5, t_5)``, ``G^1(t_5, t_5)``, NTK ``K(t_5)`` and prediction ``f(t_5)``,
 and its ratio ``r_k = err_k / (gamma0^(2k+2) |X_{2k+2}|)`` to the leading omitted term (-> 1 as
-gamma0 -> 0).  ``X_{2j}``: :func:`effth.theories.dmft.gamma0_series` (``order=4``, ``nodes=240``;
+gamma0 -> 0).  ``X_{2j}``: :func:`effth.dmft.gamma0_series` (``order=4``, ``nodes=240``;
 tanh quadrature converges slowly in the higher derivatives: at ``nodes=80`` the ``gamma0^4``
 coefficients are off by ~1 %, the ``gamma0^6`` ones by ~20 % -- figures for the Gauss-Hermite
 rule first used; the deep series now use the trapezoid rule in ``u``, converged at ~120 nodes).  ``X_MC``: seed mean of
-:func:`effth.theories.dmft.nonlinear.solve_monte_carlo` (``samples=3000``, 25 sweeps, the last 15
+:func:`effth.dmft.solvers.monte_carlo.solve_monte_carlo` (``samples=3000``, 25 sweeps, the last 15
 averaged).  The log-log slopes of ``err_k`` should be ``2k + 2``.
 
 Monte-Carlo noise: at fixed seed the solver uses common random numbers (CRN) across gamma0.  The
@@ -44,8 +44,8 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the working tree's effth
 
-from effth.theories.dmft import gamma0_series
-from effth.theories.dmft.nonlinear import solve_monte_carlo
+from effth.dmft import gamma0_series
+from effth.dmft.solvers.monte_carlo import solve_monte_carlo
 
 KX, Y = np.array([[1.2]]), np.array([1.0])
 L, T, ETA = 2, 6, 0.3

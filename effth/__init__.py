@@ -1,7 +1,9 @@
 r"""effth: the effective theory of wide neural networks, derived, printed, compiled and checked.
 
 The public surface is re-exported here; modules below ``effth`` are organized by layer
-(``algebra`` → ``activations`` → ``numerics`` → ``codegen``; ``printing`` beside them).
+(``algebra`` → ``activations`` → ``numerics`` → ``codegen``; ``printing`` beside them; the theories
+``pdlt`` and ``dmft`` above them; ``simulation`` beside the theories, never importing them;
+``compare``, ``report`` and ``cli`` on top).
 
 Examples
 --------
@@ -58,7 +60,7 @@ from .algebra.wick import (
     enumerate_pairings,
     wick_classes,
 )
-from .arch import MLP
+from effth.arch import MLP
 from .codegen import compile_expression, compile_step
 from .compare import Comparison, ScalingFit, compare, scaling_fit
 from .report import run_report
@@ -77,9 +79,9 @@ from .numerics.closed_forms import has_closed_form
 from .printing import init_printing, latex
 from .simulation import (EnsembleStatistics, TrainedEnsemble, TrainingRun, simulate_ensemble,
                          simulate_training, train_ensemble)
-from .theories import dmft, pdlt
-from .theories.pdlt import Flow, NTKFlow, derive, derive_initialization, derive_ntk, flow, ntk_flow
-from .theories.pdlt.learning import (EvidenceScan, Prediction, evidence_scan, log_bayes_factor,
+from . import dmft, pdlt
+from .pdlt import Flow, NTKFlow, derive, derive_initialization, derive_ntk, flow, ntk_flow
+from .pdlt.learning import (EvidenceScan, Prediction, evidence_scan, log_bayes_factor,
                                     log_evidence, output_kernels, predict)
 
 __all__ = [

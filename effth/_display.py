@@ -30,3 +30,9 @@ def activation_text(activation: Any) -> str:
     if getattr(activation, "family", None) == "user" and expr is not None:
         return f"user: {expr}"
     return str(getattr(activation, "name", activation))
+
+
+def depth_text(depth: int) -> str:
+    """How every result's ``repr`` states its depth: ``depth=3 (hidden_layers=2)``
+    (``docs/conventions.md``: PDLT's :math:`L` and the DMFT papers' :math:`L`)."""
+    return f"depth={int(depth)} (hidden_layers={int(depth) - 1})"

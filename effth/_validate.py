@@ -16,6 +16,7 @@ effth.errors.DomainError: X must be real, got a complex array (pass X.real if th
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -23,7 +24,9 @@ import numpy as np
 
 from .errors import DomainError
 
-__all__ = ["input_matrix", "integer", "kernel_matrix", "positive", "real_array", "real_scalar"]
+__all__ = ["finite_array", "input_matrix", "integer", "kernel_matrix", "label_array",
+           "last_hidden_width", "nonnegative", "positive", "real_array", "real_scalar",
+           "symmetric_matrix"]
 
 
 def real_scalar(value: Any, name: str) -> float:
@@ -132,3 +135,67 @@ def integer(value: Any, name: str, *, minimum: int | None = None) -> int:
     if minimum is not None and out < minimum:
         raise DomainError(f"{name} must be an integer >= {minimum}, got {out}")
     return out
+
+
+def finite_array(x: Any, name: str, ndim: tuple) -> np.ndarray:
+    """A finite real float array with ndim in ``ndim``; DomainError naming ``name`` otherwise."""
+    try:
+        a = np.asarray(x)
+    except Exception as exc:      # ragged input
+        raise DomainError(f"{name} is not an array: {exc}") from None
+    if np.iscomplexobj(a):
+        raise DomainError(f"{name} is complex; effth's kernels and labels are real")
+    if a.dtype == object or not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
+        raise DomainError(f"{name} must be a real numeric array, got dtype {a.dtype}")
+    a = a.astype(float)
+    if a.ndim not in ndim:
+        want = " or ".join(f"{d}-D" for d in ndim)
+        raise DomainError(f"{name} must be {want}, got shape {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise DomainError(f"{name} contains NaN or inf")
+    return a
+
+
+def nonnegative(x: Any, name: str) -> float:
+    """A finite real number >= 0 (Python, NumPy or SymPy); bools refused."""
+    if isinstance(x, bool) or not (isinstance(x, (numbers.Real, np.floating, np.integer)) or getattr(x, "is_Number", False)):
+        raise DomainError(f"{name} must be a real number >= 0, got {x!r}")
+    v = float(x)
+    if not (math.isfinite(v) and v >= 0):
+        raise DomainError(f"{name} must be finite and >= 0, got {x!r}")
+    return v
+
+
+def symmetric_matrix(M: np.ndarray, name: str) -> np.ndarray:
+    """A square matrix symmetric to 1e-10 of its scale, returned symmetrized."""
+    if M.ndim != 2 or M.shape[0] != M.shape[1]:
+        raise DomainError(f"{name} must be a square (N, N) matrix, got shape {M.shape}")
+    scale = max(float(np.max(np.abs(M))), 1e-300) if M.size else 1.0
+    if not np.allclose(M, M.T, rtol=0.0, atol=1e-10 * scale):
+        raise DomainError(f"{name} is not symmetric (max |M - M^T| = "
+                          f"{float(np.max(np.abs(M - M.T))):.3g})")
+    return 0.5 * (M + M.T)
+
+
+def label_array(y: Any, P: int, name: str = "y_train") -> np.ndarray:
+    """Training targets: finite, 1-D or 2-D, one row per training input."""
+    y = finite_array(y, name, (1, 2))
+    if y.shape[0] != P:
+        raise DomainError(f"{name} has {y.shape[0]} rows but there are {P} training inputs")
+    return y
+
+
+def last_hidden_width(widths: Any, name: str = "widths", *, equal: bool = False) -> int:
+    """:math:`n_{L-1}` from ``widths`` (an int, or one positive int per hidden layer
+    :math:`n_1..n_{L-1}`): the width that sets the :math:`1/n` corrections of the output layer.
+
+    With ``equal`` the hidden widths must all be the same (theories that take one width).
+    """
+    seq = [widths] if np.ndim(widths) == 0 else list(np.asarray(widths, dtype=object).ravel())
+    if not seq:
+        raise DomainError(f"{name} is empty: a network with no hidden layer has no 1/n corrections")
+    out = [integer(x, name, minimum=1) for x in seq]
+    if equal and len(set(out)) > 1:
+        raise DomainError(f"{name}={tuple(out)}: this O(1/n) theory takes equal hidden widths; give "
+                          "one int")
+    return out[-1]

@@ -32,6 +32,8 @@ Every command exits with status 2 and a one-line message on bad input.  The inte
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import argparse
 import ast
 import math
@@ -91,7 +93,48 @@ def _print(expr: sp.Expr, fmt: str, out) -> None:
     if fmt == "latex":
         print(latex(expr), file=out)
     else:
-        print(sp.sstr(expr), file=out)
+        print(_plain(expr), file=out)
+
+
+def _print_recursion(rec, args, out, elapsed: float) -> int:
+    """Print a derived recursion: LaTeX (one line, or aligned; or a standalone document) or text."""
+    form = args.form if hasattr(rec, "formula") else None
+    if args.standalone:
+        if not hasattr(rec, "document"):
+            raise UsageError("--standalone needs a recursion with a printed form (not this target)")
+        text = rec.document(form=form, title=None)
+        if args.out:
+            _write_new(args.out, text)
+        else:
+            print(text, file=out, end="")
+        return 0
+    if args.format == "text":
+        print(rec.text(form) if hasattr(rec, "text") else _plain(rec.expr), file=out)
+        print(f"# {rec.provenance}", file=out)
+    else:
+        kw = {"env": args.env} if args.env != "none" else {}
+        print(rec.latex(form, **kw) if hasattr(rec, "formula") else rec.latex(), file=out)
+        print(f"% {rec.provenance}", file=out)
+    if args.timing:
+        print(f"{'#' if args.format == 'text' else '%'} derived in {elapsed:.3f} s", file=out)
+    return 0
+
+
+def _plain(expr) -> str:
+    from .printing.text import text
+    return text(expr)
+
+
+def _write_new(path: str, text: str) -> None:
+    from pathlib import Path
+
+    p = Path(path)
+    if p.exists():
+        raise UsageError(f"{p} exists; give a new file name (effth never overwrites)")
+    try:
+        p.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {p}: {exc.strerror}") from None
 
 
 def _derive(args: argparse.Namespace, out) -> int:
@@ -105,24 +148,20 @@ def _derive(args: argparse.Namespace, out) -> int:
         if args.single_input and args.second_layer:
             raise UsageError("give --single-input or --second-layer, not both")
         if target in _NTK_TARGETS:
-            from .theories.pdlt import derive_ntk
+            from effth.pdlt import derive_ntk
 
             special = "single-input" if args.single_input else ("second-layer" if args.second_layer else None)
             rec = derive_ntk(target, special=special)
         elif args.single_input or args.second_layer:
-            from .theories.pdlt.reductions import second_layer, single_input
+            from effth.pdlt.initialization.reductions import second_layer, single_input
 
             rec = (single_input if args.single_input else second_layer)(target)
         else:
-            from .theories.pdlt import derive_initialization
+            from effth.pdlt import derive_initialization
 
-            rec = derive_initialization(target, form=args.form)
+            rec = derive_initialization(target, form="book" if args.form == "book" else "edgeworth")
         elapsed = time.perf_counter() - t0
-        print(rec.latex() if args.format == "latex" else sp.sstr(rec.expr), file=out)
-        print(f"% {rec.provenance}", file=out)
-        if args.timing:
-            print(f"% derived in {elapsed:.3f} s", file=out)
-        return 0
+        return _print_recursion(rec, args, out, elapsed)
     if target in ("connected-four-point", "two-point", "partition-function"):
         action = QuarticAction(args.convention)
         npts = 4 if target == "connected-four-point" else 2
@@ -147,7 +186,7 @@ def _derive(args: argparse.Namespace, out) -> int:
     elapsed = time.perf_counter() - t0
     _print(expr, args.format, out)
     if args.timing:
-        print(f"% derived in {elapsed:.3f} s", file=out)
+        print(f"{'#' if args.format == 'text' else '%'} derived in {elapsed:.3f} s", file=out)
     return 0
 
 
@@ -258,6 +297,7 @@ def _registered(name: str):
         return None
 
 
+@public
 def parse_integrand(text: str, samples: int, activation=None) -> sp.Expr:
     r"""The integrand of ``effth expect`` as a SymPy expression, from a restricted grammar.
 
@@ -313,6 +353,7 @@ def parse_integrand(text: str, samples: int, activation=None) -> sp.Expr:
     return _Grammar("integrand", dict(_CONSTANTS), calls, hint).parse(text)
 
 
+@public
 def parse_activation(text: str):
     """An activation from the command line: a registered name or alias (``tanh``, ``ReLU``), a
     family with keyword parameters (``leaky_relu(slope=0.1)``, ``monomial(degree=3)``), or an
@@ -492,6 +533,7 @@ _GAMMA0_DESCRIPTION = (
     "effth.dmft.gamma0_series (Python).")
 
 
+@public
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``effth`` command."""
     p = _Parser(prog="effth", description="Effective theory of wide neural networks: derive, "
@@ -510,9 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="registered name, NAME(param=value) or expression in z [tanh]")
     r.add_argument("--depth", type=int, default=None,
                    help="number of weight layers L, output layer included [5; --quick: 3]")
-    r.add_argument("--width", type=int, default=None,
-                   help="hidden width n of the main comparison; ensembles at n, 4n, 16n "
-                   "[32; --quick: 16]")
+    r.add_argument("--widths", type=int, nargs="+", default=None,
+                   help="hidden widths simulated: one n (ensembles at n, 4n, 16n) or two or more "
+                   "increasing widths; the first is the main comparison [32; --quick: 16]")
     r.add_argument("--networks", type=int, default=None,
                    help="simulated networks per width [100000; --quick: 4000]")
     r.add_argument("--inputs", type=int, default=3, help="number of inputs N (2..6) [3]")
@@ -540,13 +582,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="coupling order (actions; default 1), number of variables (cumulant/moment; "
                    "default 4) or m (c2m; default 2)")
     d.add_argument("--parity-even", action="store_true", help="drop odd moments/cumulants")
-    d.add_argument("--form", choices=("edgeworth", "book"), default="edgeworth",
-                   help="K/V/G1: derivative atoms (no inverse kernel) or the book's K^-1 form")
+    d.add_argument("--form", choices=("edgeworth", "book", "compact"), default="edgeworth",
+                   help="recursions: derivative expectations (no inverse kernel), the book's "
+                   "raised-index K^-1 form, or the first with the layer labels stated once")
+    d.add_argument("--env", choices=("none", "align", "align*", "aligned"), default="none",
+                   help="recursions: one line, or an environment broken at term boundaries")
+    d.add_argument("--standalone", action="store_true",
+                   help="recursions: a complete .tex document that compiles with pdflatex")
+    d.add_argument("--out", default=None,
+                   help="with --standalone: write the document to this new file")
     d.add_argument("--single-input", action="store_true",
                    help="K/V/G1: single-input form in chi_parallel and j/K^2 (PDLT ch. 5)")
     d.add_argument("--second-layer", action="store_true",
                    help="K/V/G1: the exact layer-2 form (V(1) = G1(1) = 0)")
-    d.add_argument("--format", choices=("latex", "text"), default="latex")
+    d.add_argument("--format", choices=("latex", "text"), default="latex",
+                   help="LaTeX, or plain Unicode text (no LaTeX)")
     d.add_argument("--timing", action="store_true", help="print the derivation time")
 
     e = sub.add_parser(
@@ -642,8 +692,8 @@ def _read_rows(path: str, what: str) -> np.ndarray:
 
 
 def _predict(args, out) -> int:
-    from .arch import MLP
-    from .theories.pdlt.learning import predict
+    from effth.arch import MLP
+    from effth.pdlt.learning.prediction import predict
 
     if not 1 <= args.digits <= 17:
         raise UsageError(f"--digits must be in 1..17, got {args.digits}")
@@ -676,7 +726,7 @@ def _predict(args, out) -> int:
 
 def _gamma0(args, out) -> int:
     from .errors import EffthError
-    from .theories.dmft.gamma_series import latex_coefficient
+    from effth.dmft.series.gamma0 import latex_coefficient
 
     if args.order < 0:
         raise UsageError(f"--order must be a non-negative integer, got {args.order}")
@@ -737,7 +787,9 @@ def _report(args, out) -> int:
     from .report import run_report
 
     result = run_report(activation=parse_activation(args.activation), depth=args.depth,
-                        width=args.width, networks=args.networks, inputs=args.inputs,
+                        widths=(None if args.widths is None else
+                                args.widths[0] if len(args.widths) == 1 else args.widths),
+                        networks=args.networks, inputs=args.inputs,
                         c_w=args.c_w, c_b=args.c_b, seed=args.seed, quick=args.quick,
                         out=args.out, plots=not args.no_plots,
                         progress=False if args.no_progress else None, stream=out)
@@ -749,6 +801,7 @@ _COMMANDS = {"report": _report, "derive": _derive_checked, "expect": _expect, "w
              "activations": lambda args, out: _activations(args, out)}
 
 
+@public
 def main(argv: Sequence[str] | None = None, out=None) -> int:
     """Entry point of the ``effth`` command; returns the exit status.
 

@@ -29,6 +29,8 @@ Examples
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -58,6 +60,7 @@ def _real_array(x: Any, what: str) -> np.ndarray:
     return real_array(x, f"compare: the {what}")
 
 
+@public
 @dataclass(frozen=True, repr=False)
 class Comparison:
     r"""Theory against measurement for one quantity.
@@ -202,6 +205,7 @@ class Comparison:
                 f"<td>{self.noise_floor:.2g}</td></tr></table>")
 
 
+@public
 def compare(theory: Any, measured: Any, name: str, layer: int | None = None, *,
             stderr: Any = None, widths: Any = None, label: str = "",
             **theory_kwargs: Any) -> Comparison:
@@ -244,7 +248,7 @@ def compare(theory: Any, measured: Any, name: str, layer: int | None = None, *,
     >>> X = np.eye(2)
     >>> net = et.MLP("tanh", depth=3, widths=32)
     >>> fl = et.flow(net, X)
-    >>> ens = et.simulate_ensemble(net, X, size=400, seed=0)      # doctest: +SKIP
+    >>> ens = et.simulate_ensemble(net, X, networks=400, seed=0)      # doctest: +SKIP
     >>> et.compare(fl, ens, "G", layer=3).max_abs_z < 5             # doctest: +SKIP
     True
     """
@@ -279,6 +283,7 @@ def compare(theory: Any, measured: Any, name: str, layer: int | None = None, *,
                       measured=m_val, stderr=np.array(total, dtype=float), label=label)
 
 
+@public
 @dataclass(frozen=True, repr=False)
 class ScalingFit:
     r"""Power law :math:`e(x) = a\,x^{p}` fitted to comparison errors.
@@ -324,6 +329,7 @@ class ScalingFit:
                 f"<table><tr><th>x</th><th>error</th></tr>{rows}</table>")
 
 
+@public
 def scaling_fit(comparisons: Sequence[Comparison], x: Sequence[float], *,
                 min_z: float = 3.0, debias: bool = False) -> ScalingFit:
     r"""Fit :math:`e \propto x^{p}` to the RMS errors of ``comparisons`` at the values ``x``.

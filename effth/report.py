@@ -40,6 +40,8 @@ Examples
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import io
 import math
 import sys
@@ -69,11 +71,12 @@ QUANTITIES: Mapping[str, tuple[str, str, int, str]] = {
 }
 
 _BOOK = {"K": "PDLT (4.118)", "V": "PDLT (4.119)", "G1": "PDLT (4.115)"}
-_DEFAULTS = {False: dict(depth=5, width=32, networks=100_000),
-             True: dict(depth=3, width=16, networks=4_000)}
+_DEFAULTS = {False: dict(depth=5, widths=32, networks=100_000),
+             True: dict(depth=3, widths=16, networks=4_000)}
 
 
 # ----------------------------------------------------------------------------- results
+@public
 @dataclass(frozen=True)
 class Verdict:
     """One conclusion of the report.
@@ -100,6 +103,7 @@ class Verdict:
         return f"{self.status:4s}  {self.name}: {self.detail}"
 
 
+@public
 @dataclass
 class ReportResult:
     """Everything :func:`run_report` computed, and the report it printed.
@@ -109,7 +113,7 @@ class ReportResult:
     config : dict
         Activation, depth, widths, networks, inputs, ``c_w``, ``c_b``, seed.
     recursions : dict
-        ``"K"``, ``"V"``, ``"G1"`` -> derived :class:`~effth.theories.pdlt.initialization.Recursion`.
+        ``"K"``, ``"V"``, ``"G1"`` -> derived :class:`~effth.pdlt.initialization.recursions.Recursion`.
     theory : Flow
         :func:`effth.flow` of the network.
     measurements : dict
@@ -156,6 +160,7 @@ class ReportResult:
 
 
 # ------------------------------------------------------------------------------ inputs
+@public
 def default_inputs(count: int = 3, rho: float = 0.6) -> np.ndarray:
     r"""``count`` inputs of dimension ``count`` with :math:`x_\alpha\cdot x_\beta/n_0=\rho^{|\alpha-\beta|}`.
 
@@ -279,6 +284,7 @@ def _agreement(comps: dict, q: str, widths: Sequence[int], layers: Sequence[int]
                    head + "; ".join(notes))
 
 
+@public
 def assess(theory: Any, measurements: Mapping[int, Any], *,
            layers: Sequence[int] | None = None) -> tuple[dict, dict, tuple]:
     r"""Compare a theory with ensembles at several widths, and judge it.
@@ -287,7 +293,7 @@ def assess(theory: Any, measurements: Mapping[int, Any], *,
     ----------
     theory : result
         Anything with ``value(name, layer=..., widths=...)`` for ``"K"``, ``"G"`` (at the given
-        hidden width) and ``"V"``, e.g. a :class:`~effth.theories.pdlt.Flow`.
+        hidden width) and ``"V"``, e.g. a :class:`~effth.pdlt.Flow`.
     measurements : mapping width -> EnsembleStatistics
         At least two widths (for the scaling checks), simulated with the same inputs.
     layers : sequence of int, optional
@@ -332,7 +338,22 @@ def assess(theory: Any, measurements: Mapping[int, Any], *,
 
 
 # ------------------------------------------------------------------------------ driver
-def run_report(*, activation: Any = "tanh", depth: int | None = None, width: int | None = None,
+def _ladder(widths: Any) -> tuple:
+    """The widths of the report's ensembles: ``n`` -> ``(n, 4n, 16n)``, or a given increasing
+    sequence of two or more."""
+    from ._validate import integer
+    if np.ndim(widths) == 0:
+        n = integer(widths, "widths", minimum=4)
+        return (n, 4 * n, 16 * n)
+    out = tuple(integer(w, "widths", minimum=4) for w in np.asarray(widths, dtype=object).ravel())
+    if len(out) < 2 or any(b <= a for a, b in zip(out, out[1:])):
+        raise DomainError(f"widths must be one int n (ensembles at n, 4n, 16n) or two or more "
+                          f"increasing ints, got {widths!r}")
+    return out
+
+
+@public
+def run_report(*, activation: Any = "tanh", depth: int | None = None, widths: Any = None,
                networks: int | None = None, inputs: int = 3, c_w: float | None = None,
                c_b: float = 0.0, seed: Any = 0, quick: bool = False,
                out: str | Path | None = "effth-report", plots: bool = True,
@@ -345,9 +366,10 @@ def run_report(*, activation: Any = "tanh", depth: int | None = None, width: int
         Default ``"tanh"``.
     depth : int, optional
         Number of weight layers :math:`L` (output layer included); default 5 (3 with ``quick``).
-    width : int, optional
-        Hidden width :math:`n` of the main comparison; ensembles are simulated at
-        :math:`n, 4n, 16n`.  Default 32 (16 with ``quick``).
+    widths : int or sequence of int, optional
+        The hidden widths simulated: an int :math:`n` means :math:`n, 4n, 16n`; or two or more
+        increasing widths. The first is the width of the main comparison. Default 32
+        (16 with ``quick``).
     networks : int, optional
         Networks simulated per width; default 100 000 (4 000 with ``quick``).
     inputs : int
@@ -381,9 +403,10 @@ def run_report(*, activation: Any = "tanh", depth: int | None = None, width: int
     act = get_activation(activation)
     d = _DEFAULTS[bool(quick)]
     depth = d["depth"] if depth is None else depth
-    width = d["width"] if width is None else width
+    widths = _ladder(d["widths"] if widths is None else widths)
+    width = widths[0]
     networks = d["networks"] if networks is None else networks
-    for name, v, lo, hi in (("depth", depth, 2, 12), ("width", width, 4, 4096),
+    for name, v, lo, hi in (("depth", depth, 2, 12), ("widths", widths[-1], 4, 65536),
                             ("networks", networks, 100, 10_000_000), ("inputs", inputs, 2, 6)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not lo <= v <= hi:
             raise DomainError(f"{name} must be an integer {lo}..{hi}, got {v!r}")
@@ -392,7 +415,6 @@ def run_report(*, activation: Any = "tanh", depth: int | None = None, width: int
             c_w = 2.0 / (float(act.param("a_plus")) ** 2 + float(act.param("a_minus")) ** 2)
         else:
             c_w = 1.0
-    widths = (width, 4 * width, 16 * width)
     X = default_inputs(int(inputs))
     config = dict(activation=act.name, depth=int(depth), hidden_layers=int(depth) - 1,
                   width=int(width), widths=widths, networks=int(networks), inputs=int(inputs),
@@ -417,7 +439,7 @@ def run_report(*, activation: Any = "tanh", depth: int | None = None, width: int
                       unit="width") as bar:
         for n, child in zip(widths, children):
             bar.set_postfix_str(f"n={n}")
-            measurements[n] = et.simulate_ensemble(nets[n], X, size=int(networks), seed=child,
+            measurements[n] = et.simulate_ensemble(nets[n], X, networks=int(networks), seed=child,
                                                    method="conditional")
             bar.update()
     timings["simulate"] = time.perf_counter() - t
@@ -506,7 +528,7 @@ def _sections(r: ReportResult) -> list[tuple[str, list[str]]]:
                      f"{G1[0, 0] / nprev:>11.3g} {V[0, 0, 0, 0]:>11.6g} {V[0, 0, 1, 1]:>11.6g}")
     secs.append((f"2. evaluate: effth.flow(net, X) at n = {n} ({r.timings.get('evaluate', 0):.2f} s)",
                  lines))
-    lines = [f"effth.simulate_ensemble(net, X, size={c['networks']}, seed=..., "
+    lines = [f"effth.simulate_ensemble(net, X, networks={c['networks']}, seed=..., "
              f"method='conditional') at n = {', '.join(map(str, widths))}: "
              f"{r.timings.get('simulate', 0):.1f} s",
              "measured: E[G^] (Rao-Blackwellized mean metric) and V = n Cov(G^, G^) "

@@ -29,6 +29,8 @@ True
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -44,6 +46,7 @@ __all__ = ["sweep", "Sweep", "SCHEDULERS", "have_dask"]
 SCHEDULERS = ("threads", "processes", "synchronous", "serial")
 
 
+@public
 def have_dask() -> bool:
     """Whether Dask is importable."""
     try:
@@ -53,6 +56,7 @@ def have_dask() -> bool:
     return True
 
 
+@public
 @dataclass(frozen=True)
 class Sweep:
     r"""Results of :func:`sweep`, one per grid point, in grid order.
@@ -124,6 +128,7 @@ def _grid(grid: Any) -> list[dict]:
                       "sequence of dicts (one per point)")
 
 
+@public
 def sweep(func: Callable, grid: Any, *, seed: Any = None, client: Any = None,
           scheduler: str = "threads", workers: int | None = None,
           progress: bool | None = None) -> Sweep:

@@ -84,13 +84,13 @@ GE2 = [(0, "sigma", 0), (1, "sigma", 0)]
 
 def _ntk_ens(net=NET, X_=X, **kw):
     from effth.simulation import simulate_ntk_ensemble
-    kw.setdefault("size", 10)
+    kw.setdefault("networks", 10)
     kw.setdefault("seed", 0)
     return simulate_ntk_ensemble(net, X_, **kw)
 
 
 def _crit(*a, **kw):
-    from effth.theories.pdlt.criticality import find_criticality
+    from effth.pdlt.criticality import find_criticality
     return find_criticality(*a, **kw)
 
 
@@ -101,7 +101,7 @@ def _pair():
     """A (theory, measurement) pair for ``compare``: the flow and an ensemble of a linear net."""
     if not _PAIR:
         _PAIR["fl"] = et.flow(LIN, X)
-        _PAIR["ens"] = et.simulate_ensemble(LIN, X, size=40, seed=0)
+        _PAIR["ens"] = et.simulate_ensemble(LIN, X, networks=40, seed=0)
     return _PAIR["fl"], _PAIR["ens"]
 
 
@@ -198,20 +198,20 @@ CASES: list[Case] = [
     C("gaussian_expectation", "unknown activation",
       lambda: et.gaussian_expectation(GE2, K2, "tanhh"), "tanhh", UnknownActivationError),
     # --- simulate_ensemble
-    C("simulate_ensemble", "X NaN", lambda: et.simulate_ensemble(NET, _with(X, np.nan), size=10, seed=0), "X"),
-    C("simulate_ensemble", "X inf", lambda: et.simulate_ensemble(NET, _with(X, np.inf), size=10, seed=0), "X"),
-    C("simulate_ensemble", "X complex", lambda: et.simulate_ensemble(NET, _with(X, 1j), size=10, seed=0), "X"),
-    C("simulate_ensemble", "X 3-d", lambda: et.simulate_ensemble(NET, X[None], size=10, seed=0), "X"),
+    C("simulate_ensemble", "X NaN", lambda: et.simulate_ensemble(NET, _with(X, np.nan), networks=10, seed=0), "X"),
+    C("simulate_ensemble", "X inf", lambda: et.simulate_ensemble(NET, _with(X, np.inf), networks=10, seed=0), "X"),
+    C("simulate_ensemble", "X complex", lambda: et.simulate_ensemble(NET, _with(X, 1j), networks=10, seed=0), "X"),
+    C("simulate_ensemble", "X 3-d", lambda: et.simulate_ensemble(NET, X[None], networks=10, seed=0), "X"),
     C("simulate_ensemble", "X overflowing scale",
-      lambda: et.simulate_ensemble(NET, X * 1e300, size=10, seed=0), "X|overflow|finite"),
-    C("simulate_ensemble", "size 0", lambda: et.simulate_ensemble(NET, X, size=0, seed=0), "size"),
-    C("simulate_ensemble", "size non-integer", lambda: et.simulate_ensemble(NET, X, size=10.5, seed=0), "size"),
-    C("simulate_ensemble", "bad seed", lambda: et.simulate_ensemble(NET, X, size=10, seed="abc"), "seed"),
-    C("simulate_ensemble", "layer 0", lambda: et.simulate_ensemble(NET, X, size=10, seed=0, layers=[0]), "layer"),
+      lambda: et.simulate_ensemble(NET, X * 1e300, networks=10, seed=0), "X|overflow|finite"),
+    C("simulate_ensemble", "networks 0", lambda: et.simulate_ensemble(NET, X, networks=0, seed=0), "networks"),
+    C("simulate_ensemble", "networks non-integer", lambda: et.simulate_ensemble(NET, X, networks=10.5, seed=0), "networks"),
+    C("simulate_ensemble", "bad seed", lambda: et.simulate_ensemble(NET, X, networks=10, seed="abc"), "seed"),
+    C("simulate_ensemble", "layer 0", lambda: et.simulate_ensemble(NET, X, networks=10, seed=0, layers=[0]), "layer"),
     # --- simulate_ntk_ensemble
     C("simulate_ntk_ensemble", "X NaN", lambda: _ntk_ens(X_=_with(X, np.nan)), "X"),
     C("simulate_ntk_ensemble", "X 3-d", lambda: _ntk_ens(X_=X[None]), "X"),
-    C("simulate_ntk_ensemble", "size 0", lambda: _ntk_ens(size=0), "size"),
+    C("simulate_ntk_ensemble", "networks 0", lambda: _ntk_ens(networks=0), "networks"),
     C("simulate_ntk_ensemble", "lambda_b negative", lambda: _ntk_ens(lambda_b=-1.0), "lambda_b"),
     C("simulate_ntk_ensemble", "order 7", lambda: _ntk_ens(order=7), "order"),
     # --- simulate_training

@@ -58,7 +58,7 @@ def test_disabled_writes_nothing(tmp_path, monkeypatch):
 
 
 def test_cached_derivation_equals_fresh(cache_on):
-    from effth.theories.pdlt import ntk
+    from effth.pdlt.ntk import recursions as ntk
 
     fresh = ntk._derive.uncached("H1")
     first = _cache.disk_cached(ntk._derive.uncached)("H1")

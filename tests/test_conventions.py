@@ -28,7 +28,7 @@ def test_depth_counts_weight_layers_everywhere():
     assert len(net.hidden_widths) == 2
     fl = et.flow(net, X)
     assert tuple(fl.layers) == (1, 2, 3)
-    ens = et.simulate_ensemble(net, X, size=8, seed=0)
+    ens = et.simulate_ensemble(net, X, networks=8, seed=0)
     assert max(ens.layers) == 3
     kw = dict(gamma0=0.5, eta=0.2, steps=3)
     a = et.dmft.solve_deep_linear(X, Y, depth=3, **kw)
@@ -60,7 +60,7 @@ def test_one_spelling_per_keyword(fn):
 
 
 def test_criticality_takes_weights_first_by_keyword():
-    from effth.theories.pdlt import criticality
+    from effth.pdlt import criticality
     for name in ("kernel_map", "check_critical", "iterate_single_input"):
         sig = inspect.signature(getattr(criticality, name))
         for p in ("c_w", "c_b"):
@@ -88,7 +88,7 @@ def test_every_simulator_and_solver_takes_registry_and_sympy_activations():
         r = et.dmft.solve_two_layer(X, Y, gamma0=0.5, eta=0.2, steps=3, activation=act, nodes=12)
         run = et.simulate_training(X, Y, depth=2, widths=8, gamma0=0.5, eta=0.2, steps=3,
                                    activation=act, seed=0)
-        ntk = et.simulation.simulate_ntk_ensemble(et.MLP(act, depth=2, widths=8), X, size=4,
+        ntk = et.simulation.simulate_ntk_ensemble(et.MLP(act, depth=2, widths=8), X, networks=4,
                                                   seed=0)
         outs.append((r.value("f"), run.value("f"), ntk.value("Theta")))
     for other in outs[1:]:
@@ -99,7 +99,7 @@ def test_every_simulator_and_solver_takes_registry_and_sympy_activations():
 # ------------------------------------------------------------------ theory and measurement meet
 def test_theory_minus_measurement_is_one_line_at_initialization():
     net = et.MLP("tanh", depth=3, widths=16)
-    fl, ens = et.flow(net, X), et.simulate_ensemble(net, X, size=16, seed=1)
+    fl, ens = et.flow(net, X), et.simulate_ensemble(net, X, networks=16, seed=1)
     for name in ("G", "V"):
         assert fl.value(name, layer=3).shape == ens.value(name, layer=3).shape
         assert ens.stderr(name, layer=3).shape == ens.value(name, layer=3).shape
@@ -128,7 +128,7 @@ def test_every_result_prints_a_short_summary(result):
     X8 = np.random.default_rng(0).standard_normal((8, 3))
     obj = {
         "flow": lambda: et.flow(net, X8),
-        "ensemble": lambda: et.simulate_ensemble(net, X8, size=8, seed=0),
+        "ensemble": lambda: et.simulate_ensemble(net, X8, networks=8, seed=0),
         "dmft": lambda: et.dmft.solve_deep_linear(X8, np.ones(8), depth=3, gamma0=0.5, eta=0.1,
                                                   steps=10),
         "training": lambda: et.simulate_training(X8, np.ones(8), depth=3, widths=8, gamma0=0.5,

@@ -18,7 +18,7 @@ import sympy as sp
 import effth as et
 from effth.errors import DomainError
 from effth.simulation import simulate_training
-from effth.theories.dmft import (
+from effth.dmft import (
     compare_approximations,
     gamma0_leading_order,
     gamma0_series,
@@ -26,7 +26,7 @@ from effth.theories.dmft import (
     solve_monte_carlo,
     solve_two_layer,
 )
-from effth.theories.dmft.gamma_series import latex_coefficient
+from effth.dmft.series.gamma0 import latex_coefficient
 
 KX = np.array([[1.0, 0.5], [0.5, 1.0]])
 X = np.linalg.cholesky(2 * KX)

@@ -13,8 +13,8 @@ import sympy as sp
 import effth as et
 from effth.arch import MLP
 from effth.errors import DomainError
-from effth.theories.pdlt import NTKFlow, flow, ntk_flow
-from effth.theories.pdlt.criticality import (check_critical, chi_parallel, chi_perp, find_criticality,
+from effth.pdlt import NTKFlow, flow, ntk_flow
+from effth.pdlt.criticality import (check_critical, chi_parallel, chi_perp, find_criticality,
                                              iterate_single_input, j_function, kernel_map)
 
 
@@ -178,8 +178,8 @@ def test_reprs_are_short(kernel_flow):
             check_critical("tanh", c_w=1.0, c_b=0.0),
             iterate_single_input("tanh", c_w=1.0, c_b=0.0, K1=1.0, depth=50),
             MLP("tanh", 40, widths=list(range(1, 40)), c_w=[1.0] * 39 + [2.0]),
-            et.theories.pdlt.derive_initialization("V"), et.theories.pdlt.derive_ntk("Theta"),
-            et.theories.pdlt.second_layer("K"), et.theories.pdlt.single_input("G1")]
+            et.pdlt.derive_initialization("V"), et.pdlt.derive_ntk("Theta"),
+            et.pdlt.second_layer("K"), et.pdlt.single_input("G1")]
     for obj in objs:
         r = repr(obj)
         assert "\n" not in r and len(r) < 300, r

@@ -22,12 +22,12 @@ Z = sp.Symbol("z", real=True)
 
 def _ens(act, seed=3, **kw):
     net = MLP(act, depth=3, widths=5, c_w=1.3, c_b=0.1, n_out=2)
-    return simulate_ensemble(net, X, size=40, seed=seed, batch=9, **kw)
+    return simulate_ensemble(net, X, networks=40, seed=seed, batch=9, **kw)
 
 
 def _ntk(act, seed=3, **kw):
     net = MLP(act, depth=3, widths=5, c_w=1.3, c_b=0.1, n_out=2)
-    return simulate_ntk_ensemble(net, X, size=12, seed=seed, batch=5, **kw)
+    return simulate_ntk_ensemble(net, X, networks=12, seed=seed, batch=5, **kw)
 
 
 def _same_ensemble(a: EnsembleStatistics, b: EnsembleStatistics, exact: bool = True):
@@ -103,12 +103,12 @@ def test_seed_spellings():
     with pytest.raises(TypeError):
         init_params(net, 2, rng=4)                                      # no rng= keyword
     with pytest.raises(TypeError):
-        simulate_ensemble(net, X, size=4, rng=4)
+        simulate_ensemble(net, X, networks=4, rng=4)
     for bad in ("abc", -1, 1.5, True):
         with pytest.raises(DomainError, match="seed"):
-            simulate_ensemble(net, X, size=4, seed=bad)
+            simulate_ensemble(net, X, networks=4, seed=bad)
         with pytest.raises(DomainError, match="seed"):
-            simulate_ntk_ensemble(net, X, size=4, seed=bad, order=1)
+            simulate_ntk_ensemble(net, X, networks=4, seed=bad, order=1)
 
 
 # ---------------------------------------------------------------- result protocol
@@ -149,15 +149,15 @@ def test_reprs_are_short():
     st = _ens("tanh")
     nst = _ntk("tanh")
     res = empirical_ntk(init_params(MLP("tanh", depth=3, widths=4, n_out=2), 2, seed=0), X, "tanh")
-    batch = empirical_ntk(init_params(MLP("tanh", depth=3, widths=4, n_out=2), 2, seed=0, size=3),
+    batch = empirical_ntk(init_params(MLP("tanh", depth=3, widths=4, n_out=2), 2, seed=0, networks=3),
                           X, "tanh")
-    big = simulate_ensemble(MLP("tanh", depth=12, widths=3), np.ones((4, 2)), size=4, seed=0)
+    big = simulate_ensemble(MLP("tanh", depth=12, widths=3), np.ones((4, 2)), networks=4, seed=0)
     for obj in (st, nst, res, batch, big):
         r = repr(obj)
         assert len(r) < 300 and "\n" not in r and "array" not in r, r
         h = obj._repr_html_()
         assert h.startswith("<table") and len(h) < 2000
-    assert repr(st).startswith("EnsembleStatistics(") and "size=40" in repr(st)
+    assert repr(st).startswith("EnsembleStatistics(") and "networks=40" in repr(st)
     assert repr(nst).startswith("NTKEnsembleStatistics(") and repr(res).startswith("NTKResult(")
     assert isinstance(nst, NTKEnsembleStatistics) and isinstance(res, NTKResult)
 
@@ -166,18 +166,18 @@ def test_complex_inputs_rejected():
     net = MLP("tanh", depth=2, widths=3, n_out=2)
     Xc = X + 1j
     with pytest.raises(DomainError, match="real"):
-        simulate_ensemble(net, Xc, size=4, seed=0)
+        simulate_ensemble(net, Xc, networks=4, seed=0)
     with pytest.raises(DomainError, match="real"):
-        simulate_ntk_ensemble(net, Xc, size=4, seed=0)
+        simulate_ntk_ensemble(net, Xc, networks=4, seed=0)
     with pytest.raises(DomainError, match="real"):
         empirical_ntk(init_params(net, 2, seed=0), Xc, "tanh")
 
 
 def test_progress_keyword(capsys):
     net = MLP("tanh", depth=2, widths=3, n_out=2)
-    a = simulate_ensemble(net, X, size=8, seed=0, progress=False)
-    b = simulate_ensemble(net, X, size=8, seed=0, progress=True)
+    a = simulate_ensemble(net, X, networks=8, seed=0, progress=False)
+    b = simulate_ensemble(net, X, networks=8, seed=0, progress=True)
     np.testing.assert_array_equal(a.value("V", 2), b.value("V", 2))    # the bar changes nothing
-    c = simulate_ntk_ensemble(net, X, size=8, seed=0, progress=True)
+    c = simulate_ntk_ensemble(net, X, networks=8, seed=0, progress=True)
     assert np.isfinite(c.value("Theta")).all()
     assert et.simulate_ensemble is simulate_ensemble

@@ -37,7 +37,7 @@ def test_entry_points_draw_their_bar(monkeypatch, capsys):
     import numpy as np
     import effth as et
     X = np.eye(2)
-    et.simulate_ensemble(et.MLP("tanh", depth=2, widths=4), X, size=8, seed=0, progress=True)
+    et.simulate_ensemble(et.MLP("tanh", depth=2, widths=4), X, networks=8, seed=0, progress=True)
     et.flow(et.MLP("tanh", depth=3), X, progress=True)
     err = capsys.readouterr().err
     assert err.count("it/s") + err.count("s/it") >= 2 or err.count("|") >= 2

@@ -92,8 +92,8 @@ def test_simulate_ensemble_permutes_with_the_same_seed(seed, perm, act):
     X = np.random.default_rng(seed).standard_normal((4, 3))
     p = np.array(perm)
     net = et.MLP(act, depth=3, widths=6, c_w=1.5, c_b=0.1)
-    a = et.simulate_ensemble(net, X, size=30, seed=seed)
-    b = et.simulate_ensemble(net, X[p], size=30, seed=seed)
+    a = et.simulate_ensemble(net, X, networks=30, seed=seed)
+    b = et.simulate_ensemble(net, X[p], networks=30, seed=seed)
     for layer in (1, 2, 3):
         for name in ("G", "V"):
             close(b.value(name, layer=layer), permute(a.value(name, layer=layer), p), 1e-10)

@@ -20,7 +20,7 @@ from effth.report import Z_THRESHOLD, assess, default_inputs, run_report
 @pytest.fixture(scope="module")
 def resolved():
     """Depth 4, widths 16/64/256, 30 000 networks each: the 1/n correction is resolved (~1 s)."""
-    return run_report(depth=4, width=16, networks=30_000, seed=3, out=None, stream=None,
+    return run_report(depth=4, widths=16, networks=30_000, seed=3, out=None, stream=None,
                       progress=False)
 
 

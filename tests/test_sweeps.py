@@ -12,7 +12,7 @@ from effth.sweeps import have_dask, sweep
 
 def _ensemble(width, c_w, seed):
     net = effth.MLP(depth=3, activation="tanh", widths=width, c_w=c_w)
-    return effth.simulate_ensemble(net, np.eye(2), size=300, seed=seed)
+    return effth.simulate_ensemble(net, np.eye(2), networks=300, seed=seed)
 
 
 def _draw(width, seed):

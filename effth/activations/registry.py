@@ -10,6 +10,8 @@ exact Taylor coefficients at 0.
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -18,12 +20,11 @@ from typing import Any, Callable
 import numpy as np
 import sympy as sp
 
-from ..errors import DomainError, UnknownActivationError
+from ..errors import DomainError
 
 __all__ = [
     "Z",
     "Activation",
-    "get_activation",
     "register_activation",
     "available_activations",
 ]
@@ -40,6 +41,7 @@ def _drop_deltas(expr: sp.Expr) -> sp.Expr:
     return sp.expand(expr).replace(lambda e: isinstance(e, sp.DiracDelta), lambda e: sp.S.Zero)
 
 
+@public
 @dataclass(frozen=True)
 class Activation:
     """A pointwise activation function sigma(z) with its analytic data.
@@ -248,6 +250,7 @@ _REGISTRY: dict[str, Callable[..., Activation]] = {}
 _ALIASES: dict[str, str] = {}
 
 
+@public
 def register_activation(name: str, factory: Callable[..., Activation], *,
                         aliases: tuple = (), overwrite: bool = False) -> None:
     """Register ``factory(**params) -> Activation`` under ``name``.
@@ -278,62 +281,7 @@ def register_activation(name: str, factory: Callable[..., Activation], *,
         _ALIASES[a.lower()] = key
 
 
+@public
 def available_activations() -> tuple:
     """Sorted tuple of registered names (aliases included)."""
     return tuple(sorted(set(_REGISTRY) | set(_ALIASES)))
-
-
-def get_activation(name_or_expr: Any, **params: Any) -> Activation:
-    """Return an :class:`Activation` by registry name or from a SymPy expression.
-
-    Parameters
-    ----------
-    name_or_expr : str, Activation or sympy.Expr
-        A registry name (see :func:`available_activations`), an existing
-        activation (returned unchanged), or a SymPy expression in ``Z`` (or in
-        any single free symbol, renamed to ``Z``), giving family ``'user'``.
-    **params
-        Family parameters (e.g. ``slope=0.1`` for ``leaky_relu``).  For user
-        expressions, ``strip=`` sets the analyticity half-width (default 1.0
-        for smooth non-polynomial expressions).
-
-    Returns
-    -------
-    Activation
-
-    Raises
-    ------
-    UnknownActivationError
-        Unknown name (the message lists the available names).
-    DomainError
-        Invalid parameters.
-
-    Examples
-    --------
-    >>> get_activation("leaky_relu", slope=0.1).param("a_minus")
-    0.1
-    >>> import sympy as sp
-    >>> get_activation(sp.tanh(sp.Symbol("x"))).family
-    'user'
-    """
-    if isinstance(name_or_expr, Activation):
-        if params:
-            raise DomainError(f"parameters {params} given together with an Activation instance {name_or_expr!r}")
-        return name_or_expr
-    if isinstance(name_or_expr, str):
-        key = name_or_expr.strip().lower()
-        key = _ALIASES.get(key, key)
-        if key not in _REGISTRY:
-            raise UnknownActivationError(
-                f"unknown activation {name_or_expr!r}; available: {', '.join(available_activations())}. "
-                "A SymPy expression in z is also accepted.")
-        try:
-            return _REGISTRY[key](**params)
-        except TypeError as exc:
-            raise DomainError(f"bad parameters {params} for activation {key!r}: {exc}") from None
-    if isinstance(name_or_expr, sp.Basic):
-        from .user import user_activation
-        return user_activation(name_or_expr, **params)
-    raise UnknownActivationError(
-        f"cannot interpret {name_or_expr!r} as an activation: give a name "
-        f"({', '.join(available_activations())}), an Activation, or a SymPy expression")

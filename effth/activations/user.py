@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import math
 from functools import lru_cache
 from typing import Any, Callable
@@ -40,6 +42,7 @@ def _breakpoints(expr: sp.Expr) -> tuple:
     return tuple(sorted(pts))
 
 
+@public
 def user_activation(expr: Any, strip: Any = None, **extra: Any) -> Activation:
     """Build a family-``'user'`` :class:`Activation` from a SymPy expression.
 

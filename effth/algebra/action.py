@@ -38,6 +38,8 @@ Examples
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from dataclasses import dataclass, field
 from math import factorial
 from typing import Any, Sequence
@@ -68,6 +70,7 @@ __all__ = [
 _CONVENTIONS = ("ch1", "ch4")
 
 
+@public
 @dataclass(frozen=True)
 class QuarticAction:
     r"""A quadratic-plus-quartic action in one of the book's two conventions.
@@ -167,6 +170,7 @@ def _external_slots(action: QuarticAction, externals: Sequence) -> tuple[list, d
     return slots, samples, neurons
 
 
+@public
 @dataclass
 class Diagram:
     """One class of Wick diagrams with its sympy value (class total, multiplicity included)."""
@@ -178,6 +182,7 @@ class Diagram:
     value: sp.Expr = field(repr=False)
 
 
+@public
 def classify_diagram(graph: WickGraph, external: set) -> str:
     """``"vacuum"`` (a component without externals), ``"connected"``, or ``"disconnected"``.
 
@@ -207,6 +212,7 @@ def _term(action, graph: WickGraph, order: int, samples: dict, neurons: dict, tr
     return coeff * SampleSum(tensors * props, *dummies)
 
 
+@public
 def diagrams(
     action: QuarticAction,
     externals: Sequence,
@@ -272,6 +278,7 @@ def diagrams(
     return out
 
 
+@public
 def perturbative_moment(action: QuarticAction, externals: Sequence, order: int = 1) -> sp.Expr:
     r"""The full moment :math:`\mathbb E[z\cdots z]` to ``order`` in the coupling.
 
@@ -316,6 +323,7 @@ def perturbative_moment(action: QuarticAction, externals: Sequence, order: int =
     return sp.Add(*[d.value for d in ds])
 
 
+@public
 def connected_correlator(action: QuarticAction, externals: Sequence, order: int = 1) -> sp.Expr:
     r"""The connected correlator (cumulant) :math:`\mathbb E[z\cdots z]|_c` to ``order``.
 
@@ -353,6 +361,7 @@ def connected_correlator(action: QuarticAction, externals: Sequence, order: int 
     return sp.Add(*[d.value for d in ds])
 
 
+@public
 def partition_function(action: QuarticAction, order: int = 1) -> sp.Expr:
     r"""The normalized partition function :math:`Z/Z_0=\langle e^{-\Delta S}\rangle` to ``order``.
 

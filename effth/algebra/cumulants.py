@@ -26,6 +26,8 @@ Examples
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from functools import lru_cache
 from math import factorial
 from typing import Hashable, Iterator, Sequence, TypeVar
@@ -44,6 +46,7 @@ __all__ = [
 T = TypeVar("T", bound=Hashable)
 
 
+@public
 def set_partitions(items: Sequence[T]) -> Iterator[tuple[tuple[T, ...], ...]]:
     """Yield every set partition of ``items`` (blocks keep the items' order), deterministically.
 
@@ -86,6 +89,7 @@ def _partitions_rec(items: tuple) -> Iterator[tuple]:
             yield tuple(sorted(part[:k] + ((first,) + part[k],) + part[k + 1 :]))
 
 
+@public
 def bell_number(m: int) -> int:
     """The Bell number :math:`B_m` (number of set partitions of ``m`` items).
 
@@ -118,6 +122,7 @@ class _Correlator(sp.Expr):
         return f"{type(self).__name__}({', '.join(printer._print(a) for a in self.args)})"
 
 
+@public
 class Moment(_Correlator):
     r"""Symbolic moment :math:`\mathbb E[z_{\mu_1}\cdots z_{\mu_M}]`; labels are sorted canonically.
 
@@ -132,6 +137,7 @@ class Moment(_Correlator):
         return rf"\mathbb{{E}}\left[{body}\right]"
 
 
+@public
 class Cumulant(_Correlator):
     r"""Symbolic cumulant (connected correlator) :math:`\mathbb E[z_{\mu_1}\cdots z_{\mu_M}]\big|_c`.
 
@@ -154,6 +160,7 @@ def _partition_terms(labels: Sequence, parity_even: bool):
         yield part
 
 
+@public
 def moments_to_cumulants(labels: Sequence, parity_even: bool = False) -> sp.Expr:
     r"""The cumulant :math:`\mathbb E[z_{\mu_1}\cdots z_{\mu_M}]|_c` as a polynomial in moments.
 
@@ -188,6 +195,7 @@ def moments_to_cumulants(labels: Sequence, parity_even: bool = False) -> sp.Expr
     return sp.Add(*terms)
 
 
+@public
 def cumulants_to_moments(labels: Sequence, parity_even: bool = False) -> sp.Expr:
     r"""The moment :math:`\mathbb E[z_{\mu_1}\cdots z_{\mu_M}]` as a sum over set partitions of cumulants.
 

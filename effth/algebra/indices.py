@@ -26,6 +26,8 @@ alpha_1
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import sympy as sp
 
 __all__ = [
@@ -55,26 +57,31 @@ def _indexed_symbol(stem: str, k: int | str) -> sp.Symbol:
     return sp.Symbol(f"{stem}_{k}")
 
 
+@public
 def alpha(k: int | str) -> sp.Symbol:
     r"""Sample index :math:`\alpha_k` (a free index of a sample tensor)."""
     return _indexed_symbol("alpha", k)
 
 
+@public
 def beta(k: int | str) -> sp.Symbol:
     r"""Sample index :math:`\beta_k` (conventionally a summed, dummy index)."""
     return _indexed_symbol("beta", k)
 
 
+@public
 def gamma(k: int | str) -> sp.Symbol:
     r"""Sample index :math:`\gamma_k` (dummy index of derivative, Edgeworth-form sums)."""
     return _indexed_symbol("gamma", k)
 
 
+@public
 def sample_indices(stem: str, count: int, start: int = 1) -> tuple[sp.Symbol, ...]:
     r"""``count`` sample indices ``stem_start, …``, e.g. ``sample_indices('beta', 4)``."""
     return tuple(_indexed_symbol(stem, k) for k in range(start, start + count))
 
 
+@public
 def neuron(stem: str, k: int | str | None = None) -> sp.Symbol:
     r"""Neuron index :math:`i`, :math:`j_1`, … (integer symbol)."""
     name = stem if k is None else f"{stem}_{k}"
@@ -134,26 +141,31 @@ class LayerSymbol(sp.Expr):
         return None
 
 
+@public
 def width(layer) -> LayerSymbol:
     r"""Width :math:`n_\ell` of layer ``layer``."""
     return LayerSymbol("n", layer, "sub")
 
 
+@public
 def c_w(layer) -> LayerSymbol:
     r"""Rescaled weight variance :math:`C_W^{(\ell)}` (PDLT (2.20))."""
     return LayerSymbol("C_{W}", layer, "sup")
 
 
+@public
 def c_b(layer) -> LayerSymbol:
     r"""Bias variance :math:`C_b^{(\ell)}` (PDLT (2.19))."""
     return LayerSymbol("C_{b}", layer, "sup")
 
 
+@public
 def lambda_w(layer) -> LayerSymbol:
     r"""Weight learning-rate hyperparameter :math:`\lambda_W^{(\ell)}` (PDLT (7.22))."""
     return LayerSymbol(r"\lambda_{W}", layer, "sup")
 
 
+@public
 def lambda_b(layer) -> LayerSymbol:
     r"""Bias learning-rate hyperparameter :math:`\lambda_b^{(\ell)}` (PDLT (7.22))."""
     return LayerSymbol(r"\lambda_{b}", layer, "sup")

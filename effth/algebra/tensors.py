@@ -45,6 +45,8 @@ False
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import functools
 import itertools
 import re
@@ -222,6 +224,7 @@ class SampleTensor(sp.Expr):
         return np.asarray(array)[(Ellipsis, *pos)]
 
 
+@public
 def sample_position(label, samples=None) -> int:
     """Array position of a sample label: the label itself if it is a non-negative integer and
     ``samples`` is None, else its index in ``samples``; DomainError otherwise."""
@@ -283,6 +286,7 @@ class FourPointVertex(SampleTensor):
     stem = "V"
 
 
+@public
 class RaisedFourPointVertex(FourPointVertex):
     r"""Vertex with raised indices :math:`V_{(\ell)}^{(\alpha_1\alpha_2)(\alpha_3\alpha_4)}` (PDLT (4.83))."""
 
@@ -456,12 +460,14 @@ class SampleSum(sp.Expr):
         return f"SampleSum({printer._print(self.summand)}, {', '.join(map(str, self.dummies))})"
 
 
+@public
 def expand_sample_sums(expr: sp.Expr, samples: Iterable) -> sp.Expr:
     """Expand every :class:`SampleSum` in ``expr`` over the concrete ``samples``."""
     samples = list(samples)
     return expr.replace(lambda e: isinstance(e, SampleSum), lambda e: e.expand_over(samples))
 
 
+@public
 def tensor_components(expr: sp.Expr, cls: type | None = None) -> set:
     """The set of :class:`SampleTensor` components (optionally of class ``cls``) in ``expr``."""
     cls = cls or SampleTensor
@@ -643,6 +649,7 @@ def _greedy_relabel(summand, used, labels: _Labels) -> sp.Expr:
     return summand.xreplace({d: targets[r] for d, r in assigned.items()})
 
 
+@public
 def canonicalize_dummies(expr: sp.Expr, external_order: Sequence | None = None) -> sp.Expr:
     r"""Rename the dummy indices of every :class:`SampleSum` to a canonical, book-like form.
 

@@ -31,6 +31,8 @@ array(5.)
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import inspect
 import keyword
 import re
@@ -72,12 +74,14 @@ _STATS = {"hits": 0, "misses": 0}
 _LOCK = threading.Lock()
 
 
+@public
 def cache_info() -> dict:
     """``{'hits': int, 'misses': int, 'size': int}`` of the compile cache."""
     with _LOCK:
         return {**_STATS, "size": len(_CACHE)}
 
 
+@public
 def clear_cache() -> None:
     """Empty the compile cache and reset its counters."""
     with _LOCK:
@@ -213,6 +217,7 @@ class _ComponentPlan:
     positions: tuple[int, ...]
 
 
+@public
 class CompiledStep:
     r"""Compiled outputs as functions of named sample-tensor arrays and parameters.
 
@@ -413,6 +418,7 @@ class CompiledStep:
         )
 
 
+@public
 class CompiledExpression(CompiledStep):
     r"""One or several expressions compiled as functions of one kernel ``K`` of shape ``(..., N, N)``.
 
@@ -460,6 +466,7 @@ def _common_key(exprs, inputs, act, samples, params, method, rtol, cse):
     )
 
 
+@public
 def compile_expression(
     exprs,
     *,
@@ -535,6 +542,7 @@ def compile_expression(
     return _cache_lookup(key, build)
 
 
+@public
 def compile_step(
     outputs: Mapping[str, Any],
     inputs: Mapping[Any, str],

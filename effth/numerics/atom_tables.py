@@ -48,6 +48,8 @@ one memoized integral per distinct integrand, limited to :data:`_MAX_NODES` node
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import itertools
 import math
 import warnings
@@ -538,6 +540,7 @@ def _fused(act: Any, A: np.ndarray, rules: list, fns: list, ci: list, e1: Any) -
 
 
 # ------------------------------------------------------------------ the tables
+@public
 class AtomTables:
     r"""Memoized Gaussian expectations of activation-derivative products over one kernel matrix.
 

@@ -39,6 +39,8 @@ with Heaviside factors near :math:`\rho=\pm1` have absolute error
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -153,6 +155,7 @@ def _plan_groups(activation: Any, groups: list) -> Callable[[np.ndarray], np.nda
     return None
 
 
+@public
 def has_closed_form(activation: Any, factors: Sequence) -> bool:
     """Whether :func:`closed_form` has a closed form for this (activation family, factors).
 
@@ -209,6 +212,7 @@ def closed_form_resolves(activation: Any, factors: Sequence, diag: np.ndarray, r
     return 100 * np.finfo(float).eps <= rtol * size
 
 
+@public
 def closed_form(activation: Any, factors: Sequence, K: Any) -> np.ndarray | None:
     r"""Closed-form zero-mean Gaussian expectation of an atom, batched over covariances.
 

@@ -9,6 +9,8 @@ Carlo.
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import math
 import warnings
 from typing import Any, Sequence
@@ -360,6 +362,7 @@ def _expand(factors: tuple, act: Any) -> list[tuple[float, tuple, dict]]:
     return terms
 
 
+@public
 def gaussian_expectation(factors: Sequence[tuple], K: Any, activation: Any = None, *,
                          method: str = "auto", rtol: float = 1e-10, mean: Any = None, seed: Any = 0,
                          n_samples: int | None = None, dps: int = 30, return_error: bool = False) -> Any:

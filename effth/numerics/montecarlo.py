@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from typing import Any, Sequence
 
 import numpy as np
@@ -22,6 +24,7 @@ def _factor(K: np.ndarray) -> np.ndarray:
     return V * np.sqrt(w)[..., None, :]
 
 
+@public
 def mc_expectation(factors: Sequence[tuple], K: np.ndarray, activation: Any, *, mean: np.ndarray | None = None,
                    seed: Any = 0, n_samples: int | None = None, return_error: bool = False) -> Any:
     """Monte-Carlo estimate of E[prod factors], z ~ N(mean, K), batched.

@@ -21,6 +21,8 @@ are handled by :mod:`effth.numerics.dispatch`.
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import math
 import warnings
 from typing import Any, Sequence
@@ -407,6 +409,7 @@ def _kinked(factors: Sequence, K: np.ndarray, mean: np.ndarray | None, activatio
 
 
 # ---------------------------------------------------------------------- driver
+@public
 def quadrature_expectation(factors: Sequence[tuple], K: np.ndarray, activation: Any, *,
                            mean: np.ndarray | None = None, rtol: float = 1e-10,
                            max_nodes: int = DEFAULT_MAX_NODES, return_info: bool = False) -> Any:

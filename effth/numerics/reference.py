@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import math
 from typing import Any, Sequence
 
@@ -203,6 +205,7 @@ def _gh_cholesky(factors: Sequence, K: np.ndarray, mean: np.ndarray | None, act:
 _MIN_DPS = 15
 
 
+@public
 def reference_expectation(factors: Sequence[tuple], K: np.ndarray, activation: Any, *,
                           mean: np.ndarray | None = None, dps: int = 30, return_error: bool = False,
                           as_mpf: bool = False, tol: float = 1e-12, max_nodes: int = 2 * 10 ** 8) -> Any:

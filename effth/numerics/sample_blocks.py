@@ -16,6 +16,8 @@ dataset ordered training inputs first (indices ``< n_train``), then test inputs.
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -26,6 +28,7 @@ from ..errors import DomainError
 __all__ = ["SampleRestriction"]
 
 
+@public
 @dataclass(frozen=True)
 class SampleRestriction:
     """Entries whose labels hold at most ``max_test`` distinct test samples.

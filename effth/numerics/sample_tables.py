@@ -43,6 +43,8 @@ integrands are not smooth in the rotated coordinates): callers fall back to
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import itertools
 import math
 import warnings
@@ -154,6 +156,7 @@ def _rule(h: float, X: float) -> tuple[np.ndarray, np.ndarray]:
     return x, w
 
 
+@public
 @lru_cache(maxsize=64)
 def parity(activation: Any) -> int:
     """+1 if sigma is even, -1 if odd, 0 otherwise (exact, from the SymPy expression)."""
@@ -437,6 +440,7 @@ def _finish(fine: np.ndarray, coarse: np.ndarray, absval: np.ndarray, model: tup
 
 
 # ---------------------------------------------------------------------------- public tables
+@public
 @lru_cache(maxsize=32)
 def multiset_index(N: int) -> tuple[np.ndarray, list]:
     """(index tensor (N,)*4 -> multiset id, list of sorted multisets) for N samples."""
@@ -455,6 +459,7 @@ def multiset_index(N: int) -> tuple[np.ndarray, list]:
     return idx, sets
 
 
+@public
 @lru_cache(maxsize=32)
 def multiset_groups(N: int) -> dict:
     """Multisets of 4 sample indices grouped by multiplicity pattern.
@@ -555,6 +560,7 @@ def _first_refinement(err: np.ndarray, target: np.ndarray, absval: np.ndarray) -
     return _LADDER[np.minimum(np.searchsorted(_LADDER, m), len(_LADDER) - 1)]
 
 
+@public
 def four_point_table(K: Any, activation: Any, *, rtol: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
     r""":math:`\langle\sigma_{\alpha_1}\sigma_{\alpha_2}\sigma_{\alpha_3}\sigma_{\alpha_4}\rangle_K` for all index 4-tuples.
 
@@ -596,6 +602,7 @@ def four_point_table(K: Any, activation: Any, *, rtol: float = 1e-9) -> tuple[np
     return vals[idx], errs[idx]
 
 
+@public
 def pair_tables(K: Any, activation: Any, orders: Any, *, rtol: float = 1e-10,
                 mehler: bool = True) -> tuple[dict, dict]:
     r""":math:`T_{pq}[\alpha,\beta]=\langle\sigma^{(p)}_{\alpha}\sigma^{(q)}_{\beta}\rangle_K` for all ordered pairs.
@@ -875,6 +882,7 @@ def _stein(E: Any, sigma_factors: list, slot: int, m: int, k: np.ndarray) -> np.
     return out / k ** m
 
 
+@public
 def kinked_pair_tables(K: Any, activation: Any, orders: Any, rtol: float = 1e-10) -> dict:
     r"""Pair tables :math:`T_{pq}[\alpha,\beta]` for the Edgeworth-form recursions, for any
     activation (kinked ones included) and any PSD kernel, singular ones included.
@@ -1188,6 +1196,7 @@ def _fast_pair(act: Any, p: int, q: int):
     return None
 
 
+@public
 def pair_plans(act: Any, orders: Any, d: np.ndarray, *, direct_only: bool = False) -> dict:
     r"""The closed forms of :func:`closed_pair_tables` for a kernel with diagonal ``d``:
     ``{(p, q): (pair(da, db, k), one(d))}``, ``pair`` the two-sample expectation
@@ -1233,6 +1242,7 @@ def pair_plans(act: Any, orders: Any, d: np.ndarray, *, direct_only: bool = Fals
     return {o: v for o, v in plans.items() if o[::-1] in plans}
 
 
+@public
 def closed_pair_tables(K: Any, activation: Any, orders: Any, *, rows: int = _ROWS) -> dict:
     r"""Exact tables :math:`T_{pq}[\alpha,\beta]=\langle\sigma^{(p)}_\alpha\sigma^{(q)}_\beta\rangle_K`
     from closed forms, for the orders that have one.

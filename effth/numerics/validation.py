@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from typing import Any, Sequence
 
 import numpy as np
@@ -18,6 +20,7 @@ def _where(idx: tuple) -> str:
     return f" at batch entry {idx}" if idx else ""
 
 
+@public
 def validate_covariance(K: Any, k: int | None = None) -> np.ndarray:
     """Check and return a batch of covariance matrices as float64.
 
@@ -89,6 +92,7 @@ def validate_covariance(K: Any, k: int | None = None) -> np.ndarray:
     return K
 
 
+@public
 def validate_factors(factors: Sequence) -> tuple:
     """Normalize ``[(slot, kind, order), ...]`` and return ``(factors, k)``.
 
@@ -124,6 +128,7 @@ def validate_factors(factors: Sequence) -> tuple:
     return tuple(out), len(slots)
 
 
+@public
 def validate_mean(mean: Any, batch_shape: tuple, k: int) -> np.ndarray | None:
     """Return the mean broadcast to ``batch_shape + (k,)`` or None if zero/absent."""
     if mean is None:

@@ -26,6 +26,8 @@ Examples
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from typing import Any
 
 import sympy as sp
@@ -53,6 +55,7 @@ def _is_atom_factor(f) -> bool:
     return type(base).__name__ == "GaussianExpectation"
 
 
+@public
 class EffthLatexPrinter(LatexPrinter):
     r"""SymPy's LaTeX printer with effth's book-notation conventions.
 
@@ -110,6 +113,7 @@ class EffthLatexPrinter(LatexPrinter):
         return super()._print_Pow(expr)
 
 
+@public
 def latex(expr: Any, **settings: Any) -> str:
     r"""LaTeX of ``expr`` in PDLT notation (settings as for :func:`sympy.latex`).
 
@@ -122,6 +126,7 @@ def latex(expr: Any, **settings: Any) -> str:
     return EffthLatexPrinter(settings).doprint(expr)
 
 
+@public
 def init_printing(**kwargs: Any) -> None:
     """Make notebooks render SymPy/effth expressions with :func:`latex` (wraps :func:`sympy.init_printing`)."""
     kwargs.setdefault("latex_printer", latex)

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .._validate import input_matrix
-from ..arch import MLP
+from effth.arch import MLP
 from ..errors import DomainError
 
 __all__ = ["as_generator", "check_inputs", "check_ensemble"]
@@ -38,15 +38,16 @@ def check_inputs(X: Any) -> np.ndarray:
     return input_matrix(X, "X")
 
 
-def check_ensemble(net: Any, X: Any, size: Any, batch: Any) -> np.ndarray:
+def check_ensemble(net: Any, X: Any, networks: Any, batch: Any) -> np.ndarray:
     """Validate the arguments every ensemble simulator takes; returns the checked inputs."""
     if not isinstance(net, MLP):
         raise DomainError(f"net must be an effth.arch.MLP, got {type(net).__name__}")
     if net.hidden_widths is None:
         raise DomainError("the MLP has symbolic widths (widths=None); pass widths=... to simulate")
     Xa = check_inputs(X)
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2:
-        raise DomainError(f"size must be an int >= 2 (a covariance needs two networks), got {size!r}")
+    if isinstance(networks, bool) or not isinstance(networks, (int, np.integer)) or networks < 2:
+        raise DomainError(f"networks must be an int >= 2 (a covariance needs two networks), got "
+                          f"{networks!r}")
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, (int, np.integer))
                               or batch < 1):
         raise DomainError(f"batch must be a positive int or None, got {batch!r}")

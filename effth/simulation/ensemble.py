@@ -1,6 +1,6 @@
 r"""Monte-Carlo ensembles of finite-width MLPs at initialization: the ground truth.
 
-:func:`simulate_ensemble` draws ``size`` independent networks of an :class:`~effth.arch.MLP`,
+:func:`simulate_ensemble` draws ``networks`` independent networks of an :class:`~effth.arch.MLP`,
 evaluates them on ``N_D`` inputs and returns, for every requested layer
 :math:`\ell = 1..L`, estimates of
 
@@ -26,12 +26,14 @@ Examples
 >>> import numpy as np
 >>> from effth.arch import MLP
 >>> net = MLP("relu", depth=2, widths=8, c_w=2.0, c_b=0.0)
->>> st = simulate_ensemble(net, np.ones((1, 1)), size=2000, seed=1)
+>>> st = simulate_ensemble(net, np.ones((1, 1)), networks=2000, seed=1)
 >>> st.value("G_rb", layer=2).shape, st.value("V", layer=2).shape
 ((1, 1), (1, 1, 1, 1))
 """
 
 from __future__ import annotations
+
+from effth._signature import public
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,7 +44,7 @@ import numpy as np
 
 from .._progress import progress_bar
 from .._threads import blas_threads, worker_threads
-from ..arch import MLP
+from effth.arch import MLP
 from ..errors import DomainError
 from .._display import html_table, short
 from .._results import WeightLayers
@@ -65,7 +67,7 @@ ESTIMATORS: Mapping[str, str] = MappingProxyType({
          "exactly 0 for l = 1",
     "kappa4_same": "same-neuron connected 4-pt E[z_a z_b z_c z_d] - 3 pairings of G G: moment "
                    "averaged over networks and neurons minus an unbiased estimate of G (x) G "
-                   "(G_rb products corrected by Cov(G_hat)/size); unbiased",
+                   "(G_rb products corrected by Cov(G_hat)/networks); unbiased",
     "kappa4_cross": "distinct-neuron connected 4-pt E[z_{i;a} z_{i;b} z_{j;c} z_{j;d}] - G_ab G_cd "
                     "(i != j), averaged over all ordered neuron pairs and networks, minus the same "
                     "unbiased G (x) G; unbiased; NaN if n_l < 2",
@@ -81,6 +83,7 @@ def _frozen(d: dict | None) -> Mapping | None:
     return None if d is None else MappingProxyType(d)
 
 
+@public
 @dataclass(frozen=True)
 class EnsembleStatistics(WeightLayers):
     r"""Statistics of an ensemble of random networks, per layer.
@@ -90,16 +93,16 @@ class EnsembleStatistics(WeightLayers):
     with ``name`` in :data:`STAT_NAMES` (``"G"``, ``"G_rb"``, ``"V"``, ``"kappa4_same"``,
     ``"kappa4_cross"``, ``"O_cov"``).  The same arrays are the statistic fields, read-only
     mappings ``layer -> ndarray`` over :attr:`layers`, each with an ``*_err`` twin holding the
-    standard errors (same shapes; NaN if ``size < 4``).  ``N = N_D``.  The estimator behind each
+    standard errors (same shapes; NaN if ``networks < 4``).  ``N = N_D``.  The estimator behind each
     field is described in :data:`ESTIMATORS` (also :attr:`estimators`).
 
     Examples
     --------
     >>> import numpy as np
     >>> from effth.arch import MLP
-    >>> st = simulate_ensemble(MLP("tanh", depth=2, widths=4), np.ones((1, 2)), size=8, seed=0)
+    >>> st = simulate_ensemble(MLP("tanh", depth=2, widths=4), np.ones((1, 2)), networks=8, seed=0)
     >>> st
-    EnsembleStatistics(layers=(1, 2), widths=(2, 4, 1), size=8, inputs=1, method='weights')
+    EnsembleStatistics(layers=(1, 2), widths=(2, 4, 1), networks=8, inputs=1, method='weights')
     >>> st.value("V", layer=2).shape, st.stderr("G", layer=2).shape
     ((1, 1, 1, 1), (1, 1))
 
@@ -109,7 +112,7 @@ class EnsembleStatistics(WeightLayers):
         Layers reported, increasing, in ``1..L``.
     widths : tuple of int
         ``(n_0, n_1, ..., n_L)``.
-    size : int
+    networks : int
         Number of independent networks.
     method : str
         ``"weights"`` or ``"conditional"``.
@@ -130,9 +133,9 @@ class EnsembleStatistics(WeightLayers):
         with ``(a1, a2)`` and ``j != i`` with ``(a3, a4)``; NaN for a layer of width 1.
     O_cov, O_cov_err : mapping int -> ndarray (N, N, N, N)
         Covariance across networks of :math:`\mathcal O_{\alpha\beta}=n_\ell^{-1}\sum_i z_{i;\alpha}z_{i;\beta}`.
-    samples : mapping int -> ndarray (size, N, n_l) or None
+    samples : mapping int -> ndarray (networks, N, n_l) or None
         Raw preactivations ``z[m, alpha, i]`` if ``keep_samples``.
-    G_hat_samples : mapping int -> ndarray (size, N, N) or None
+    G_hat_samples : mapping int -> ndarray (networks, N, N) or None
         Stochastic metrics of every network if ``keep_samples``.
     estimators : mapping str -> str
         :data:`ESTIMATORS`.
@@ -140,7 +143,7 @@ class EnsembleStatistics(WeightLayers):
 
     layers: tuple[int, ...]
     widths: tuple[int, ...]
-    size: int
+    networks: int
     method: str
     n_groups: int
     G: Mapping[int, np.ndarray]
@@ -223,16 +226,16 @@ class EnsembleStatistics(WeightLayers):
         return getattr(self, self._field(name))[self._layer(layer)]
 
     def stderr(self, name: str, layer: int | None = None) -> np.ndarray:
-        """Jackknife standard error of :meth:`value` (same shape; NaN if ``size < 4``)."""
+        """Jackknife standard error of :meth:`value` (same shape; NaN if ``networks < 4``)."""
         return getattr(self, self._field(name) + "_err")[self._layer(layer)]
 
     def __repr__(self) -> str:
         return (f"EnsembleStatistics(layers={short(self.layers)}, widths={short(self.widths)}, "
-                f"size={self.size}, inputs={self.n_inputs}, method={self.method!r})")
+                f"networks={self.networks}, inputs={self.n_inputs}, method={self.method!r})")
 
     def _repr_html_(self) -> str:
         rows = [("layers", short(self.layers)), ("widths", short(self.widths)),
-                ("size", self.size), ("inputs", self.n_inputs), ("method", self.method),
+                ("networks", self.networks), ("inputs", self.n_inputs), ("method", self.method),
                 ("statistics", ", ".join(STAT_NAMES)),
                 ("estimators", f"unbiased (see .estimators); jackknife SE over {self.n_groups} groups"),
                 ("samples kept", self.samples is not None)]
@@ -247,9 +250,9 @@ def _n_workers() -> int:
         raise DomainError(str(exc)) from None
 
 
-def _validate(net: Any, X: Any, size: Any, method: str, layers: Iterable[int] | None,
+def _validate(net: Any, X: Any, networks: Any, method: str, layers: Iterable[int] | None,
               batch: int | None) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]:
-    Xa = check_ensemble(net, X, size, batch)
+    Xa = check_ensemble(net, X, networks, batch)
     if method not in ("weights", "conditional"):
         raise DomainError(f"method must be 'weights' or 'conditional', got {method!r}")
     widths = net.layer_widths(Xa.shape[1])
@@ -272,13 +275,14 @@ def _default_batch(widths: tuple[int, ...], last: int, N: int) -> int:
     return max(1, _CHUNK_ELEMENTS // per_net)
 
 
-def simulate_ensemble(net: MLP, X: Any, *, size: int,
-                      seed: int | np.random.SeedSequence | np.random.Generator | None,
+@public
+def simulate_ensemble(net: MLP, X: Any, *, networks: int,
+                      seed: int | np.random.SeedSequence | np.random.Generator | None = 0,
                       batch: int | None = None, method: str = "weights",
                       layers: Iterable[int] | None = None,
                       keep_samples: bool = False,
                       progress: bool | None = None) -> EnsembleStatistics:
-    r"""Simulate ``size`` independent random networks and estimate G, V and 4-pt cumulants.
+    r"""Simulate ``networks`` independent random networks and estimate G, V and 4-pt cumulants.
 
     Parameters
     ----------
@@ -287,12 +291,12 @@ def simulate_ensemble(net: MLP, X: Any, *, size: int,
         ``net.act``, per-layer ``c_w``, ``c_b``; output width ``net.n_out``.
     X : array_like (N_D, n_0)
         Inputs, one per row, finite.
-    size : int
+    networks : int
         Number of independent networks (>= 2; >= 4 for standard errors).
-    seed : int, SeedSequence, Generator or None
+    seed : int, SeedSequence, Generator or None, default 0
         Every random draw comes from ``numpy.random.default_rng(seed)`` (a Generator is used
         as is): one child generator per chunk (``Generator.spawn``), so results are exactly
-        reproducible for the same ``(seed, size, batch)`` whatever the number of threads.
+        reproducible for the same ``(seed, networks, batch)`` whatever the number of threads.
     batch : int, optional
         Networks simulated at once (bounds memory: about ``batch * max(n_{l-1} n_l)`` floats
         for the weights); default targets ~32 MB per temporary.
@@ -306,7 +310,7 @@ def simulate_ensemble(net: MLP, X: Any, *, size: int,
         Layers in ``1..L`` to report (default all); the pass runs up to the deepest one.
     keep_samples : bool
         Also return the raw preactivations and stochastic metrics (memory:
-        ``size * N_D * (n_l + N_D)`` floats per layer).
+        ``networks * N_D * (n_l + N_D)`` floats per layer).
     progress : bool, optional
         Draw a progress bar over the chunks of networks (``None``: when stderr is a terminal or
         in a notebook, unless ``EFFTH_PROGRESS=0``).
@@ -319,21 +323,21 @@ def simulate_ensemble(net: MLP, X: Any, *, size: int,
     Raises
     ------
     DomainError
-        Bad input (``X`` not 2-D, complex or non-finite, symbolic widths, ``size < 2``, unknown
+        Bad input (``X`` not 2-D, complex or non-finite, symbolic widths, ``networks < 2``, unknown
         method, bad layers, batch or seed), or preactivations, activations, the sums over
         networks or the estimates (fourth moments) overflowing to non-finite values (the message
         names the layer).
 
     Notes
     -----
-    Standard errors: the networks are split into ``K = min(32, size // 2)`` disjoint groups and
+    Standard errors: the networks are split into ``K = min(32, networks // 2)`` disjoint groups and
     every estimator is recomputed with one group left out (delete-one-group jackknife); this
     handles the nonlinear estimators (covariances, cumulants) without a delta-method formula.
     Work is spread over ``$EFFTH_SIM_WORKERS`` threads (default: available cores, at most 8),
     each with BLAS limited by :func:`effth._threads.blas_threads`.
     """
-    Xa, widths, lay = _validate(net, X, size, method, layers, batch)
-    size = int(size)
+    Xa, widths, lay = _validate(net, X, networks, method, layers, batch)
+    size = int(networks)
     N, n0 = Xa.shape
     last = lay[-1]
     c_w = tuple(net.c_w_at(k) for k in range(1, net.depth + 1))
@@ -376,7 +380,7 @@ def simulate_ensemble(net: MLP, X: Any, *, size: int,
             out.setdefault(name, {})[k] = val
             out.setdefault(name + "_err", {})[k] = err[name]
     return EnsembleStatistics(
-        layers=lay, widths=widths, size=size, method=method, n_groups=K,
+        layers=lay, widths=widths, networks=size, method=method, n_groups=K,
         **{name: MappingProxyType(d) for name, d in out.items()},
         samples=_frozen({k: v[0] for k, v in kept.items()}) if kept else None,
         G_hat_samples=_frozen({k: v[1] for k, v in kept.items()}) if kept else None,

@@ -11,11 +11,13 @@ layer (10.135)–(10.137). :func:`network_features` returns these matrices for o
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from typing import Any, Sequence
 
 import numpy as np
 
-from effth.arch import per_layer
+from effth.arch._common import per_layer
 from effth.errors import DomainError
 
 from . import _mlp
@@ -25,6 +27,7 @@ from .ntk import _activation_derivs, _check_params
 __all__ = ["network_features"]
 
 
+@public
 def network_features(params: Sequence, X: Any, activation: Any, *, kind: str = "ntk",
                      lambda_b: Any = 1.0, lambda_w: Any = 1.0, output: int = 0) -> np.ndarray:
     r"""Feature matrix of one network at its parameters: rows are inputs, columns parameters.

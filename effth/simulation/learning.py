@@ -27,17 +27,20 @@ theory code.  See ``docs/training.md``.
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy.special import log_softmax
 
-from .._display import activation_text, html_table, short
+from .._display import activation_text, depth_text, html_table, short
 from .._progress import progress_bar
 from .._threads import blas_threads
 from .._validate import integer
-from ..arch import MLP, as_real
+from effth.arch import MLP
+from effth.arch._common import as_real
 from ..errors import DomainError
 from . import _mlp
 from ._inputs import as_generator
@@ -58,6 +61,7 @@ _NAMES = ("f", "loss", "ntk", "mean", "covariance")
 _LINEAR = (lambda z: z, lambda z: np.ones_like(z))
 
 
+@public
 @dataclass(frozen=True, eq=False)
 class TrainedEnsemble:
     r"""Outputs of an ensemble of independently initialized networks trained on the same data.
@@ -220,8 +224,7 @@ class TrainedEnsemble:
     # ------------------------------------------------------------------ display
     def __repr__(self) -> str:
         C = f", outputs={self.outputs}" if self.outputs > 1 else ""
-        return (f"TrainedEnsemble(networks={self.networks}, depth={self.depth} (hidden_layers="
-                f"{self.hidden_layers}), widths={short(self.widths or ())}, "
+        return (f"TrainedEnsemble(networks={self.networks}, {depth_text(self.depth)}, widths={short(self.widths or ())}, "
                 f"activation={activation_text(self.net.act)}, method={self.method!r}, loss={self.loss_kind!r}, "
                 f"eta={self.eta:g}, updates={int(self.recorded[-1])}, train={self.n_train}, "
                 f"test={self.n_test}{C})")
@@ -292,7 +295,7 @@ def _targets(y, P: int, C: int, loss: str) -> np.ndarray:
     return Y
 
 
-def _check_params(params, widths: tuple, size) -> tuple[list, list]:
+def _check_params(params, widths: tuple, networks) -> tuple[list, list]:
     """User-given initial parameters ``[(W, b), ...]`` (with or without a network axis)."""
     L = len(widths) - 1
     if not isinstance(params, (list, tuple)) or len(params) != L:
@@ -319,8 +322,8 @@ def _check_params(params, widths: tuple, size) -> tuple[list, list]:
             raise DomainError("params: every layer must have the same number of networks")
         Ws.append(W)
         bs.append(b)
-    if size is not None and size != S:
-        raise DomainError(f"size={size} differs from the {S} networks in params")
+    if networks is not None and networks != S:
+        raise DomainError(f"networks={networks} differs from the {S} networks in params")
     return Ws, bs
 
 
@@ -401,18 +404,23 @@ def _run_chunk(Ws, bs, X, Xt, Y, fns, kind, method, eta, steps, rec, rate_b, rat
     return f_tr, f_te, loss_rec, ntk_rec
 
 
+#: marks ``seed`` not given (the default seed is 0; ``params=`` excludes any ``seed``)
+_UNSET = object()
+
+
 class _Diverged(Exception):
     def __init__(self, step, network, loss, ref):
         super().__init__(step)
         self.step, self.network, self.loss, self.ref = step, network, loss, ref
 
 
-def train_ensemble(net: MLP, X: Any, y: Any, *, eta: float, updates: int, size: int | None = None,
-                   seed: Any = None, params: Any = None, lambda_b: Any = 1.0,
+@public
+def train_ensemble(net: MLP, X: Any, y: Any, *, eta: float, updates: int,
+                   networks: int | None = None, seed: Any = _UNSET, params: Any = None, lambda_b: Any = 1.0,
                    lambda_w: Any = 1.0, X_test: Any = None, loss: str = "mse",
                    method: str = "gd", record_every: int = 1, record_ntk: bool = False,
                    batch: int | None = None, progress: bool | None = None) -> TrainedEnsemble:
-    r"""Train ``size`` independently initialized networks on the same data, in one batched run.
+    r"""Train ``networks`` independently initialized networks on the same data, in one batched run.
 
     The book's parameterization and learning-rate tensor (module docstring; PDLT (2.19)-(2.20),
     (7.11), (8.6)); full-batch gradient descent or Newton steps; outputs on the training and
@@ -436,14 +444,14 @@ def train_ensemble(net: MLP, X: Any, y: Any, *, eta: float, updates: int, size: 
         Newton step).  Gradient flow is the small-``eta`` limit at fixed ``eta * updates``.
     updates : int
         Number of updates (``>= 1``); step 0 is the initialization.
-    size : int
+    networks : int
         Number of networks ``S`` (omit when ``params`` is given).
-    seed : int, SeedSequence, Generator or None
-        ``numpy.random.default_rng(seed).spawn(size)`` gives one generator per network, from
+    seed : int, SeedSequence, Generator or None, default 0
+        ``numpy.random.default_rng(seed).spawn(networks)`` gives one generator per network, from
         which :func:`~effth.simulation.init_params` draws it: network ``s`` does not depend on
         ``batch``.
     params : list of (W, b), optional
-        Initial parameters instead of ``seed``/``size``: the layout of
+        Initial parameters instead of ``seed``/``networks``: the layout of
         :func:`~effth.simulation.init_params` with a leading network axis (or one network
         without it).
     lambda_b, lambda_w : float or sequence of L floats
@@ -529,16 +537,17 @@ def train_ensemble(net: MLP, X: Any, y: Any, *, eta: float, updates: int, size: 
     rate_b = lb
     rate_w = tuple(lw[ell] / widths[ell] for ell in range(L))          # lambda_W / n_{l-1}
     if params is not None:
-        if seed is not None:
-            raise DomainError("give seed= (with size=) or params=, not both")
-        Ws_all, bs_all = _check_params(params, widths, size)
+        if seed is not _UNSET:
+            raise DomainError("give seed= (with networks=) or params=, not both")
+        Ws_all, bs_all = _check_params(params, widths, networks)
         size = Ws_all[0].shape[0]
         gens = None
     else:
-        if size is None:
-            raise DomainError("size= (the number of networks) is required unless params= is given")
-        size = integer(size, "size", minimum=1)
-        gens = as_generator(seed).spawn(size)
+        if networks is None:
+            raise DomainError("networks= (the number of networks) is required unless params= is "
+                              "given")
+        size = integer(networks, "networks", minimum=1)
+        gens = as_generator(0 if seed is _UNSET else seed).spawn(size)
     rec = sorted(set(range(0, updates + 1, record_every)) | {updates})
 
     def draw(start: int, m: int):

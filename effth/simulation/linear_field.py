@@ -26,16 +26,19 @@ a leading axis.
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._display import html_table, short
+from .._display import depth_text, html_table, short
 from .._progress import progress_bar
 from .._threads import blas_threads
 from .._validate import integer, positive, real_scalar
-from ..arch import resolve_branch_scale, resolve_depth
+from effth.arch import resolve_depth
+from effth.arch._common import resolve_branch_scale
 from ..errors import ConvergenceError, DomainError
 
 __all__ = ["LinearFieldRun", "simulate_linear_field", "simulate_power_law"]
@@ -53,6 +56,7 @@ def _rank1(W, alpha, g, h):
         dger(alpha, h[i], g[i], a=W[i].T, overwrite_a=1)
 
 
+@public
 @dataclass(repr=False)
 class LinearFieldRun:
     """Losses of simulated field-form networks (one row per network).
@@ -107,7 +111,7 @@ class LinearFieldRun:
         return x.std(axis=0, ddof=1) / math.sqrt(x.shape[0])
 
     def __repr__(self) -> str:
-        return (f"LinearFieldRun(depth={self.depth} (hidden_layers={self.hidden_layers}), "
+        return (f"LinearFieldRun({depth_text(self.depth)}, "
                 f"D={self.dim}, N={self.width}, P={self.samples}, gamma0={self.gamma0:g}, "
                 f"eta={self.eta:g}, steps={self.steps}, networks={self.networks})")
 
@@ -121,6 +125,7 @@ class LinearFieldRun:
         return html_table("LinearFieldRun", rows)
 
 
+@public
 def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: int | None = None,
                           alpha: float = np.inf, nu: float, gamma0: float, eta: float,
                           steps: int, sigma: float = 0.0, signal: float = 1.0,
@@ -139,7 +144,7 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
         Exactly one (``hidden_layers`` is the paper's ``L``).
     alpha, nu, gamma0, eta, steps, sigma, signal, centering, batch_ratio, parameterization,
     reference_nu, branch_scale, branch_scale0
-        As in ``effth.theories.dmft.solve_random_data`` (``nu`` must be finite; ``gamma0 > 0``).
+        As in ``effth.dmft.solve_random_data`` (``nu`` must be finite; ``gamma0 > 0``).
         Each network draws its own teacher ``w_* ~ N(0, I_D)``, rescaled to ``|w_*|^2 = signal D``,
         its own data set and its own initialization.
     networks : int
@@ -254,6 +259,7 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
                           test_loss=test, train_loss=train, settings=settings)
 
 
+@public
 def simulate_power_law(*, width: int, depth: int | None = None, hidden_layers: int | None = None,
                        capacity: float, source: float, modes: int, gamma0: float, eta: float,
                        steps: int, batch: int | None = None, sigma: float = 0.0,

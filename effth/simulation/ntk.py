@@ -40,6 +40,8 @@ over a leading axis of independent networks.  See ``docs/ntk_simulation.md``.
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -50,9 +52,10 @@ import numpy as np
 from .._threads import blas_threads
 from .._progress import progress_bar
 from ..activations import get_activation
-from ..arch import MLP, per_layer
+from effth.arch import MLP
+from effth.arch._common import per_layer
 from ..errors import DomainError
-from .._display import html_table, short
+from .._display import depth_text, html_table, short
 from .._results import WeightLayers
 from ._inputs import as_generator, check_ensemble, check_inputs
 from ._jackknife import group_units, jackknife_error
@@ -345,6 +348,7 @@ def _ddntk_II(net: _Net, Z1, S1, X1, lb, lw, widths) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- public API
+@public
 @dataclass(frozen=True)
 class NTKResult:
     r"""Empirical NTK hierarchy of one network (or a batch, with a leading axis).
@@ -483,6 +487,7 @@ def _check_outputs(outputs, n_out) -> tuple[int, ...]:
     return out
 
 
+@public
 def empirical_ntk(params: Sequence, X: Any, activation: Any, *, lambda_b: Any = 1.0,
                   lambda_w: Any = 1.0, outputs: Iterable[int] | None = None,
                   inputs: Iterable[int] | None = None, order: int = 3,
@@ -553,9 +558,10 @@ def empirical_ntk(params: Sequence, X: Any, activation: Any, *, lambda_b: Any = 
     return NTKResult(outputs=out, z=z, H=H, dH=dH, ddIH=ddI, ddIIH=ddII)
 
 
+@public
 def init_params(net: MLP, n_in: int,
-                seed: int | np.random.SeedSequence | np.random.Generator | None = None,
-                size: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+                seed: int | np.random.SeedSequence | np.random.Generator | None = 0,
+                networks: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     r"""Draw parameters of ``net`` at initialization (the book's parameterization).
 
     :math:`b^{(\ell)}_i\sim\mathcal N(0, C_b^{(\ell)})` and
@@ -567,32 +573,32 @@ def init_params(net: MLP, n_in: int,
         Architecture with numeric hidden widths.
     n_in : int
         Input dimension :math:`n_0`.
-    seed : int, SeedSequence, Generator or None
+    seed : int, SeedSequence, Generator or None, default 0
         Source of the draws (``numpy.random.default_rng(seed)``; a Generator is used as is).
-    size : int, optional
+    networks : int, optional
         Number of independent networks on a leading batch axis (default: one network, no axis).
 
     Returns
     -------
     list of (W, b)
         ``[(W1, b1), ..., (WL, bL)]`` with ``W^(l)`` of shape ``(n_l, n_{l-1})`` and ``b^(l)`` of
-        shape ``(n_l,)`` (with a leading ``size`` axis if given).
+        shape ``(n_l,)`` (with a leading ``networks`` axis if given).
 
     Raises
     ------
     DomainError
-        ``net`` not an MLP or with symbolic widths, bad ``n_in`` or ``size``.
+        ``net`` not an MLP or with symbolic widths, bad ``n_in`` or ``networks``.
     """
     if not isinstance(net, MLP):
         raise DomainError(f"net must be an effth.arch.MLP, got {type(net).__name__}")
     if isinstance(n_in, bool) or not isinstance(n_in, (int, np.integer)) or n_in < 1:
         raise DomainError(f"n_in must be a positive int (the input dimension n_0), got {n_in!r}")
-    if size is not None and (isinstance(size, bool) or not isinstance(size, (int, np.integer))
-                             or size < 1):
-        raise DomainError(f"size must be a positive int or None, got {size!r}")
+    if networks is not None and (isinstance(networks, bool)
+                                 or not isinstance(networks, (int, np.integer)) or networks < 1):
+        raise DomainError(f"networks must be a positive int or None, got {networks!r}")
     rng = as_generator(seed)
     widths = net.layer_widths(int(n_in))
-    lead = () if size is None else (int(size),)
+    lead = () if networks is None else (int(networks),)
     out = []
     for ell in range(1, net.depth + 1):
         W = rng.standard_normal(lead + (widths[ell], widths[ell - 1]))
@@ -624,6 +630,7 @@ NTK_ESTIMATORS: Mapping[str, str] = MappingProxyType({
 })
 
 
+@public
 @dataclass(frozen=True)
 class NTKEnsembleStatistics(WeightLayers):
     r"""Ensemble statistics of the output-layer NTK hierarchy, with jackknife standard errors.
@@ -648,7 +655,7 @@ class NTKEnsembleStatistics(WeightLayers):
     ----------
     widths : tuple of int
         ``(n_0, ..., n_L)``.
-    size, n_groups : int
+    networks, n_groups : int
         Number of networks, jackknife groups.
     outputs : tuple of int
         Output neurons used.
@@ -659,7 +666,7 @@ class NTKEnsembleStatistics(WeightLayers):
     """
 
     widths: tuple[int, ...]
-    size: int
+    networks: int
     n_groups: int
     outputs: tuple[int, ...]
     lambda_b: tuple[float, ...]
@@ -733,8 +740,8 @@ class NTKEnsembleStatistics(WeightLayers):
         return self.err[self._key(name, layer)]
 
     def __repr__(self) -> str:
-        return (f"NTKEnsembleStatistics(depth={self.depth}, widths={short(self.widths)}, "
-                f"size={self.size}, outputs={short(self.outputs)}, "
+        return (f"NTKEnsembleStatistics({depth_text(self.depth)}, widths={short(self.widths)}, "
+                f"networks={self.networks}, outputs={short(self.outputs)}, "
                 f"inputs={self.stats['G'].shape[0]}, order={self.order})")
 
     @property
@@ -745,7 +752,7 @@ class NTKEnsembleStatistics(WeightLayers):
         return 2 if np.isfinite(self.stats["PQ_same"]).any() else 1
 
     def _repr_html_(self) -> str:
-        rows = [("layers", self.layers), ("widths", short(self.widths)), ("size", self.size),
+        rows = [("layers", self.layers), ("widths", short(self.widths)), ("networks", self.networks),
                 ("estimators", f"unbiased (see .estimators); jackknife SE over {self.n_groups} "
                                "groups"), ("outputs", short(self.outputs)),
                 ("inputs", self.stats["G"].shape[0]), ("order", self.order),
@@ -833,14 +840,15 @@ def _estimates(S: dict[str, np.ndarray], count: int, n: int, N: int) -> dict[str
     return out
 
 
-def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
-                          seed: int | np.random.SeedSequence | np.random.Generator | None,
+@public
+def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
+                          seed: int | np.random.SeedSequence | np.random.Generator | None = 0,
                           lambda_b: Any = 1.0, lambda_w: Any = 1.0,
                           outputs: Iterable[int] | None = None, order: int = 3,
                           ddntk_II: bool | None = None,
                           batch: int | None = None,
                           progress: bool | None = None) -> NTKEnsembleStatistics:
-    r"""Simulate ``size`` random networks and estimate the NTK hierarchy statistics.
+    r"""Simulate ``networks`` random networks and estimate the NTK hierarchy statistics.
 
     For the output layer :math:`L` of ``net`` (so ``n = n_{L-1}``), estimates with
     delete-one-group jackknife standard errors:
@@ -859,11 +867,11 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
         Architecture with numeric widths; cross-neuron statistics need ``n_out >= 2``.
     X : array_like (N_D, n_0)
         Inputs.
-    size : int
+    networks : int
         Number of networks (>= 2; >= 4 for standard errors).
-    seed : int, SeedSequence, Generator or None
+    seed : int, SeedSequence, Generator or None, default 0
         Seed of ``numpy.random.default_rng``; one spawned child generator per chunk, so
-        results are reproducible for the same ``(seed, size, batch)``.
+        results are reproducible for the same ``(seed, networks, batch)``.
     lambda_b, lambda_w : float or sequence
         Learning rates (8.6) per weight layer.
     outputs : iterable of int, optional
@@ -899,10 +907,10 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
     the derivatives :math:`\sigma^{(k)}`, ``k = 1, 2, 3``, come from
     :meth:`~effth.activations.Activation.numpy`.
     """
-    Xa = check_ensemble(net, X, size, batch)
+    Xa = check_ensemble(net, X, networks, batch)
     if order not in (1, 2, 3):
         raise DomainError(f"order must be 1, 2 or 3, got {order!r}")
-    size = int(size)
+    size = int(networks)
     widths = net.layer_widths(Xa.shape[1])
     L = net.depth
     N = Xa.shape[0]
@@ -927,7 +935,7 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
                                       unit="chunk") as bar, \
             np.errstate(over="ignore", invalid="ignore"):
         for (k, _, mnet), child in zip(units, children):
-            params = init_params(net, Xa.shape[1], child, size=mnet)
+            params = init_params(net, Xa.shape[1], child, networks=mnet)
             Ws = [None] + [p[0] for p in params]
             bs = [None] + [p[1] for p in params]
             res = _compute(Ws, bs, Xa, fs, lb, lw, widths, out, order, do_II)
@@ -960,6 +968,6 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, size: int,
             raise DomainError(f"the estimate of {name!r} at the output layer (layer {L}) is not "
                               "finite (overflow of its fourth moments); reduce c_w, the depth or "
                               "the input scale")
-    return NTKEnsembleStatistics(widths=widths, size=size, n_groups=K, outputs=out,
+    return NTKEnsembleStatistics(widths=widths, networks=size, n_groups=K, outputs=out,
                                  lambda_b=lb, lambda_w=lw, stats=MappingProxyType(est),
                                  err=MappingProxyType(err))

@@ -29,15 +29,17 @@ never imports theory code.
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from dataclasses import dataclass
 
 import numpy as np
 
-from .._display import html_table, short
+from .._display import depth_text, html_table, short
 from .._progress import progress_bar
 from .._results import HiddenLayers
 from .._validate import integer, real_array, real_scalar
-from ..arch import resolve_depth
+from effth.arch import resolve_depth
 from ..errors import DomainError
 from . import _mlp
 from .training import _resolve_callables, _resolve_seeds
@@ -53,7 +55,7 @@ _ALIASES = {"gd": "gd", "gradient_descent": "gd", "backprop": "gd",
 
 def _rule(rule, rho) -> tuple:
     """``(name, rho)`` from a name or any object with ``.name`` and ``.rho`` (the rule objects of
-    :func:`effth.theories.dmft.learning_rule`)."""
+    :func:`effth.dmft.learning_rule`)."""
     if hasattr(rule, "name") and hasattr(rule, "rho") and not isinstance(rule, str):
         name, r = str(rule.name), rule.rho
         if rho is not None and real_scalar(rho, "rho") != real_scalar(r, "rho"):
@@ -75,6 +77,7 @@ def _rule(rule, rho) -> tuple:
     return name, (r if name == "fa" else (1.0 if name in ("gd", "gln") else 0.0))
 
 
+@public
 @dataclass
 class RuleTrainingRun(HiddenLayers):
     """Record of networks trained by a learning rule (one network per seed).
@@ -145,8 +148,8 @@ class RuleTrainingRun(HiddenLayers):
         return a.std(axis=0, ddof=1) / np.sqrt(a.shape[0])
 
     def __repr__(self) -> str:
-        return (f"RuleTrainingRun(rule={self.rule!r}, rho={self.rho:g}, L={self.hidden_layers}, "
-                f"N={self.width}, networks={self.networks}, loss[-1]={self.loss[:, -1].mean():.4g})")
+        return (f"RuleTrainingRun(rule={self.rule!r}, rho={self.rho:g}, {depth_text(self.depth)}, "
+                f"widths={self.width}, networks={self.networks}, loss[-1]={self.loss[:, -1].mean():.4g})")
 
     def _repr_html_(self) -> str:
         return html_table("Learning-rule training", [
@@ -155,9 +158,11 @@ class RuleTrainingRun(HiddenLayers):
             ("loss (mean)", short(self.loss.mean(axis=0)[[0, -1]]))])
 
 
+@public
 def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = None,
                            hidden_layers: int | None = None, widths, gamma0: float, eta: float,
-                           steps: int, activation="linear", seed=0, X_test=None,
+                           steps: int, activation="linear", seed=0, networks: int | None = None,
+                           X_test=None,
                            center: bool = True, record_kernels: bool = True,
                            progress: bool | None = None) -> RuleTrainingRun:
     """Train width-``N`` networks by a learning rule and record outputs, kernels and eNTKs.
@@ -168,7 +173,7 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
     y : array_like, shape (P,)
     rule : str or rule object
         ``'gd'``, ``'fa'``, ``'dfa'``, ``'hebb'``, ``'gln'`` or an object with ``.name`` and
-        ``.rho`` (:func:`effth.theories.dmft.learning_rule`).
+        ``.rho`` (:func:`effth.dmft.learning_rule`).
     rho : float, optional
         Feedback alignment of ``'fa'`` in ``[-1, 1]`` (default 0).
     depth, hidden_layers : int
@@ -184,8 +189,11 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
         initialization (the empirical eNTK of Table 2's lazy limit).
     activation : str, Activation or sympy.Expr
         ``phi``; for ``'gln'`` the gate factor is ``phi'`` (``'relu'``: step gates).
-    seed : int or sequence of int
+    seed : int, sequence of int, SeedSequence or Generator
         One network per seed.
+    networks : int, optional
+        Train this many networks, seeded by ``SeedSequence(seed).spawn(networks)`` (as
+        :func:`~effth.simulation.simulate_training`).
     X_test : array_like, shape (Q, D), optional
     center : bool
         Train and report ``f - f(theta_0)`` (removes the ``O(1 / (gamma0 sqrt N))`` initial
@@ -219,7 +227,7 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
         raise DomainError(f"eta={eta!r} must be finite and >= 0")
     T = integer(steps, "steps", minimum=1)
     _, (act, dact) = _resolve_callables(activation)
-    seeds = _resolve_seeds(seed)
+    seeds = _resolve_seeds(seed, networks)
     out = []
     with progress_bar(len(seeds), f"training {name} networks", progress=progress,
                       unit="net") as bar:

@@ -29,16 +29,18 @@ NumPy only: this module never imports theory code (it is the ground truth).
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from dataclasses import dataclass
 
 import numpy as np
 
-from .._display import activation_text, html_table
+from .._display import activation_text, depth_text, html_table
 from .._progress import progress_bar
 from .._results import HiddenLayers
-from .._validate import real_array, real_scalar
+from .._validate import integer, real_array, real_scalar
 from ..activations import get_activation
-from ..arch import resolve_depth
+from effth.arch import resolve_depth
 from ..errors import DomainError
 from . import _mlp
 
@@ -58,6 +60,7 @@ ACTIVATIONS = {
 }
 
 
+@public
 @dataclass
 class TrainingRun(HiddenLayers):
     """Record of GD training of finite-width networks over several seeds.
@@ -169,10 +172,9 @@ class TrainingRun(HiddenLayers):
 
     def __repr__(self) -> str:
         C = f", outputs={self.f.shape[-1]}" if self.f.ndim == 4 else ""
-        return (f"TrainingRun(networks={self.networks}, depth={self.depth} (hidden_layers="
-                f"{self.hidden_layers}), widths={self.widths}, activation={activation_text(self.activation)}, "
+        return (f"TrainingRun(networks={self.networks}, {depth_text(self.depth)}, widths={self.widths}, activation={activation_text(self.activation)}, "
                 f"gamma0={self.gamma0:g}, eta={self.eta:g}, steps={self.f.shape[1]}, "
-                f"samples={self.f.shape[2]}{C})")
+                f"inputs={self.f.shape[2]}{C})")
 
     def _repr_html_(self) -> str:
         rows = [("networks", self.networks), ("depth", self.depth),
@@ -207,8 +209,22 @@ def _real_scalar(v, name: str) -> float:
     return real_scalar(v, name)
 
 
-def _resolve_seeds(seed) -> tuple:
-    """One entry per network: ints, a sequence of ints, a SeedSequence, a Generator, or None."""
+def _resolve_seeds(seed, networks=None) -> tuple:
+    """One entry per network: ints, a sequence of ints, a SeedSequence, a Generator, or None;
+    with ``networks=k``, ``k`` independent children of ``seed`` (``SeedSequence.spawn``)."""
+    if networks is not None:
+        k = integer(networks, "networks", minimum=1)
+        if isinstance(seed, (np.random.SeedSequence, np.random.Generator)):
+            return tuple(seed.spawn(k))
+        if seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_))):
+            if seed is not None and seed < 0:
+                raise DomainError(f"seed={seed!r} must be a non-negative int")
+            return tuple(np.random.SeedSequence(None if seed is None else int(seed)).spawn(k))
+        seeds = _resolve_seeds(seed, networks)
+        if len(seeds) != k:
+            raise DomainError(f"networks={k} but seed lists {len(seeds)} seeds (one per network): "
+                              "give one of them")
+        return seeds
     if seed is None:
         return (np.random.SeedSequence(),)
     if isinstance(seed, (np.random.SeedSequence, np.random.Generator)):
@@ -256,9 +272,10 @@ def _resolve_widths(widths, hidden_layers: int) -> int:
     return vals[0]
 
 
+@public
 def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | None = None,
                       widths, gamma0: float, eta: float, steps: int, activation="tanh", seed=0,
-                      X_test=None, parameterization: str = "mean_field", center: bool = True,
+                      networks: int | None = None, X_test=None, parameterization: str = "mean_field", center: bool = True,
                       record_kernels: bool = True, weight_decay: float = 0.0,
                       bias: bool = False, record_preactivations: bool = False,
                       progress: bool | None = None) -> TrainingRun:
@@ -289,6 +306,9 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
     seed : int, sequence of int, SeedSequence, Generator or None
         One independent network per seed (``numpy.random.default_rng(seed)``); a sequence of
         ints trains one network per entry.
+    networks : int, optional
+        Train this many independent networks, seeded by the children
+        ``SeedSequence(seed).spawn(networks)`` (``seed`` then one int, SeedSequence or Generator).
     X_test : array_like, shape (Q, D), optional
         Test inputs, recorded but not trained on.
     parameterization : {'mean_field', 'mup'}
@@ -351,7 +371,7 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
                                                                       np.floating))
             or not np.isfinite(steps) or int(steps) != steps or steps < 1):
         raise DomainError(f"steps={steps!r} must be a positive integer")
-    seeds = _resolve_seeds(seed)
+    seeds = _resolve_seeds(seed, networks)
     runs = []
     with progress_bar(len(seeds), "training networks", progress=progress, unit="net") as bar:
         for s in seeds:

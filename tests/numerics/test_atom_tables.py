@@ -205,7 +205,7 @@ def test_ntk_flow_four_inputs_restrict_to_grid_reference(monkeypatch):
 
     import effth
 
-    mod = importlib.import_module("effth.theories.pdlt.ntk_flow")
+    mod = importlib.import_module("effth.pdlt.ntk.ntk_flow")
     X = np.random.default_rng(8).standard_normal((4, 4))
     net = effth.MLP(depth=3, activation="tanh")
     stats = ("P", "A")
@@ -273,7 +273,7 @@ def test_closed_forms_give_way_at_small_kernels():
 def test_kinked_tables_four_samples_against_quadrature():
     """ReLU's atoms of the NTK variance on four distinct inputs (batched closed forms through the
     quadrivariate orthant probability) against the nested quadrature of one entry."""
-    from effth.theories.pdlt.ntk_flow import _KinkedTables
+    from effth.pdlt.ntk.ntk_flow import _KinkedTables
 
     X = np.random.default_rng(13).standard_normal((5, 4))
     K = 1.5 * X @ X.T / 4

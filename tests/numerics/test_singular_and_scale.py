@@ -86,7 +86,7 @@ def test_kinked_pair_tables_scale_exactly(name, h):
 def test_flow_tables_on_duplicated_and_zero_inputs(monkeypatch):
     """Through the kernel flow (its pair tables swapped for kinked_pair_tables): a duplicated input
     gives the single-input flow exactly; a zero input is the limit of a vanishing one."""
-    from effth.theories.pdlt import kernel_flow as kf
+    from effth.pdlt.initialization import kernel_flow as kf
 
     monkeypatch.setattr(kf, "_generic_pairs", kinked_pair_tables, raising=False)
     one = et.flow(K1=[[1.0]], depth=4, activation="relu", c_b=0.3)

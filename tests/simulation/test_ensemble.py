@@ -38,51 +38,51 @@ class TestValidation:
                                    [[np.inf, 1.0]]])
     def test_bad_inputs(self, X):
         with pytest.raises(DomainError):
-            simulate_ensemble(self.net, X, size=10, seed=0)
+            simulate_ensemble(self.net, X, networks=10, seed=0)
 
     def test_symbolic_widths(self):
         with pytest.raises(DomainError, match="widths"):
-            simulate_ensemble(MLP("tanh", depth=3), np.ones((1, 2)), size=10, seed=0)
+            simulate_ensemble(MLP("tanh", depth=3), np.ones((1, 2)), networks=10, seed=0)
 
-    @pytest.mark.parametrize("size", [1, 0, -3, 2.5, True])
-    def test_bad_size(self, size):
-        with pytest.raises(DomainError, match="size"):
-            simulate_ensemble(self.net, np.ones((1, 2)), size=size, seed=0)
+    @pytest.mark.parametrize("networks", [1, 0, -3, 2.5, True])
+    def test_bad_networks(self, networks):
+        with pytest.raises(DomainError, match="networks"):
+            simulate_ensemble(self.net, np.ones((1, 2)), networks=networks, seed=0)
 
     @pytest.mark.parametrize("kw", [{"method": "exact"}, {"layers": [0]}, {"layers": [3]},
                                     {"layers": []}, {"batch": 0}])
     def test_bad_options(self, kw):
         with pytest.raises(DomainError):
-            simulate_ensemble(self.net, np.ones((1, 2)), size=10, seed=0, **kw)
+            simulate_ensemble(self.net, np.ones((1, 2)), networks=10, seed=0, **kw)
 
     def test_not_an_mlp(self):
         with pytest.raises(DomainError):
-            simulate_ensemble("mlp", np.ones((1, 2)), size=10, seed=0)
+            simulate_ensemble("mlp", np.ones((1, 2)), networks=10, seed=0)
 
     @pytest.mark.parametrize("method", ["weights", "conditional"])
     def test_overflow_names_layer(self, method):
         net = MLP("linear", depth=5, widths=4, c_w=1e120)
         with pytest.raises(DomainError, match=r"non-finite .* layer \d"):
-            simulate_ensemble(net, np.ones((2, 3)), size=8, seed=0, method=method)
+            simulate_ensemble(net, np.ones((2, 3)), networks=8, seed=0, method=method)
 
     def test_complex_inputs_rejected(self):
         with pytest.raises(DomainError, match="real"):
-            simulate_ensemble(self.net, np.ones((2, 2)) * (1 + 0.5j), size=10, seed=0)
+            simulate_ensemble(self.net, np.ones((2, 2)) * (1 + 0.5j), networks=10, seed=0)
 
     def test_fourth_moment_overflow_names_layer(self, recwarn):
         """ReLU, C_W = 1e6: z stays finite to layer 28 but its fourth moments overflow float64
         there; the simulator must raise (naming the layer), never return NaN or warn."""
         net = MLP("relu", depth=28, widths=4, c_w=1e6)
         X = np.ones((2, 3))
-        ok = simulate_ensemble(net, X, size=16, seed=0, layers=[27])
+        ok = simulate_ensemble(net, X, networks=16, seed=0, layers=[27])
         assert all(np.isfinite(ok.value(k)).all() and np.isfinite(ok.stderr(k)).all()
                    for k in ("V", "kappa4_same", "kappa4_cross"))
         with pytest.raises(DomainError, match=r"layer 28.*smaller c_w"):
-            simulate_ensemble(net, X, size=16, seed=0, layers=[28])
+            simulate_ensemble(net, X, networks=16, seed=0, layers=[28])
         assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
 
     def test_size_two_gives_nan_errors(self):
-        st = simulate_ensemble(self.net, np.ones((1, 2)), size=2, seed=0)
+        st = simulate_ensemble(self.net, np.ones((1, 2)), networks=2, seed=0)
         assert np.isfinite(st.V[2]).all() and np.isnan(st.V_err[2]).all()
 
 
@@ -114,12 +114,12 @@ def test_simulator_imports_no_theory():
 def small_stats() -> EnsembleStatistics:
     net = MLP("tanh", depth=3, widths=(5, 4), c_w=1.3, c_b=0.2, n_out=3)
     X = np.array([[1.0, -0.5], [0.3, 0.8], [-1.2, 0.1]])
-    return simulate_ensemble(net, X, size=300, seed=11, batch=37, keep_samples=True)
+    return simulate_ensemble(net, X, networks=300, seed=11, batch=37, keep_samples=True)
 
 
 def test_shapes_and_fields(small_stats):
     st = small_stats
-    assert st.layers == (1, 2, 3) and st.widths == (2, 5, 4, 3) and st.size == 300
+    assert st.layers == (1, 2, 3) and st.widths == (2, 5, 4, 3) and st.networks == 300
     assert st.n_groups >= 2
     for k in st.layers:
         for name in ("G", "G_rb"):
@@ -175,9 +175,9 @@ def test_estimators_match_brute_force_from_samples(small_stats):
 def test_reproducible_and_seed_sensitive():
     net = MLP("relu", depth=3, widths=6, c_w=2.0)
     X = np.array([[1.0, 0.0], [0.6, 0.8]])
-    a = simulate_ensemble(net, X, size=64, seed=3, batch=10)
-    b = simulate_ensemble(net, X, size=64, seed=np.random.default_rng(3), batch=10)
-    c = simulate_ensemble(net, X, size=64, seed=4, batch=10)
+    a = simulate_ensemble(net, X, networks=64, seed=3, batch=10)
+    b = simulate_ensemble(net, X, networks=64, seed=np.random.default_rng(3), batch=10)
+    c = simulate_ensemble(net, X, networks=64, seed=4, batch=10)
     for k in a.layers:
         np.testing.assert_array_equal(a.V[k], b.V[k])
         np.testing.assert_array_equal(a.kappa4_same[k], b.kappa4_same[k])
@@ -187,8 +187,8 @@ def test_reproducible_and_seed_sensitive():
 def test_layers_subset_matches_full_run():
     net = MLP("tanh", depth=4, widths=5)
     X = np.ones((2, 3)) * [[1.0], [-0.5]]
-    full = simulate_ensemble(net, X, size=40, seed=9)
-    part = simulate_ensemble(net, X, size=40, seed=9, layers=[3, 2])
+    full = simulate_ensemble(net, X, networks=40, seed=9)
+    part = simulate_ensemble(net, X, networks=40, seed=9, layers=[3, 2])
     assert part.layers == (2, 3)
     np.testing.assert_array_equal(full.V[3], part.V[3])
 
@@ -197,7 +197,7 @@ def test_singular_metric_conditional():
     """Duplicate inputs give a rank-1 metric; conditional sampling must still work exactly."""
     net = MLP("relu", depth=3, widths=8, c_w=2.0)
     X = np.array([[1.0, 1.0], [1.0, 1.0]])
-    st = simulate_ensemble(net, X, size=200, seed=2, method="conditional", keep_samples=True)
+    st = simulate_ensemble(net, X, networks=200, seed=2, method="conditional", keep_samples=True)
     z = st.samples[3]
     np.testing.assert_allclose(z[:, 0, :], z[:, 1, :], atol=1e-10)
 
@@ -209,7 +209,7 @@ def test_relu_second_layer_exact_single_input(method):
     """ReLU, C_W=2, C_b=0, K^(1)=1: G^(2)=1, V^(2)=5 at any width (layer-2 Gaussian integrals of PDLT (4.76): <sigma^4> = 3/2 K^2 for ReLU)."""
     n1 = 6
     net = MLP("relu", depth=2, widths=n1, c_w=(1.0, 2.0), n_out=4)
-    st = simulate_ensemble(net, [[1.0]], size=40_000, seed=21, method=method)
+    st = simulate_ensemble(net, [[1.0]], networks=40_000, seed=21, method=method)
     assert_mc(st.G_rb[2], st.G_rb_err[2], 1.0, max_err=0.01)
     assert_mc(st.G[2], st.G_err[2], 1.0, max_err=0.01)
     assert_mc(st.V[2], st.V_err[2], 5.0, max_err=0.15)
@@ -236,7 +236,7 @@ _SEC52 = {  # layer-2 Gaussian integrals of PDLT (4.76) (arc-cosine kernels for 
 def test_two_input_second_layer_vertex(act):
     cw2, (g11, g12, v1111, v1122, v1212, v1112) = _SEC52[act]
     net = MLP(act, depth=2, widths=4, c_w=(1.0, cw2), c_b=(0.5, 0.0))
-    st = simulate_ensemble(net, _X2, size=60_000, seed=52, method="conditional")
+    st = simulate_ensemble(net, _X2, networks=60_000, seed=52, method="conditional")
     np.testing.assert_allclose(st.G_rb[1], [[1.0, 0.5], [0.5, 1.0]], rtol=1e-14)
     G, Ge, V, Ve = st.G_rb[2], st.G_rb_err[2], st.V[2], st.V_err[2]
     assert_mc(G, Ge, np.array([[g11, g12], [g12, g11]]), max_err=0.01 * g11)
@@ -252,7 +252,7 @@ def test_deep_linear_G4_table():
     """Widths (4, 8, 16), C_W=1, G_2=1, layer 4: G_4 = 2.109375 (PDLT (3.22)-(3.24))."""
     net = MLP("linear", depth=4, widths=(4, 8, 16), c_w=1.0, n_out=2)
     X = np.array([[1.0, 2.0, 2.0]]) / np.sqrt(3.0)                  # G^(0) = 1
-    st = simulate_ensemble(net, X, size=200_000, seed=36, method="conditional")
+    st = simulate_ensemble(net, X, networks=200_000, seed=36, method="conditional")
     G4 = 2.109375
     assert_mc(st.G_rb[4], st.G_rb_err[4], 1.0, max_err=0.02)
     assert_mc(st.V[4], st.V_err[4], 16 * (G4 - 1.0), max_err=0.8)    # E[G_hat^2] - 1 = V/n_3
@@ -267,7 +267,7 @@ def test_deep_linear_variance_of_O_equal_width():
     """n = 10, l = 5: Var[O] = (1 + 2/n)^l - 1 = 1.48832, G_4 = 1.2^4 (PDLT (3.23)-(3.24))."""
     n = 10
     net = MLP("linear", depth=5, widths=n, c_w=1.0, n_out=n)
-    st = simulate_ensemble(net, [[1.0]], size=60_000, seed=310, method="conditional")
+    st = simulate_ensemble(net, [[1.0]], networks=60_000, seed=310, method="conditional")
     assert_mc(st.O_cov[5], st.O_cov_err[5], 1.48832, max_err=0.06)
     assert_mc(st.V[5], st.V_err[5], n * 1.0736, max_err=0.5)
     for ell in range(1, 6):
@@ -293,7 +293,7 @@ def test_deep_linear_multi_input_with_biases(method):
     """Exact deep-linear recursion (PDLT (4.76)-(4.77), sigma(z) = z): C_b=0.3, C_W=1.2, K^(1)=[[1,.4],[.4,.8]], n1=4, n2=6; V^(3) exact."""
     X = np.array([[1.0, 1.0], [1.2, -0.4]])       # (1/n_0) X X^T = K^(1) with C_W^(1)=1
     net = MLP("linear", depth=3, widths=(4, 6), c_w=(1.0, 1.2, 1.2), c_b=(0.0, 0.3, 0.3), n_out=2)
-    st = simulate_ensemble(net, X, size=80_000, seed=35, method=method)
+    st = simulate_ensemble(net, X, networks=80_000, seed=35, method=method)
     K1 = np.array([[1.0, 0.4], [0.4, 0.8]])
     np.testing.assert_allclose(st.G_rb[1], K1, rtol=1e-14)
     G3, V3 = _linear_exact(K1, 0.3, 1.2, st.widths, 3)
@@ -317,7 +317,7 @@ def test_relu_exact_vertex_multilayer():
     """C_W=2, K=1, n=16: V^(l) = n[(1+5/n)^(l-1) - 1]: l=3 -> 11.5625, l=5 -> 31.48071289."""
     n = 16
     net = MLP("relu", depth=5, widths=n, c_w=(1.0, 2.0, 2.0, 2.0, 2.0), n_out=2)
-    st = simulate_ensemble(net, [[1.0]], size=100_000, seed=53, method="conditional")
+    st = simulate_ensemble(net, [[1.0]], networks=100_000, seed=53, method="conditional")
     assert_mc(st.V[2], st.V_err[2], 5.0, max_err=0.1)
     assert_mc(st.V[3], st.V_err[3], 11.5625, max_err=0.3)
     assert_mc(st.V[5], st.V_err[5], 31.48071289, max_err=1.5)
@@ -333,7 +333,7 @@ def test_width_scaling_of_finite_width_correction():
     dev, err = [], []
     for i, n in enumerate(widths):
         net = MLP("relu", depth=3, widths=int(n), c_w=(1.0, 2.0, 2.0))
-        st = simulate_ensemble(net, [[1.0]], size=20_000, seed=700 + i, method="conditional",
+        st = simulate_ensemble(net, [[1.0]], networks=20_000, seed=700 + i, method="conditional",
                                layers=[3])
         r = st.V[3].item() / n / st.G_rb[3].item() ** 2
         r_err = st.V_err[3].item() / n
@@ -349,8 +349,8 @@ def test_width_scaling_of_finite_width_correction():
 def test_weights_and_conditional_agree():
     net = MLP("tanh", depth=3, widths=(7, 9), c_w=1.5, c_b=0.1, n_out=2)
     X = np.array([[1.0, 0.2, -0.3], [-0.4, 0.9, 0.5], [0.3, 0.3, 1.2]])
-    a = simulate_ensemble(net, X, size=20_000, seed=1, method="weights")
-    b = simulate_ensemble(net, X, size=20_000, seed=2, method="conditional")
+    a = simulate_ensemble(net, X, networks=20_000, seed=1, method="weights")
+    b = simulate_ensemble(net, X, networks=20_000, seed=2, method="conditional")
     for k in (2, 3):
         for name in ("G", "G_rb", "V", "kappa4_same", "O_cov"):
             ea, eb = getattr(a, name)[k], getattr(b, name)[k]
@@ -371,7 +371,7 @@ def test_tanh_nlo_metric_shift():
     pred = {2: 0.39429, 3: 0.23597, 4: 0.16583, 5: 0.12684, 6: 0.10219, 7: 0.08528, 8: 0.07298}
     K = {3: 0.2364504105, 5: 0.1279047353}
     net = MLP("tanh", depth=8, widths=n, c_w=1.0, n_out=n)
-    st = simulate_ensemble(net, np.ones((1, 10)), size=200_000, seed=28, method="conditional")
+    st = simulate_ensemble(net, np.ones((1, 10)), networks=200_000, seed=28, method="conditional")
     for ell, val in pred.items():
         # table rounded to 5e-6; O(1/n^2) remainder assumed below 2e-5
         assert abs(st.G_rb[ell].item() - val) <= NSIG * st.G_rb_err[ell].item() + 2.5e-5

@@ -143,7 +143,7 @@ def test_symmetries_and_batching():
     # batch axis: same as one network at a time; input/output selection
     rng = np.random.default_rng(3)
     net = MLP("softplus", depth=3, widths=(5, 4), c_w=1.2, c_b=0.1, n_out=3)
-    batch = init_params(net, 2, rng, size=3)
+    batch = init_params(net, 2, rng, networks=3)
     rb = empirical_ntk(batch, X, net, lambda_b=lb, lambda_w=lw, outputs=(2, 0))
     for k in range(3):
         single = [(W[k], b[k]) for W, b in batch]
@@ -195,7 +195,7 @@ def test_layer2_single_input_matches_exact_values():
     """Layer-2 values of the single-input tanh recursions PDLT (8.63), (11.45), (∞.11)-(∞.12) (tanh, C_W = 1, C_b = 0, lb = (1, 1/2), lw = 1): the layer-2
     tensors are exact at any n_1 because layer 1 is Gaussian."""
     net = MLP("tanh", depth=2, widths=16, c_w=1.0, c_b=0.0, n_out=2)
-    st = simulate_ntk_ensemble(net, np.ones((1, 1)), size=40000, seed=1, lambda_b=(1.0, 0.5),
+    st = simulate_ntk_ensemble(net, np.ones((1, 1)), networks=40000, seed=1, lambda_b=(1.0, 0.5),
                                lambda_w=1.0)
     for name in ("H", "B", "F", "P", "Q", "R", "S", "T", "U"):
         assert st.err[name].ravel()[0] > 0
@@ -212,7 +212,7 @@ def test_layer2_three_dim_input_values():
     """Layer-2 values of A, B, D, F, P, Q (PDLT (8.82), (8.67), (11.45); exact at any n_1), tanh,
     C_W = 1.5, C_b = 0.2, x = (0.9, -0.4, 1.3)."""
     net = MLP("tanh", depth=2, widths=12, c_w=1.5, c_b=0.2, n_out=2)
-    st = simulate_ntk_ensemble(net, np.array([[0.9, -0.4, 1.3]]), size=40000, seed=2,
+    st = simulate_ntk_ensemble(net, np.array([[0.9, -0.4, 1.3]]), networks=40000, seed=2,
                                lambda_b=(0.5, 0.8), lambda_w=(1.0, 0.7), order=2)
     _check(st, {"P": -0.36173, "Q": -0.26320, "D": -0.24710, "F": 0.21113, "B": 1.22073, "A": 0.27130})
     assert np.isnan(st.R).all() and np.isnan(st.S).all()
@@ -226,7 +226,7 @@ def test_deep_linear_layer2_S_T_and_vanishing_P_R_U():
     lb, lw, Ks = 1.5 / L, 2.0 / L, 0.7
     net = MLP("linear", depth=2, widths=6, c_w=1.0, c_b=0.0, n_out=2)
     X = np.array([[np.sqrt(Ks)]])
-    st = simulate_ntk_ensemble(net, X, size=40000, seed=4, lambda_b=lb, lambda_w=lw)
+    st = simulate_ntk_ensemble(net, X, networks=40000, seed=4, lambda_b=lb, lambda_w=lw)
     c = 1.5 + 2.0 * Ks
     _check(st, {"S": 0.0097337963, "T": 0.0046990741, "P": 0.0, "R": 0.0, "U": 0.0,
                     "H": 2 * (lb + lw * Ks),                       # Theta^(2) = c l / L
@@ -301,7 +301,7 @@ def test_layer2_two_inputs_all_tensors(act):
     X = np.array([[0.9, -0.4, 1.3], [0.2, 1.1, -0.7]])
     cw, cb, lb, lw = (1.5, 1.2), (0.2, 0.1), (0.5, 0.8), (1.0, 0.7)
     net = MLP(act, depth=2, widths=8, c_w=cw, c_b=cb, n_out=2)
-    st = simulate_ntk_ensemble(net, X, size=40000, seed=12, lambda_b=lb, lambda_w=lw)
+    st = simulate_ntk_ensemble(net, X, networks=40000, seed=12, lambda_b=lb, lambda_w=lw)
     fs = tuple(net.act.numpy(k) for k in range(4))
     ref = _layer2_exact(X, cw, cb, lb, lw, fs)
     # the single-input reduction reproduces the layer-2 values of test_layer2_single_input_...
@@ -352,12 +352,12 @@ def test_ntk_mean_approaches_frozen_ntk():
     cw, cb, lb, lw = 2.0, 0.0, 0.0, 1.0
     Th, K = _frozen_ntk(X, 3, cw, cb, lb, lw, np.tanh, lambda z: 1 / np.cosh(z) ** 2)
     big = simulate_ntk_ensemble(MLP("tanh", depth=3, widths=256, c_w=cw, c_b=cb, n_out=4), X,
-                                size=1600, seed=5, lambda_b=lb, lambda_w=lw, outputs=range(4),
+                                networks=1600, seed=5, lambda_b=lb, lambda_w=lw, outputs=range(4),
                                 order=1)
     assert np.all(np.abs(big.H - Th) < NSIG * big.H_err)
     np.testing.assert_allclose(big.G, K, atol=NSIG * big.err["G"].max())
     small = simulate_ntk_ensemble(MLP("tanh", depth=3, widths=4, c_w=cw, c_b=cb, n_out=4), X,
-                                  size=40000, seed=6, lambda_b=lb, lambda_w=lw, outputs=range(4),
+                                  networks=40000, seed=6, lambda_b=lb, lambda_w=lw, outputs=range(4),
                                   order=1)
     # the 1/n correction is detected at n = 4 (about -2.5% on the diagonal)
     assert np.max(np.abs(small.H - Th) / small.H_err) > 8
@@ -380,7 +380,7 @@ def test_smooth_ntk_mean_matches_frozen_ntk(name, s, ds):
     X = np.array([[1.0, -0.5], [0.3, 0.8]])
     cw, cb, lb, lw = 1.6, 0.1, 0.5, 1.0
     st = simulate_ntk_ensemble(MLP(name, depth=2, widths=8, c_w=cw, c_b=cb, n_out=2), X,
-                               size=24000, seed=21, lambda_b=lb, lambda_w=lw, order=1)
+                               networks=24000, seed=21, lambda_b=lb, lambda_w=lw, order=1)
     Th, K = _frozen_ntk(X, 2, cw, cb, lb, lw, s, ds)
     val, err = st.value("Theta"), st.stderr("Theta")
     assert np.all(np.abs(val - Th) < NSIG * err), (val, Th, err)
@@ -399,7 +399,7 @@ def test_linear_ntk_mean_exact_at_finite_width():
     cw, cb, lb, lw = 1.1, 0.3, 0.6, 1.4
     Th, K = _frozen_ntk(X, 3, cw, cb, lb, lw, lambda z: z, lambda z: np.ones_like(z))
     st = simulate_ntk_ensemble(MLP("linear", depth=3, widths=3, c_w=cw, c_b=cb, n_out=3), X,
-                               size=20000, seed=8, lambda_b=lb, lambda_w=lw, outputs=range(3),
+                               networks=20000, seed=8, lambda_b=lb, lambda_w=lw, outputs=range(3),
                                order=1)
     assert np.all(np.abs(st.H - Th) < NSIG * st.H_err)
     assert np.all(np.abs(st.G - K) < NSIG * st.err["G"])
@@ -409,27 +409,27 @@ def test_linear_ntk_mean_exact_at_finite_width():
 def test_reproducible_and_validation():
     net = MLP("gelu", depth=3, widths=(6, 5), c_w=1.4, c_b=0.1, n_out=2)
     X = np.array([[1.0, 0.2], [-0.4, 0.7]])
-    a = simulate_ntk_ensemble(net, X, size=40, seed=9, batch=7)
-    b = simulate_ntk_ensemble(net, X, size=40, seed=9, batch=7)
+    a = simulate_ntk_ensemble(net, X, networks=40, seed=9, batch=7)
+    b = simulate_ntk_ensemble(net, X, networks=40, seed=9, batch=7)
     for k in a.stats:
         np.testing.assert_array_equal(a.stats[k], b.stats[k])
         assert a.stats[k].shape == ((2, 2) if k in ("G", "H", "H_offdiag") else (2, 2, 2, 2))
     with pytest.raises(DomainError):
-        simulate_ntk_ensemble(net, X, size=1, seed=0)
+        simulate_ntk_ensemble(net, X, networks=1, seed=0)
     with pytest.raises(DomainError):
-        simulate_ntk_ensemble(net, X, size=10, seed=0, outputs=(0, 5))
+        simulate_ntk_ensemble(net, X, networks=10, seed=0, outputs=(0, 5))
     with pytest.raises(DomainError):
-        simulate_ntk_ensemble(net, X, size=10, seed=0, lambda_b=(1.0, 2.0))
+        simulate_ntk_ensemble(net, X, networks=10, seed=0, lambda_b=(1.0, 2.0))
     with pytest.raises(DomainError):
-        simulate_ntk_ensemble(MLP("tanh", depth=2), X, size=10, seed=0)
+        simulate_ntk_ensemble(MLP("tanh", depth=2), X, networks=10, seed=0)
     with pytest.raises(DomainError):
         empirical_ntk([(np.ones((3, 3)), np.ones(3))], X, "tanh")
     with pytest.raises(DomainError):
         empirical_ntk([(np.ones((3, 2)), np.ones(3))], X, "tanh", order=4)
-    one = simulate_ntk_ensemble(MLP("tanh", depth=2, widths=4, n_out=1), X, size=8, seed=0)
+    one = simulate_ntk_ensemble(MLP("tanh", depth=2, widths=4, n_out=1), X, networks=8, seed=0)
     assert np.isfinite(one.H).all() and np.isnan(one.A).all()
     with pytest.raises(DomainError, match="real"):
-        simulate_ntk_ensemble(net, X * (1 + 1j), size=10, seed=0)
+        simulate_ntk_ensemble(net, X * (1 + 1j), networks=10, seed=0)
     with pytest.raises(DomainError, match="real"):
         empirical_ntk([(np.ones((3, 2)) * 1j, np.ones(3))], X, "tanh")
 
@@ -438,11 +438,11 @@ def test_overflowing_statistics_raise():
     """Linear, C_W = 1e52: the NTK (~1e156) is finite but its second moments overflow float64;
     the simulator raises (naming the output layer) instead of returning NaN."""
     X = np.array([[1.0, -0.5], [0.3, 0.8]])
-    ok = simulate_ntk_ensemble(MLP("linear", depth=4, widths=3, c_w=1e40, n_out=2), X, size=8,
+    ok = simulate_ntk_ensemble(MLP("linear", depth=4, widths=3, c_w=1e40, n_out=2), X, networks=8,
                                seed=0, order=1)
     assert np.isfinite(ok.value("A")).all() and np.isfinite(ok.stderr("A")).all()
     with pytest.raises(DomainError, match=r"layer 4.*smaller c_w"):
-        simulate_ntk_ensemble(MLP("linear", depth=4, widths=3, c_w=1e52, n_out=2), X, size=8,
+        simulate_ntk_ensemble(MLP("linear", depth=4, widths=3, c_w=1e52, n_out=2), X, networks=8,
                               seed=0, order=1)
 
 
@@ -451,9 +451,9 @@ def test_kinked_activation_statistics_need_smoothness():
     the NTK statistics (sigma' is a step function) are allowed; step: sigma' = delta."""
     X = np.array([[1.0, -0.5], [0.3, 0.8]])
     relu = MLP("relu", depth=3, widths=4, c_w=2.0, n_out=2)
-    assert np.isfinite(simulate_ntk_ensemble(relu, X, size=8, seed=0, order=1).value("B")).all()
+    assert np.isfinite(simulate_ntk_ensemble(relu, X, networks=8, seed=0, order=1).value("B")).all()
     for kw in ({}, {"order": 2}, {"order": 1, "ddntk_II": True}):
         with pytest.raises(DomainError, match="order 2 has a Dirac part"):
-            simulate_ntk_ensemble(relu, X, size=8, seed=0, **kw)
+            simulate_ntk_ensemble(relu, X, networks=8, seed=0, **kw)
     with pytest.raises(DomainError, match="order 1 has a Dirac part"):
-        simulate_ntk_ensemble(MLP("step", depth=3, widths=4, n_out=2), X, size=8, seed=0, order=1)
+        simulate_ntk_ensemble(MLP("step", depth=3, widths=4, n_out=2), X, networks=8, seed=0, order=1)

@@ -76,7 +76,7 @@ def test_ntk_equals_empirical_ntk(n_out):
     (8.6)-(8.7), equals the independent simulator empirical_ntk with the same lambdas."""
     net = et.MLP("tanh", depth=3, widths=(5, 7), c_w=(1.2, 1.5, 0.9), c_b=0.1, n_out=n_out)
     lb, lw = (0.5, 1.0, 2.0), (1.5, 0.7, 1.1)
-    params = init_params(net, 4, seed=1, size=4)
+    params = init_params(net, 4, seed=1, networks=4)
     y = Y if n_out == 1 else np.stack([Y, -Y], axis=1)
     r = train_ensemble(net, X, y, X_test=XT, params=params, eta=1e-3, updates=1, lambda_b=lb,
                        lambda_w=lw, record_ntk=True)
@@ -162,7 +162,7 @@ def test_wide_linear_net_trained_long_gives_kernel_regression():
     K, T = _linear_kernels(Xall @ Xall.T / X.shape[1], c_w, c_b, lb, lw)
     m, cov = _kernel_prediction(K, T, Y, 3)
     eta = 1.0 / np.linalg.eigvalsh(T[:3, :3])[-1]
-    r = train_ensemble(net, X, Y, X_test=XT, eta=eta, updates=150, size=500, seed=11,
+    r = train_ensemble(net, X, Y, X_test=XT, eta=eta, updates=150, networks=500, seed=11,
                        lambda_b=lb, lambda_w=lw, record_every=50)
     assert list(r.recorded) == [0, 50, 100, 150]
     assert r.value("loss")[-1] < 1e-8 * r.value("loss")[0]
@@ -183,7 +183,7 @@ def test_newton_step_fits_linear_model_exactly(n_out):
     lands on the training targets exactly (10.30), for every network and output."""
     net = et.MLP("tanh", depth=1, c_w=1.5, c_b=0.3, n_out=n_out)
     y = Y if n_out == 1 else np.stack([Y, -0.5 * Y], axis=1)
-    r = train_ensemble(net, X, y, X_test=XT, eta=1.0, updates=2, size=7, seed=0, method="newton",
+    r = train_ensemble(net, X, y, X_test=XT, eta=1.0, updates=2, networks=7, seed=0, method="newton",
                        lambda_b=0.4, lambda_w=2.0)
     assert np.max(np.abs(r.loss[:, 0])) > 0.1
     np.testing.assert_allclose(r.f_train[:, 1], np.broadcast_to(y, r.f_train[:, 1].shape),
@@ -202,7 +202,7 @@ def test_newton_linear_model_ensemble_is_exact_and_stderr_covers():
     m, cov = _kernel_prediction(K, T, Y, 3)
     zs = []
     for s in range(150):
-        r = train_ensemble(net, X, Y, X_test=XT, eta=1.0, updates=1, size=64, seed=s,
+        r = train_ensemble(net, X, Y, X_test=XT, eta=1.0, updates=1, networks=64, seed=s,
                            method="newton", lambda_b=lb, lambda_w=lw)
         zs.append((r.value("mean") - m) / r.stderr("mean"))
         iu = np.triu_indices(2)
@@ -217,7 +217,7 @@ def test_newton_linear_model_ensemble_is_exact_and_stderr_covers():
 def test_result_protocol_shapes_and_reprs():
     net = et.MLP("gelu", depth=3, widths=6, c_w=1.2, n_out=3)
     labels = np.array([0, 2, 1])
-    r = train_ensemble(net, X, labels, X_test=XT, eta=0.3, updates=5, size=9, seed=2,
+    r = train_ensemble(net, X, labels, X_test=XT, eta=0.3, updates=5, networks=9, seed=2,
                        loss="cross_entropy", record_every=2, batch=4)
     assert isinstance(r, TrainedEnsemble) and r.layers == () and r.networks == 9
     assert list(r.recorded) == [0, 2, 4, 5]
@@ -236,7 +236,7 @@ def test_result_protocol_shapes_and_reprs():
     assert "\n" not in text and text.startswith("TrainedEnsemble(networks=9, depth=3")
     assert "<table>" in r._repr_html_()
     # chunking does not change the networks (one generator per network)
-    r2 = train_ensemble(net, X, labels, X_test=XT, eta=0.3, updates=5, size=9, seed=2,
+    r2 = train_ensemble(net, X, labels, X_test=XT, eta=0.3, updates=5, networks=9, seed=2,
                         loss="cross_entropy", record_every=2)
     np.testing.assert_allclose(r2.f_test, r.f_test, rtol=0, atol=1e-13)
 
@@ -256,7 +256,7 @@ NET = et.MLP("tanh", depth=2, widths=4)
     (dict(X=X[0]), "X must be a 2-D"),
     (dict(eta=-0.1), "eta"), (dict(eta=np.nan), "eta"), (dict(eta=1j), "eta"),
     (dict(updates=0), "updates"), (dict(updates=2.0), "updates"),
-    (dict(size=0), "size"), (dict(size=None), "size"),
+    (dict(networks=0), "networks"), (dict(networks=None), "networks"),
     (dict(record_every=0), "record_every"), (dict(batch=0), "batch"),
     (dict(lambda_b=(1.0, 2.0, 3.0)), "lambda_b"), (dict(lambda_w=-1.0), "lambda_w"),
     (dict(lambda_w=1j), "lambda_w"),
@@ -269,7 +269,7 @@ NET = et.MLP("tanh", depth=2, widths=4)
     (dict(seed=-1), "seed"),
 ])
 def test_bad_input_names_the_argument(bad, match):
-    kw = dict(net=NET, X=X, y=Y, eta=0.01, updates=2, size=3, seed=0, X_test=XT)
+    kw = dict(net=NET, X=X, y=Y, eta=0.01, updates=2, networks=3, seed=0, X_test=XT)
     kw.update(bad)
     with pytest.raises(DomainError, match=match):
         train_ensemble(kw.pop("net"), kw.pop("X"), kw.pop("y"), **kw)
@@ -279,7 +279,7 @@ def test_eta_beyond_the_stability_bound_is_refused_with_the_bound():
     """eta >= 2 / lambda_max of the first network's training NTK (computed here with the
     independent empirical_ntk) is refused, naming the bound; just below it the run is accepted."""
     net = et.MLP("tanh", depth=3, widths=16, c_w=1.0, c_b=0.1)
-    params = init_params(net, 4, seed=4, size=3)
+    params = init_params(net, 4, seed=4, networks=3)
     H = empirical_ntk([(W[0], b[0]) for W, b in params], X, net, order=1).H[0, 0]
     bound = 2.0 / np.linalg.eigvalsh(H)[-1]
     with pytest.raises(DomainError, match="stability bound") as info:
@@ -292,18 +292,18 @@ def test_divergence_names_the_step_and_the_network():
     """Network 1 has 30x larger output weights, so its NTK is ~900x stiffer than network 0's,
     whose bound eta is well inside: network 1 diverges and the error names it and the step."""
     net = et.MLP("linear", depth=2, widths=8)
-    params = init_params(net, 4, seed=0, size=2)
+    params = init_params(net, 4, seed=0, networks=2)
     params[1][0][1] *= 30.0
     with pytest.raises(DomainError, match=r"diverged at step \d+ \(network 1\)"):
         train_ensemble(net, X, Y, params=params, eta=0.05, updates=200)
 
 
 def test_reading_errors():
-    r = train_ensemble(NET, X, Y, eta=0.01, updates=2, size=3, seed=0)
+    r = train_ensemble(NET, X, Y, eta=0.01, updates=2, networks=3, seed=0)
     for name, kw, match in [("covariance", {}, "X_test"), ("ntk", {}, "record_ntk"),
                             ("f", dict(layer=1), "layer"), ("loss", dict(step=7), "not recorded"),
                             ("G", {}, "unknown")]:
         with pytest.raises(DomainError, match=match):
             r.value(name, **kw)
     assert r.stderr("f").shape == (3, 3)
-    assert train_ensemble(NET, X, Y, eta=0.01, updates=1, size=1, seed=0).stderr("f") is None
+    assert train_ensemble(NET, X, Y, eta=0.01, updates=1, networks=1, seed=0).stderr("f") is None

@@ -5,6 +5,8 @@ See :mod:`effth.algebra.expectation` for the conventions.
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from typing import Any
 
 import sympy as sp
@@ -355,6 +357,7 @@ def _substitute_activation(expr, act):
 # --------------------------------------------------------------------------------------------
 # module-level helpers
 # --------------------------------------------------------------------------------------------
+@public
 def expand_expectations(expr) -> sp.Expr:
     """Apply :meth:`GaussianExpectation.expand` (linearity) to every atom in ``expr``."""
     expr = sp.sympify(expr)
@@ -363,6 +366,7 @@ def expand_expectations(expr) -> sp.Expr:
     return expr.replace(lambda e: isinstance(e, GaussianExpectation), lambda e: e.expand())
 
 
+@public
 def expect(expr, kernel: KernelMatrix) -> sp.Expr:
     r"""The Gaussian expectation :math:`\langle\mathrm{expr}\rangle_K` as a combination of atoms.
 
@@ -377,6 +381,7 @@ def expect(expr, kernel: KernelMatrix) -> sp.Expr:
     return expand_expectations(GaussianExpectation(expr, kernel))
 
 
+@public
 def stein(expr) -> sp.Expr:
     r"""Apply Stein's lemma to every atom of ``expr`` until no :math:`z` factor is left.
 
@@ -387,6 +392,7 @@ def stein(expr) -> sp.Expr:
     return sp.expand(out)
 
 
+@public
 def wick(expr) -> sp.Expr:
     """Apply :meth:`GaussianExpectation.wick` to every atom of ``expr``."""
     return expand_expectations(expr).replace(
@@ -394,6 +400,7 @@ def wick(expr) -> sp.Expr:
     )
 
 
+@public
 def atoms_of(expr) -> list:
     """The distinct :class:`GaussianExpectation` atoms of ``expr``, in a deterministic order."""
     return sorted(sp.sympify(expr).atoms(GaussianExpectation), key=_key)

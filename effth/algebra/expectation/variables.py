@@ -6,6 +6,8 @@ Distinct sample labels are distinct variables (no Kronecker deltas on differenti
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import sympy as sp
 
 from effth.errors import DomainError
@@ -53,6 +55,7 @@ class GaussianVariable(sp.Expr):
         return f"z({printer._print(self.label)})"
 
 
+@public
 def z(label) -> GaussianVariable:
     r"""The Gaussian variable :math:`z_\alpha` (PDLT (4.26)) of sample ``label``."""
     return GaussianVariable(label)
@@ -141,6 +144,7 @@ class ActivationFactor(sp.Expr):
         return f"{head}({printer._print(self.label)})"
 
 
+@public
 def sigma(label, order: int = 0, name: str = "sigma") -> ActivationFactor:
     r""":math:`\sigma^{(a)}(z_\alpha)`, printed :math:`\sigma_\alpha`, :math:`\sigma'_\alpha`, ….
 

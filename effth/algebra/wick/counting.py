@@ -22,6 +22,8 @@ Examples
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from typing import Hashable, Iterable, Mapping, Sequence
 
 import sympy as sp
@@ -65,11 +67,13 @@ class _UnionFind:
         return out
 
 
+@public
 def trace_matching(m: int) -> tuple[tuple[int, int], ...]:
     """The trace matching :math:`\\{(0,1),(2,3),\\dots\\}` of ``2m`` slots ``0..2m-1``."""
     return tuple((2 * k, 2 * k + 1) for k in range(m))
 
 
+@public
 def cycle_count(pairing: Iterable[tuple[Hashable, Hashable]], trace: Iterable[tuple[Hashable, Hashable]]) -> int:
     r"""Number of connected components of :math:`\pi\cup\pi_0` (cycles, for two perfect matchings).
 
@@ -95,6 +99,7 @@ def cycle_count(pairing: Iterable[tuple[Hashable, Hashable]], trace: Iterable[tu
     return len(uf.groups())
 
 
+@public
 def collapse_neurons(
     pairing: Iterable[tuple[Hashable, Hashable]],
     trace: Iterable[tuple[Hashable, Hashable]],
@@ -144,6 +149,7 @@ def collapse_neurons(
     return out
 
 
+@public
 def cycle_histogram(m: int) -> dict[int, int]:
     r"""Number of pairings of :math:`2m` slots with each number of cycles of :math:`\pi\cup\pi_0`.
 
@@ -174,6 +180,7 @@ def cycle_histogram(m: int) -> dict[int, int]:
     return dict(sorted(hist.items(), reverse=True))
 
 
+@public
 def cycle_polynomial(m: int, n: sp.Expr | int = sp.Symbol("n", positive=True)) -> sp.Expr:
     r""":math:`\sum_\pi n^{\mathrm{cyc}(\pi\cup\pi_0)-m}` from :func:`cycle_histogram` (equals :math:`c_{2m}(n)`).
 
@@ -188,6 +195,7 @@ def cycle_polynomial(m: int, n: sp.Expr | int = sp.Symbol("n", positive=True)) -
     return sp.Add(*[cnt * n ** (c - m) for c, cnt in cycle_histogram(m).items()])
 
 
+@public
 def c2m(m: int, n: sp.Expr | int = sp.Symbol("n", positive=True)) -> sp.Expr:
     r"""Deep-linear layer factor :math:`c_{2m}(n)=\prod_{s=1}^{m-1}(1+2s/n)` (PDLT (3.46)).
 
@@ -209,6 +217,7 @@ def c2m(m: int, n: sp.Expr | int = sp.Symbol("n", positive=True)) -> sp.Expr:
     return sp.Mul(*[1 + sp.Integer(2 * s) / n for s in range(1, m)])
 
 
+@public
 def c2m_gamma(m: int, n: sp.Expr | int = sp.Symbol("n", positive=True)) -> sp.Expr:
     r"""Gamma form :math:`\frac{\Gamma(n/2+m)}{\Gamma(n/2)}(2/n)^m` of :math:`c_{2m}(n)` (PDLT (3.46)).
 
@@ -221,6 +230,7 @@ def c2m_gamma(m: int, n: sp.Expr | int = sp.Symbol("n", positive=True)) -> sp.Ex
     return sp.gammasimp(sp.gamma(n / 2 + m) / sp.gamma(n / 2) * (2 / n) ** m)
 
 
+@public
 def deep_linear_layer_factor(m: int, widths: Sequence, g2: sp.Expr | int = 1) -> sp.Expr:
     r""":math:`G_{2m}^{(\ell)}=\big[\prod_{\ell'}c_{2m}(n_{\ell'})\big](G_2^{(\ell)})^m` (PDLT (3.47)).
 

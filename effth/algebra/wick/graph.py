@@ -45,6 +45,8 @@ Two slots tied by a trace edge (as in :math:`\sum_{j,k} z_j z_j z_k z_k`): two c
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence
 
@@ -66,6 +68,7 @@ __all__ = [
 Pairing = tuple  # tuple of (name, name) pairs
 
 
+@public
 @dataclass(frozen=True)
 class Slot:
     """One Gaussian slot :math:`z_{i;\\alpha}` of a Wick contraction.
@@ -99,6 +102,7 @@ def _kinds(counts: dict) -> tuple:
     return tuple(sorted(counts.items()))
 
 
+@public
 class WickGraph:
     """A pairing of slots plus the fixed structure edges, as a simple ``networkx.Graph``.
 
@@ -209,6 +213,7 @@ def _normalize_structure(structure: Iterable) -> Iterator[tuple]:
             raise ValueError(f"structure edge {e!r} must be (u, v) or (u, v, kind)")
 
 
+@public
 @dataclass
 class WickClass:
     """One isomorphism class: a representative graph and the number of pairings in the class."""
@@ -222,6 +227,7 @@ class WickClass:
         return self.representative.pairing
 
 
+@public
 @dataclass
 class WickExpansion:
     """Report of a grouped Wick expansion (like opt_einsum's ``PathInfo``).
@@ -287,6 +293,7 @@ class WickExpansion:
                 f"{len(self.classes)} classes>")
 
 
+@public
 def structure_automorphisms(slots: Sequence[Slot], structure: Iterable = (), limit: int | None = None):
     """Automorphisms of the structure graph preserving slot colours and edge kinds.
 
@@ -319,6 +326,7 @@ def structure_automorphisms(slots: Sequence[Slot], structure: Iterable = (), lim
     return sorted(out)
 
 
+@public
 def structure_generators(slots: Sequence[Slot], structure: Iterable = ()) -> tuple[list, int]:
     r"""A strong generating set of the structure's automorphism group, and the group order.
 
@@ -403,6 +411,7 @@ def _pairs(mate: tuple) -> tuple:
     return tuple((k, m) for k, m in enumerate(mate) if k < m)
 
 
+@public
 def wick_classes(
     slots: Sequence[Slot],
     structure: Iterable = (),

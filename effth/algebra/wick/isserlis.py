@@ -20,12 +20,15 @@ Examples
 
 from __future__ import annotations
 
+from effth._signature import public
+
 import math
 from functools import lru_cache
 
 __all__ = ["isserlis_terms"]
 
 
+@public
 @lru_cache(maxsize=4096)
 def isserlis_terms(n: tuple[int, ...]) -> tuple[tuple[int, tuple[tuple[int, int, int], ...]], ...]:
     """Distinct terms of :math:`\\langle\\prod_i z_i^{n_i}\\rangle` as ``((count, ((i, j, m_ij), ...)), ...)``.

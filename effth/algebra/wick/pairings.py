@@ -18,6 +18,8 @@ Examples
 
 from __future__ import annotations
 
+from effth._signature import public
+
 from typing import Hashable, Iterator, Sequence, TypeVar
 
 __all__ = ["enumerate_pairings", "count_pairings", "double_factorial"]
@@ -25,6 +27,7 @@ __all__ = ["enumerate_pairings", "count_pairings", "double_factorial"]
 T = TypeVar("T", bound=Hashable)
 
 
+@public
 def double_factorial(k: int) -> int:
     """:math:`k!! = k(k-2)(k-4)\\cdots`, with ``(-1)!! = 0!! = 1``."""
     if k < -1:
@@ -36,6 +39,7 @@ def double_factorial(k: int) -> int:
     return out
 
 
+@public
 def count_pairings(n_slots: int) -> int:
     """Number of perfect matchings of ``n_slots`` slots: ``(n-1)!!`` if even, else 0."""
     if n_slots < 0:
@@ -43,6 +47,7 @@ def count_pairings(n_slots: int) -> int:
     return 0 if n_slots % 2 else double_factorial(n_slots - 1)
 
 
+@public
 def enumerate_pairings(slots: Sequence[T]) -> Iterator[tuple[tuple[T, T], ...]]:
     """Yield every perfect matching of ``slots`` as a tuple of pairs, in a fixed order.
 

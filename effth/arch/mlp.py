@@ -1,0 +1,117 @@
+r"""The fully connected network :class:`MLP` (PDLT (2.5))."""
+
+from __future__ import annotations
+
+from effth._signature import public
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from effth.activations import Activation, get_activation
+from effth.arch._common import _as_int, _widths, per_layer
+from effth.errors import DomainError
+
+__all__ = ["MLP"]
+
+
+@public
+@dataclass(frozen=True)
+class MLP:
+    r"""A fully connected network :math:`z^{(\ell+1)} = b^{(\ell+1)} + W^{(\ell+1)}\sigma(z^{(\ell)})`.
+
+    Parameters
+    ----------
+    activation : str or Activation
+        Registered name (see :func:`effth.activations.available_activations`) or an
+        :class:`~effth.activations.Activation`.
+    depth : int
+        Number of weight layers :math:`L\ge1` (output layer included).
+    widths : int or sequence of int, optional
+        Hidden widths :math:`n_1..n_{L-1}` (an int means all equal); ``None`` leaves them
+        symbolic for the theory (a simulation needs them).
+    c_w, c_b : float or sequence of float
+        :math:`C_W^{(\ell)} > 0` and :math:`C_b^{(\ell)} \ge 0`, one value or one per weight layer
+        :math:`\ell = 1..L`.
+    n_out : int
+        Output width :math:`n_L` (default 1).
+
+    Raises
+    ------
+    DomainError
+        Non-positive depth or widths, negative or non-finite variances, wrong lengths.
+    """
+
+    activation: Any
+    depth: int
+    widths: Any = None
+    c_w: Any = 1.0
+    c_b: Any = 0.0
+    n_out: int = 1
+    _act: Activation = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_act", get_activation(self.activation))
+        depth = _as_int(self.depth, "depth")
+        if depth < 1:
+            raise DomainError(f"depth must be an int >= 1 (number of weight layers), got {self.depth!r}")
+        object.__setattr__(self, "depth", depth)
+        if self.widths is not None:
+            object.__setattr__(self, "widths", _widths(self.widths, depth))
+        n_out = _as_int(self.n_out, "n_out")
+        if n_out < 1:
+            raise DomainError(f"n_out must be a positive int, got {self.n_out!r}")
+        object.__setattr__(self, "n_out", n_out)
+        object.__setattr__(self, "c_w", per_layer(self.c_w, self.depth, "c_w", positive=True))
+        object.__setattr__(self, "c_b", per_layer(self.c_b, self.depth, "c_b", positive=False))
+
+    @property
+    def act(self) -> Activation:
+        """The resolved :class:`~effth.activations.Activation`."""
+        return self._act
+
+    @property
+    def hidden_layers(self) -> int:
+        """Number of hidden layers, ``depth - 1`` (the DMFT papers' :math:`L`)."""
+        return self.depth - 1
+
+    @property
+    def hidden_widths(self) -> tuple[int, ...] | None:
+        """:math:`(n_1, \\dots, n_{L-1})`, or ``None`` if symbolic."""
+        return self.widths
+
+    def layer_widths(self, n_in: int) -> tuple[int, ...]:
+        """:math:`(n_0, n_1, \\dots, n_L)` for input dimension ``n_in``."""
+        if self.widths is None:
+            raise DomainError("this MLP has symbolic widths; pass widths=... to simulate it")
+        return (int(n_in), *self.widths, self.n_out)
+
+    def c_w_at(self, layer: int) -> float:
+        """:math:`C_W^{(\\ell)}` for weight layer ``layer`` in 1..L."""
+        return self.c_w[self._check(layer)]
+
+    def c_b_at(self, layer: int) -> float:
+        """:math:`C_b^{(\\ell)}` for weight layer ``layer`` in 1..L."""
+        return self.c_b[self._check(layer)]
+
+    def _check(self, layer: int) -> int:
+        if not 1 <= layer <= self.depth:
+            raise DomainError(f"layer must be in 1..{self.depth}, got {layer}")
+        return layer - 1
+
+    def __repr__(self) -> str:
+        def short(values: tuple) -> str:
+            if len(set(values)) == 1:
+                return f"{values[0]:g}"
+            text = "(" + ", ".join(f"{v:g}" for v in values) + ")"
+            return text if len(text) <= 60 else f"({values[0]:g}, ..., {values[-1]:g})"
+
+        widths = "None" if self.widths is None else (
+            short(self.widths) if self.widths else "()")
+        out = f", n_out={self.n_out}" if self.n_out != 1 else ""
+        name = self.activation if isinstance(self.activation, str) else self._act.name
+        return (f"MLP({name!r}, depth={self.depth}, widths={widths}, "
+                f"c_w={short(self.c_w)}, c_b={short(self.c_b)}{out})")
+
+    def with_widths(self, widths: int | Sequence[int]) -> "MLP":
+        """The same network with other hidden widths."""
+        return MLP(self.activation, self.depth, widths, self.c_w, self.c_b, self.n_out)

@@ -1,0 +1,911 @@
+r"""DMFT of deep linear networks trained on random data at finite data and width ratios.
+
+Bordelon & Pehlevan, "Deep Linear Network Training Dynamics from Random Initialization: Data,
+Width, Depth, and Hyperparameter Transfer".  Isotropic Gaussian inputs ``x ~ N(0, I_D)``, a
+linear teacher ``y = w_* . x / sqrt(D) + sigma eps``, and a deep linear network of width ``N``
+trained on ``P`` examples, in the proportional limit with ``alpha = P / D`` and ``nu = N / D``
+fixed (eqs. (6)-(7)).  The theory closes on ``T x T`` correlation and response matrices (the
+paper's App. A, eq. (65)); because the network is linear every single-site variable is a linear
+functional of Gaussian sources, so the equations are solved *exactly* by marching in time -- no
+sampling, no fixed-point iteration.
+
+The model (the "field form" whose exact limit the DMFT is)
+---------------------------------------------------------
+``f(x) = (N gamma0)^-1 (w^L)^T W^{L-1}/sqrt(N) ... W^1/sqrt(N) W^0 x``, all weights ``N(0, 1)``,
+trained by gradient descent with parameter learning rate ``N eta gamma0^2`` on
+``(2P)^-1 sum_mu Delta_mu^2``.  Losses are the un-halved mean squared errors
+``L(t) = C_v(t, t) + sigma^2`` (test) and ``L_hat(t) = C_Delta(t, t)`` (train), eq. (10).
+
+Errata of the printed equations (each is checked by the tests against simulated networks)
+---------------------------------------------------------------------------------------------
+* The printed model (1) carries ``1/sqrt(D)`` on the first layer and its stated learning rate
+  refers to the un-halved loss; the fields (9), (26) and the DMFT (65) describe the network above
+  (no ``1/sqrt(D)``, halved loss).  With the printed (1) the finite-width term
+  ``1/(nu gamma0^2)`` would vanish.
+* The printed sums ``sum_{t' < t}`` over the responses ``R_hr`` in the ``h``-equations must
+  include ``t' = t``: ``v(t)`` contains the initial-function noise ``-r^0(t)`` at the same time,
+  so ``R^0_hr(t, t) != 0``.  For one hidden layer at ``eta = 0.2``, ``gamma0 = nu = 1`` and
+  population data this gives ``C_v(1, 1) = 427/625``; the printed form gives ``0.80``.
+* In the ``v``-equation of (65) the coefficient of ``C_g^1`` is ``eta`` (not ``eta gamma0``) and
+  ``h^0`` appears once; the data-site memory term carries ``1/alpha`` (missing in (62)).
+* The bias term of (13) sums over ``s <= t`` (not ``s < t``): ``bias(t) = S (sum_{s<=t} H(t,s))^2``
+  with the transfer function ``H = (I + K R_Delta)^-1``.
+* The centering correction (69) prints ``+ eta sum C_g^1 h^0``; the sign is ``-``.
+* Residual networks (App. C): the cross-layer responses carry ``beta delta_{k, l+1}`` on
+  ``d h^{l+1} / d u^k`` and ``beta delta_{k l}`` on ``d g^l / d r^k`` (the printed list puts the
+  delta on ``d g / d u`` and ``d g / d r``); the printed infinite-depth equation (85) is garbled and
+  is not used: the infinite-depth limit is approached by the finite-``L`` residual theory with
+  ``beta = beta0 / sqrt(L)`` at increasing ``L``.
+
+Scaled responses
+----------------
+All responses are proportional to ``gamma0``; the solver stores ``R / gamma0`` so that only
+``gamma0^2`` and the initial-function variance ``1 / (nu gamma0^2)`` enter.  This makes the NTK
+parameterization (``gamma0^2 = gamma0_ref^2 nu_ref / nu``) exact at ``nu = inf`` (the lazy limit).
+"""
+
+from __future__ import annotations
+
+from effth._signature import public
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from effth._display import depth_text, html_table, short
+from effth._progress import progress_bar
+from effth._results import HiddenLayers
+from effth._threads import blas_threads
+from effth._validate import integer, positive, real_array, real_scalar
+from effth.arch import resolve_depth
+from effth.arch._common import resolve_branch_scale
+from effth.errors import ConvergenceError, DomainError
+from effth.dmft.grid import TimeGrid
+
+__all__ = ["RandomDataResult", "LearningRateSweep", "PowerLawResult", "DepthExtrapolation",
+           "solve_random_data",
+           "learning_rate_sweep", "max_stable_learning_rate", "resnet_kernel", "gamma0_at",
+           "solve_power_law", "power_law_exponent", "extrapolate_depth"]
+
+_BLOWUP = 1e3          # L(t) > 1e3 L(0) (or non-finite) counts as divergence
+
+
+# --------------------------------------------------------------------------- parameters
+@public
+def gamma0_at(gamma0, nu, parameterization: str = "mup", reference_nu: float = 1.0) -> float:
+    r"""``gamma0`` of the network at width ratio ``nu`` (eq. (6) and §3 of the paper).
+
+    ``'mup'`` (mean field): ``gamma0`` independent of ``nu``.  ``'ntk'``:
+    ``gamma0(nu) = gamma0 sqrt(reference_nu / nu)`` so that ``nu gamma0^2`` is fixed and the two
+    parameterizations coincide at ``nu = reference_nu``.
+    """
+    g, n = real_scalar(gamma0, "gamma0"), real_scalar(nu, "nu")
+    if parameterization == "mup":
+        return g
+    if parameterization == "ntk":
+        return 0.0 if math.isinf(n) else g * math.sqrt(real_scalar(reference_nu, "reference_nu") / n)
+    raise DomainError(f"parameterization={parameterization!r} must be 'mup' or 'ntk'")
+
+
+@dataclass(frozen=True)
+class _Params:
+    L: int
+    T: int
+    eta: float
+    g2: float            # gamma0^2
+    iv: float            # 1 / (nu gamma0^2): initial-function variance (0 at nu = inf in muP)
+    alpha: float         # inf: population
+    alpha_b: float | None
+    sigma: float
+    S: float
+    centering: bool
+    beta: float | None   # residual branch scale (None: plain network)
+    variant: str | None = None   # private: 'printed_sums' / 'printed_v' reproduce the printed errata
+
+
+def _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, centering,
+            batch_ratio, parameterization, reference_nu, branch_scale, branch_scale0):
+    L = resolve_depth(depth, hidden_layers) - 1
+    alpha = positive(alpha, "alpha", allow_inf=True)
+    nu = positive(nu, "nu", allow_inf=True)
+    eta = positive(eta, "eta")
+    T = integer(steps, "steps", minimum=1)
+    sigma = real_scalar(sigma, "sigma")
+    if not (math.isfinite(sigma) and sigma >= 0):
+        raise DomainError(f"sigma={sigma!r} (label-noise scale) must be finite and >= 0")
+    S = positive(signal, "signal")
+    if not isinstance(centering, (bool, np.bool_)):
+        raise DomainError(f"centering={centering!r} must be a bool")
+    g = real_scalar(gamma0, "gamma0")
+    if not (math.isfinite(g) and g >= 0):
+        raise DomainError(f"gamma0={gamma0!r} must be finite and >= 0")
+    ref = positive(reference_nu, "reference_nu")
+    if parameterization == "mup":
+        if g == 0 and not math.isinf(nu):
+            raise DomainError("gamma0 = 0 at finite nu in muP: the initial-function variance "
+                              "1/(nu gamma0^2) diverges; use a small positive gamma0 (with "
+                              "centering=True for the lazy limit) or parameterization='ntk'")
+        g2 = g * g
+        iv = 0.0 if math.isinf(nu) else 1.0 / (nu * g2)
+    elif parameterization == "ntk":
+        if g == 0:
+            raise DomainError("parameterization='ntk' needs gamma0 > 0 (its value at "
+                              "nu = reference_nu)")
+        g2 = 0.0 if math.isinf(nu) else g * g * ref / nu
+        iv = 1.0 / (g * g * ref)
+    else:
+        raise DomainError(f"parameterization={parameterization!r} must be 'mup' or 'ntk'")
+    ab = None
+    if batch_ratio is not None:
+        ab = positive(batch_ratio, "batch_ratio")
+        if not math.isinf(alpha):
+            raise DomainError("online SGD (batch_ratio=) draws fresh data each step: leave "
+                              "alpha at inf")
+    beta = resolve_branch_scale(branch_scale, branch_scale0, L)
+    return _Params(L=L, T=T, eta=eta, g2=g2, iv=iv, alpha=alpha, alpha_b=ab, sigma=sigma, S=S,
+                   centering=bool(centering), beta=beta)
+
+
+# --------------------------------------------------------------------------- result
+@public
+@dataclass(repr=False)
+class RandomDataResult(HiddenLayers):
+    r"""Order parameters of the random-data DMFT on the time grid ``t = 0 .. T-1`` (GD steps).
+
+    Names for :meth:`value`: ``'test_loss'`` (alias ``'loss'``) ``L(t) = C_v(t,t) + sigma^2``;
+    ``'train_loss'`` ``C_Delta(t,t)`` (``None`` for online SGD); ``'bias'``,
+    ``'width_variance'``, ``'data_variance'`` -- the corrected decomposition of (13),
+    ``L = bias + width_variance + data_variance + sigma^2``; two-time ``(T, T)`` matrices
+    ``'C_v'``, ``'C_delta'``, ``'K'`` (the kernel ``gamma0^-1 R^1_gu + eta C^1_g`` of the input
+    site), ``'transfer'`` (``H = (I + K R_Delta)^-1``), ``'R_delta'``, ``'R_vu'``; per hidden layer
+    ``'C_h'``, ``'C_g'`` (``layer = 1..L``; ``layer=0`` gives ``C_h^0``).
+    """
+
+    hidden_layers: int
+    grid: TimeGrid
+    alpha: float
+    nu: float
+    gamma0_sq: float
+    init_variance: float
+    sigma: float
+    signal: float
+    centering: bool
+    batch_ratio: float | None
+    branch_scale: float | None
+    arrays: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def steps(self) -> int:
+        return self.grid.steps
+
+    @property
+    def test_loss(self) -> np.ndarray:
+        return self.arrays["test_loss"]
+
+    @property
+    def train_loss(self) -> np.ndarray | None:
+        return self.arrays["train_loss"]
+
+    _PER_LAYER = ("C_h", "C_g")
+    _NAMES = ("test_loss", "loss", "train_loss", "bias", "width_variance", "data_variance",
+              "C_v", "C_delta", "K", "transfer", "R_delta", "R_vu", "C_h", "C_g")
+
+    def value(self, name: str, layer: int | None = None) -> np.ndarray:
+        """The prediction ``name`` (see the class docstring)."""
+        if name not in self._NAMES:
+            raise DomainError(f"unknown quantity name={name!r}; choose from {list(self._NAMES)}")
+        if name in self._PER_LAYER:
+            lo = 0 if name == "C_h" else 1
+            if layer is None:
+                raise DomainError(f"{name!r} is per layer: give layer= in {lo}..{self.hidden_layers}")
+            if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not (
+                    lo <= int(layer) <= self.hidden_layers):
+                raise DomainError(f"layer={layer!r} not held for {name!r}; layers are "
+                                  f"{lo}..{self.hidden_layers}")
+            return self.arrays[name][int(layer) - lo]
+        if layer is not None:
+            raise DomainError(f"{name!r} has no layer axis; drop layer={layer!r}")
+        name = "test_loss" if name == "loss" else name
+        out = self.arrays[name]
+        if out is None:
+            raise DomainError(f"{name!r} is not defined for online SGD (every batch is fresh)")
+        return out
+
+    def stderr(self, name: str, layer: int | None = None):
+        """``None``: the theory is deterministic."""
+        self.value(name, layer)
+        return None
+
+    def _desc(self):
+        kind = ("SGD alpha_B=%g" % self.batch_ratio if self.batch_ratio is not None
+                else "alpha=%g" % self.alpha)
+        res = "" if self.branch_scale is None else f", beta={self.branch_scale:g}"
+        return (f"{depth_text(self.depth)}, {kind}, nu={self.nu:g}, "
+                f"gamma0={math.sqrt(self.gamma0_sq):g}, eta={self.grid.eta:g}, steps={self.steps}{res}")
+
+    def __repr__(self) -> str:
+        return f"RandomDataResult({self._desc()}, final test loss={self.test_loss[-1]:.4g})"
+
+    def _repr_html_(self) -> str:
+        rows = [("depth (hidden_layers)", f"{self.depth} ({self.hidden_layers})"),
+                ("alpha", self.alpha), ("nu", self.nu), ("batch ratio", self.batch_ratio),
+                ("gamma0", f"{math.sqrt(self.gamma0_sq):g}"), ("eta", self.grid.eta),
+                ("steps", self.steps), ("sigma", self.sigma), ("centering", self.centering),
+                ("branch scale", self.branch_scale),
+                ("test loss", short(np.round(self.test_loss, 4))),
+                ("seconds", f"{self.seconds:.3g}")]
+        return html_table("RandomDataResult", rows)
+
+
+# --------------------------------------------------------------------------- solver core
+class _Diverged(Exception):
+    def __init__(self, step, loss):
+        super().__init__(step, loss)
+        self.step, self.loss = step, loss
+
+
+def _sym(M, t, row):
+    M[t, :t + 1] = row
+    M[:t + 1, t] = row
+
+
+def _march(p: _Params, check: bool = True):
+    """Causal time-stepping of the corrected equations (non-residual and residual networks)."""
+    L, T, eta, g2, iv = p.L, p.T, p.eta, p.g2, p.iv
+    pop = math.isinf(p.alpha) and p.alpha_b is None
+    sgd = p.alpha_b is not None
+    Z = lambda: np.zeros((T, T))                      # noqa: E731
+    Ch = [Z() for _ in range(L + 1)]                  # C_h^0 .. C_h^L
+    Cg = [Z() for _ in range(L + 2)]                  # index 1..L; L+1 = ones
+    Cg[L + 1] = np.ones((T, T))
+    Vw, Vr, Vu = np.zeros(T), Z(), Z()
+    Hw, H0r, H0u = np.zeros(T), Z(), Z()
+    Du, De = Z(), np.zeros(T)
+    Cv, CD = Z(), Z()
+    Kmat = Z()
+    if p.beta is None:
+        hid = _PlainHidden(L, T)
+    else:
+        hid = _ResidualHidden(L, T, p.beta)
+    Su = Z()
+    L0 = None
+    for t in range(T):
+        s1 = slice(0, t + 1)
+        hid.backward(t, Ch, Cg, eta, g2)
+        # ------------------------------------------------------------ input sites
+        K = hid.R1gu_scaled(t) + (eta * math.sqrt(g2) if p.variant == "printed_v" else eta) * Cg[1][t, :t]
+        Kmat[t, :t] = K
+        Vw[t] = 1.0 - K @ Hw[:t]
+        Vr[t, :t + 1] = -K @ H0r[:t, :t + 1]
+        Vr[t, t] -= 1.0
+        if p.centering:
+            Vr[t, 0] += 1.0
+        Vu[t, :t + 1] = -K @ H0u[:t, :t + 1]
+        Sr = Cg[1][s1, s1] * iv
+        if pop:
+            su_part = 0.0
+        else:
+            # v(t) depends on u^0 at earlier times only (Vu[t, t] = 0), so row t of
+            # Su = C_Delta / alpha (computed below) is not needed yet
+            su_part = (Vu[t, s1] @ Su[s1, s1]) @ Vu[s1, s1].T
+        _sym(Cv, t, p.S * Vw[t] * Vw[s1] + (Vr[t, s1] @ Sr) @ Vr[s1, s1].T + su_part)
+        # ------------------------------------------------------------ data sites
+        if pop or sgd:
+            Du[t, t] = 1.0
+            De[t] = 1.0
+            noise = p.sigma ** 2 * ((np.arange(t + 1) == t) if sgd else 1.0)
+            _sym(CD, t, Cv[t, s1] + noise)
+        else:
+            Du[t, s1] = (Vu[t, :t] / p.alpha) @ Du[:t, s1]
+            Du[t, t] += 1.0
+            De[t] = 1.0 + (Vu[t, :t] / p.alpha) @ De[:t]
+            _sym(CD, t, (Du[t, s1] @ Cv[s1, s1]) @ Du[s1, s1].T + p.sigma ** 2 * De[t] * De[s1])
+        if sgd:
+            Su[t, t] = CD[t, t] / p.alpha_b
+        elif not pop:
+            _sym(Su, t, CD[t, s1] / p.alpha)
+        # ------------------------------------------------------------ h^0
+        Hw[t] = Du[t, s1] @ Vw[s1]
+        H0r[t, s1] = Du[t, s1] @ Vr[s1, s1]
+        H0u[t, s1] = Du[t, s1] @ Vu[s1, s1]
+        if not pop:
+            H0u[t, t] += 1.0
+        _sym(Ch[0], t, p.S * Hw[t] * Hw[s1] + (H0r[t, s1] @ Sr) @ H0r[s1, s1].T
+             + (H0u[t, s1] @ Su[s1, s1]) @ H0u[s1, s1].T)
+        hid.forward(t, Ch, Cg, H0r, eta, g2, iv, p.variant == "printed_sums")
+        if check:
+            test = Cv[t, t] + p.sigma ** 2
+            if t == 0:
+                L0 = test
+            if not (np.isfinite(test) and np.isfinite(CD[t, t]) and test <= _BLOWUP * L0
+                    and np.all(np.isfinite(Ch[L][t, s1]))):
+                raise _Diverged(t, test)
+    bias = p.S * Vw ** 2
+    wvar = np.einsum("ts,su,tu->t", Vr, Cg[1] * iv, Vr)
+    dvar = np.zeros(T) if pop else np.einsum("ts,su,tu->t", Vu, Su, Vu)
+    test = np.diag(Cv) + p.sigma ** 2
+    transfer = np.linalg.inv(np.eye(T) + Kmat @ Du)
+    arrays = dict(test_loss=test, train_loss=None if sgd else np.diag(CD).copy(), bias=bias,
+                  width_variance=wvar, data_variance=dvar, C_v=Cv, C_delta=CD, K=Kmat,
+                  transfer=transfer, R_delta=Du, R_vu=Vu, C_h=np.array(Ch),
+                  C_g=np.array(Cg[1:L + 1]))
+    return arrays
+
+
+class _PlainHidden:
+    """Hidden sites of the non-residual network: ``h = H_u u + H_r r``, ``g = G_u u + G_r r``
+    (responses stored divided by ``gamma0``)."""
+
+    def __init__(self, L, T):
+        Z = lambda: np.zeros((T, T))              # noqa: E731
+        self.L = L
+        self.Hu = [None] + [Z() for _ in range(L)]
+        self.Hr = [None] + [Z() for _ in range(L)]     # H_r / gamma0
+        self.Gu = [None] + [Z() for _ in range(L + 1)]  # G_u / gamma0 ; Gu[L+1] = 0
+        self.Gr = [None] + [Z() for _ in range(L)]
+
+    def backward(self, t, Ch, Cg, eta, g2):
+        s1 = slice(0, t + 1)
+        for l in range(self.L, 0, -1):
+            B = self.Gu[l + 1][t, :t] + eta * Cg[l + 1][t, :t]
+            self.Gu[l][t, s1] = B @ self.Hu[l][:t, s1]
+            self.Gr[l][t, s1] = g2 * (B @ self.Hr[l][:t, s1])
+            self.Gr[l][t, t] += 1.0
+            Gu, Gr = self.Gu[l], self.Gr[l]
+            _sym(Cg[l], t, g2 * ((Gu[t, s1] @ Ch[l - 1][s1, s1]) @ Gu[s1, s1].T)
+                 + (Gr[t, s1] @ Cg[l + 1][s1, s1]) @ Gr[s1, s1].T)
+
+    def R1gu_scaled(self, t):
+        return self.Gu[1][t, :t]
+
+    def forward(self, t, Ch, Cg, H0r, eta, g2, iv, printed=False):
+        s1 = slice(0, t + 1)
+        for l in range(1, self.L + 1):
+            A = (iv * H0r[t, s1]) if l == 1 else self.Hr[l - 1][t, s1].copy()   # s <= t
+            if printed:
+                A[t] = 0.0                                                           # printed s < t
+            A[:t] += eta * Ch[l - 1][t, :t]                                          # s <  t
+            self.Hu[l][t, s1] = g2 * (A @ self.Gu[l][s1, s1])
+            self.Hu[l][t, t] += 1.0
+            self.Hr[l][t, s1] = A @ self.Gr[l][s1, s1]
+            Hu, Hr = self.Hu[l], self.Hr[l]
+            _sym(Ch[l], t, (Hu[t, s1] @ Ch[l - 1][s1, s1]) @ Hu[s1, s1].T
+                 + g2 * ((Hr[t, s1] @ Cg[l + 1][s1, s1]) @ Hr[s1, s1].T))
+
+
+class _ResidualHidden:
+    """Hidden sites of the residual network (App. C, corrected), expanded over the sources of
+    every layer: ``h^l = sum_k Hu[l][k] u^k + Hr[l][k] r^k`` (and likewise ``g``).
+
+    Sources ``u^1 ~ C_h^0``, ``u^k ~ C_h^{k-1}`` (``k = 2..L``), ``r^k ~ C_g^{k+1}``
+    (``k = 1..L-1``), ``r^L ~ 1 1^T``.  Equations, with ``J`` the strict causal mask:
+    ``h^1 = u^1 + gamma0 Abar^0 g^1``, ``h^{l+1} = h^l + beta u^{l+1} + beta gamma0 Abar^l g^{l+1}``,
+    ``g^L = r^L + eta gamma0 J h^L``, ``g^l = g^{l+1} + beta r^l + beta gamma0 Bbar^{l+1} h^l``,
+    with ``Abar^0 = iv R^0_hr + eta C^0_h J``, ``Abar^l = Rt^l_hr + eta beta C^l_h J``,
+    ``Bbar^{l+1} = Rt^{l+1}_gu + eta beta C^{l+1}_g J`` (``Rt = R / gamma0``; the same-layer
+    responses ``R^l_hr = d h^l / d r^l``, ``R^l_gu = d g^l / d u^l`` include the branch factor).
+    Storage: coefficient arrays ``[layer][source] -> (T, T)``; ``u``-coefficients of ``g`` and
+    ``r``-coefficients of ``h`` carry one factor ``gamma0`` and are stored divided by it.
+    """
+
+    def __init__(self, L, T, beta):
+        self.L, self.T, self.beta = L, T, beta
+        self.Hu = np.zeros((L + 1, L + 1, T, T))   # [l][k]  d h^l / d u^k
+        self.Hr = np.zeros((L + 1, L + 1, T, T))   # / gamma0
+        self.Gu = np.zeros((L + 2, L + 1, T, T))   # / gamma0
+        self.Gr = np.zeros((L + 2, L + 1, T, T))
+
+    def _cov_sources(self, Ch, Cg, s1):
+        return ([Ch[k - 1][s1, s1] for k in range(1, self.L + 1)],
+                [Cg[k + 1][s1, s1] for k in range(1, self.L + 1)])
+
+    def backward(self, t, Ch, Cg, eta, g2):
+        L, b = self.L, self.beta
+        s1 = slice(0, t + 1)
+        Su, Sr = self._cov_sources(Ch, Cg, s1)
+        for l in range(L, 0, -1):
+            if l == L:
+                Bv = eta * np.ones(t)
+                scale = 1.0
+            else:
+                Bv = self.Gu[l + 1][l + 1][t, :t] + eta * b * Cg[l + 1][t, :t]
+                scale = b
+            for k in range(1, L + 1):
+                gu = scale * (Bv @ self.Hu[l][k][:t, s1])
+                gr = scale * g2 * (Bv @ self.Hr[l][k][:t, s1])
+                if l < L:
+                    gu = gu + self.Gu[l + 1][k][t, s1]
+                    gr = gr + self.Gr[l + 1][k][t, s1]
+                self.Gu[l][k][t, s1] = gu
+                self.Gr[l][k][t, s1] = gr
+            self.Gr[l][l][t, t] += (1.0 if l == L else b)
+            row = np.zeros(t + 1)
+            for k in range(1, L + 1):
+                Gu, Gr = self.Gu[l][k], self.Gr[l][k]
+                row += g2 * ((Gu[t, s1] @ Su[k - 1]) @ Gu[s1, s1].T)
+                row += (Gr[t, s1] @ Sr[k - 1]) @ Gr[s1, s1].T
+            _sym(Cg[l], t, row)
+
+    def R1gu_scaled(self, t):
+        return self.Gu[1][1][t, :t]
+
+    def forward(self, t, Ch, Cg, H0r, eta, g2, iv, printed=False):
+        L, b = self.L, self.beta
+        s1 = slice(0, t + 1)
+        Su, Sr = self._cov_sources(Ch, Cg, s1)
+        for l in range(1, L + 1):
+            if l == 1:
+                A = iv * H0r[t, s1]
+                scale = 1.0
+                A[:t] += eta * Ch[0][t, :t]
+            else:
+                A = self.Hr[l - 1][l - 1][t, s1].copy()
+                A[:t] += eta * b * Ch[l - 1][t, :t]
+                scale = b
+            if printed:
+                A[t] = 0.0
+            for k in range(1, L + 1):
+                hu = scale * g2 * (A @ self.Gu[l][k][s1, s1])
+                hr = scale * (A @ self.Gr[l][k][s1, s1])
+                if l > 1:
+                    hu = hu + self.Hu[l - 1][k][t, s1]
+                    hr = hr + self.Hr[l - 1][k][t, s1]
+                self.Hu[l][k][t, s1] = hu
+                self.Hr[l][k][t, s1] = hr
+            self.Hu[l][l][t, t] += (1.0 if l == 1 else b)
+            row = np.zeros(t + 1)
+            for k in range(1, L + 1):
+                Hu, Hr = self.Hu[l][k], self.Hr[l][k]
+                row += (Hu[t, s1] @ Su[k - 1]) @ Hu[s1, s1].T
+                row += g2 * ((Hr[t, s1] @ Sr[k - 1]) @ Hr[s1, s1].T)
+            _sym(Ch[l], t, row)
+            # the u^k sources for k > l are not yet defined at layer l: covariances use
+            # C_h^{k-1} rows up to t, all computed (k-1 <= l - 1 < l) before they are needed.
+
+
+@public
+def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = None,
+                      alpha: float = np.inf, nu: float = np.inf, gamma0: float, eta: float,
+                      steps: int, sigma: float = 0.0, signal: float = 1.0,
+                      centering: bool = False, batch_ratio: float | None = None,
+                      parameterization: str = "mup", reference_nu: float = 1.0,
+                      branch_scale: float | None = None,
+                      branch_scale0: float | None = None, _variant: str | None = None
+                      ) -> RandomDataResult:
+    r"""Solve the finite-``(alpha, nu)`` DMFT of a deep linear network trained on random data.
+
+    Bordelon & Pehlevan, "Deep Linear Network Training Dynamics from Random Initialization"
+    (App. A, eq. (65), with the corrections listed in the module docstring).  The ``T x T``
+    correlations and responses are marched exactly in time: at step ``t`` the backward pass
+    ``g^L .. g^1``, then the input sites (``v``), the data sites (``Delta``, eq. (15)), ``h^0``, and
+    the forward pass ``h^1 .. h^L``.  Cost ``O(L T^3)`` (``O(L^2 T^3)`` for residual networks).
+
+    Parameters
+    ----------
+    depth, hidden_layers : int
+        Give exactly one: weight layers (``>= 2``) or the paper's ``L = depth - 1``.
+    alpha : float
+        Data ratio ``P / D`` (``inf``: population gradient descent).
+    nu : float
+        Width ratio ``N / D`` (``inf``: infinite width).
+    gamma0 : float
+        Richness.  With ``parameterization='ntk'`` this is its value at ``nu = reference_nu``
+        and the network uses ``gamma0 sqrt(reference_nu / nu)`` (see :func:`gamma0_at`).
+    eta : float
+        Effective learning rate (the network's raw rate is ``N eta gamma0^2`` on the halved MSE).
+    steps : int
+        Number of time-grid points ``T`` (``t = 0`` is initialization).
+    sigma : float
+        Label-noise scale; the test loss includes ``sigma^2``.
+    signal : float
+        ``S = |w_*|^2 / D``.
+    centering : bool
+        Train ``f(x, t) - f(x, 0)`` (App. A.3, eq. (69) with its sign corrected): removes the
+        initial-function variance ``1/(nu gamma0^2)``.
+    batch_ratio : float, optional
+        Online SGD with fresh batches of ``B = batch_ratio D`` samples per step (App. D,
+        eqs. (86)-(88)); ``alpha`` must stay ``inf``.  No train loss is defined.
+    parameterization : {'mup', 'ntk'}
+    reference_nu : float
+        Width ratio at which the NTK parameterization uses ``gamma0`` itself.
+    branch_scale, branch_scale0 : float, optional
+        Residual network (App. C): branches ``I + beta W / sqrt(N)``; ``branch_scale0`` gives
+        ``beta = beta0 / sqrt(L)`` (depth-muP).  The residual network has ``L - 1`` blocks.
+
+    Returns
+    -------
+    RandomDataResult
+
+    Raises
+    ------
+    DomainError
+        Non-positive or non-finite ``alpha``, ``nu``, ``eta``; negative ``sigma``; wrong types.
+    ConvergenceError
+        The marched solution diverged (non-finite, or the test loss grew above ``1e3`` times its
+        initial value): ``eta`` is above the maximal stable learning rate.
+    """
+    p = _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, centering,
+                batch_ratio, parameterization, reference_nu, branch_scale, branch_scale0)
+    if _variant is not None:      # the printed (erroneous) equations, for tests that reject them
+        import dataclasses
+        p = dataclasses.replace(p, variant=_variant)
+    t0 = time.perf_counter()
+    with blas_threads(), np.errstate(over="ignore", invalid="ignore"):
+        try:
+            arrays = _march(p)
+        except _Diverged as exc:
+            c = (p.L + 1) * p.eta
+            raise ConvergenceError(
+                f"the DMFT solution diverged at step {exc.step} of {p.T} (test loss "
+                f"{exc.loss:.3g}): eta={p.eta:g} is above the maximal stable learning rate "
+                f"(for comparison, the lazy infinite-width limit of this depth is stable for "
+                f"(L+1) eta < 2, here (L+1) eta = {c:g}; finite data, SGD noise and feature "
+                f"learning lower the bound); lower eta") from None
+    return RandomDataResult(hidden_layers=p.L, grid=TimeGrid(p.eta, p.T), alpha=p.alpha,
+                            nu=real_scalar(nu, "nu"), gamma0_sq=p.g2, init_variance=p.iv,
+                            sigma=p.sigma, signal=p.S, centering=p.centering,
+                            batch_ratio=p.alpha_b, branch_scale=p.beta, arrays=arrays,
+                            seconds=time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------- residual kernel
+@public
+def resnet_kernel(*, depth: int | None = None, hidden_layers: int | None = None,
+                  branch_scale: float | None = None, branch_scale0: float | None = None) -> float:
+    r"""Lazy NTK eigenvalue of the residual network on isotropic data (App. C).
+
+    ``kappa(L, beta) = 2 (1 + beta^2)^(L-1) + (L - 1) beta^2 (1 + beta^2)^(L-2)``: the first and
+    last layers contribute ``(1 + beta^2)^(L-1)`` each, every one of the ``L - 1`` branches
+    ``beta^2 (1 + beta^2)^(L-2)``.  In the lazy limit ``v(t) = (1 - eta kappa)^t w_*``.  With
+    ``beta = beta0 / sqrt(L)`` (``branch_scale0``) ``kappa -> (2 + beta0^2) exp(beta0^2)``.
+    """
+    L = resolve_depth(depth, hidden_layers) - 1
+    if (branch_scale is None) == (branch_scale0 is None):
+        raise DomainError("give exactly one of branch_scale= (beta) or branch_scale0= (beta0)")
+    b = (real_scalar(branch_scale, "branch_scale") if branch_scale is not None
+         else real_scalar(branch_scale0, "branch_scale0") / math.sqrt(L))
+    if not (math.isfinite(b) and b >= 0):
+        raise DomainError(f"branch scale beta={b!r} must be finite and >= 0")
+    b2 = b * b
+    return 2 * (1 + b2) ** (L - 1) + (L - 1) * b2 * (1 + b2) ** (L - 2) if L > 1 else 2.0
+
+
+# --------------------------------------------------------------------------- learning-rate sweeps
+def _stable(p: _Params) -> tuple[bool, float]:
+    """Whether ``T`` steps stay below the divergence threshold; the final test loss."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            arrays = _march(p)
+    except _Diverged:
+        return False, math.inf
+    return True, float(arrays["test_loss"][-1])
+
+
+@public
+@dataclass(repr=False)
+class LearningRateSweep:
+    """Final test loss ``L(T-1)`` on an ``eta`` grid for several width ratios (``inf``: diverged).
+
+    Attributes
+    ----------
+    etas : ndarray (n_eta,)
+    nus : ndarray (n_nu,)
+    final_loss : ndarray (n_nu, n_eta)
+    parameterization : str
+    """
+
+    etas: np.ndarray
+    nus: np.ndarray
+    final_loss: np.ndarray
+    parameterization: str
+    hidden_layers: int
+    steps: int
+
+    @property
+    def optimal_eta(self) -> np.ndarray:
+        """Per width ratio, the grid ``eta`` with the smallest final test loss."""
+        return self.etas[np.argmin(self.final_loss, axis=1)]
+
+    @property
+    def best_loss(self) -> np.ndarray:
+        return np.min(self.final_loss, axis=1)
+
+    @property
+    def largest_stable_eta(self) -> np.ndarray:
+        """Per width ratio, the largest grid ``eta`` that did not diverge (``nan`` if none)."""
+        out = np.full(self.nus.size, np.nan)
+        for i, row in enumerate(self.final_loss):
+            ok = np.isfinite(row)
+            if ok.any():
+                out[i] = self.etas[ok].max()
+        return out
+
+    def value(self, name: str, layer=None):
+        if layer is not None:
+            raise DomainError("a learning-rate sweep has no layer axis")
+        try:
+            return {"final_loss": self.final_loss, "optimal_eta": self.optimal_eta,
+                    "best_loss": self.best_loss}[name]
+        except KeyError:
+            raise DomainError(f"unknown quantity name={name!r}; choose from "
+                              "['final_loss', 'optimal_eta', 'best_loss']") from None
+
+    def stderr(self, name: str, layer=None):
+        self.value(name, layer)
+        return None
+
+    @property
+    def layers(self) -> tuple:
+        return ()
+
+    def __repr__(self) -> str:
+        return (f"LearningRateSweep({self.parameterization}, hidden_layers={self.hidden_layers}, "
+                f"steps={self.steps}, etas={self.etas.size} in [{self.etas.min():g}, "
+                f"{self.etas.max():g}], nus={short(self.nus.tolist())}, optimal eta="
+                f"{short(np.round(self.optimal_eta, 4).tolist())})")
+
+    def _repr_html_(self) -> str:
+        rows = [(f"nu={n:g}", f"optimal eta {e:.4g}, loss {b:.4g}")
+                for n, e, b in zip(self.nus, self.optimal_eta, self.best_loss)]
+        return html_table(f"LearningRateSweep ({self.parameterization})", rows)
+
+
+@public
+def learning_rate_sweep(etas, nus, *, depth: int | None = None, hidden_layers: int | None = None,
+                        gamma0: float, steps: int, alpha: float = np.inf, sigma: float = 0.0,
+                        signal: float = 1.0, centering: bool = False,
+                        batch_ratio: float | None = None, parameterization: str = "mup",
+                        reference_nu: float = 1.0, branch_scale: float | None = None,
+                        branch_scale0: float | None = None,
+                        progress: bool | None = None) -> LearningRateSweep:
+    r"""Final test loss over a grid of learning rates and width ratios (the paper's Fig. 2).
+
+    In muP (``gamma0`` fixed) the optimal ``eta`` is nearly width independent and wider networks
+    are better; in the NTK parameterization (``gamma0 ~ nu^-1/2``) the optimum shifts with ``nu``
+    (§3, App. B).  A run whose loss diverges (non-finite, or above ``1e3`` times its initial
+    value within ``steps``) is recorded as ``inf``.  Other arguments as in
+    :func:`solve_random_data`.
+    """
+    E = real_array(etas, "etas", finite=True).ravel()
+    Nu = real_array(nus, "nus").ravel()
+    if E.size == 0 or Nu.size == 0:
+        raise DomainError("etas and nus must be non-empty")
+    if np.any(E <= 0):
+        raise DomainError("every eta in etas must be positive")
+    if np.any(np.isnan(Nu)) or np.any(Nu <= 0):
+        raise DomainError("every nu in nus must be positive (inf allowed)")
+    out = np.empty((Nu.size, E.size))
+    base = None
+    with blas_threads(), progress_bar(out.size, "learning-rate sweep", progress=progress) as bar:
+        for i, nu in enumerate(Nu):
+            for j, eta in enumerate(E):
+                p = _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal,
+                            centering, batch_ratio, parameterization, reference_nu, branch_scale,
+                            branch_scale0)
+                base = p
+                out[i, j] = _stable(p)[1]
+                bar.update(1)
+    return LearningRateSweep(etas=E, nus=Nu, final_loss=out, parameterization=parameterization,
+                             hidden_layers=base.L, steps=base.T)
+
+
+@public
+def max_stable_learning_rate(*, depth: int | None = None, hidden_layers: int | None = None,
+                             gamma0: float, steps: int, alpha: float = np.inf, nu: float = np.inf,
+                             sigma: float = 0.0, signal: float = 1.0, centering: bool = False,
+                             batch_ratio: float | None = None, parameterization: str = "mup",
+                             reference_nu: float = 1.0, branch_scale: float | None = None,
+                             branch_scale0: float | None = None, tol: float = 1e-3,
+                             eta_start: float | None = None) -> float:
+    r"""Largest ``eta`` whose run stays bounded for ``steps`` steps, by bisection in ``log eta``.
+
+    "Bounded" means finite with ``L(t) <= 1e3 L(0)`` for every ``t < steps`` (the paper's App. B,
+    Fig. 7; the printed (70) is a heuristic for ``gamma0 >> 1``).  Slightly unstable rates grow
+    slowly, so the estimate converges to the true boundary from above as ``steps`` grows.
+    In the lazy infinite-width limit the boundary is ``(L + 1) eta = 2`` (population),
+    ``2 / (1 + alpha^-1/2)^2`` (finite data) and ``2 alpha_B / (1 + alpha_B)`` (online SGD).
+
+    Parameters
+    ----------
+    tol : float
+        Relative width of the final bracket.
+    eta_start : float, optional
+        Initial guess (default ``2 / (L + 1)``).
+    """
+    tol = positive(tol, "tol")
+
+    def stable(eta):
+        p = _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, centering,
+                    batch_ratio, parameterization, reference_nu, branch_scale, branch_scale0)
+        return _stable(p)[0]
+
+    L = resolve_depth(depth, hidden_layers) - 1
+    e0 = 2.0 / (L + 1) if eta_start is None else positive(eta_start, "eta_start")
+    with blas_threads():
+        lo, hi = e0, e0
+        if stable(e0):
+            for _ in range(60):
+                hi *= 2.0
+                if not stable(hi):
+                    break
+                lo = hi
+            else:
+                raise ConvergenceError(f"no unstable learning rate found up to eta={hi:g}")
+        else:
+            for _ in range(60):
+                lo /= 2.0
+                if stable(lo):
+                    break
+                hi = lo
+            else:
+                raise ConvergenceError(f"no stable learning rate found down to eta={lo:g}")
+        while hi / lo - 1.0 > tol:
+            mid = math.sqrt(lo * hi)
+            if stable(mid):
+                lo = mid
+            else:
+                hi = mid
+    return lo
+
+
+# --------------------------------------------------------------------------- depth extrapolation
+@public
+@dataclass(frozen=True)
+class DepthExtrapolation:
+    """Polynomial fit ``value(L) = limit + c_1 / L + ... + c_k / L^k`` over finite depths."""
+
+    depths: np.ndarray
+    values: np.ndarray
+    limit: float
+    coefficients: np.ndarray
+
+    def __repr__(self) -> str:
+        return (f"DepthExtrapolation(limit={self.limit:.6g}, depths={short(self.depths.tolist())}, "
+                f"order={self.coefficients.size - 1})")
+
+
+@public
+def extrapolate_depth(depths, values, order: int | None = None) -> DepthExtrapolation:
+    r"""Infinite-depth limit from residual networks at finite ``L`` with ``beta = beta0/sqrt(L)``.
+
+    The finite-``L`` theory is the Euler discretization (step ``1/L`` in layer time) of the
+    infinite-depth equations of App. C.1, so its error is a power series in ``1/L``; this fits a
+    polynomial in ``1/L`` of degree ``order`` (default: ``len(depths) - 1``, i.e. Richardson
+    extrapolation) and returns its value at ``1/L = 0``.  The printed infinite-depth equation
+    (85) is garbled and is not used.
+    """
+    Ls = real_array(depths, "depths", finite=True).ravel()
+    v = real_array(values, "values", finite=True).ravel()
+    if Ls.size != v.size or Ls.size < 2 or np.any(Ls <= 0):
+        raise DomainError("depths and values must have the same length >= 2, depths positive")
+    k = Ls.size - 1 if order is None else integer(order, "order", minimum=1)
+    if k > Ls.size - 1:
+        raise DomainError(f"order={k} needs at least {k + 1} depths")
+    coef = np.polyfit(1.0 / Ls, v, k)[::-1]
+    return DepthExtrapolation(depths=Ls, values=v, limit=float(coef[0]), coefficients=coef)
+
+
+# --------------------------------------------------------------------------- structured data
+@public
+@dataclass(repr=False)
+class PowerLawResult:
+    """Test loss of the structured-data DMFT (App. E) at infinite width and batch.
+
+    ``value('test_loss')`` ``(T,)``; ``value('mode_error')`` ``(T, M)`` the per-mode errors
+    ``v_k(t)``; ``value('K')`` the two-time kernel of the input sites."""
+
+    hidden_layers: int
+    eta: float
+    gamma0: float
+    capacity: float
+    source: float
+    eigenvalues: np.ndarray
+    arrays: dict
+
+    @property
+    def test_loss(self) -> np.ndarray:
+        return self.arrays["test_loss"]
+
+    @property
+    def layers(self) -> tuple:
+        return ()
+
+    def value(self, name, layer=None):
+        if layer is not None:
+            raise DomainError("no layer axis here")
+        name = "test_loss" if name == "loss" else name
+        if name not in self.arrays:
+            raise DomainError(f"unknown quantity name={name!r}; choose from {list(self.arrays)}")
+        return self.arrays[name]
+
+    def stderr(self, name, layer=None):
+        self.value(name, layer)
+        return None
+
+    def __repr__(self) -> str:
+        return (f"PowerLawResult(hidden_layers={self.hidden_layers}, a={self.capacity:g}, "
+                f"b={self.source:g}, modes={self.eigenvalues.size}, gamma0={self.gamma0:g}, "
+                f"eta={self.eta:g}, steps={self.test_loss.size})")
+
+
+@public
+def solve_power_law(*, depth: int | None = None, hidden_layers: int | None = None,
+                    capacity: float, source: float, gamma0: float, eta: float, steps: int,
+                    modes: int = 2000, sigma: float = 0.0,
+                    progress: bool | None = None) -> PowerLawResult:
+    r"""Structured-data DMFT with power-law spectra at infinite width and batch (App. E).
+
+    Inputs ``x ~ N(0, Lambda)``, ``lambda_k = k^-a`` (``a = capacity``), target weights with
+    ``(w*_k)^2 lambda_k = k^(-a b - 1)`` (``b = source``), truncated to ``modes`` modes.  (The
+    paper calls these exponents ``alpha, beta``; they are renamed here to avoid the clash with the
+    data ratio and the branch scale.)  At ``N, B = inf`` the mode sites are deterministic,
+    ``v_k(t) = w*_k - sum_{s<t} K(t, s) lambda_k v_k(s)`` (eqs. (90)-(94), with ``K`` the input-site
+    kernel ``gamma0^-1 R^1_gu + eta C^1_g``; the printed (93) drops the ``eta``), the first hidden
+    layer sees ``C^0_h = sum_k lambda_k^2 v_k v_k`` (a sum over modes), and
+    ``L(t) = sum_k lambda_k v_k(t)^2 + sigma^2``.  Hard tasks (``b < 1``) approach
+    ``L ~ t^(-2b/(1+b))`` in the rich regime for one hidden layer (eqs. (21), (99)); the lazy
+    exponent is ``b``.  Finite ``N`` and ``B`` are not treated here.
+    """
+    L = resolve_depth(depth, hidden_layers) - 1
+    a = positive(capacity, "capacity")
+    b = positive(source, "source")
+    if a <= 1:
+        raise DomainError(f"capacity={a!r} must exceed 1 (trace-class spectrum sum_k k^-a < inf)")
+    g = real_scalar(gamma0, "gamma0")
+    if not (math.isfinite(g) and g > 0):
+        raise DomainError(f"gamma0={gamma0!r} must be positive and finite (use a small value, "
+                          "e.g. 1e-4, for the lazy limit)")
+    eta = positive(eta, "eta")
+    T = integer(steps, "steps", minimum=1)
+    M = integer(modes, "modes", minimum=1)
+    sigma = real_scalar(sigma, "sigma")
+    if not (math.isfinite(sigma) and sigma >= 0):
+        raise DomainError(f"sigma={sigma!r} must be finite and >= 0")
+    k = np.arange(1, M + 1, dtype=float)
+    lam = k ** (-a)
+    wstar = np.sqrt(k ** (-a * b - 1 + a))
+    g2 = g * g
+    V = np.zeros((T, M))
+    Ch = [np.zeros((T, T)) for _ in range(L + 1)]
+    Cg = [np.zeros((T, T)) for _ in range(L + 2)]
+    Cg[L + 1] = np.ones((T, T))
+    hid = _PlainHidden(L, T)
+    Kmat = np.zeros((T, T))
+    H0 = np.zeros((T, M))          # h^0_k = lambda_k v_k
+    zero = np.zeros((T, T))
+    with blas_threads(), np.errstate(over="ignore", invalid="ignore"), \
+            progress_bar(T, "power-law DMFT", progress=progress) as bar:
+        for t in range(T):
+            hid.backward(t, Ch, Cg, eta, g2)
+            K = hid.R1gu_scaled(t) + eta * Cg[1][t, :t]
+            Kmat[t, :t] = K
+            V[t] = wstar - K @ H0[:t]
+            H0[t] = lam * V[t]
+            _sym(Ch[0], t, H0[:t + 1] @ H0[t])
+            hid.forward(t, Ch, Cg, zero, eta, g2, 0.0)
+            loss = float(lam @ V[t] ** 2)
+            if not np.isfinite(loss) or loss > _BLOWUP * (float(lam @ wstar ** 2)):
+                raise ConvergenceError(f"the power-law DMFT diverged at step {t}: eta={eta:g} is "
+                                       "too large; lower eta")
+            bar.update(1)
+    test = (V ** 2) @ lam + sigma ** 2
+    return PowerLawResult(hidden_layers=L, eta=eta, gamma0=g, capacity=a, source=b, eigenvalues=lam,
+                          arrays=dict(test_loss=test, mode_error=V, K=Kmat))
+
+
+@public
+def power_law_exponent(result, t_min: float, t_max: float | None = None, sigma: float = 0.0) -> float:
+    r"""Exponent ``p`` of ``L(t) - sigma^2 ~ t^-p`` by least squares in ``log t`` over
+    ``t_min <= t < t_max`` (grid steps)."""
+    loss = np.asarray(result.value("test_loss") if hasattr(result, "value") else result, float)
+    t = np.arange(loss.size, dtype=float)
+    hi = loss.size if t_max is None else real_scalar(t_max, "t_max")
+    lo = real_scalar(t_min, "t_min")
+    m = (t >= lo) & (t < hi) & (t > 0)
+    y = loss[m] - sigma ** 2
+    if m.sum() < 2 or np.any(y <= 0):
+        raise DomainError("power_law_exponent needs >= 2 points with positive loss - sigma^2 in the window")
+    return float(-np.polyfit(np.log(t[m]), np.log(y), 1)[0])

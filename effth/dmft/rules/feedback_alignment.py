@@ -1,0 +1,394 @@
+r"""Sampled DMFT of deep nonlinear networks trained by ρ-FA (Bordelon & Pehlevan, ICLR 2023, eq. (40)),
+the true-gradient fields of the rules whose forward fields close without them
+(:func:`march_true_gradient`: ``G``, ``G~`` and the eNTK of DFA, Hebb and ρ-FA) and the deep
+gated linear network (:func:`march_gln`).  The rest of this docstring describes ρ-FA.
+
+For ρ-FA no hidden field depends on the backward sources ``r^ℓ`` of the true gradient, so the
+responses ``A`` vanish, and the pseudo-gradient chain closes on its own with the responses
+``C`` and ``D``.  On the Euler grid (bars: raw responses, ``gamma0`` absorbed):
+
+``h^ℓ(t) = u^ℓ(t) + Σ_{s<t} [C̄^{ℓ-1}(t,s) + eta gamma0 Φ^{ℓ-1}(t,s) Δ(s)] g~^ℓ(s)``,
+``ž^ℓ(t) = ρ v^ℓ(t) + sqrt(1-ρ²) ζ~^ℓ(t) + ρ Σ_{s<=t} D̄^ℓ(t,s) φ(h^ℓ(s))``, ``g~^ℓ = φ'(h^ℓ) ž^ℓ``,
+
+``u^ℓ ~ GP(0, Φ^{ℓ-1})``, ``v^ℓ, ζ~^ℓ ~ GP(0, G~~^{ℓ+1})`` independent, ``G~~ = <g~ g~>``,
+``G~~^{L+1} = 1`` (``v^L = w^L(0)``, ``ζ~^L = w~^L`` static), ``C̄^ℓ(t,s) = <∂φ(h^ℓ(t))/∂v^ℓ(s)>``
+(strictly causal), ``D̄^ℓ(t,s) = <∂g~^{ℓ+1}(t)/∂u^{ℓ+1}(s)>`` (causal with equal time),
+``D̄^L = 0``.  The readout closure is
+``f(t) = eta Σ_{s<t} Φ^L(t,s) Δ(s) + gamma0^{-1} <w^L(0) φ(h^L(t))>`` with the last term
+``gamma0^{-1} ρ <∂φ(h^L(t))/∂ž^L>`` (Stein's lemma), tracked by forward-mode derivatives
+(they need ``φ''`` pointwise); for activations with kinks (ReLU) the term is the direct average
+``gamma0^{-1} <w^L(0) [φ(h^L(t)) - φ(h^L(0))]>`` (``d2fn=None``; the subtracted term has mean 0,
+a control variate).
+
+The responses are estimated by causal Stein regression on the sampled sources
+(``<φ(h(t)) v(<t)^T> Σ_{vv}^+`` and ``<g~(t) u(<=t)^T> Φ^+``), and all fields are marched in
+time (every row at time ``t`` needs earlier rows only), so no fixed-point iteration is needed.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from effth.errors import DomainError
+
+
+def _pinv_psd(C, rcond):
+    ev, V = np.linalg.eigh(0.5 * (C + C.T))
+    keep = ev > rcond * max(ev.max(), 1e-300)
+    return (V[:, keep] / ev[keep]) @ V[:, keep].T
+
+
+def _conditional(rng, C, Uprev, rows, past, rcond):
+    """Draw the block ``rows`` of a Gaussian process with covariance ``C`` given ``Uprev``
+    (samples of the block ``past``)."""
+    C_tt = C[rows, rows]
+    if past.stop > 0:
+        inv = _pinv_psd(C[past, past], rcond)
+        M = C[rows, past] @ inv
+        schur = C_tt - M @ C[rows, past].T
+        mean = Uprev @ M.T
+    else:
+        schur, mean = C_tt, 0.0
+    es, ES = np.linalg.eigh(0.5 * (schur + schur.T))
+    root = ES * np.sqrt(np.clip(es, 0, None))
+    return mean + rng.standard_normal((Uprev.shape[0], root.shape[0])) @ root.T
+
+
+def march_fa(data, L, rho, g0, eta, T, fn, dfn, d2fn, S, nb, rng, rcond=1e-9):
+    """March the ρ-FA single-site process; returns ``(f, f_se, D, Phi (L, Tn, Tn), Phi_se,
+    GG (L, Tn, Tn), seconds)``."""
+    P, n = data.n_train, data.n_all
+    Nn = T * n
+    start = time.perf_counter()
+    c = np.sqrt(max(0.0, 1.0 - rho * rho))
+    H = [np.zeros((S, Nn)) for _ in range(L)]
+    Aphi = [np.zeros((S, Nn)) for _ in range(L)]
+    Zc = [np.zeros((S, Nn)) for _ in range(L)]             # ž
+    Gt = [np.zeros((S, Nn)) for _ in range(L)]             # g~
+    U = [np.zeros((S, Nn)) for _ in range(L)]
+    V = [np.zeros((S, Nn)) for _ in range(L)]
+    Zeta = [np.zeros((S, Nn)) for _ in range(L)]
+    Phi = [np.zeros((Nn, Nn)) for _ in range(L)]
+    PhiB = [np.zeros((nb, Nn, Nn)) for _ in range(L)]
+    GG = [np.zeros((Nn, Nn)) for _ in range(L)]
+    Cb = [np.zeros((Nn, Nn)) for _ in range(L)]            # C̄^ℓ(t, s), s < t
+    Db = [np.zeros((Nn, Nn)) for _ in range(L)]            # D̄^ℓ(t, s), s <= t
+    r_top = rng.standard_normal((S, 1))
+    w_tilde = rng.standard_normal((S, 1))
+    ev, EV = np.linalg.eigh(data.kx)
+    u1 = rng.standard_normal((S, n)) @ (EV * np.sqrt(np.clip(ev, 0, None))).T
+    Kx_t = np.tile(data.kx, (T, T))
+    dh_top = np.zeros((S, Nn))                             # ∂h^L / ∂ž^L (static ž^L)
+    f = np.zeros((T, n))
+    f_se = np.zeros((T, n))
+    D = np.zeros((T, n))
+    for t in range(T):
+        rs, p = slice(t * n, (t + 1) * n), slice(0, t * n)
+        stop = rs.stop
+        dp = D[:t].ravel()
+        # ------------------------------------------------------------------ forward, l = 1..L
+        for l in range(L):
+            prev = Kx_t if l == 0 else Phi[l - 1]
+            U[l][:, rs] = u1 if l == 0 else _conditional(rng, prev, U[l][:, p], rs, p, rcond)
+            h = U[l][:, rs].copy()
+            if t > 0:
+                kern = eta * g0 * prev[rs, p] * dp[None, :]
+                if l > 0:
+                    kern = kern + Cb[l - 1][rs, p]
+                h += Gt[l][:, p] @ kern.T
+                if l == L - 1 and d2fn is not None:        # forward-mode ∂h^L(t)/∂ž^L
+                    dg = d2fn(H[l][:, p]) * Zc[l][:, p] * dh_top[:, p] + dfn(H[l][:, p])
+                    dh_top[:, rs] = dg @ kern.T
+            H[l][:, rs] = h
+            a = fn(h)
+            Aphi[l][:, rs] = a
+            blk = a.T @ Aphi[l][:, :stop] / S
+            Phi[l][rs, :stop] = blk
+            Phi[l][:stop, rs] = blk.T
+            bb = np.einsum("bsi,bsj->bij", a.reshape(nb, S // nb, n),
+                           Aphi[l][:, :stop].reshape(nb, S // nb, stop)) / (S // nb)
+            PhiB[l][:, rs, :stop] = bb
+            PhiB[l][:, :stop, rs] = bb.transpose(0, 2, 1)
+            # C̄^l(t, s<t) = <φ(h^l(t)) v^l(<t)^T> Σ_vv^+  (causal Stein regression)
+            if t > 0 and l < L - 1:
+                Svv = GG[l + 1][p, p]
+                Cb[l][rs, p] = (a.T @ V[l][:, p] / S) @ _pinv_psd(Svv, rcond)
+        # ------------------------------------------------------------------ readout closure
+        if d2fn is not None:      # Stein: <w^L(0) φ(h^L(t))> = ρ <∂φ(h^L(t))/∂ž^L>
+            w0a = rho * dfn(H[L - 1][:, rs]) * dh_top[:, rs]
+        else:                     # kinked φ: the direct average, control variate φ(h^L(0))
+            if t == 0:
+                a_top0 = Aphi[L - 1][:, rs].copy()
+            w0a = r_top * (Aphi[L - 1][:, rs] - a_top0)
+        f[t] = (eta * Phi[L - 1][rs, p] @ dp if t > 0 else 0.0) + np.mean(w0a, axis=0) / g0
+        if t > 0:
+            per = eta * PhiB[L - 1][:, rs, p] @ dp
+            per = per + w0a.reshape(nb, S // nb, n).mean(1) / g0
+            f_se[t] = per.std(axis=0, ddof=1) / np.sqrt(nb)
+        D[t, :P] = data.y - f[t, :P]
+        if not np.all(np.isfinite(f[t])) or np.abs(D[t]).max() > 1e6 * max(1.0, np.abs(data.y).max()):
+            raise DomainError(f"the ρ-FA dynamics diverge at step {t}; use a smaller eta or gamma0")
+        # ------------------------------------------------------------------ backward, l = L..1
+        for l in range(L - 1, -1, -1):
+            if l == L - 1:
+                V[l][:, rs] = r_top
+                Zeta[l][:, rs] = w_tilde
+                z = np.broadcast_to(rho * r_top + c * w_tilde, (S, n))
+            else:
+                V[l][:, rs] = _conditional(rng, GG[l + 1], V[l][:, p], rs, p, rcond)
+                Zeta[l][:, rs] = _conditional(rng, GG[l + 1], Zeta[l][:, p], rs, p, rcond)
+                # D̄^l(t, s<=t) = <g~^{l+1}(t) u^{l+1}(<=t)^T> Φ^l(<=t)^+
+                Db[l][rs, :stop] = (Gt[l + 1][:, rs].T @ U[l + 1][:, :stop] / S) @ _pinv_psd(
+                    Phi[l][:stop, :stop], rcond)
+                z = (rho * V[l][:, rs] + c * Zeta[l][:, rs]
+                     + rho * Aphi[l][:, :stop] @ Db[l][rs, :stop].T)
+            Zc[l][:, rs] = z
+            gt = dfn(H[l][:, rs]) * z
+            Gt[l][:, rs] = gt
+            blk = gt.T @ Gt[l][:, :stop] / S
+            GG[l][rs, :stop] = blk
+            GG[l][:stop, rs] = blk.T
+    Phi_se = [pb.std(axis=0, ddof=1) / np.sqrt(nb) for pb in PhiB]
+    samples = {"h": H, "u": U, "a": Aphi, "gtilde": Gt, "v": V, "r_top": r_top, "phi": Phi,
+               "gtilde_tilde": GG}
+    return (f, f_se, D, np.stack(Phi), np.stack(Phi_se), np.stack(GG), time.perf_counter() - start,
+            samples)
+
+
+def _draw_given(rng, C_tt, C_tx, C_xx, X, rcond):
+    """Draw ``y ~ N(0, C_tt)`` jointly Gaussian with the sampled block ``X`` (covariances
+    ``C_tx = Cov(y, x)``, ``C_xx``), conditionally on ``X``."""
+    if C_xx.shape[0]:
+        M = C_tx @ _pinv_psd(C_xx, rcond)
+        schur, mean = C_tt - M @ C_tx.T, X @ M.T
+    else:
+        schur, mean = C_tt, 0.0
+    es, ES = np.linalg.eigh(0.5 * (schur + schur.T))
+    root = ES * np.sqrt(np.clip(es, 0, None))
+    return mean + rng.standard_normal((X.shape[0], root.shape[0])) @ root.T
+
+
+def march_true_gradient(data, L, g0, eta, T, dfn, samples, D, nb, rng, rho=None, rcond=1e-9):
+    r"""The true-gradient fields of a rule whose forward fields close without them (DFA, Hebb,
+    ρ-FA), marched causally in time on the sampled forward fields (eq. (40), z-equation):
+
+    ``z^L(t) = w^L(0) + eta gamma0 Σ_{s<t} Σ_ν Δ_ν(s) φ(h^L_ν(s))`` (the readout, delta rule),
+    ``z^ℓ(t) = r^ℓ(t) + Σ_{s<=t} B̄^ℓ(t,s) φ(h^ℓ(s)) + eta gamma0 Σ_{s<t} G̃^{ℓ+1}(t,s) Δ(s) φ(h^ℓ(s))``,
+    ``g^ℓ = φ'(h^ℓ) z^ℓ``,
+
+    with ``r^ℓ ~ GP(0, G^{ℓ+1})`` (ρ-FA: jointly Gaussian with the feedback source ``v^ℓ``,
+    ``Cov(r^ℓ(t), v^ℓ(s)) = G̃^{ℓ+1}(t, s)``, and ``r^L = v^L = w^L(0)``; DFA, Hebb: independent
+    of every forward source, ``w^L(0)`` a fresh draw) and the raw response
+    ``B̄^ℓ(t,s) = <∂g^{ℓ+1}(t)/∂u^{ℓ+1}(s)>`` from causal Stein regression on the forward sources
+    ``u^{ℓ+1} ~ GP(0, Φ^ℓ)`` (``<g^{ℓ+1}(t) u^{ℓ+1}(<=t)^T> Φ^ℓ(<=t)^+``).  Nothing in the forward
+    dynamics depends on these fields, so they are a pass over the stored samples.
+
+    ``samples``: the forward solver's per-layer ``(S, T n)`` samples ``'h'``, ``'u'``, ``'a'``
+    (features), ``'gtilde'`` and ``'phi'`` (``Φ^ℓ``), and for ρ-FA ``'v'``, ``'r_top'``,
+    ``'gtilde_tilde'`` (``G̃̃^{ℓ+1}``, the covariance of ``v^ℓ``).  Returns ``G (L, Tn, Tn)``,
+    ``G̃ (L, Tn, Tn)`` (``G̃^ℓ(t, s) = <g^ℓ(t) g̃^ℓ(s)>``), the equal-time eNTK ``K (T, n, n)`` and
+    their batch standard errors (the spread of ``nb`` independent sample batches, which ignores
+    the noise of the estimated kernels fed into the conditional draws).
+    """
+    n = data.n_all
+    H, U, A, Gt, Phi = (samples[k] for k in ("h", "u", "a", "gtilde", "phi"))
+    S, Tn = H[0].shape
+    fa = rho is not None
+    r_top = samples["r_top"] if fa else rng.standard_normal((S, 1))
+    R = [np.zeros((S, Tn)) for _ in range(L)]
+    Gs = [np.zeros((S, Tn)) for _ in range(L)]
+    G = [np.zeros((Tn, Tn)) for _ in range(L)]
+    GT = [np.zeros((Tn, Tn)) for _ in range(L)]
+    Bb = [np.zeros((Tn, Tn)) for _ in range(L)]
+    Dr = D.ravel()
+    for t in range(T):
+        rs, p = slice(t * n, (t + 1) * n), slice(0, t * n)
+        stop, tn = rs.stop, t * n
+        for l in range(L - 1, -1, -1):
+            if l == L - 1:
+                R[l][:, rs] = r_top
+                z = r_top + (eta * g0 * (A[l][:, :tn] @ Dr[:tn]))[:, None] if t else \
+                    np.broadcast_to(r_top, (S, n))
+            else:
+                Gn, GTn = G[l + 1], GT[l + 1]
+                if fa:      # condition on v^l (all times) and r^l (earlier times)
+                    Vl = samples["v"][l]
+                    C_xx = np.block([[samples["gtilde_tilde"][l + 1], GTn[p, :].T],
+                                     [GTn[p, :], Gn[p, p]]])
+                    C_tx = np.hstack([GTn[rs, :], Gn[rs, p]])
+                    R[l][:, rs] = _draw_given(rng, Gn[rs, rs], C_tx, C_xx,
+                                              np.hstack([Vl, R[l][:, p]]), rcond)
+                else:
+                    R[l][:, rs] = _draw_given(rng, Gn[rs, rs], Gn[rs, p], Gn[p, p], R[l][:, p],
+                                              rcond)
+                Bb[l][rs, :stop] = (Gs[l + 1][:, rs].T @ U[l + 1][:, :stop] / S) @ _pinv_psd(
+                    Phi[l][:stop, :stop], rcond)
+                z = R[l][:, rs] + A[l][:, :stop] @ Bb[l][rs, :stop].T
+                if t:
+                    z = z + A[l][:, p] @ (eta * g0 * GTn[rs, p] * Dr[None, :tn]).T
+            g = dfn(H[l][:, rs]) * z
+            Gs[l][:, rs] = g
+            blk = g.T @ Gs[l][:, :stop] / S
+            G[l][rs, :stop] = blk
+            G[l][:stop, rs] = blk.T
+            GT[l][rs] = g.T @ Gt[l] / S
+    # batch errors; the eNTK K(t) = sum_l G~^{l+1}(t, t) Phi^l(t, t), G~^{L+1} = 1, Phi^0 = K^x
+    m = S // nb
+    idx = np.arange(T)
+
+    def per_batch(x, y):
+        return np.einsum("bsi,bsj->bij", x.reshape(nb, m, -1), y.reshape(nb, m, -1)) / m
+
+    def eq(x, y):          # per-batch equal-time (nb, T, n, n)
+        xb, yb = x.reshape(nb, m, T, n), y.reshape(nb, m, T, n)
+        return np.einsum("bsti,bstj->btij", xb, yb) / m
+
+    se = lambda b: b.std(axis=0, ddof=1) / np.sqrt(nb)
+    G_se = [se(per_batch(x, x)) for x in Gs]
+    GT_se = [se(per_batch(x, y)) for x, y in zip(Gs, Gt)]
+    kx = data.kx
+    K = GT[0].reshape(T, n, T, n)[idx, :, idx, :] * kx[None]
+    Kb = eq(Gs[0], Gt[0]) * kx[None, None]
+    for l in range(L):
+        phi_tt = Phi[l].reshape(T, n, T, n)[idx, :, idx, :]
+        phib = eq(A[l], A[l])
+        if l < L - 1:
+            K = K + GT[l + 1].reshape(T, n, T, n)[idx, :, idx, :] * phi_tt
+            Kb = Kb + eq(Gs[l + 1], Gt[l + 1]) * phib
+        else:
+            K, Kb = K + phi_tt, Kb + phib
+    return np.stack(G), np.stack(GT), K, np.stack(G_se), np.stack(GT_se), se(Kb)
+
+
+def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9):
+    r"""Sampled DMFT of a deep gated linear network trained by GD (eq. (40) with
+    ``φ(h) -> φ'(m) h``).
+
+    With frozen gates ``q^ℓ_μ = φ'(m^ℓ_μ)``, ``m^ℓ ~ N(0, K^x)`` per neuron (one independent draw
+    per layer), the features are ``a^ℓ = q^ℓ h^ℓ`` and the gradients ``g^ℓ = q^ℓ z^ℓ``; on the
+    Euler grid (raw responses, ``gamma0`` absorbed)
+
+    ``h^ℓ(t) = u^ℓ(t) + Σ_{s<t} [Ā^{ℓ-1}(t,s) + eta gamma0 Φ^{ℓ-1}(t,s) Δ(s)] g^ℓ(s)``,
+    ``z^ℓ(t) = r^ℓ(t) + Σ_{s<t} [B̄^ℓ(t,s) + eta gamma0 G^{ℓ+1}(t,s) Δ(s)] a^ℓ(s)``,
+
+    ``u^ℓ ~ GP(0, Φ^{ℓ-1})``, ``r^ℓ ~ GP(0, G^{ℓ+1})``, ``Φ^0 = K^x``, ``G^{L+1} = 1`` (``r^L =
+    w^L(0)`` static), ``Ā^0 = B̄^L = 0``.  The gates do not depend on ``h``, so both responses
+    ``Ā^ℓ(t,s) = <∂a^ℓ(t)/∂r^ℓ(s)>`` and ``B̄^ℓ(t,s) = <∂g^{ℓ+1}(t)/∂u^{ℓ+1}(s)>`` are strictly
+    causal: by causal Stein regression on the sampled sources (``<a^ℓ(t) r^ℓ(<t)^T>
+    G^{ℓ+1}(<t)^+`` and ``<g^{ℓ+1}(t) u^{ℓ+1}(<t)^T> Φ^ℓ(<t)^+``) every row at time ``t`` needs
+    earlier rows only, and the process is marched in time (forward pass, closure, backward pass)
+    without a fixed-point loop.  The readout closure is
+    ``f(t) = eta Σ_{s<t} Φ^L(t,s) Δ(s) + gamma0^{-1} <∂a^L(t)/∂r^L>`` (Stein's lemma on
+    ``<w^L(0) a^L(t)>``), the derivative tracked in forward mode.
+
+    Returns ``(f, f_se, D, Phi, Phi_se, G, G_se, K, K_se, seconds)`` with ``(L, Tn, Tn)`` kernels and
+    the equal-time eNTK ``K = Σ_ℓ G^{ℓ+1} Φ^ℓ`` ``(T, n, n)``.
+    """
+    P, n = data.n_train, data.n_all
+    Nn = T * n
+    start = time.perf_counter()
+    ev, EV = np.linalg.eigh(data.kx)
+    root = EV * np.sqrt(np.clip(ev, 0, None))
+    def gate():
+        m = rng.standard_normal((S, n)) @ root.T
+        return np.tile(np.broadcast_to(np.asarray(dfn(m), dtype=float), m.shape), T)
+
+    Q = [gate() for _ in range(L)]                  # q^l = phi'(m^l), frozen, tiled over time
+    u1 = rng.standard_normal((S, n)) @ root.T
+    r_top = rng.standard_normal((S, 1))
+    H, A, Z, Gs, U, R = ([np.zeros((S, Nn)) for _ in range(L)] for _ in range(6))
+    Phi, G, Ab, Bb = ([np.zeros((Nn, Nn)) for _ in range(L)] for _ in range(4))
+    Kx_t = np.tile(data.kx, (T, T))
+    dz_top = np.zeros((S, Nn))                       # ∂z^L / ∂r^L (broadcast over samples mu)
+    dh_top = np.zeros((S, Nn))                       # ∂h^L / ∂r^L
+    f = np.zeros((T, n))
+    D = np.zeros((T, n))
+    for t in range(T):
+        rs, p = slice(t * n, (t + 1) * n), slice(0, t * n)
+        stop, tn = rs.stop, t * n
+        dp = D[:t].ravel()
+        # ------------------------------------------------------------------ forward, l = 1..L
+        for l in range(L):
+            prev = Kx_t if l == 0 else Phi[l - 1]
+            U[l][:, rs] = u1 if l == 0 else _conditional(rng, prev, U[l][:, p], rs, p, rcond)
+            h = U[l][:, rs].copy()
+            if t:
+                kern = eta * g0 * prev[rs, p] * dp[None, :]
+                if l > 0:
+                    # Ā^{l-1}(t, s<t) = <a^{l-1}(t) r^{l-1}(<t)^T> G^l(<t)^+
+                    Ab[l - 1][rs, p] = (A[l - 1][:, rs].T @ R[l - 1][:, p] / S) @ _pinv_psd(
+                        G[l][p, p], rcond)
+                    kern = kern + Ab[l - 1][rs, p]
+                h += Gs[l][:, p] @ kern.T
+                if l == L - 1:
+                    dh_top[:, rs] = (Q[l][:, p] * dz_top[:, p]) @ kern.T
+            H[l][:, rs] = h
+            a = Q[l][:, rs] * h
+            A[l][:, rs] = a
+            blk = a.T @ A[l][:, :stop] / S
+            Phi[l][rs, :stop] = blk
+            Phi[l][:stop, rs] = blk.T
+        # ------------------------------------------------------------------ readout closure
+        stein = np.mean(Q[L - 1][:, rs] * dh_top[:, rs], axis=0)
+        f[t] = (eta * Phi[L - 1][rs, p] @ dp if t else 0.0) + stein / g0
+        D[t, :P] = data.y - f[t, :P]
+        if not np.all(np.isfinite(f[t])) or np.abs(D[t]).max() > 1e6 * max(1.0, np.abs(data.y).max()):
+            raise DomainError(f"the gated-network dynamics diverge at step {t}; use a smaller eta "
+                              "or gamma0")
+        # ------------------------------------------------------------------ backward, l = L..1
+        for l in range(L - 1, -1, -1):
+            if l == L - 1:
+                R[l][:, rs] = r_top
+                z = np.broadcast_to(r_top, (S, n)).copy()
+                dz = np.ones((S, n))
+                if t:
+                    z += (eta * g0 * (A[l][:, :tn] @ dp))[:, None]
+                    dz += (eta * g0 * ((Q[l][:, :tn] * dh_top[:, :tn]) @ dp))[:, None]
+                dz_top[:, rs] = dz
+            else:
+                R[l][:, rs] = _conditional(rng, G[l + 1], R[l][:, p], rs, p, rcond)
+                z = R[l][:, rs].copy()
+                if t:
+                    Bb[l][rs, p] = (Gs[l + 1][:, rs].T @ U[l + 1][:, p] / S) @ _pinv_psd(
+                        Phi[l][p, p], rcond)
+                    z += A[l][:, p] @ (Bb[l][rs, p] + eta * g0 * G[l + 1][rs, p] * dp[None, :]).T
+            Z[l][:, rs] = z
+            g = Q[l][:, rs] * z
+            Gs[l][:, rs] = g
+            blk = g.T @ Gs[l][:, :stop] / S
+            G[l][rs, :stop] = blk
+            G[l][:stop, rs] = blk.T
+    # batch errors and the eNTK
+    m = S // nb
+    idx = np.arange(T)
+    se = lambda b: b.std(axis=0, ddof=1) / np.sqrt(nb)
+
+    def per_batch(x):
+        xb = x.reshape(nb, m, -1)
+        return np.einsum("bsi,bsj->bij", xb, xb) / m
+
+    def eq(x):
+        xb = x.reshape(nb, m, T, n)
+        return np.einsum("bsti,bstj->btij", xb, xb) / m
+
+    Phi_se = [se(per_batch(a)) for a in A]
+    G_se = [se(per_batch(g)) for g in Gs]
+    diag = lambda K2: K2.reshape(T, n, T, n)[idx, :, idx, :]
+    K = diag(G[0]) * data.kx[None] + diag(Phi[L - 1])
+    Kb = eq(Gs[0]) * data.kx[None, None] + eq(A[L - 1])
+    for l in range(1, L):
+        K = K + diag(G[l]) * diag(Phi[l - 1])
+        Kb = Kb + eq(Gs[l]) * eq(A[l - 1])
+    # f errors: the batch spread of the closure
+    fb = np.zeros((nb, T, n))
+    for t in range(T):
+        rs, p = slice(t * n, (t + 1) * n), slice(0, t * n)
+        st = (Q[L - 1][:, rs] * dh_top[:, rs]).reshape(nb, m, n).mean(axis=1) / g0
+        if t:
+            Ab_ = A[L - 1].reshape(nb, m, Nn)
+            fb[:, t] = eta * np.einsum("bsi,bsj->bij", Ab_[:, :, rs], Ab_[:, :, p]) / m @ D[:t].ravel()
+        fb[:, t] += st
+    return (f, se(fb), D, np.stack(Phi), np.stack(Phi_se), np.stack(G), np.stack(G_se), K, se(Kb),
+            time.perf_counter() - start)

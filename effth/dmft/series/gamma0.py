@@ -1,0 +1,700 @@
+r"""Perturbation theory in the feature-learning strength :math:`\gamma_0` (Bordelon & Pehlevan (2022), §5.2, App. P).
+
+Around the lazy Gaussian process (:math:`h=u`, :math:`z=r`, static NTK) every order parameter of
+the DMFT is an even power series in :math:`\gamma_0` (Bordelon & Pehlevan (2022), §5.2, App. P.1, §4.1),
+
+.. math:: X(\gamma_0) = X_0 + \gamma_0^2X_2 + \gamma_0^4X_4 + \dots,
+
+whose coefficients are Gaussian expectations over the lazy process times functions of time built
+from the lazy error :math:`\Delta^0(t)`.  :func:`gamma0_series` returns a :class:`Gamma0Series`
+holding the coefficients on the discrete gradient-descent grid of the DMFT solvers (Bordelon & Pehlevan (2022), App. M),
+to any requested order:
+
+* deep linear networks, any depth (:mod:`effth.dmft.series.deep_linear`): the closed equations of spec
+  §2.7 run in truncated power-series arithmetic -- exact Taylor coefficients, in floating point or
+  in rational arithmetic (``exact=True``);
+* two-layer networks (``depth=1``), any activation with enough derivatives
+  (:mod:`effth.dmft.series.two_layer`): the single-site fields expanded in :math:`\gamma_0` and the
+  Gaussian atoms of each order evaluated on a Gauss-Hermite rule for the lazy :math:`(u, r)`;
+* deep nonlinear networks, any depth, smooth activations, the leading correction
+  :math:`\gamma_0^2` (:mod:`effth.dmft.series.deep_nonlinear`): lazy responses :math:`A^\ell_0`,
+  :math:`B^\ell_0` (with the equal-time part), the per-layer field expansion, and Price propagation
+  of the covariance corrections up (:math:`\Phi_2`) and down (:math:`G_2`) the network; predictions
+  by the NTK closure;
+* deep nonlinear networks to any order (:mod:`effth.dmft.series.deep_jets`): the sources' covariance
+  corrections realised as formal Gaussians :math:`u=u_0+\sum_j\gamma_0^jB_j\zeta_j`
+  (:math:`B_jB_j^\top=\Phi^{\ell-1}_{2j}`), the fields and forward tangents (responses) solved in
+  truncated series at the points of a Gauss-Hermite rule for the lazy :math:`(u_0, r_0)` times a
+  sparse rule exact in :math:`\zeta`, and the current top order of the neighbouring layers added
+  by the same lazy maps as at :math:`\gamma_0^2`.  Its cost grows with the number of samples and
+  grid points (tangents ``(T n)^3``; formal dimensions ``~4n`` per order): meant for ``n <= 2``.
+
+The leading correction is also available in closed form and as LaTeX
+(:mod:`effth.dmft.series.leading`; Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here for deep linear networks, with the corrected NTK prefactor
+:math:`L(L+1)^2(L+2)/12`, and Bordelon & Pehlevan (2022), App. P (two-layer, derived here) for two-layer networks as four-point Gaussian atoms):
+:meth:`Gamma0Series.latex`, :func:`gamma0_leading_order`.
+
+Naming: ``order`` is always a power of :math:`\gamma_0` (``order=4`` means through
+:math:`\gamma_0^4`); ``depth`` is the number of hidden layers :math:`L` of Bordelon & Pehlevan (2022).
+"""
+
+from __future__ import annotations
+
+from effth._signature import public
+
+from effth._display import depth_text
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+from effth._results import HiddenLayers
+
+from effth.errors import DomainError, NotDerivedError
+from effth.printing import latex as _latex
+from effth.dmft.series.deep_jets import deep_nonlinear_series_arrays
+from effth.dmft.series.deep_linear import deep_linear_series_arrays
+from effth.dmft.series.deep_nonlinear import deep_nonlinear_order2_arrays
+from effth.dmft.series.leading import (
+    deep_linear_order2_exprs,
+    deep_linear_order2_numeric,
+    evaluate_two_layer_order2,
+    lazy_time_functions,
+    two_layer_order2_exprs,
+)
+from effth.dmft.series.two_layer import two_layer_series_arrays
+from effth.dmft.grid import TimeGrid, TrainingData, prepare_data
+from effth.dmft.solvers.lazy import (activation_label, check_stability, hidden_layer_count, is_linear, lazy_kernels,
+                   require_smooth, resolve_activation)
+from effth.dmft.result import _html_table, activation_text, check_layer
+
+__all__ = ["Gamma0Series", "gamma0_leading_order", "gamma0_series"]
+
+_NAMES = ("f", "delta", "loss", "ntk", "phi", "g", "A", "B")
+
+_SYMBOLS = {
+    "f": r"f_{\mu}(t)", "delta": r"\Delta_{\mu}(t)", "loss": r"\mathcal{L}(t)",
+    "ntk": r"K^{\mathrm{NTK}}_{\mu\nu}(t,t)", "phi": r"\Phi^{\ell}_{\mu\nu}", "g": r"G^{\ell}_{\mu\nu}",
+    "A": r"A^{\ell}", "B": r"B^{\ell}",
+}
+
+
+@public
+@dataclass
+class Gamma0Series(HiddenLayers):
+    r"""Coefficients of the :math:`\gamma_0`-expansion of the DMFT on a discrete GD grid.
+
+    Attributes
+    ----------
+    data : TrainingData
+        :math:`K^x` and targets.
+    grid : TimeGrid
+        ``t_i = i * eta``.
+    hidden_layers : int
+        Number of hidden layers :math:`L` (the paper's).
+    depth : int
+        Weight layers, ``hidden_layers + 1``.
+    layers : tuple of int
+        Book numbers ``1 .. hidden_layers`` of the per-layer coefficients ``'phi'``, ``'g'``.
+    activation : str or Activation
+        Activation name (``'linear'`` for deep linear networks), or the
+        :class:`~effth.activations.Activation` of a user expression.
+    order : int
+        Highest power of :math:`\gamma_0` computed (even).
+    closure : str
+        ``'exact'`` (predictions from the single-site average, the limit of discrete GD) or
+        ``'ntk'`` (NTK-Euler); the :math:`\gamma_0^4` coefficients depend on it (Bordelon & Pehlevan (2022), App. M).
+    gradient_independent : bool
+        Whether this is the expansion of the gradient-independence ansatz (``A = B = 0``).
+    coefficients : dict
+        ``name -> ndarray (order//2 + 1, ...)``: entry ``k`` multiplies :math:`\gamma_0^{2k}`.
+        Names and coefficient shapes (``n = P + Q`` samples, ``T`` grid points):
+        ``'f'`` ``(T, n)``; ``'delta'`` ``(T, P)``; ``'loss'`` ``(T,)``; ``'ntk'`` ``(T, n, n)``
+        (equal time); deep linear: ``'phi'`` ``(L, T, n, T, n)`` (:math:`H^\ell`), ``'g'``
+        ``(L, T, T)``, ``'A'`` ``(L-1, T, n, T)``, ``'B'`` ``(L-1, T, T, n)``; two-layer: ``'phi'``,
+        ``'g'`` ``(1, T, n, n)`` (equal time).
+    odd_residual : float
+        Largest odd-order kernel or prediction coefficient of the field-level expansion (two-layer;
+        it vanishes by :math:`r\to-r` symmetry); ``0.0`` for deep linear networks, which are
+        expanded in :math:`\gamma_0^2` from the start.
+    lazy_responses : dict
+        Deep nonlinear networks: ``'A'``, ``'B'`` of shape ``(L-1, T, n, T, n)``, the responses
+        :math:`A^\ell_0`, :math:`B^\ell_0` of the lazy limit (``B`` with its equal-time diagonal;
+        scaled convention of :class:`~effth.dmft.result.DMFTResult`); above order 2 also
+        ``'A_series'``, ``'B_series'`` of shape ``(order//2, L-1, T, n, T, n)``, the coefficients of
+        :math:`\gamma_0^{2j}`, ``j < order/2``.  Empty otherwise.
+    """
+
+    data: TrainingData
+    grid: TimeGrid
+    hidden_layers: int
+    activation: object
+    order: int
+    closure: str
+    gradient_independent: bool
+    coefficients: dict = field(repr=False)
+    odd_residual: float = 0.0
+    lazy_responses: dict = field(default_factory=dict, repr=False)
+
+    # ------------------------------------------------------------------ conventions
+
+    def value(self, name: str, layer: int | None = None, *, gamma0,
+              order: int | None = None) -> np.ndarray:
+        r"""The truncated series of ``name`` at ``gamma0`` (``docs/conventions.md``, Results).
+
+        Parameters
+        ----------
+        name : {'f', 'loss', 'ntk', 'phi', 'g', 'delta'}
+            ``'f'`` ``(T, n)``, ``'loss'`` ``(T,)``, ``'ntk'`` equal-time ``(T, n, n)``;
+            ``'phi'``, ``'g'`` of hidden layer ``layer``: two-time ``(T, n, T, n)`` (deep networks;
+            the deep linear ``G^\ell``, sample independent, is broadcast over samples), equal-time
+            ``(T, n, n)`` for the two-layer expansion (which holds only the equal-time blocks).
+        layer : int, optional
+            Book layer number, for ``'phi'`` and ``'g'`` only.
+        gamma0 : float
+            Feature-learning strength (a scalar: the shapes above).
+        order : int, optional
+            Truncation (power of :math:`\gamma_0`; default :attr:`order`).
+        """
+        if np.ndim(gamma0) != 0:
+            raise DomainError(f"gamma0 must be a scalar here, got shape {np.shape(gamma0)}; "
+                              "use evaluate() for several values")
+        if name in ("phi", "g"):
+            idx = check_layer(layer, self.layers, name)
+        elif layer is not None:
+            raise DomainError(f"{name!r} has no layer axis; drop layer={layer!r}")
+        out = self.evaluate(gamma0, order=order, name=name)
+        if name not in ("phi", "g"):
+            return out
+        out = out[idx]
+        T, n = self.grid.steps, self.data.n_all
+        if out.shape == (T, T):                          # deep linear G^l(t, s): no sample axes
+            out = np.broadcast_to(out[:, None, :, None], (T, n, T, n))
+        return out
+
+    def stderr(self, name: str, layer: int | None = None) -> None:
+        """``None``: the series is deterministic (``docs/conventions.md``)."""
+        return None
+
+    def __repr__(self) -> str:
+        return (f"Gamma0Series({depth_text(self.depth)}, "
+                f"activation={activation_text(self.activation)}, order={self.order}, "
+                f"closure={self.closure}, eta={self.grid.eta:g}, steps={self.grid.steps}, "
+                f"inputs={self.data.n_all}"
+                f"{', gradient_independent' if self.gradient_independent else ''})")
+
+    def _repr_html_(self) -> str:
+        rows = [("depth", self.depth), ("hidden_layers", self.hidden_layers),
+                ("activation", activation_text(self.activation)),
+                ("order (power of gamma0)", self.order), ("closure", self.closure),
+                ("gradient_independent", self.gradient_independent),
+                ("eta", f"{self.grid.eta:g}"), ("steps T", self.grid.steps),
+                ("samples n", self.data.n_all), ("quantities", ", ".join(self.names))]
+        return _html_table("Gamma0Series", rows)
+
+    # ------------------------------------------------------------------ access
+    @property
+    def times(self) -> np.ndarray:
+        """``(T,)`` grid times."""
+        return self.grid.times
+
+    @property
+    def names(self) -> tuple:
+        """Available quantity names."""
+        return tuple(k for k in _NAMES if k in self.coefficients)
+
+    def _check_name(self, name: str) -> None:
+        if name not in self.coefficients:
+            raise DomainError(f"unknown quantity {name!r}; available: {', '.join(self.names)}")
+
+    def _check_order(self, order: int) -> None:
+        if int(order) != order or order < 0:
+            raise DomainError(f"order={order!r} must be a non-negative integer power of gamma0")
+        if order > self.order:
+            raise DomainError(f"order {order} was not computed (this series stops at gamma0^"
+                              f"{self.order}); call gamma0_series(..., order={order + order % 2})")
+
+    def coefficient(self, order: int, name: str = "f") -> np.ndarray:
+        r"""The coefficient of :math:`\gamma_0^{\mathrm{order}}` of ``name``.
+
+        Odd orders vanish identically (Bordelon & Pehlevan (2022), §5.2, App. P.1) and return zeros.
+
+        Raises
+        ------
+        DomainError
+            Unknown name, negative or non-integer order, or an order above :attr:`order`.
+        """
+        self._check_name(name)
+        self._check_order(order)
+        c = self.coefficients[name]
+        if order % 2:
+            return np.zeros(c.shape[1:], dtype=c.dtype)
+        return c[order // 2]
+
+    def evaluate(self, gamma0, order: int | None = None, name: str = "f") -> np.ndarray:
+        r"""The truncated series :math:`\sum_{k\le\mathrm{order}/2}\gamma_0^{2k}X_{2k}`.
+
+        Parameters
+        ----------
+        gamma0 : float or array_like
+            Feature-learning strength(s); an array adds a leading axis.
+        order : int, optional
+            Truncation (power of :math:`\gamma_0`; default :attr:`order`).
+        name : str
+            Quantity.
+        """
+        self._check_name(name)
+        order = self.order if order is None else order
+        self._check_order(order)
+        c = np.asarray(self.coefficients[name][: order // 2 + 1], dtype=float)
+        g = np.asarray(gamma0, dtype=float)
+        powers = (g[..., None] ** 2) ** np.arange(c.shape[0])               # (..., K+1)
+        return np.tensordot(powers, c, axes=([-1], [0]))
+
+    def pade(self, gamma0, name: str = "f", m: int | None = None) -> np.ndarray:
+        r"""Diagonal Padé approximant :math:`[m/m]` in :math:`x=\gamma_0^2`, element by element.
+
+        Uses the ``2m + 1`` coefficients :math:`X_0..X_{4m}` (default the largest ``m`` available).
+        Elements whose coefficients vanish beyond order 0 return :math:`X_0`; elements whose Padé
+        linear system is singular or ill-conditioned (e.g. at the first grid times, where the
+        higher coefficients are tiny) return the truncated series through :math:`X_{4m}`.
+        """
+        from scipy.interpolate import pade as _pade
+        from scipy.linalg import LinAlgWarning
+
+        self._check_name(name)
+        c = np.asarray(self.coefficients[name], dtype=float)
+        K = c.shape[0] - 1
+        m = K // 2 if m is None else int(m)
+        if m < 1 or 2 * m > K:
+            raise DomainError(f"Padé [m/m] needs m >= 1 and 2m <= {K} available gamma0^2 orders "
+                              f"(order={self.order}); got m={m}")
+        x = np.asarray(gamma0, dtype=float) ** 2
+        flat = c.reshape(K + 1, -1)
+        out = np.empty(x.shape + (flat.shape[1],))
+        scale = np.max(np.abs(flat[1:]), axis=0)
+        for j in range(flat.shape[1]):
+            cj = flat[: 2 * m + 1, j]
+            if scale[j] <= 1e-14 * max(1.0, abs(cj[0])):
+                out[..., j] = cj[0]
+                continue
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error", LinAlgWarning)
+                    p, q = _pade(cj, m)
+                out[..., j] = p(x) / q(x)
+            except (np.linalg.LinAlgError, ValueError, LinAlgWarning):
+                out[..., j] = np.polyval(cj[::-1], x)        # degenerate Padé system
+        return out.reshape(x.shape + c.shape[1:])
+
+    def radius(self, name: str = "f", method: str = "pade", index=None) -> float:
+        r"""Estimated radius of convergence in :math:`\gamma_0`.
+
+        Parameters
+        ----------
+        name : str
+            Quantity; by default the last grid time is used (``index`` selects an element of one
+            coefficient array, e.g. ``(-1, 0)`` for ``f`` at the final time on sample 0; default: the
+            max-abs norm over the final-time slice).
+        method : {'pade', 'ratio', 'root'}
+            ``'pade'`` (default, the most stable estimate when the nearest singularities are complex
+            and the coefficient signs oscillate): modulus of the nearest pole of the diagonal
+            Padé approximant in :math:`x=\gamma_0^2`; ``'ratio'``: :math:`|X_{2K-2}|/|X_{2K}|` (ratio test in :math:`x=\gamma_0^2`, last two
+            orders); ``'root'``: Cauchy-Hadamard :math:`|X_{2K}|^{-1/K}`.  Padé uses the element of
+            largest :math:`|X_{2K}|` unless ``index`` is given.  The :math:`\gamma_0`-radius is
+            the square root of the :math:`x`-radius.
+
+        Returns
+        -------
+        float
+            ``inf`` if the coefficients vanish (e.g. a quantity constant in :math:`\gamma_0`).
+        """
+        from scipy.interpolate import pade as _pade
+
+        self._check_name(name)
+        c = np.asarray(self.coefficients[name], dtype=float)
+        K = c.shape[0] - 1
+        if K < 2:
+            raise DomainError(f"a radius estimate needs at least order 4 (two corrections); "
+                              f"this series stops at gamma0^{self.order}")
+        sl = c[:, -1] if name in ("f", "delta", "loss", "ntk") else c
+        if index is not None:
+            seq = c[(slice(None),) + tuple(np.atleast_1d(index))].reshape(K + 1)
+        else:
+            seq = np.max(np.abs(sl.reshape(K + 1, -1)), axis=1)
+        if method == "ratio":
+            if seq[K] == 0:
+                return float("inf")
+            return float(np.sqrt(abs(seq[K - 1] / seq[K])))
+        if method == "root":
+            if seq[K] == 0:
+                return float("inf")
+            return float(abs(seq[K]) ** (-1.0 / (2 * K)))
+        if method == "pade":
+            if index is None:
+                flat = sl.reshape(K + 1, -1)
+                seq = flat[:, int(np.argmax(np.abs(flat[K])))]
+            from scipy.linalg import LinAlgWarning
+
+            q = None
+            for m in range(K // 2, 0, -1):       # the largest well-conditioned diagonal Padé
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("error", LinAlgWarning)
+                        _, q = _pade(np.asarray(seq[: 2 * m + 1], dtype=float), m)
+                    break
+                except (np.linalg.LinAlgError, ValueError, LinAlgWarning):
+                    continue
+            if q is None:
+                return self.radius(name, "ratio", index)
+            roots = np.roots(q.coeffs)
+            if roots.size == 0:
+                return float("inf")
+            return float(np.sqrt(np.min(np.abs(roots))))
+        raise DomainError(f"method={method!r} must be 'ratio', 'root' or 'pade'")
+
+    # ------------------------------------------------------------------ printing
+    def latex(self, order: int = 2, name: str = "ntk", layer: int | None = None) -> str:
+        r"""LaTeX of the coefficient of :math:`\gamma_0^{\mathrm{order}}` of ``name``.
+
+        Order 0 prints the lazy value, order 2 the closed form of Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here (deep linear:
+        ``'phi'``, ``'g'``, ``'ntk'``; ``layer`` selects :math:`\ell`, default symbolic) or §4.4
+        (two-layer: ``'phi'``, ``'g'``, ``'ntk'`` as Gaussian atoms over :math:`K=K^x`); higher
+        orders and other quantities print the defining order-by-order recursion.
+        """
+        self._check_order(order)
+        return latex_coefficient(order, name, hidden_layers=self.hidden_layers,
+                                 activation=self.activation,
+                                 layer=layer, gradient_independent=self.gradient_independent)
+
+    def _repr_latex_(self) -> str:
+        return "$" + self.latex(min(2, self.order), "ntk") + "$"
+
+
+def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layers=None,
+                      activation="linear", layer=None, gradient_independent: bool = False) -> str:
+    r"""LaTeX of a :math:`\gamma_0`-coefficient without computing any numbers (used by the CLI).
+
+    ``depth`` (weight layers) or ``hidden_layers`` (``= depth - 1``, the paper's :math:`L`): give
+    at most one; neither keeps the depth symbolic (deep linear).  See :meth:`Gamma0Series.latex`.
+    """
+    if depth is not None or hidden_layers is not None:
+        hidden_layers = hidden_layer_count(depth, hidden_layers)
+    if int(order) != order or order < 0:
+        raise DomainError(f"order={order!r} must be a non-negative even integer")
+    if name not in _NAMES:
+        raise DomainError(f"unknown quantity {name!r}; choose from {', '.join(_NAMES)}")
+    act = resolve_activation(activation)
+    linear = is_linear(act)
+    if not linear and order >= 2 and order % 2 == 0:
+        require_smooth(act, "the gamma0-series")
+    deep_nonlinear = not linear and hidden_layers not in (1, None)
+    sym = _SYMBOLS[name]
+    if order % 2:
+        return rf"[{sym}]_{{\gamma_0^{{{order}}}}} = 0"
+    if order == 0:
+        lazy = {"f": r"y_\mu - [e^{-K_0 t}y]_\mu", "delta": r"[e^{-K_0t}y]_\mu",
+                "loss": r"\tfrac12\,\|e^{-K_0t}y\|^2", "ntk": r"K_{0,\mu\nu}",
+                "phi": r"\Phi^{\ell}_{0,\mu\nu}", "g": r"G^{\ell}_{0,\mu\nu}",
+                "A": r"A^{\ell}_0=C^{\ell}_0" if not gradient_independent else "0",
+                "B": r"B^{\ell}_0=D^{\ell+1}_0" if not gradient_independent else "0"}[name]
+        return rf"[{sym}]_{{\gamma_0^{{0}}}} = {lazy}"
+    if order == 2 and deep_nonlinear and name in ("phi", "g", "ntk", "A", "B"):
+        return _DEEP_NONLINEAR_LATEX[name]
+    if order == 2 and name in ("phi", "g", "ntk"):
+        if linear:
+            key = {"phi": "H", "g": "G", "ntk": "ntk"}[name]
+            expr = deep_linear_order2_exprs(hidden_layers, layer, gradient_independent)[key]
+            lhs = {"H": r"H^{\ell}_{2,\mu\nu}(t,s)", "G": r"G^{\ell}_{2}(t,s)",
+                   "ntk": r"K_{2,\mu\nu}(t,s)"}[key]
+            if layer is not None:
+                lhs = lhs.replace(r"\ell", str(layer))
+        else:
+            expr = two_layer_order2_exprs()[name]
+            lhs = {"phi": r"\Phi_{2,\mu\nu}(t,t)", "g": r"G_{2,\mu\nu}(t,t)",
+                   "ntk": r"K_{2,\mu\nu}(t,t)"}[name]
+        return f"{lhs} = {_latex(expr)}"
+    if name in ("delta", "f") and order == 2:
+        return (r"\Delta_2(t_{i+1}) = (1-\eta K_0)\Delta_2(t_i) - \eta K_2(t_i,t_i)\Delta^0(t_i),"
+                r"\quad f_2=-\Delta_2 \quad(\text{NTK closure; the exact closure adds the }"
+                r"O(\eta)\text{ single-site correction})")
+    k = order // 2
+    if deep_nonlinear:
+        return _deep_nonlinear_recursion(sym, order, name)
+    if linear:
+        return (rf"X_{{{order}}} = \sum_{{i+j={k}}} \cdots\ \text{{(Cauchy-product recursion of }}"
+                r"G^\ell=M_g[G^{\ell+1}+\gamma_0^2DH^{\ell-1}D^\top]M_g^\top,\ "
+                r"H^\ell=H^{\ell-1}+\gamma_0^2[CY+(CY)^\top],\ M_g=(1-\gamma_0^2DC)^{-1}"
+                rf"\text{{ at order }}\gamma_0^{{{order}}})")
+    return (rf"[{sym}]_{{\gamma_0^{{{order}}}}} = \sum_{{m}} \big\langle \phi^{{(a_1)}}(u)\cdots"
+            rf"\phi^{{(a_m)}}(u)\, r^{{p}} \big\rangle_{{u\sim\mathcal N(0,K^x),\,r\sim\mathcal N(0,1)}}"
+            rf"\times(\text{{iterated sums of }}\Delta^0,\Delta_2,\dots)\ \text{{(order }}{order})")
+
+
+def _deep_nonlinear_recursion(sym: str, order: int, name: str) -> str:
+    k = order // 2
+    if name in ("ntk", "f", "delta", "loss"):
+        return {"ntk": rf"K_{{{order}}}(t,t) = \sum_{{i+j={order}}}\sum_{{\ell=0}}^{{L}}"
+                       rf"G^{{\ell+1}}_{{i}}(t,t)\odot\Phi^{{\ell}}_{{j}}(t,t)",
+                "loss": rf"\mathcal L_{{{order}}} = \tfrac12\sum_{{i+j={order}}}\Delta_i\cdot\Delta_j"
+                }.get(name, rf"\Delta_{{{order}}}(t_{{i+1}}) = \Delta_{{{order}}}(t_i) - \eta"
+                            rf"\sum_{{j=0}}^{{{k}}}K_{{2j}}(t_i,t_i)\Delta_{{{order}-2j}}(t_i),\quad "
+                            rf"f_{{{order}}} = -\Delta_{{{order}}}\ (\text{{NTK closure}})")
+    avg = {"phi": r"\phi(h)\phi(h)^\top", "g": r"g\,g^\top",
+           "A": r"\gamma_0^{-1}\partial\phi(h)/\partial r", "B": r"\gamma_0^{-1}\partial g/\partial u"}[name]
+    return (rf"[{sym}]_{{\gamma_0^{{{order}}}}} = \Big[\big\langle {avg}\big\rangle_{{u_0,r_0,"
+            rf"\zeta}}\Big]_{{\gamma_0^{{{order}}}}}\Big|_{{h=u+C^\ell g,\ z=r+D^\ell\phi(h),\ "
+            rf"g=\dot\phi(h)z,\ u=u_0+\sum_{{j<{k}}}\gamma_0^jB_j\zeta_j,\ B_jB_j^\top="
+            rf"\Phi^{{\ell-1}}_{{2j}}\ (r\text{{ alike with }}G^{{\ell+1}}_{{2j}})}}"
+            rf" + \mathrm{{Price}}\big(\Phi^{{\ell-1}}_{{{order}}},G^{{\ell+1}}_{{{order}}}\big),"
+            rf"\quad u_0\sim\mathcal N(0,\Phi^{{\ell-1}}_0),\ r_0\sim\mathcal N(0,"
+            rf"G^{{\ell+1}}_0),\ \zeta\sim\mathcal N(0,I)")
+
+_PRICE = (r"\tfrac12\Phi^{\ell-1}_{2,aa}\langle\ddot\phi_\mu\phi_\nu\rangle"
+          r"+\Phi^{\ell-1}_{2,ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle"
+          r"+\tfrac12\Phi^{\ell-1}_{2,bb}\langle\phi_\mu\ddot\phi_\nu\rangle")
+_PRICE_G = (r"G^{\ell+1}_{0,\mu\nu}\big[\tfrac12\Phi^{\ell-1}_{2,aa}\langle\dddot\phi_\mu\dot\phi_\nu"
+            r"\rangle+\Phi^{\ell-1}_{2,ab}\langle\ddot\phi_\mu\ddot\phi_\nu\rangle+\tfrac12"
+            r"\Phi^{\ell-1}_{2,bb}\langle\dot\phi_\mu\dddot\phi_\nu\rangle\big]"
+            r"+G^{\ell+1}_{2,ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle")
+_FIELDS = (r"h^{(1)}=\tilde C^\ell(\dot\phi\,r),\ z^{(1)}=\tilde D^\ell\phi,\ "
+           r"h^{(2)}=\tilde C^\ell(\ddot\phi\,h^{(1)}r+\dot\phi\,z^{(1)}),\ "
+           r"z^{(2)}=\tilde D^\ell(\dot\phi\,h^{(1)})")
+_DEEP_NONLINEAR_LATEX = {
+    "phi": (r"\Phi^{\ell}_{2,ab}(t,s) = \Big[\langle\phi\phi^\top\rangle\Big]_{\gamma_0^2}"
+            r"\Big|_{" + _FIELDS + r"} + " + _PRICE
+            + r",\quad a=(t,\mu),\ b=(s,\nu),\ u\sim\mathcal N(0,\Phi^{\ell-1}_0),"
+              r"\ r\sim\mathcal N(0,G^{\ell+1}_0)"),
+    "g": (r"G^{\ell}_{2,ab}(t,s) = \Big[\langle g g^\top\rangle\Big]_{\gamma_0^2}\Big|_{g=\dot\phi(h)z}"
+          r" + " + _PRICE_G),
+    "ntk": (r"K_{2}(t,s) = G^{1}_2\odot K^x+\sum_{\ell=1}^{L-1}\big(G^{\ell+1}_2\odot\Phi^{\ell}_0"
+            r"+G^{\ell+1}_0\odot\Phi^{\ell}_2\big)+\Phi^{L}_2"),
+    "A": (r"A^{\ell}_{0,ab} = \tilde C^{\ell}_{ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle,\quad "
+          r"\tilde C^{\ell}_{ab}=A^{\ell-1}_{0,ab}+\eta\,\Theta(t>s)\,\Delta^0_\nu(s)\,"
+          r"\Phi^{\ell-1}_{0,\mu\nu}"),
+    "B": (r"B^{\ell-1}_{0,ab} = \tilde C^{\ell}_{ab}\langle\ddot\phi_\mu\ddot\phi_\nu\rangle "
+          r"G^{\ell+1}_{0,\mu\nu}+\tilde D^{\ell}_{ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle"
+          r"+\delta_{ab}\sum_c\big[\tilde C^{\ell}_{ac}G^{\ell+1}_{0,\mu\gamma}\langle\dddot\phi_\mu"
+          r"\dot\phi_\gamma\rangle+\tilde D^{\ell}_{ac}\langle\ddot\phi_\mu\phi_\gamma\rangle\big],"
+          r"\quad \tilde D^{\ell}_{ab}=B^{\ell}_{0,ab}+\eta\,\Theta(t>s)\,\Delta^0_\nu(s)\,"
+          r"G^{\ell+1}_{0,\mu\nu}"),
+}
+
+
+# ---------------------------------------------------------------------- construction
+def _validate(order, closure):
+    if int(order) != order or order < 0 or order % 2:
+        raise DomainError(f"order={order!r} must be a non-negative even integer: the series is "
+                          "even in gamma0 (odd orders vanish, Bordelon & Pehlevan (2022), §5.2, App. P.1)")
+    if closure not in ("exact", "ntk"):
+        raise DomainError(f"closure={closure!r} must be 'exact' or 'ntk'")
+
+
+@public
+def gamma0_series(X=None, y=None, *, depth: int | None = None, hidden_layers: int | None = None,
+                  eta: float, steps: int, order: int = 2, activation="linear", X_test=None,
+                  kernel=None, closure: str = "exact", gradient_independent: bool = False,
+                  exact: bool = False, nodes: int | None = None,
+                  progress: bool | None = None) -> Gamma0Series:
+    r"""Expand the discrete-GD DMFT of Bordelon & Pehlevan (2022) in powers of :math:`\gamma_0` up to ``order``.
+
+    Parameters
+    ----------
+    X, y, X_test, kernel
+        Training data as for the solvers (:func:`effth.dmft.prepare_data`).
+    depth, hidden_layers : int
+        Give exactly one: ``depth`` weight layers, or ``hidden_layers = depth - 1`` (the paper's
+        :math:`L`; ``hidden_layers=1`` is the two-layer network).
+    eta : float
+        GD step (grid ``t_i = i eta``).
+    steps : int
+        Number of grid points ``T``.
+    order : int
+        Highest power of :math:`\gamma_0` (even, ``>= 0``).
+    activation : str, Activation or sympy.Expr
+        ``'linear'`` (any depth, any order) or any smooth activation (registered name or alias,
+        ``Activation``, SymPy expression in ``z``): any order at any depth.  Kinked activations
+        (ReLU, ...) are rejected: the expansion needs ``order + 2`` derivatives pointwise.  Deep
+        nonlinear networks above order 2
+        or with ``closure='exact'`` use the formal-source expansion (:mod:`effth.dmft.series.deep_jets`),
+        whose cost grows steeply with samples and grid points (order 4, ``hidden_layers=3``, one sample,
+        ``T = 20``, NTK closure: seconds; two samples, ``T = 10``: minutes; the exact closure adds
+        one response stage at order + 1).
+    closure : {'exact', 'ntk'}
+        Predictions as the single-site average (exact limit of discrete GD; the solvers' default) or
+        NTK-Euler.  Kernels to :math:`O(\gamma_0^2)` do not depend on it.  Deep nonlinear networks:
+        both (the exact closure needs the readout response one order above the predictions: one
+        more response stage, markedly slower).  With one hidden layer and ``closure='ntk'`` the deep
+        nonlinear expansion is used.
+    gradient_independent : bool
+        Expand the gradient-independence ansatz ``A = B = 0`` instead (deep linear only; NTK closure
+        recommended, as in the solver).
+    exact : bool
+        Deep linear only: rational arithmetic (``Fraction`` coefficients; pass rational data).
+    nodes : int, optional
+        Nonlinear networks: quadrature points per dimension of the lazy ``u``.  Two-layer
+        expansion (one hidden layer, ``closure='exact'``): the truncated trapezoid rule in ``u``
+        from 36 nodes on (Gauss-Hermite below 36 nodes and for polynomial activations), exact
+        Gauss-Hermite in ``r``; default 100 nodes when rank K^x <= 2 (the gamma0^2 and gamma0^4
+        coefficients then agree with 160 nodes to 3e-13), fewer at higher rank.
+        Deep expansions: the trapezoid rule (:func:`effth.numerics._rules.gauss_trapezoid`; for
+        tanh it converges geometrically where Gauss-Hermite does not: one sample, L = 2, the
+        gamma0^4 coefficient of G^1 is off by 1.5 % with 80 Gauss-Hermite nodes and by 2e-6
+        with 80 trapezoid nodes), default 96 for one-dimensional ``u`` (one sample) and 40
+        otherwise (16 above order 2, where the formal-source rule multiplies the cost).
+    progress : bool, optional
+        Progress bar over the order-by-order stages of the deep nonlinear expansion
+        (``docs/conventions.md``).
+
+    Returns
+    -------
+    Gamma0Series
+
+    Raises
+    ------
+    DomainError
+        Odd, negative or non-integer order, bad data (non-PSD kernel, shapes), or a step past the
+        stability edge ``eta lambda_max(K_0) >= 2``.
+    NotDerivedError
+        ``exact=True`` or ``gradient_independent=True`` for nonlinear networks.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> ser = gamma0_series(kernel=np.array([[1., .5], [.5, 1.]]), y=np.array([1., -.5]),
+    ...                     hidden_layers=2, eta=0.1, steps=5, order=4)
+    >>> ser.coefficient(4, "f").shape
+    (5, 2)
+    """
+    L = hidden_layer_count(depth, hidden_layers)          # hidden layers from here on
+    _validate(order, closure)
+    act = resolve_activation(activation)
+    linear = is_linear(act)
+    if not linear:
+        require_smooth(act, "the gamma0-series")
+    data = prepare_data(X, y, X_test=X_test, kernel=kernel)
+    grid = TimeGrid(eta, steps)
+    P = data.n_train
+    _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=L)
+    check_stability(ntk0[:P, :P], grid.eta)
+    K = int(order) // 2
+    odd = 0.0
+    lazy_responses = {}
+    rank = int(np.linalg.matrix_rank(data.kx, tol=1e-10))
+    deep_nodes = int(nodes) if nodes is not None else (96 if rank <= 1 else 40)
+    if nodes is None and rank > 1 and (order > 2 or closure == "exact"):
+        deep_nodes = 16
+    if linear:
+        eta_arg = eta
+        if exact:
+            from fractions import Fraction
+            eta_arg = Fraction(str(eta)) if isinstance(eta, float) else Fraction(eta)
+        arr = deep_linear_series_arrays(data.kx, data.y, hidden_layers=L, eta=eta_arg, steps=grid.steps,
+                                        order=K, closure=closure,
+                                        gradient_independent=gradient_independent, exact=exact)
+        coeffs = {"f": arr.f, "delta": arr.delta, "ntk": arr.ntk, "phi": arr.H, "g": arr.G,
+                  "A": arr.A, "B": arr.B}
+    elif L > 1 or closure == "ntk":
+        if exact or gradient_independent:
+            raise NotDerivedError("deep nonlinear / NTK-closure series: exact=False and no "
+                                  "gradient independence (that ansatz is expanded for deep linear "
+                                  "networks)")
+        if order <= 2 and closure == "ntk":
+            arr = deep_nonlinear_order2_arrays(data.kx, data.y, hidden_layers=L, activation=act,
+                                               eta=grid.eta, steps=grid.steps, nodes=deep_nodes)
+            lazy_responses = {"A": arr.A, "B": arr.B}
+        else:
+            arr = deep_nonlinear_series_arrays(data.kx, data.y, hidden_layers=L, activation=act,
+                                               eta=grid.eta, steps=grid.steps, order=int(order),
+                                               closure=closure, nodes=deep_nodes,
+                                               progress=progress)
+            lazy_responses = {"A": arr.A[0], "B": arr.B[0],
+                              "A_series": arr.A, "B_series": arr.B}
+            odd = arr.odd_residual
+        coeffs = {"f": arr.f[:K + 1], "delta": arr.delta[:K + 1], "ntk": arr.ntk[:K + 1],
+                  "phi": arr.phi[:K + 1], "g": arr.g[:K + 1]}
+    else:
+        if exact or gradient_independent:
+            raise NotDerivedError("nonlinear two-layer series: exact=False only; gradient "
+                                  "independence is the DMFT itself with one hidden layer")
+        arr = two_layer_series_arrays(data.kx, data.y, activation=act, eta=grid.eta,
+                                      steps=grid.steps, order=int(order),
+                                      nodes=None if nodes is None else int(nodes))
+        odd_parts = [np.max(np.abs(x[1::2])) for x in (arr.phi, arr.g, arr.f) if x.shape[0] > 1]
+        odd = float(max(odd_parts)) if odd_parts else 0.0
+        coeffs = {"f": arr.f[::2], "delta": arr.delta[::2], "ntk": arr.ntk[::2],
+                  "phi": arr.phi[::2][:, None], "g": arr.g[::2][:, None]}
+    d = coeffs["delta"]
+    loss = []
+    for k in range(K + 1):                                    # 1/2 sum Delta^2, Cauchy product
+        acc = sum(d[j] * d[k - j] for j in range(k + 1))
+        loss.append(acc.sum(axis=-1) / 2)
+    coeffs["loss"] = np.stack(loss)
+    return Gamma0Series(data=data, grid=grid, hidden_layers=L,
+                        activation="linear" if linear else activation_label(act),
+                        order=int(order), closure=closure, gradient_independent=gradient_independent,
+                        coefficients=coeffs, odd_residual=odd, lazy_responses=lazy_responses)
+
+
+@public
+def gamma0_leading_order(X=None, y=None, *, depth: int | None = None,
+                         hidden_layers: int | None = None, times, activation="linear",
+                         X_test=None, kernel=None, gradient_independent: bool = False) -> dict:
+    r"""Continuous-time :math:`O(\gamma_0^2)` coefficients in closed form (Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here, §4.4).
+
+    Gradient flow (no grid): :math:`\Delta^0=e^{-K_0t}y`, :math:`v`, :math:`v_{\alpha\beta}` in closed
+    form, then the deep linear formulas of Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here or the two-layer Gaussian-atom formulas of
+    Bordelon & Pehlevan (2022), App. P (two-layer, derived here) compiled with :func:`effth.codegen.compile_expression`.
+
+    Parameters
+    ----------
+    X, y, X_test, kernel
+        Data (test points only for deep linear networks).
+    depth, hidden_layers : int
+        Give exactly one: weight layers, or hidden layers :math:`L` (any for linear; 1 for
+        nonlinear).
+    times : array_like, shape (T,)
+        Times :math:`t` (equal-time quantities ``t = s``).
+    activation : str
+    gradient_independent : bool
+        Deep linear only: Bordelon & Pehlevan (2022), eq. (12) (expansion of the ``A = B = 0`` ansatz).
+
+    Returns
+    -------
+    dict
+        ``'delta0', 'v' (T, P)``, ``'vv' (T, P, P)``, ``'ntk0' (n, n)``, ``'ntk2' (T, n, n)``;
+        deep linear: ``'phi2' (T, L, n, n)`` (:math:`H^\ell_2(t,t)`), ``'g2' (T, L)``;
+        two-layer: ``'phi2', 'g2' (T, P, P)``.
+    """
+    L = hidden_layer_count(depth, hidden_layers)          # hidden layers from here on
+    act = resolve_activation(activation)
+    linear = is_linear(act)
+    if not linear:
+        require_smooth(act, "the gamma0-expansion")
+    if not linear and L > 1:
+        raise NotDerivedError("continuous-time closed forms exist for deep linear and two-layer "
+                              "networks; for deep nonlinear ones use gamma0_series(..., "
+                              "closure='ntk') on a grid")
+    data = prepare_data(X, y, X_test=X_test, kernel=kernel)
+    P = data.n_train
+    _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=L)
+    lam_min = float(np.linalg.eigvalsh(ntk0[:P, :P])[0])
+    if lam_min <= 1e-12 * max(1.0, float(np.max(np.abs(ntk0)))):
+        raise DomainError(f"the lazy NTK on the training points is singular (smallest eigenvalue "
+                          f"{lam_min:.3g}); closed forms need K_0 > 0")
+    times = np.asarray(times, dtype=float)
+    delta0, v, vv = lazy_time_functions(ntk0[:P, :P], data.y, times)
+    out = {"delta0": delta0, "v": v, "vv": vv, "ntk0": ntk0}
+    if linear:
+        H2, G2, K2 = deep_linear_order2_numeric(data.kx, v, vv, v, vv, hidden_layers=L,
+                                                gradient_independent=gradient_independent)
+        out.update(phi2=H2, g2=G2, ntk2=K2)
+    else:
+        if data.n_all != P:
+            raise NotDerivedError("two-layer closed forms: test points are not supported")
+        exprs = two_layer_order2_exprs()
+        out["phi2"] = evaluate_two_layer_order2(exprs["phi"], data.kx, v, vv, act)
+        out["g2"] = evaluate_two_layer_order2(exprs["g"], data.kx, v, vv, act)
+        out["ntk2"] = out["phi2"] + out["g2"] * data.kx
+    return out
+

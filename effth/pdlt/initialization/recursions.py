@@ -1,0 +1,352 @@
+r"""Derived layer recursions of the initialization ensemble: :math:`K`, :math:`V`, :math:`G^{\{1\}}`.
+
+:func:`derive_initialization` runs the generic pipeline of :mod:`effth.pdlt.derivation.pipeline`
+(forward equation → Wick over :math:`W^{(\ell+1)}, b^{(\ell+1)}` → coincidence split of the
+neuron sums → cumulant (Edgeworth) expansion of the layer-:math:`\ell` expectations →
+factorization into single-neuron atoms) on the statistic that *defines* each object:
+
+=========  ==========================================================================  ==========
+statistic  defining statistic of layer :math:`\ell+1`                                   book
+=========  ==========================================================================  ==========
+``"K"``    :math:`\mathbb E[z_{i;\alpha_1}z_{i;\alpha_2}]` at :math:`O(1)`             (4.118)
+``"G1"``   :math:`n_\ell\times` the :math:`O(1/n)` part of the same moment (PDLT (4.104))  (4.115)
+``"V"``    :math:`n_\ell\,\mathbb E[z_{i;\alpha_1}z_{i;\alpha_2}z_{k;\alpha_3}z_{k;\alpha_4}]\big|_c`,
+           :math:`i\ne k` (PDLT (4.76)–(4.77)), at :math:`O(1)`                            (4.119)
+=========  ==========================================================================  ==========
+
+The result is a :class:`Recursion`: the layer-:math:`(\ell+1)` component as a SymPy expression
+in layer-:math:`\ell` tensors (``Kernel``, ``FourPointVertex``, ``NLOMetric`` at layer
+:math:`\ell`), derivative atoms :math:`\langle\sigma^{(a)}_{\alpha}\cdots\rangle_{K^{(\ell)}}`
+and the hyperparameters :math:`C_W^{(\ell+1)}, C_b^{(\ell+1)}`.  The Edgeworth form has no
+inverse kernel (the book's (4.115), (4.118), (4.119) after Gaussian integration by parts); the derivative sums :math:`\sum_\gamma` collapse onto the external
+labels, so the components carry no dummy indices.
+
+**Spectator check.**  The widths enter only as :math:`n_\ell/n_{\ell-1}`; the derivation checks
+this (after :math:`n_\ell\to\rho\,n_{\ell-1}` no :math:`n_{\ell-1}` survives) and stores the
+ratio as the symbol :data:`RATIO` :math:`=n_\ell/n_{\ell-1}`.
+"""
+
+from __future__ import annotations
+
+from effth._signature import public
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from effth._cache import disk_cached
+from effth.algebra.indices import alpha, ell
+from effth.algebra.tensors import (FourPointVertex, InverseKernel, Kernel, NLOMetric,
+                                   RaisedFourPointVertex)
+from effth.printing.structured import expand_structured
+from effth.codegen import compile_step
+from effth.errors import DomainError, NotDerivedError
+
+from effth.pdlt.derivation.formulas import PrintedRecursion, book_form
+from effth.pdlt.derivation.pipeline import (CB, CW, KMAT, N_L, N_PREV, RATIO, Leg, forward_cumulant,
+                                            forward_moment, order_coefficient)
+
+__all__ = ["Recursion", "derive_initialization", "RATIO", "initialization_flow", "mlp_flow"]
+
+_TARGET = {"K": (Kernel, 2, "PDLT (4.118)"), "G1": (NLOMetric, 2, "PDLT (4.115)"),
+           "V": (FourPointVertex, 4, "PDLT (4.119)")}
+
+
+@public
+@dataclass(frozen=True)
+class Recursion(PrintedRecursion):
+    r"""A derived layer recursion :math:`T^{(\ell+1)}_{\alpha_1\ldots}=\mathcal R[K^{(\ell)},V^{(\ell)},G^{\{1\}(\ell)}]`.
+
+    Attributes
+    ----------
+    statistic : {"K", "V", "G1"}
+    expr : sympy expression
+        The component with free labels :attr:`labels`; widths only through :data:`RATIO`.
+    labels : tuple of sympy symbols
+        :math:`(\alpha_1,\alpha_2)` or :math:`(\alpha_1,\ldots,\alpha_4)`.
+    tensor : type
+        Layer-:math:`(\ell+1)` tensor class of the left-hand side.
+    provenance : str
+        The book equation this must equal and how it was obtained.
+    activation : optional
+        Default activation for :meth:`evaluate` (from the ``MLP`` given to the derivation).
+    form : {"edgeworth", "book"}
+        Derivative atoms without inverse kernel (Gaussian integration by parts), or the book's
+        raised-index form (:math:`K^{-1}`, sums over dummies :math:`\beta\in\mathcal D`), obtained
+        from the same derivation by Stein's identity; both print in every form
+        (:meth:`latex`, ``form=``).
+    """
+
+    statistic: str
+    expr: sp.Expr
+    labels: tuple
+    tensor: type
+    provenance: str
+    activation: Any = None
+    form: str = "edgeworth"
+
+    # -- printing ----------------------------------------------------------------------------
+    def lhs(self) -> sp.Expr:
+        return self.tensor(*self.labels, ell + 1)
+
+    def _edgeworth(self) -> sp.Expr:
+        return self.expr if self.form == "edgeworth" else _derive(self.statistic, "edgeworth")[0]
+
+    def __repr__(self) -> str:
+        return derivation_repr("Recursion", self.statistic, self.expr, self.provenance,
+                               f"form={self.form!r}")
+
+    def _repr_html_(self) -> str:
+        return derivation_html("Recursion", self.statistic, self.expr, self.provenance,
+                               [("form", self.form), ("labels", len(self.labels))])
+
+    # -- numerics ----------------------------------------------------------------------------
+    def components(self, n_samples: int) -> list[tuple]:
+        """Canonical index tuples over ``range(n_samples)`` (one per symmetry orbit)."""
+        seen, out = set(), []
+        for idx in itertools.product(range(n_samples), repeat=len(self.labels)):
+            key = self.tensor(*idx).args
+            if key not in seen:
+                seen.add(key)
+                out.append(idx)
+        return out
+
+    def _step(self, n_samples: int, activation, method: str, rtol: float):
+        comps = self.components(n_samples)
+        exprs = [self.expr.xreplace(dict(zip(self.labels, map(sp.Integer, idx)))) for idx in comps]
+        if self.form == "book":      # sums over the dataset, the normal-ordered atoms expanded
+            exprs = [expand_structured(e, range(n_samples)) for e in exprs]
+        inputs = {KMAT: "K", FourPointVertex: "V", NLOMetric: "G1"}
+        if self.form == "book":
+            inputs[InverseKernel] = "Kinv"
+            inputs[RaisedFourPointVertex] = "Vup"
+        params = {"C_W": CW, "C_b": CB, "ratio": RATIO}
+        return comps, compile_step({"out": exprs}, inputs, activation=activation,
+                                   params=params, method=method, rtol=rtol)
+
+    def evaluate(self, K, V=None, G1=None, *, activation=None, c_w: float = 1.0,
+                 c_b: float = 0.0, ratio: float = 1.0, method: str = "auto",
+                 rtol: float = 1e-10) -> np.ndarray:
+        r"""Evaluate the layer-:math:`(\ell+1)` tensor on concrete samples.
+
+        Parameters
+        ----------
+        K : ndarray (N, N)
+            :math:`K^{(\ell)}`.
+        V : ndarray (N, N, N, N), optional
+            :math:`V^{(\ell)}` (zeros if omitted).
+        G1 : ndarray (N, N), optional
+            :math:`G^{\{1\}(\ell)}` (zeros if omitted).
+        activation : str or Activation, optional
+            Defaults to the one given at derivation.
+        c_w, c_b, ratio : float
+            :math:`C_W^{(\ell+1)}`, :math:`C_b^{(\ell+1)}`, :math:`n_\ell/n_{\ell-1}`.
+
+        Returns
+        -------
+        ndarray (N, N) or (N, N, N, N)
+        """
+        K = np.asarray(K, dtype=float)
+        N = K.shape[-1]
+        V = np.zeros((N,) * 4) if V is None else np.asarray(V, dtype=float)
+        G1 = np.zeros((N, N)) if G1 is None else np.asarray(G1, dtype=float)
+        act = activation if activation is not None else self.activation
+        if act is None:
+            raise DomainError("no activation given (pass activation= or derive with an MLP)")
+        try:
+            comps, step = self._step(N, act, method, rtol)
+            arrays = dict(K=K, V=V, G1=G1)
+            if self.form == "book":
+                Ki = np.linalg.inv(K)
+                arrays["Kinv"] = Ki
+                arrays["Vup"] = np.einsum("ai,bj,ck,dl,ijkl->abcd", Ki, Ki, Ki, Ki, V)
+            vals = step(**arrays, C_W=c_w, C_b=c_b, ratio=ratio)["out"]
+        except NotDerivedError:
+            if self.form == "book":
+                raise
+            # kinked σ: σ^{(k)} with k > 2 are not functions; use the Stein-equivalent book form
+            book = derive_initialization(self.statistic, form="book")
+            return book.evaluate(K, V, G1, activation=act, c_w=c_w, c_b=c_b, ratio=ratio,
+                                 method=method, rtol=rtol)
+        out = np.empty((N,) * len(self.labels))
+        canon = {self.tensor(*idx).args: v for idx, v in zip(comps, np.asarray(vals).reshape(-1))}
+        for idx in itertools.product(range(N), repeat=len(self.labels)):
+            out[idx] = canon[self.tensor(*idx).args]
+        return out
+
+
+def _terms(expr: sp.Expr) -> int:
+    return len(sp.Add.make_args(sp.expand(expr))) if expr != 0 else 0
+
+
+def _clip(text: str, n: int = 90) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def derivation_repr(kind: str, statistic: str, expr: sp.Expr, provenance: str, extra: str = "") -> str:
+    """One-line summary of a derived recursion (never the expression itself)."""
+    more = f", {extra}" if extra else ""
+    return f"{kind}({statistic!r}, {_terms(expr)} terms{more}, {_clip(provenance)!r})"
+
+
+def derivation_html(kind: str, statistic: str, expr: sp.Expr, provenance: str, rows: list) -> str:
+    """A small HTML table for a derived recursion (the equation itself is ``_repr_latex_``)."""
+    from effth._display import html_table
+
+    rows = [("statistic", statistic), ("terms", _terms(expr))] + list(rows) + [("provenance", provenance)]
+    return html_table(kind, rows)
+
+
+def ratio_latex(lhs: sp.Expr, expr: sp.Expr) -> str:
+    r"""``lhs = rhs`` as LaTeX with the :math:`n_\ell/n_{\ell-1}` terms grouped in one bracket."""
+    from effth.printing import latex
+
+    e = sp.expand(expr)
+    lead = e.subs(RATIO, 0)
+    rest = sp.expand((e - lead) / RATIO)
+    parts = [latex(lead)] if lead != 0 else []
+    if rest != 0:
+        parts.append(rf"\frac{{n_{{\ell}}}}{{n_{{\ell-1}}}}\Big[{latex(rest)}\Big]")
+    return f"{latex(lhs)} = {' + '.join(parts) or '0'}"
+
+
+def _ratio_form(expr: sp.Expr, statistic: str) -> sp.Expr:
+    r"""Rewrite with :math:`n_\ell=\rho\,n_{\ell-1}` and check that no width survives (spectators)."""
+    e = sp.expand(sp.expand(expr).subs(N_L, RATIO * N_PREV))
+    if e.has(N_PREV) or e.has(N_L):
+        raise AssertionError(f"{statistic}: widths do not cancel into n_l/n_(l-1): {e}")
+    return e
+
+
+@disk_cached
+def _derive(statistic: str, form: str = "edgeworth") -> tuple:
+    if form == "book":        # the same derivation, contracted indices raised (Stein)
+        expr, labels = _derive(statistic, "edgeworth")
+        return book_form(expr), labels
+    a = tuple(alpha(k) for k in range(1, 5))
+    if statistic in ("K", "G1"):
+        m = forward_moment([Leg(1, a[0]), Leg(1, a[1])], order=1, form=form)
+        if statistic == "K":
+            return order_coefficient(m, 0), a[:2]
+        return _ratio_form(N_L * order_coefficient(m, 1), "G1"), a[:2]
+    kappa = forward_cumulant([Leg(1, a[0]), Leg(1, a[1]), Leg(2, a[2]), Leg(2, a[3])], order=1, form=form)
+    if order_coefficient(kappa, 0) != 0:
+        raise AssertionError("the cross-neuron connected 4-pt function has an O(1) part")
+    return _ratio_form(N_L * order_coefficient(kappa, 1), "V"), a
+
+
+@public
+def derive_initialization(statistic: str, net: Any = None, form: str = "edgeworth") -> Recursion:
+    r"""Derive the layer recursion of ``statistic`` from the forward equation.
+
+    Parameters
+    ----------
+    statistic : {"K", "V", "G1"}
+        Kernel (PDLT (4.118)), four-point vertex (4.119), NLO metric (4.115).
+    net : effth.MLP, optional
+        Only its activation is used (as the default for :meth:`Recursion.evaluate`); the
+        derivation is activation-independent.
+    form : {"edgeworth", "book"}
+        Derivative atoms (default; Gaussian integration by parts) or the raised-index book form (same derivation,
+        derivative atoms converted by Stein's identity).
+
+    Returns
+    -------
+    Recursion
+
+    Examples
+    --------
+    >>> rec = derive_initialization("K")
+    >>> print(rec.expr)
+    GaussianExpectation(sigma(alpha_1)*sigma(alpha_2), KernelMatrix(Kernel, ell))*C_W[ell + 1] + C_b[ell + 1]
+    """
+    if statistic not in _TARGET:
+        raise DomainError(f"statistic must be one of {sorted(_TARGET)}, got {statistic!r}")
+    tensor, _, book = _TARGET[statistic]
+    if form not in ("edgeworth", "book"):
+        raise DomainError(f"form must be 'edgeworth' or 'book', got {form!r}")
+    expr, labels = _derive(statistic, form)
+    prov = (f"derived: forward equation, Wick over W and b, coincidence split, Edgeworth "
+            f"expansion to O(1/n); must equal {book}")
+    act = getattr(net, "act", None) if net is not None else None
+    return Recursion(statistic, expr, labels, tensor, prov, act, form)
+
+
+@public
+def initialization_flow(K1, depth: int, activation, c_w=1.0, c_b=0.0, ratios=1.0,
+                        method: str = "auto", rtol: float = 1e-10) -> dict:
+    r"""Iterate the derived recursions from layer 1 (:math:`V^{(1)}=G^{\{1\}(1)}=0`, PDLT §4.1–§4.2).
+
+    Parameters
+    ----------
+    K1 : ndarray (N, N)
+        First-layer kernel (PDLT (4.8)).
+    depth : int
+        Last layer :math:`L`; layers ``1..L`` are returned.
+    activation : str or Activation
+    c_w, c_b : float or sequence indexed by layer ``2..L``
+        :math:`C_W^{(\ell+1)}`, :math:`C_b^{(\ell+1)}`.
+    ratios : float or sequence
+        :math:`n_\ell/n_{\ell-1}` for :math:`\ell=1..L-1` (:math:`\ell=1` never matters since
+        :math:`V^{(1)}=G^{\{1\}(1)}=0`).
+
+    Returns
+    -------
+    dict
+        ``{"K": [...], "V": [...], "G1": [...]}``, lists indexed by ``layer - 1``.
+    """
+    recs = {s: derive_initialization(s) for s in ("K", "V", "G1")}
+    K = np.asarray(K1, dtype=float)
+    N = K.shape[-1]
+    V, G1 = np.zeros((N,) * 4), np.zeros((N, N))
+    out = {"K": [K], "V": [V], "G1": [G1]}
+
+    def at(x, layer):
+        return float(x) if np.isscalar(x) else float(x[layer])
+
+    for layer in range(1, depth):
+        kw = dict(activation=activation, c_w=at(c_w, layer - 1), c_b=at(c_b, layer - 1),
+                  ratio=at(ratios, layer - 1), method=method, rtol=rtol)
+        K, V, G1 = (recs["K"].evaluate(K, V, G1, **kw), recs["V"].evaluate(K, V, G1, **kw),
+                    recs["G1"].evaluate(K, V, G1, **kw))
+        for k, x in zip(("K", "V", "G1"), (K, V, G1)):
+            out[k].append(x)
+    return out
+
+
+@public
+def mlp_flow(net: Any, X, method: str = "auto", rtol: float = 1e-10) -> dict:
+    r"""The derived :math:`K, V, G^{\{1\}}` of every layer of an ``MLP`` on inputs ``X``.
+
+    :math:`K^{(1)}=C_b^{(1)}+C_W^{(1)}XX^\top/n_0` (PDLT (4.8)); the per-layer :math:`C_W, C_b`
+    come from ``net``; the width ratios :math:`n_\ell/n_{\ell-1}` from ``net.widths`` when they
+    are numeric (equal widths otherwise; :math:`n_0` never enters since :math:`V^{(1)}=0`).
+
+    Parameters
+    ----------
+    net : effth.MLP
+    X : array_like (N_D, n_0)
+
+    Returns
+    -------
+    dict
+        As :func:`initialization_flow`, layers ``1..net.depth``.
+    """
+    X = np.asarray(X, dtype=float)
+    n0 = X.shape[1]
+    K1 = net.c_b_at(1) + net.c_w_at(1) * (X @ X.T) / n0
+    L = net.depth
+    widths = net.hidden_widths
+    if widths is None:
+        ratios = [1.0] * max(L - 1, 1)
+    else:
+        full = (n0, *widths)
+        ratios = [full[k] / full[k - 1] for k in range(1, len(full))]
+    c_w = [net.c_w_at(k) for k in range(2, L + 1)] or [1.0]
+    c_b = [net.c_b_at(k) for k in range(2, L + 1)] or [0.0]
+    return initialization_flow(K1, L, net.act, c_w=c_w, c_b=c_b, ratios=ratios,
+                               method=method, rtol=rtol)

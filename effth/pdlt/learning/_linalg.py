@@ -1,0 +1,39 @@
+"""Linear algebra of the training block shared by the learning modules (PDLT ch. 6, 7, 10, ∞)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from effth.errors import AccuracyWarning, DomainError
+
+__all__ = ["training_spectrum"]
+
+
+def training_spectrum(M: np.ndarray, name: str, *, need_invertible: bool, jitter: float,
+              bound_hint: str = "") -> tuple[np.ndarray, np.ndarray]:
+    """Eigen-decomposition of a symmetric training block, with the PSD / singularity checks."""
+    P = M.shape[0]
+    if jitter:
+        M = M + jitter * np.eye(P)
+    lam, U = np.linalg.eigh(M)
+    top = float(max(np.max(np.abs(lam)), 1e-300))
+    tol = 100.0 * P * np.finfo(float).eps * top
+    if lam[0] < -tol:
+        raise DomainError(f"the training block of {name} is not positive semi-definite: smallest "
+                          f"eigenvalue {lam[0]:.3g} (largest {lam[-1]:.3g}); a kernel of a network "
+                          "is PSD, so check the matrix you passed")
+    if need_invertible and lam[0] <= tol:
+        raise DomainError(
+            f"the training block of {name} is singular (smallest eigenvalue {lam[0]:.3g}, largest "
+            f"{lam[-1]:.3g}), e.g. repeated training inputs or more training points than the "
+            f"kernel's rank; its inverse does not exist{bound_hint}. Remove the duplicates, or "
+            f"pass jitter=eps to add eps*1 to the training block (a ridge; the result then "
+            f"depends on eps)")
+    if need_invertible and lam[-1] / lam[0] > 1e12:
+        warnings.warn(f"the training block of {name} is ill-conditioned (condition number "
+                      f"{lam[-1] / lam[0]:.2g}): expect to lose about "
+                      f"{math.log10(lam[-1] / lam[0]):.0f} digits", AccuracyWarning, stacklevel=4)
+    return np.clip(lam, 0.0, None), U

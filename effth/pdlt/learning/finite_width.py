@@ -1,0 +1,698 @@
+r"""The fully trained network at finite width: the solution (∞.141) and its ensemble mean (∞.155).
+
+A network trained by an MSE algorithm to zero training error ends, to order :math:`1/n`, at
+(PDLT (∞.141))
+
+.. math::
+    z_{i;\delta}(\infty)=z_{i;\delta}-\widehat H_{ij;\delta\tilde\alpha_1}
+    (\widehat H^{-1})^{\tilde\alpha_1\tilde\alpha_2}_{jk}e_{k;\tilde\alpha_2}
+    +\big[\widehat{dH}\big]_\delta Z_{A,B}\,ee+\big[\widehat{dd_IH}\big]_\delta Z_{IA,IB}\,eee
+    +\big[\widehat{dd_{II}H}\big]_\delta Z_{IIA,IIB}\,eee,
+
+:math:`e=z-y` at initialization, :math:`[X]_\delta=X_\delta-H_{\delta\tilde\alpha_5}
+\widetilde H^{\tilde\alpha_5\tilde\alpha_6}X_{\tilde\alpha_6}` (zero on the training set), the
+algorithm only in the projectors (:mod:`effth.pdlt.learning.projectors`).  :func:`trained_output` evaluates it for
+one network from its own NTK, dNTK and ddNTKs (:func:`effth.simulation.empirical_ntk`).
+
+Averaged over initializations (∞.155)–(∞.160), with the corrections of the symmetrized
+:math:`Z_B` in (∞.158) and of the :math:`T`/:math:`U` permutations in (∞.160):
+
+.. math::
+    m_{i;\dot\beta}=H_{\dot\beta\tilde\alpha_1}\widetilde H^{\tilde\alpha_1\tilde\alpha_2}
+    y_{i;\tilde\alpha_2}+\frac1{n_{L-1}}\Big[M_{i;\dot\beta}-H_{\dot\beta\tilde\alpha_1}
+    \widetilde H^{\tilde\alpha_1\tilde\alpha_2}M_{i;\tilde\alpha_2}\Big],\quad
+    M=m^{\Delta\rm NTK}+m^{\rm dNTK}+m^{\rm ddNTK\text-I}+m^{\rm ddNTK\text-II},
+
+with :math:`H=\Theta+H^{\{1\}}/n_{L-1}` the NTK mean (PDLT (9.3); the :math:`H^{\{1\}}` part of the
+first term is reported as its own :math:`O(1/n)` piece) and :math:`A,B,P,Q,R,S,T,U` of the output
+layer from :func:`~effth.pdlt.ntk.ntk_flow`.  :func:`finite_width_mean` evaluates it;
+``effth.predict(..., widths=n)`` calls it.
+
+Every contraction with a projector runs in the eigenbasis of :math:`\widetilde H`, where the
+projectors are pair-diagonal: cost :math:`O(N_\mathcal D N_\mathcal A^3)` per term, memory of
+the rank-4 NTK-hierarchy tensors only.
+"""
+
+from __future__ import annotations
+
+from effth._signature import public
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from effth._validate import kernel_matrix, last_hidden_width, real_array
+from effth.errors import DomainError
+from effth.numerics.sample_blocks import SampleRestriction
+from effth.pdlt.learning.projectors import AlgorithmProjectors, algorithm_projectors
+
+__all__ = ["trained_output", "TrainedOutput", "finite_width_mean", "FiniteWidthMean",
+           "MEAN_PARTS", "OUTPUT_PARTS", "mean_latex", "finite_width_covariance",
+           "FiniteWidthCovariance", "COVARIANCE_PARTS"]
+
+#: Parts of :math:`n_{L-1}(m-m^\infty)`: the NTK-mean shift :math:`H^{\{1\}}` and the four
+#: groups of (∞.157)–(∞.160).
+MEAN_PARTS = ("H1", "delta_ntk", "dntk", "ddntk_I", "ddntk_II")
+#: Parts of the per-network solution (∞.141).
+OUTPUT_PARTS = ("free", "dntk", "ddntk_I", "ddntk_II")
+
+
+# ----------------------------------------------------------------------------- helpers
+def _bracket(f: np.ndarray, H: np.ndarray, Hinv: np.ndarray, P: int) -> np.ndarray:
+    r"""Subtract the training-set projection along the sample axis 0 of ``f``: :math:`[f]_\delta`."""
+    return f - H[:, :P] @ (Hinv @ f[:P])
+
+
+def _targets(y: Any, P: int) -> np.ndarray:
+    y = real_array(y, "y_train")
+    if y.ndim == 1:
+        y = y[:, None]
+    if y.ndim != 2 or y.shape[0] != P:
+        raise DomainError(f"y_train must have shape ({P},) or ({P}, n_out), got {y.shape}")
+    if not np.isfinite(y).all():
+        raise DomainError("y_train has NaN or infinite entries")
+    return y
+
+
+def _n_train(n_train: Any, N: int) -> int:
+    if isinstance(n_train, (bool, np.bool_)) or not isinstance(n_train, (int, np.integer)):
+        raise DomainError(f"n_train must be an int, got {n_train!r}")
+    P = int(n_train)
+    if not 1 <= P <= N:
+        raise DomainError(f"n_train must be between 1 and the number of inputs {N}, got {P}")
+    return P
+
+
+def _projectors(H: np.ndarray, P: int, algorithm: str, eta: Any) -> AlgorithmProjectors:
+    return algorithm_projectors(H[:P, :P], algorithm=algorithm, eta=eta)
+
+
+# ----------------------------------------------------------------------------- result types
+class _Parts:
+    r"""A theory result held as named parts with their sum (``total``), read as every effth
+    result: ``value(name)``, ``stderr(name)`` (``None``), no layer axis (the output layer)."""
+
+    total = ""
+    part_names: tuple = ()
+
+    @property
+    def names(self) -> tuple:
+        return (self.total,) + self.part_names
+
+    def _special(self, name: str):
+        return None
+
+    def value(self, name: str, layer: Any = None) -> np.ndarray:
+        if layer is not None:
+            raise DomainError(f"{type(self).__name__} has no layer axis (it is the output layer L)")
+        special = self._special(name)
+        if special is not None:
+            return special
+        if name == self.total:
+            return sum(self.parts[k] for k in self.part_names)
+        if name not in self.parts:
+            raise DomainError(f"unknown name {name!r}; expected one of {self.names}")
+        return self.parts[name]
+
+    def stderr(self, name: str, layer: Any = None) -> None:
+        """``None``: a deterministic theory (the name is checked)."""
+        self.value(name, layer)
+        return None
+
+
+# ----------------------------------------------------------------------------- one network
+@public
+@dataclass(frozen=True, repr=False)
+class TrainedOutput(_Parts):
+    r"""The fully trained outputs of one finite-width network, (∞.141), on all its inputs.
+
+    ``value(name)`` with ``name`` in ``("z", "free", "dntk", "ddntk_I", "ddntk_II")`` is an
+    ``(N, n_out)`` array, training inputs first: ``"z"`` the sum, ``"free"`` the frozen-NTK
+    solution with the network's own NTK (∞.93), the others the projector terms of (∞.141).
+    """
+
+    parts: dict
+    n_train: int
+    projectors: AlgorithmProjectors
+    layers: tuple = field(default=())
+
+    total = "z"
+    part_names = OUTPUT_PARTS
+
+    def __repr__(self) -> str:
+        z = self.value("z")
+        return (f"TrainedOutput(N={z.shape[0]}, n_train={self.n_train}, n_out={z.shape[1]}, "
+                f"{self.projectors.algorithm})")
+
+
+@public
+def trained_output(instance: Any, y_train: Any, *, n_train: int, algorithm: str = "gd",
+                   eta: Any = None, H: Any = None) -> TrainedOutput:
+    r"""The end of training of one network at order :math:`1/n`, PDLT (∞.141).
+
+    Parameters
+    ----------
+    instance : NTKResult
+        One network's outputs and NTK hierarchy at initialization on its ``N`` inputs,
+        :func:`effth.simulation.empirical_ntk` with ``order=3`` (``z`` ``(n_out, N)``, ``H``,
+        ``dH``, ``ddIH``, ``ddIIH`` with the neural indices first), training inputs first.
+    y_train : array_like (P,) or (P, n_out)
+    n_train : int
+        Number ``P`` of training inputs (the first ``P`` of the instance's inputs).
+    algorithm, eta
+        As :func:`~effth.pdlt.learning.projectors.algorithm_projectors`.
+    H : array_like (N, N), optional
+        The NTK mean in the projectors and the subtraction :math:`[\cdot]_\delta`; default: the
+        network's own NTK averaged over output components (exact for one output, where the
+        remainder is then :math:`O(1/n^2)`).
+
+    Returns
+    -------
+    TrainedOutput
+    """
+    for name in ("z", "H", "dH", "ddIH", "ddIIH"):
+        if getattr(instance, name, None) is None:
+            raise DomainError(f"instance has no {name!r}: use empirical_ntk(..., order=3) on one network")
+    z = np.asarray(instance.z, float)
+    if z.ndim != 2:
+        raise DomainError("instance must hold one network (z of shape (n_out, N)), not a batch")
+    m, N = z.shape
+    P = _n_train(n_train, N)
+    y = _targets(y_train, P)
+    if y.shape[1] != m:
+        raise DomainError(f"y_train has {y.shape[1]} components but the instance {m} outputs")
+    Hh = np.asarray(instance.H, float)                       # (m, m, N, N)
+    Hm = (np.einsum("iiab->ab", Hh) / m) if H is None else kernel_matrix(H, "H")
+    if Hm.shape != (N, N):
+        raise DomainError(f"H must be ({N}, {N}), got {Hm.shape}")
+    Z = _projectors(Hm, P, algorithm, eta)
+    Hinv = Z.inverse()
+    e = z[:, :P] - y.T                                       # (m, P)
+    # free part (∞.93) with the exact inverse of the instance NTK over (output, sample) pairs
+    HAA = Hh[:, :, :P, :P].transpose(0, 2, 1, 3).reshape(m * P, m * P)
+    sol = np.linalg.solve(HAA, e.reshape(m * P)).reshape(m, P)
+    free = z - np.einsum("ijda,ja->id", Hh[:, :, :, :P], sol)
+    E = Z.to_eigenbasis(e, (1,))                             # e_{j;p}
+    zc = Z.coefficients
+    dH = np.asarray(instance.dH, float)
+    ddI = np.asarray(instance.ddIH, float)
+    ddII = np.asarray(instance.ddIIH, float)
+    # training slots to the eigenbasis; the delta slot keeps all N inputs
+    dA = Z.to_eigenbasis(dH[:, :, :, :P, :, :P], (3, 5))     # dH_{j1 i j2; a1 . a2}
+    dB = Z.to_eigenbasis(dH[:, :, :, :, :P, :P], (4, 5))     # dH_{i j1 j2; . a1 a2}
+    rIA = Z.to_eigenbasis(ddI[..., :P, :, :P, :P], (4, 6, 7))
+    rIB = Z.to_eigenbasis(ddI[..., :, :P, :P, :P], (5, 6, 7))
+    rIIA = Z.to_eigenbasis(ddII[..., :P, :P, :, :P], (4, 5, 7))
+    rIIB = Z.to_eigenbasis(ddII[..., :, :P, :P, :P], (5, 6, 7))
+    dntk = (np.einsum("aibpDq,pq,ap,bq->Di", dA, zc["A"], E, E)
+            + np.einsum("iabDpq,pq,ap,bq->Di", dB, zc["B"], E, E))
+    ddI_t = (np.einsum("aibcpDqr,pqr,ap,bq,cr->Di", rIA, zc["IA"], E, E, E)
+             + np.einsum("iabcDpqr,pqr,ap,bq,cr->Di", rIB, zc["IB"], E, E, E))
+    ddII_t = (np.einsum("abicpqDr,pqr,ap,bq,cr->Di", rIIA, zc["IIA"], E, E, E)
+              + np.einsum("iabcDpqr,pqr,ap,bq,cr->Di", rIIB, zc["IIB"], E, E, E))
+    parts = {"free": free.T,
+             "dntk": _bracket(dntk, Hm, Hinv, P),
+             "ddntk_I": _bracket(ddI_t, Hm, Hinv, P),
+             "ddntk_II": _bracket(ddII_t, Hm, Hinv, P)}
+    return TrainedOutput(parts, P, Z)
+
+
+# ----------------------------------------------------------------------------- ensemble mean
+def _slots(T: np.ndarray, order: str, P: int) -> np.ndarray:
+    """``T`` with its axes labelled by ``order`` (``'D'`` the free sample, ``'1'..'3'`` training
+    slots) as ``X[D, a1, a2, a3]``, training slots restricted to the first ``P`` inputs."""
+    letters = {"D": "D", "1": "a", "2": "b", "3": "c"}
+    X = np.einsum("".join(letters[c] for c in order) + "->Dabc", T)
+    return X[:, :P, :P, :P]
+
+
+def _contract(T_hat: np.ndarray, z: np.ndarray, sup: str, rhs: np.ndarray) -> np.ndarray:
+    r""":math:`\sum T_{D a_1a_2a_3}Z^{\rm sup}\,\mathrm{rhs}_{i;\cdots}` in the eigenbasis.
+
+    ``sup`` spells the projector's superscript over the letters ``abc`` (the slots of ``T``) and
+    ``d``, ``e``, ``f`` (the slots of ``rhs``): ``"abcd"`` is :math:`Z^{a_1a_2a_3a_4}` contracted
+    with :math:`y_{i;a_4}`, ``"abcefd"`` is :math:`Z^{a_1a_2a_3a_5a_6a_4}` with
+    :math:`W_{i;a_4a_5a_6}`.  The projector pairs superscript positions :math:`k` and
+    :math:`k+\mathrm{rank}/2` with one eigen-index each (module :mod:`effth.pdlt.learning.projectors`).
+    """
+    half = len(sup) // 2
+    eig = "pqr"[:half]
+    m = {}
+    for k in range(half):
+        m[sup[k]] = eig[k]
+        m[sup[k + half]] = eig[k]
+    tail = "def"[:len(sup) - 3]
+    spec = "D" + "".join(m[c] for c in "abc") + "," + eig + ",i" + "".join(m[c] for c in tail) + "->Di"
+    return np.einsum(spec, T_hat, z, rhs)
+
+
+#: The projector terms of (∞.158)–(∞.160) as corrected: per part, a list of
+#: ``(sum of (coefficient, tensor, slots), projector, superscript)``; ``slots`` places the
+#: free sample ``D`` and the training samples ``1..3`` in the tensor's book slot order, the
+#: superscript spells the projector's indices over ``a..c`` (the tensor's training samples)
+#: and ``d..f`` (those of ``y`` or ``W``).  ``Bsym`` is :math:`Z_B^{a_1a_2a_3a_4}+Z_B^{a_2a_1a_4a_3}`
+#: (the printed :math:`2Z_B` holds only for a symmetric :math:`Z_B`); in (∞.160) the
+#: :math:`Z_{IIB}` superscripts of :math:`T` and :math:`U` are those of the brute-force
+#: expectation (exchanged with respect to the print).
+_TERMS = {
+    "dntk": [
+        ((("1", "P", "D123"), ("1", "Q", "D123"), ("nL", "Q", "D213")), "Bsym", "abcd"),
+        ((("nL", "P", "1D23"), ("1", "Q", "1D23"), ("1", "Q", "12D3")), "A", "abcd"),
+        ((("1", "P", "1D23"), ("nL", "Q", "1D23"), ("1", "Q", "12D3")), "A", "abdc"),
+    ],
+    "ddntk_I": [
+        ((("1", "R", "D123"),), "IB", "abcdef"),
+        ((("1", "R", "D123"),), "IB", "bcaefd"),
+        ((("1", "R", "D123"),), "IB", "cabfde"),
+        ((("1", "R", "1D23"),), "IA", "abcdef"),
+        ((("1", "R", "123D"),), "IA", "abcefd"),
+        ((("1", "R", "13D2"),), "IA", "abcfde"),
+    ],
+    "ddntk_II": [
+        ((("1", "S", "D123"),), "IIB", "abcdef"),
+        ((("1", "T", "D123"),), "IIB", "cabfde"),
+        ((("1", "U", "D123"),), "IIB", "bcaefd"),
+        ((("1", "S", "12D3"),), "IIA", "abcefd"),
+        ((("1", "T", "1D32"),), "IIA", "abcdef"),
+        ((("1", "U", "132D"),), "IIA", "abcfde"),
+    ],
+}
+
+_SAMPLE = {"D": r"\delta", **{c: rf"\tilde\alpha_{{{k}}}" for k, c in enumerate("123", 1)},
+           **{c: rf"\tilde\alpha_{{{k}}}" for k, c in enumerate("abcdef", 1)}}
+_PROJ = {"A": "Z_A", "B": "Z_B", "IA": "Z_{IA}", "IB": "Z_{IB}", "IIA": "Z_{IIA}", "IIB": "Z_{IIB}"}
+
+
+def _term_latex(group, proj, sup) -> str:
+    tens = " + ".join(("n_L " if c == "nL" else "") + t + "^{(L)}_{" + "".join(_SAMPLE[x] for x in slots) + "}"
+                      for c, t, slots in group)
+    if len(group) > 1:
+        tens = r"\big(" + tens + r"\big)"
+    if proj == "Bsym":
+        z = (r"\big(Z_B^{" + "".join(_SAMPLE[x] for x in "abcd") + "} + Z_B^{"
+             + "".join(_SAMPLE[x] for x in "badc") + r"}\big)")
+    else:
+        z = _PROJ[proj] + "^{" + "".join(_SAMPLE[x] for x in sup) + "}"
+    return tens + " " + z
+
+
+@public
+def mean_latex() -> str:
+    r"""The :math:`O(1/n)` mean of trained networks, (∞.155)–(∞.160) as evaluated here, in LaTeX.
+
+    Built from the same term table that :func:`finite_width_mean` contracts, so the printed
+    formula is the computed one (with the corrections to (∞.157), (∞.158) and (∞.160)).
+    """
+    a = [_SAMPLE[c] for c in "abcdef"]
+    lines = [
+        r"m_{i;\dot\beta} &= H_{\dot\beta\tilde\alpha_1}\widetilde H^{\tilde\alpha_1\tilde\alpha_2}"
+        r"y_{i;\tilde\alpha_2} + \frac{1}{n_{L-1}}\Big[M_{i;\dot\beta} - H_{\dot\beta\tilde\alpha_1}"
+        r"\widetilde H^{\tilde\alpha_1\tilde\alpha_2} M_{i;\tilde\alpha_2}\Big],\qquad "
+        r"H = \Theta + \frac{H^{\{1\}}}{n_{L-1}}",
+        r"M_{i;\delta} &= m^{\Delta\mathrm{NTK}}_{i;\delta} + m^{\mathrm{dNTK}}_{i;\delta} + "
+        r"m^{\mathrm{ddNTK\text{-}I}}_{i;\delta} + m^{\mathrm{ddNTK\text{-}II}}_{i;\delta}",
+        r"m^{\Delta\mathrm{NTK}}_{i;\delta} &= -\big(A^{(L)}_{(\delta" + a[0] + ")(" + a[1] + a[2]
+        + r")} + B^{(L)}_{\delta" + a[1] + a[0] + a[2] + r"} + n_L B^{(L)}_{\delta" + a[2] + a[0] + a[1]
+        + r"}\big)\widetilde H^{" + a[0] + a[1] + r"}\widetilde H^{" + a[2] + a[3] + "} y_{i;" + a[3] + "}",
+    ]
+    heads = {"dntk": r"m^{\mathrm{dNTK}}_{i;\delta}", "ddntk_I": r"m^{\mathrm{ddNTK\text{-}I}}_{i;\delta}",
+             "ddntk_II": r"m^{\mathrm{ddNTK\text{-}II}}_{i;\delta}"}
+    for part, terms in _TERMS.items():
+        body = r" \\ &\quad + ".join(_term_latex(*t) for t in terms)
+        rhs = ("y_{i;" + a[3] + "}") if part == "dntk" else ("W_{i;" + "".join(a[3:]) + "}")
+        lines.append(heads[part] + r" &= -\Big[" + body + r"\Big]" + rhs)
+    lines.append("W_{i;" + "".join(a[3:]) + "} &= y_{i;" + a[3] + r"}\Big(\sum_j y_{j;" + a[4] + "}y_{j;"
+                 + a[5] + "} + n_L K^{(L)}_{" + a[4] + a[5] + r"}\Big) + y_{i;" + a[4] + "}K^{(L)}_{" + a[5] + a[3]
+                 + "} + y_{i;" + a[5] + "}K^{(L)}_{" + a[3] + a[4] + "}")
+    return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
+
+
+class _ExpansionParts(_Parts):
+    r"""A theory quantity at infinite width plus its :math:`O(1/n)` coefficient, held in parts.
+
+    Subclasses set :attr:`stem` (``"mean"``, ``"covariance"``) and :attr:`part_names`; the names
+    read are ``stem`` (infinite width), ``stem + "1"`` (:math:`n_{L-1}` times the :math:`O(1/n)`
+    term, the sum of the parts), ``stem + "_at_width"`` and every part.
+    """
+
+    stem = ""
+
+    @property
+    def total(self) -> str:
+        return self.stem + "1"
+
+    @property
+    def names(self) -> tuple:
+        return (self.stem, self.total, self.stem + "_at_width") + self.part_names
+
+    def _special(self, name: str):
+        if name == self.stem:
+            return self.infinite
+        if name == self.stem + "_at_width":
+            if self.width is None:
+                raise DomainError(f"no width given: pass widths= to finite_width_{self.stem}")
+            return self.infinite + self.value(self.total) / self.width
+        return None
+
+
+@public
+@dataclass(frozen=True, repr=False)
+class FiniteWidthMean(_ExpansionParts):
+    r"""The ensemble mean of trained finite-width networks at order :math:`1/n`, PDLT (∞.155).
+
+    ``value(name)`` is an ``(N, n_out)`` array over all inputs (training first):
+
+    * ``"mean"``: :math:`m^\infty=\Theta_{\delta\tilde\alpha_1}\widetilde\Theta^{\tilde\alpha_1
+      \tilde\alpha_2}y_{\tilde\alpha_2}` (10.40);
+    * ``"mean1"``: :math:`n_{L-1}(m-m^\infty)`, the sum of the parts below;
+    * ``"mean_at_width"``: :math:`m^\infty+\text{mean1}/n_{L-1}` at :attr:`width`;
+    * the parts of ``"mean1"`` (:data:`MEAN_PARTS`): ``"H1"`` the NTK-mean shift
+      :math:`H^{\{1\}}` in (∞.156), ``"delta_ntk"`` (∞.157), ``"dntk"`` (∞.158, corrected),
+      ``"ddntk_I"`` (∞.159), ``"ddntk_II"`` (∞.160, corrected), each with the training-set
+      subtraction of (∞.155) applied (zero on the training inputs).
+    """
+
+    parts: dict
+    infinite: np.ndarray
+    n_train: int
+    width: int | None
+    projectors: AlgorithmProjectors
+    layers: tuple = field(default=())
+
+    stem = "mean"
+    part_names = MEAN_PARTS
+
+    def latex(self) -> str:
+        """The formula evaluated (:func:`mean_latex`)."""
+        return mean_latex()
+
+    def _repr_latex_(self) -> str:
+        return "$$" + self.latex() + "$$"
+
+    def __repr__(self) -> str:
+        return (f"FiniteWidthMean(N={self.infinite.shape[0]}, n_train={self.n_train}, "
+                f"n_out={self.infinite.shape[1]}, {self.projectors.algorithm}, width={self.width})")
+
+
+_TENSORS = ("Theta", "H1", "K", "A", "B", "P", "Q", "R", "S", "T", "U")
+
+
+def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: str, eta: Any,
+           width: Any, layer: int | None, max_test: int) -> tuple:
+    """Read and check the output-layer statistics ``names`` (from an NTKFlow or a mapping), the
+    targets, the width and the projectors: ``(T, y, P, width, Theta, projectors)``.
+
+    Only the entries with at most ``max_test`` distinct test samples enter the result (the mean
+    reads one, the covariance two): those must be finite, the others (NaN in a flow computed
+    with ``ntk_flow(..., n_train=, max_test=)``) are set to zero, where they meet zero
+    coefficients."""
+    if hasattr(tensors, "value") and hasattr(tensors, "layers"):
+        lay = tensors.layers[-1] if layer is None else layer
+        missing = [k for k in names if k not in tensors.names]
+        if missing:
+            raise DomainError(f"the NTK flow lacks {missing}: compute ntk_flow with every statistic "
+                              "(kinked activations have no dNTK/ddNTK statistics, PDLT §∞.1)")
+        T = {k: np.asarray(tensors.value(k, layer=lay), float) for k in names}
+    else:
+        try:
+            T = {k: np.asarray(tensors[k], float) for k in names}
+        except KeyError as exc:
+            raise DomainError(f"tensors lacks {exc.args[0]!r}; needs {names}") from None
+    N = T["Theta"].shape[0]
+    P = _n_train(n_train, N)
+    need = SampleRestriction(P, max_test)
+    for k in names:
+        want = (N, N) if k in ("Theta", "H1", "K", "G1") else (N,) * 4
+        if T[k].shape != want:
+            raise DomainError(f"{k} must have shape {want}, got {T[k].shape}")
+        if not np.isfinite(T[k]).all():
+            m = need.mask(N, T[k].ndim)
+            if not np.isfinite(T[k][m]).all():
+                raise DomainError(
+                    f"{k} has NaN or infinite entries among those with at most {max_test} test "
+                    f"input(s) (the first n_train={P} inputs are training inputs; a flow computed "
+                    f"with ntk_flow(..., n_train={P}, max_test={max_test}) holds them)")
+            T[k] = np.where(m, T[k], 0.0)
+    y = _targets(y_train, P)
+    if width is not None:
+        width = last_hidden_width(width, "widths", equal=True)
+    Th = kernel_matrix(T["Theta"], "Theta")
+    return T, y, P, width, Th, _projectors(Th, P, algorithm, eta)
+
+
+@public
+def finite_width_mean(tensors: Any, y_train: Any, *, n_train: int, algorithm: str = "gd",
+                      eta: Any = None, widths: Any = None, layer: int | None = None) -> FiniteWidthMean:
+    r"""Ensemble mean of the outputs of networks trained to convergence, at order :math:`1/n`.
+
+    PDLT (∞.155)–(∞.160) with two corrections, both checked against the brute-force expectation
+    of (∞.141) over the NTK-hierarchy statistics (8.82), (11.45), (∞.11), (∞.12): in (∞.158)
+    :math:`2Z_B^{\tilde\alpha_1\tilde\alpha_2\tilde\alpha_3\tilde\alpha_4}\to Z_B^{\tilde\alpha_1
+    \tilde\alpha_2\tilde\alpha_3\tilde\alpha_4}+Z_B^{\tilde\alpha_2\tilde\alpha_1\tilde\alpha_4
+    \tilde\alpha_3}` (:math:`Z_B` of gradient descent is not symmetric), and in (∞.160) the
+    :math:`Z_{IIB}` permutations of :math:`T` and :math:`U` are exchanged.  The NTK-mean shift
+    :math:`H^{\{1\}}` (PDLT (9.3); footnote 7 of §∞.2 calls it marginal, but it is of the same
+    order) is included as the part ``"H1"``.
+
+    Parameters
+    ----------
+    tensors : NTKFlow or mapping
+        The output-layer statistics on training-then-test inputs: an
+        :class:`~effth.pdlt.NTKFlow` (all statistics; its last layer, or ``layer=``) or
+        a mapping with ``"Theta"``, ``"H1"``, ``"K"`` ``(N, N)`` and ``"A"``, ``"B"``, ``"P"``,
+        ``"Q"``, ``"R"``, ``"S"``, ``"T"``, ``"U"`` ``(N, N, N, N)`` (book slot order).
+    y_train : array_like (P,) or (P, n_out)
+    n_train : int
+        The first ``P`` inputs are the training set.
+    algorithm : {"gd", "gradient_flow", "two_step"}
+    eta : float
+        Learning rate for ``"gd"`` (stable: :math:`\eta\lambda_{\max}(\widetilde\Theta)<2`).
+    widths : int or sequence of equal ints, optional
+        The hidden widths; :math:`n_{L-1}` for ``"mean_at_width"``.
+    layer : int, optional
+        Which layer of an NTKFlow (default: the last).
+
+    Returns
+    -------
+    FiniteWidthMean
+
+    Raises
+    ------
+    DomainError
+        Missing statistics (an NTKFlow of a kinked activation has no dNTK/ddNTK statistics: the
+        :math:`1/n` dynamics does not apply there, PDLT §∞.1), a singular training NTK, an
+        unstable learning rate, inconsistent shapes.
+    """
+    T, y, P, width, Th, Z = _setup(tensors, _TENSORS, y_train, n_train, algorithm, eta, widths, layer, 1)
+    nL = y.shape[1]
+    Hinv = Z.inverse()
+    v = Hinv @ y                                                   # (P, nL)
+    yh = Z.to_eigenbasis(y, (0,)).T                                # (nL, P): y_{i;p}
+    K = T["K"][:P, :P]
+    # W_{i;a4 a5 a6}, (∞.159)
+    yy = y @ y.T
+    W = (np.einsum("di,ef->idef", y, yy + nL * K) + np.einsum("ei,fd->idef", y, K)
+         + np.einsum("fi,de->idef", y, K))
+    Wh = Z.to_eigenbasis(W, (1, 2, 3))
+    A, B = T["A"], T["B"]
+    parts = {}
+    parts["H1"] = T["H1"][:, :P] @ v
+    # (∞.157) with the sign of the exact expansion of the instance inverse (the printed (∞.154)
+    # carries both Delta H lines with flipped signs)
+    parts["delta_ntk"] = -(np.einsum("Dabc,ab,ci->Di", _slots(A, "D123", P), Hinv, v)     # A_(d a1)(a2 a3)
+                           + np.einsum("Dabc,ab,ci->Di", _slots(B, "D213", P), Hinv, v)  # B_d a2 a1 a3
+                           + nL * np.einsum("Dabc,ab,ci->Di", _slots(B, "D312", P), Hinv, v))
+    stats = {k: T[k] for k in "PQRSTU"}
+    zc = dict(Z.coefficients, Bsym=Z.coefficients["B"] + Z.coefficients["B"].T)
+    for part, terms in _TERMS.items():
+        rhs = yh if part == "dntk" else Wh
+        total = 0.0
+        for group, proj, sup in terms:
+            X = sum((nL if c == "nL" else 1) * _slots(stats[t], slots, P) for c, t, slots in group)
+            total = total + _contract(Z.to_eigenbasis(X, (1, 2, 3)), zc[proj], sup, rhs)
+        parts[part] = -total
+    parts = {k: _bracket(parts[k], Th, Hinv, P) for k in MEAN_PARTS}
+    mean_inf = Th[:, :P] @ v
+    return FiniteWidthMean(parts, mean_inf, P, width, Z)
+
+
+# ----------------------------------------------------------------------------- covariance
+def _decomposition(X: np.ndarray, m: int, pattern: str) -> np.ndarray:
+    r"""Output-index form of an :math:`O(1/n)` decomposition, times :math:`n`.
+
+    ``pattern`` names the book's Kronecker-delta decomposition of a four-slot statistic over
+    slots :math:`1..4` (each slot an output index and a sample index):
+
+    * ``"HH"`` (8.82): :math:`\delta_{12}\delta_{34}A_{(s_1s_2)(s_3s_4)}+\delta_{13}\delta_{24}B_{s_1s_3s_2s_4}+
+      \delta_{14}\delta_{23}B_{s_1s_4s_2s_3}` with ``X = (A, B)``;
+    * ``"zzH"`` (8.67): :math:`\mathbb E[z_1z_2\widehat{\Delta H}_{34}]`, ``X = (D, F)``;
+    * ``"dHz"`` (11.45): :math:`\mathbb E[\widehat{dH}_{123}z_4]`, ``X = (P, Q)``;
+    * ``"ddI"``, ``"ddII"`` (∞.11), (∞.12): ``X = R`` or ``(S, T, U)``.
+
+    Returns ``E[i1, i2, i3, i4, s1, s2, s3, s4]``.
+    """
+    d = np.eye(m)
+    if pattern in ("HH", "zzH"):
+        first, second = X
+        return (np.einsum("ab,cd,wxyz->abcdwxyz", d, d, first)
+                + np.einsum("ac,bd,wyxz->abcdwxyz", d, d, second)
+                + np.einsum("ad,bc,wzxy->abcdwxyz", d, d, second))
+    if pattern == "dHz":
+        Pt, Q = X
+        return (np.einsum("ad,bc,wxyz->abcdwxyz", d, d, Pt) + np.einsum("ab,cd,wxyz->abcdwxyz", d, d, Q)
+                + np.einsum("ac,bd,wyxz->abcdwxyz", d, d, Q))
+    if pattern == "ddI":
+        R = X
+        return (np.einsum("ab,cd,wxyz->abcdwxyz", d, d, R) + np.einsum("ac,db,wyzx->abcdwxyz", d, d, R)
+                + np.einsum("ad,bc,wzxy->abcdwxyz", d, d, R))
+    if pattern == "ddII":
+        S, T, U = X
+        return (np.einsum("ab,cd,wxyz->abcdwxyz", d, d, S) + np.einsum("ac,db,wyzx->abcdwxyz", d, d, T)
+                + np.einsum("ad,bc,wzxy->abcdwxyz", d, d, U))
+    raise ValueError(pattern)  # pragma: no cover
+
+
+#: Parts of :math:`n_{L-1}(\mathrm{Cov}-\mathrm{Cov}^\infty)`, see :func:`finite_width_covariance`.
+COVARIANCE_PARTS = ("metric", "ntk_fluctuation", "dntk", "ddntk")
+_MAX_TRAIN_COV = 64
+
+
+@public
+@dataclass(frozen=True, repr=False)
+class FiniteWidthCovariance(_ExpansionParts):
+    r"""Covariance of the outputs of trained finite-width networks at order :math:`1/n`.
+
+    ``value(name)`` is ``(N, N, n_out, n_out)``: :math:`\mathrm{Cov}[z_{i_1;\delta_1}(T),
+    z_{i_2;\delta_2}(T)]` at ``[δ1, δ2, i1, i2]`` (training inputs first).  Names:
+    ``"covariance"`` (infinite width, (10.41)), ``"covariance1"`` (:math:`n_{L-1}` times the
+    :math:`O(1/n)` part), ``"covariance_at_width"``, and the parts of ``"covariance1"``
+    (:data:`COVARIANCE_PARTS`): ``"metric"`` (the NLO metric :math:`G^{\{1\}}` and the NTK-mean
+    shift :math:`H^{\{1\}}` in the frozen-NTK solution), ``"ntk_fluctuation"`` (the NTK
+    variance :math:`A, B` and the NTK–preactivation correlators :math:`D, F`), ``"dntk"``
+    (:math:`P, Q`), ``"ddntk"`` (:math:`R, S, T, U`).
+    """
+
+    parts: dict
+    infinite: np.ndarray
+    n_train: int
+    width: int | None
+    layers: tuple = field(default=())
+
+    stem = "covariance"
+    part_names = COVARIANCE_PARTS
+
+    def __repr__(self) -> str:
+        return f"FiniteWidthCovariance(N={self.infinite.shape[0]}, n_train={self.n_train}, width={self.width})"
+
+
+@public
+def finite_width_covariance(tensors: Any, y_train: Any, *, n_train: int, algorithm: str = "gd",
+                            eta: Any = None, widths: Any = None, layer: int | None = None
+                            ) -> FiniteWidthCovariance:
+    r"""Covariance of the outputs of networks trained to convergence, at order :math:`1/n`.
+
+    Not printed in the book (PDLT (∞.161) gives one of its terms, (∞.162)).  Derived here as the
+    connected second moment of the per-network solution (∞.141) -- with the instance inverse
+    expanded to second order in :math:`\widehat{\Delta H}` -- over the statistics of the
+    output layer at initialization, kept to :math:`O(1/n)`:
+    :math:`\mathbb E[zz]=K+G^{\{1\}}/n` (PDLT (4.106)), the NTK mean :math:`\Theta+H^{\{1\}}/n`,
+    :math:`\mathbb E[\widehat{\Delta H}\widehat{\Delta H}]` (8.82), :math:`\mathbb E[zz\widehat{\Delta H}]`
+    (8.67), :math:`\mathbb E[\widehat{dH}z]` (11.45), :math:`\mathbb E[\widehat{dd_IH}]`,
+    :math:`\mathbb E[\widehat{dd_{II}H}]` (∞.11)–(∞.12), and Gaussian :math:`z` at leading order.
+    The contributions at this order are the products of the frozen-NTK part :math:`u=z-H\widetilde
+    H^{-1}z_\mathcal A` with itself (the NLO metric and :math:`H^{\{1\}}`), with the
+    :math:`\widehat{\Delta H}` terms and with the dNTK and ddNTK terms, and the square of the
+    first-order :math:`\widehat{\Delta H}` term; every other product is :math:`O(n^{-3/2})` or
+    smaller.  Output components are coupled through the targets ("wiring").
+
+    Parameters
+    ----------
+    tensors : NTKFlow or mapping
+        As :func:`finite_width_mean`, plus ``"G1"``, ``"D"``, ``"F"``.
+    y_train, n_train, algorithm, eta, widths, layer
+        As :func:`finite_width_mean`.
+
+    Returns
+    -------
+    FiniteWidthCovariance
+
+    Notes
+    -----
+    The ddNTK projectors stay in the eigenbasis of the training NTK (:math:`N_\mathcal A^3`
+    coefficients, never :math:`N_\mathcal A^6` tensors); :math:`Z_A, Z_B` are held densely
+    (:math:`N_\mathcal A^4`) and the output indices are explicit, so this is for training sets
+    up to 64 inputs and few outputs.  The statistics are read at entries with at most two test
+    inputs (``ntk_flow(..., n_train=, max_test=2)``).
+    """
+    T, y, P, width, Th, Z = _setup(tensors, _TENSORS + ("G1", "D", "F"), y_train, n_train,
+                                   algorithm, eta, widths, layer, 2)
+    if P > _MAX_TRAIN_COV:
+        raise DomainError(f"finite_width_covariance holds the NTK-variance projectors Z_A, Z_B "
+                          f"densely (N_A^4 entries): at most {_MAX_TRAIN_COV} training inputs, "
+                          f"got {P}")
+    m = y.shape[1]
+    K = T["K"]
+    N = Th.shape[0]
+    Hi = Z.inverse()
+    EA = np.zeros((P, N))
+    EA[:, :P] = np.eye(P)
+    Mb = np.eye(N) - Th[:, :P] @ Hi @ EA                 # u = M z, and the bracket [X]_delta
+    Rb = (Mb @ T["H1"][:, :P]) @ Hi @ EA                 # the H1 shift: u_H = (M - R/n) z
+    d = np.eye(m)
+    KA = K[:, :P]
+    # (a) u u: O(1) and the metric / H1 parts
+    cov_inf = np.einsum("ab,ij->abij", Mb @ K @ Mb.T, d)
+    metric = np.einsum("ab,ij->abij", Mb @ T["G1"] @ Mb.T - Rb @ K @ Mb.T - Mb @ K @ Rb.T, d)
+    # NTK fluctuations: E[zz dH~] (8.67) and E[dH~ dH~] (8.82), brackets on the free slot
+    EzzH = _decomposition((T["D"], T["F"]), m, "zzH")        # [i1 i2 i3 i4, s1 s2 s3 s4]
+    EHH = _decomposition((T["A"], T["B"]), m, "HH")
+    # (b) u x (-[dH_{i2 j; b2 a1}] Hi e_{j;a2}): E[z_{i1;d1} z_{j;a2} dH_{i2 j; d2 a1}]
+    b = -np.einsum("IjijxyDp,Ax,BD,py->ABIi", _restrict(EzzH, "xyDp", P), Mb, Mb, Hi, optimize=True)
+    # (c) u x [dH_{i2 j;b2 a1}] Hi dH_{jk;a2 a3} Hi e_{k;a4}, with E[z_{i1;x} z_{k;a4}] = delta K
+    c = np.einsum("ijjIDpqr,BD,pq,rs,As->ABIi", _restrict(EHH, "Dpqr", P), Mb, Hi, Hi, Mb @ KA,
+                  optimize=True)
+    # (d) [dH_{i1 j;b1 a1}] Hi e_j  x  [dH_{i2 k;b2 a3}] Hi e_k, E[e_j e_k] = delta K + y y
+    G2 = np.einsum("jk,pq->jkpq", d, K[:P, :P]) + np.einsum("pj,qk->jkpq", y, y)
+    dd = np.einsum("IjikxpDq,Ax,BD,pr,qs,jkrs->ABIi", _restrict(EHH, "xpDq", P), Mb, Mb, Hi, Hi, G2,
+                   optimize=True)
+    fluct = b + b.transpose(1, 0, 3, 2) + c + c.transpose(1, 0, 3, 2) + dd
+    # (e) u x the dNTK terms: E[z_{I;x} dH e_{J;r} e_{L;s}] = E[dH z_I](delta K + y y)_{JLrs}
+    #     + E[dH z_{J;r}] delta_{IL} K_{xs} + E[dH z_{L;s}] delta_{IJ} K_{xr}
+    E3 = _decomposition((T["P"], T["Q"]), m, "dHz")           # [o0 o1 o2 o3, s0 s1 s2 s3]
+    KxA = K[:, :P]
+    e_terms = 0.0
+    for dslots, oslots, Zd in (("pDq", "JiL", Z.dense("A")), ("Dpq", "iJL", Z.dense("B"))):
+        spec = oslots + "{z}" + dslots + "{w}"
+        e_terms = e_terms + (
+            np.einsum(spec.format(z="I", w="x") + ",JLrs,pqrs,Ax,BD->ABIi",
+                      _restrict(E3, dslots + "x", P), G2, Zd, Mb, Mb, optimize=True)
+            + np.einsum(spec.replace("L", "I").format(z="J", w="r") + ",xs,pqrs,Ax,BD->ABIi",
+                        _restrict(E3, dslots + "r", P), KxA, Zd, Mb, Mb, optimize=True)
+            + np.einsum(spec.replace("J", "I").format(z="L", w="s") + ",xr,pqrs,Ax,BD->ABIi",
+                        _restrict(E3, dslots + "s", P), KxA, Zd, Mb, Mb, optimize=True))
+    dntk = e_terms + e_terms.transpose(1, 0, 3, 2)
+    # (f) u x the ddNTK terms: E[dd] E[z_{I;x} e e e], the latter K (delta K + y y) three ways
+    Ez3 = (np.einsum("IJ,xs,KLtu->IJKLxstu", d, KxA, G2) + np.einsum("IK,xt,JLsu->IJKLxstu", d, KxA, G2)
+           + np.einsum("IL,xu,JKst->IJKLxstu", d, KxA, G2))
+    EI = _decomposition(T["R"], m, "ddI")
+    EII = _decomposition((T["S"], T["T"], T["U"]), m, "ddII")
+    # the rank-6 projectors in their eigenbasis (pair-diagonal: superscripts k and k+3 share an
+    # eigen-index), never as N_A^6 tensors: both sides' training slots go to the eigenbasis
+    Ez3_hat = Z.to_eigenbasis(Ez3, (5, 6, 7))                # [I J K L x a b c]
+    f = 0.0
+    for E, spec, proj in ((EI, "JiKLpDqr", "IA"), (EI, "iJKLDpqr", "IB"),
+                          (EII, "JKiLpqDr", "IIA"), (EII, "iJKLDpqr", "IIB")):
+        E_hat = Z.to_eigenbasis(_restrict(E, spec[4:], P), tuple(4 + spec[4:].index(c) for c in "pqr"))
+        f = f + np.einsum(spec.translate(str.maketrans("pqr", "abc")) + ",abc,IJKLxabc,Ax,BD->ABIi",
+                          E_hat, Z.coefficients[proj], Ez3_hat, Mb, Mb, optimize=True)
+    ddntk = f + f.transpose(1, 0, 3, 2)
+    parts = {"metric": metric, "ntk_fluctuation": fluct, "dntk": dntk, "ddntk": ddntk}
+    return FiniteWidthCovariance(parts, cov_inf, P, width)
+
+
+def _restrict(E: np.ndarray, samples: str, P: int) -> np.ndarray:
+    """Restrict the sample axes (the last four) of ``E`` labelled by lower-case letters other than
+    ``x`` to the training inputs; ``D`` and ``x`` keep all inputs."""
+    idx = tuple(slice(None) if c in "Dx" else slice(0, P) for c in samples)
+    return E[(Ellipsis,) + idx]

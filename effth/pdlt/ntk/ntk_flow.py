@@ -1,0 +1,737 @@
+r"""Layer-by-layer evaluation of the derived NTK-hierarchy recursions on a batch of inputs.
+
+:func:`ntk_flow` compiles every recursion of :func:`~effth.pdlt.ntk.recursions.derive_ntk` into an
+array program over all sample labels (as :func:`~effth.pdlt.flow` does for
+:math:`K, V, G^{\{1\}}`):
+
+* every derivative atom :math:`\langle\prod_k\sigma^{(p_k)}_{\delta_k}\rangle_{K^{(\ell)}}` becomes a
+  table over the inputs (:class:`~effth.numerics.atom_tables.AtomTables`: all tables of a layer
+  evaluated together, each subset of samples once for every integrand on it, one variable
+  integrated out on shared rotated nodes);
+* every tensor component with repeated labels, e.g. :math:`P_{\delta_0\delta_1\delta_2\delta_0}`,
+  is a fancy-indexed view of the full tensor;
+* the expression is lambdified once per process (common-subexpression elimination) and evaluated
+  on broadcast index grids.
+
+The kernel sector (:math:`K, V, G^{\{1\}}`) comes from :func:`~effth.pdlt.flow`, in
+the same pass over the layers and only as far as the requested statistics read it:
+``statistics=("Theta",)`` iterates :math:`K` and :math:`\Theta` alone (PDLT (4.118), (9.5)),
+whose atoms :math:`\langle\sigma\sigma\rangle`, :math:`\langle\sigma'\sigma'\rangle` are
+two-point tables over all pairs (closed forms where they exist,
+:func:`effth.numerics.sample_tables.closed_pair_tables`; the :math:`\langle\sigma\sigma\rangle`
+table of the kernel step is reused).  Layer 1
+is :math:`\Theta^{(1)}=\lambda_b^{(1)}+\lambda_W^{(1)}XX^\top/n_0` with every finite-width tensor
+zero (PDLT (8.23), (9.17), (11.57), (∞.11)).
+
+Kinked activations: the recursions contain :math:`\sigma''` and higher derivatives, which are
+distributions for ReLU-like :math:`\sigma`; :math:`\langle\sigma''\sigma''\rangle` diverges and
+the :math:`1/n` expansion of the dNTK/ddNTK breaks down (PDLT §∞.1).
+:func:`ntk_flow` therefore rejects kinked activations except for the sector that needs no second
+derivative (``statistics=("Theta", "B")``), which it evaluates exactly; the linear activation
+is smooth and fully supported.
+"""
+
+from __future__ import annotations
+
+from effth._signature import public
+
+from effth._display import depth_text
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable
+
+import numpy as np
+import sympy as sp
+
+from effth._results import WeightLayers
+from effth._validate import input_matrix, kernel_matrix
+from effth.arch import resolve_depth
+from effth.arch._common import per_layer
+from effth.algebra.expectation import GaussianExpectation
+from effth.algebra.ntk_tensors import NTK_TENSORS
+from effth.algebra.tensors import FourPointVertex, Kernel, NLOMetric, SampleTensor
+from effth.errors import DomainError, NotDerivedError
+from effth.numerics import gaussian_expectation
+from effth.numerics.atom_tables import AtomTables, dispatched_group
+from effth.numerics.sample_blocks import SampleRestriction
+from effth.numerics.sample_tables import closed_pair_tables, pair_tables
+
+from effth.pdlt.derivation.pipeline import CB, CW
+from effth.pdlt.derivation.ntk_forward import LAMBDA_B, LAMBDA_W
+from effth.pdlt.initialization.recursions import RATIO
+from effth.pdlt.initialization.kernel_flow import (FLOW_NAMES, Flow, _flow, _grids, evaluate_terms, gather_labels, polynomial_terms, run_step, _html_table,
+                          _layer_index, _relative, _widths_summary)
+from effth.pdlt.ntk.recursions import NTK_STATISTICS, derive_ntk
+
+__all__ = ["ntk_flow", "NTKFlow", "NTKLayerStep", "learning_rates"]
+
+_NAME = {cls: name for name, cls in NTK_TENSORS.items()}
+_NAME[FourPointVertex] = "V"
+_NAME[NLOMetric] = "G1"
+
+
+@public
+class NTKLayerStep:
+    r"""One derived NTK-hierarchy recursion compiled into an array program over all sample labels.
+
+    Attributes
+    ----------
+    recursion : NTKRecursion
+    atoms : list of tuple
+        Atom factor patterns ``((label position, order), ...)``.
+    reads : set of str
+        Layer-:math:`\ell` tensors the step reads (``"V"``, ``"G1"``, ``"Theta"``, ...).
+    max_order : int
+        Highest activation derivative in the atoms.
+    """
+
+    def __init__(self, statistic: str) -> None:
+        rec = derive_ntk(statistic)
+        self.recursion = rec
+        self.statistic = statistic
+        pos = {lab: i for i, lab in enumerate(rec.labels)}
+        expr = sp.expand(rec.expr)
+        reps: dict = {}
+        self._inputs: list[tuple[sp.Symbol, Any]] = []
+        self.atoms: list[tuple] = []
+        for atom in sorted(expr.atoms(GaussianExpectation), key=sp.default_sort_key):
+            samples, factors = atom.to_numeric()
+            if any(kind != "sigma" for _, kind, _ in factors):
+                raise NotDerivedError(f"unexpected z factor in {atom}")
+            key = tuple(sorted((pos[samples[s]], o) for s, _, o in factors))
+            s = sp.Symbol(f"_a{len(self._inputs)}")
+            self._inputs.append((s, ("atom", key)))
+            self.atoms.append(key)
+            reps[atom] = s
+        body = expr.xreplace(reps)
+        self.reads = set()
+        for t in sorted(body.atoms(SampleTensor), key=sp.default_sort_key):
+            if isinstance(t, Kernel):
+                raise NotDerivedError(f"{statistic}: bare kernel component {t} in the recursion")
+            name = _NAME[type(t)]
+            self.reads.add(name)
+            s = sp.Symbol(f"_a{len(self._inputs)}")
+            self._inputs.append((s, ("tensor", name, tuple(pos[a] for a in t.indices))))
+            reps[t] = s
+        body = body.xreplace({t: reps[t] for t in body.atoms(SampleTensor)})
+        self.params = tuple(sp.Symbol(p) for p in ("C_W", "C_b", "lambda_b", "lambda_W", "ratio"))
+        body = body.xreplace(dict(zip((CW, CB, LAMBDA_B, LAMBDA_W, RATIO), self.params)))
+        leftover = body.free_symbols - set(self.params) - {s for s, _ in self._inputs}
+        if leftover:
+            raise NotDerivedError(f"{statistic}: symbols not mapped to arrays: {leftover}")
+        self.rank = len(rec.labels)
+        # a polynomial step is evaluated term by term in place; any other is compiled whole
+        self._terms = polynomial_terms(body, [s for s, _ in self._inputs], self.params)
+        self._fn: Callable | None = None if self._terms is not None else sp.lambdify(
+            [s for s, _ in self._inputs] + list(self.params), body, modules="numpy", cse=True)
+        self.max_order = max((o for key in self.atoms for _, o in key), default=0)
+        #: derivative orders (p, q) of the two-factor atoms (the two-point tables)
+        self.pair_orders = {tuple(o for _, o in key) for key in self.atoms if len(key) == 2}
+
+    def __call__(self, N: int, tables: AtomTables, tensors: dict, params: dict,
+                 out: np.ndarray | None = None, entries: tuple | None = None) -> np.ndarray:
+        """Evaluate on all labels: an array of shape ``(N,) * rank`` (written into ``out`` if
+        given); with ``entries`` (``rank`` flat index arrays) only on those."""
+        grids = _grids(N, self.rank) if entries is None else entries
+        whole = entries is None and self.rank == 2
+        args = []
+        for _, key in self._inputs:
+            if key[0] == "atom":
+                fac = key[1]
+                labs = sorted({p for p, _ in fac})
+                if whole and labs == [0, 1]:
+                    args.append(tables.table(fac))      # the table itself: no index copy
+                    continue
+                args.append(gather_labels(tables.table(fac), labs, N, grids, entries))
+            else:
+                _, name, labs = key
+                if whole and tuple(labs) in ((0, 1), (1, 0)):   # a view, no index copy
+                    args.append(tensors[name] if tuple(labs) == (0, 1) else tensors[name].T)
+                    continue
+                args.append(gather_labels(tensors[name], labs, N, grids, entries))
+        vals = [np.float64(params[k]) for k in ("c_w", "c_b", "lambda_b", "lambda_w", "ratio")]
+        return run_step(self._terms, self._fn, args, vals, N, self.rank, out, entries)
+
+
+@lru_cache(maxsize=None)
+def ntk_layer_step(statistic: str) -> NTKLayerStep:
+    """The compiled step of one statistic (compiled once per process)."""
+    return NTKLayerStep(statistic)
+
+
+def _closure(statistics) -> tuple:
+    """The statistics needed to iterate ``statistics`` (their layer-ℓ inputs), in step order."""
+    need = set(statistics)
+    while True:
+        more = set()
+        for s in need:
+            more |= {r for r in ntk_layer_step(s).reads if r in NTK_TENSORS} - need
+        if not more:
+            break
+        need |= more
+    return tuple(s for s in NTK_STATISTICS if s in need)
+
+
+@public
+@dataclass(frozen=True, repr=False)
+class NTKFlow(WeightLayers):
+    r"""Layer-by-layer NTK hierarchy on a batch of inputs.
+
+    Read it as every effth result (``docs/conventions.md``): ``nf.value(name, layer=ℓ)`` with
+    book layer numbers :math:`\ell=1..L`, ``nf.stderr(name, layer=ℓ)`` (``None``: a deterministic
+    theory) and ``nf.layers``.  Names (each statistic is held only if computed; see
+    ``statistics=`` of :func:`ntk_flow`):
+
+    * ``"Theta"``: the NTK mean at infinite width :math:`\Theta^{(\ell)}_{\delta_1\delta_2}`
+      (PDLT (8.63)/(9.5)), ``(N, N)``;
+    * ``"H1"``: its :math:`1/n` correction :math:`H^{\{1\}(\ell)}_{\delta_1\delta_2}` (PDLT (9.3)),
+      ``(N, N)``;
+    * ``"H"``: the NTK mean at finite width, :math:`\mathbb E[\widehat H^{(\ell)}]=
+      \Theta^{(\ell)}+H^{\{1\}(\ell)}/n_{\ell-1}` (PDLT (9.3); exactly :math:`\Theta^{(1)}` at layer
+      1) at the network's widths or ``widths=``; ``(N, N)``; the name the NTK simulation uses
+      for the measured mean;
+    * ``"A"``, ``"B"`` (NTK variance, PDLT (8.97), (8.89)), ``"D"``, ``"F"`` (NTK–preactivation
+      cross-correlation, PDLT (8.77), (8.79)), ``"P"``, ``"Q"`` (dNTK, PDLT (11.49), (11.52)),
+      ``"R"``, ``"S"``, ``"T"``, ``"U"`` (ddNTKs, PDLT (∞.172)–(∞.176)): ``(N, N, N, N)`` in the
+      book's slot order;
+    * the kernel sector ``"K"``, ``"V"``, ``"G1"``, ``"G"`` as :class:`Flow`.
+
+    Attributes
+    ----------
+    kernel : Flow
+        The kernel sector :math:`K, V, G^{\{1\}}` (:func:`~effth.pdlt.flow`).
+    tensors : dict
+        ``name -> ndarray (L, N, ...)`` for every computed statistic (``"Theta"``, ``"H1"``,
+        ``"A"``, ... in the book's slot order; layer :math:`\ell` at index :math:`\ell-1`).
+    lambda_b, lambda_w : ndarray (L,)
+        Learning rates :math:`\lambda_b^{(\ell)}, \lambda_W^{(\ell)}` of every layer.
+    layers : tuple of int
+        Book layer numbers held, :math:`(1, \dots, L)`.
+    restrict : SampleRestriction or None
+        Set when only the entries with at most ``restrict.max_test`` distinct test inputs were
+        computed (``ntk_flow(..., n_train=, max_test=)``); the others are NaN.
+    """
+
+    kernel: Flow
+    tensors: dict
+    lambda_b: np.ndarray
+    lambda_w: np.ndarray
+    layers: tuple
+    table_error: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    restrict: SampleRestriction | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", tuple(int(x) for x in np.asarray(self.layers).ravel()))
+
+    @property
+    def depth(self) -> int:
+        """Number of weight layers :math:`L`."""
+        return len(self.layers)
+
+
+    @property
+    def names(self) -> tuple:
+        """Every name :meth:`value` answers for this result."""
+        extra = ("H",) if "H1" in self.tensors else ()
+        return tuple(s for s in NTK_STATISTICS if s in self.tensors) + extra + self.kernel.names
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key in self.tensors:
+            return self.tensors[key]
+        return self.kernel[key]
+
+    def value(self, name: str, layer: int | None = None, widths: Any = None) -> np.ndarray:
+        r"""The prediction for ``name`` at book layer ``layer``.
+
+        Parameters
+        ----------
+        name : str
+            One of :attr:`names` (see the class docstring).
+        layer : int
+            Book layer number in :attr:`layers` (may be omitted only when one layer is held).
+        widths : int or sequence of int, optional
+            Hidden widths :math:`n_1..n_{L-1}` for ``"H"`` and ``"G"`` (default: the network's).
+
+        Returns
+        -------
+        ndarray
+            ``(N, N)`` for ``"Theta"``, ``"H1"``, ``"H"``, ``"K"``, ``"G1"``, ``"G"``;
+            ``(N, N, N, N)`` otherwise.
+
+        Raises
+        ------
+        DomainError
+            A name not computed (the message lists those held), a layer not held, or no widths
+            known for ``"H"``/``"G"``.
+        """
+        i = self._index(name, layer)
+        if name in FLOW_NAMES:
+            return self.kernel.value(name, layer=self.layers[i], widths=widths)
+        if name == "H":
+            return self.ntk_mean_at_width(widths)[i]
+        if widths is not None:
+            raise DomainError(f"widths= only applies to 'H' and 'G', not to {name!r}")
+        return np.array(self.tensors[name][i])
+
+    def stderr(self, name: str, layer: int | None = None) -> None:
+        """``None``: a deterministic theory (the name and layer are checked)."""
+        self._index(name, layer)
+        return None
+
+    def _index(self, name: str, layer: Any) -> int:
+        if name in FLOW_NAMES:
+            self.kernel._index(name, layer)          # names what was not requested
+        if name not in self.names:
+            raise DomainError(f"this NTKFlow holds {list(self.names)}, not {name!r}"
+                              + (" (pass statistics= including it to ntk_flow)"
+                                 if name in NTK_STATISTICS or name == "H" else ""))
+        return _layer_index(self.layers, layer, "this NTKFlow")
+
+    def ntk_mean_at_width(self, widths: Any = None) -> np.ndarray:
+        r""":math:`\Theta^{(\ell)}+H^{\{1\}(\ell)}/n_{\ell-1}` for every layer (PDLT (9.3)); ``value("H")``.
+
+        Parameters
+        ----------
+        widths : int or sequence, optional
+            Hidden widths :math:`n_1..n_{L-1}` (default: the network's).
+        """
+        from effth.pdlt.initialization.kernel_flow import _prev_widths
+
+        if "H1" not in self.tensors:
+            raise DomainError("H1 was not computed (pass statistics including 'H1')")
+        n_prev = _prev_widths(self.kernel, widths)
+        return self.tensors["Theta"] + self.tensors["H1"] / n_prev[:, None, None]
+
+    def __repr__(self) -> str:
+        stats = [s for s in NTK_STATISTICS if s in self.tensors]
+        return (f"NTKFlow(activation={self.kernel.activation.name!r}, {depth_text(self.depth)}, "
+                f"inputs={self.kernel.K.shape[-1]}, widths={_widths_summary(self.kernel.widths)}, "
+                f"statistics={' '.join(stats + list(self.kernel.statistics))}"
+                + ("" if self.restrict is None else
+                   f", n_train={self.restrict.n_train}, max_test={self.restrict.max_test}") + ")")
+
+    def _repr_html_(self) -> str:
+        stats = [s for s in NTK_STATISTICS if s in self.tensors]
+        return _html_table("NTKFlow: NTK hierarchy by layer (PDLT ch. 8, 9, 11, ∞)", [
+            ("activation", self.kernel.activation.name), ("depth L", self.depth),
+            ("layers", f"{self.layers[0]}..{self.layers[-1]}"),
+            ("inputs N", self.kernel.K.shape[-1]),
+            ("hidden widths", _widths_summary(self.kernel.widths)),
+            ("statistics", ", ".join(stats + list(self.kernel.statistics))),
+            ("learning rates", "uniform" if np.ptp(self.lambda_b) == 0 and np.ptp(self.lambda_w) == 0
+             else "per layer")])
+
+
+@public
+def learning_rates(schedule: str, depth: int, lambda_b: float = 1.0, lambda_w: float = 1.0,
+                   p_perp: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    r"""Per-layer learning rates :math:`\lambda_b^{(\ell)}, \lambda_W^{(\ell)}`, :math:`\ell=1..L`.
+
+    Parameters
+    ----------
+    schedule : {"uniform", "scale-invariant", "k-star-zero"}
+        * ``"uniform"``: :math:`\lambda^{(\ell)}=\tilde\lambda`;
+        * ``"scale-invariant"``: the equivalence principle for the scale-invariant class
+          (PDLT (9.94)): :math:`\lambda_b^{(\ell)}=\tilde\lambda_b/L`,
+          :math:`\lambda_W^{(\ell)}=\tilde\lambda_W/L`;
+        * ``"k-star-zero"``: for the :math:`K^\star=0` class (PDLT (9.95)):
+          :math:`\lambda_b^{(\ell)}=\tilde\lambda_b\,\ell^{-p_\perp}L^{p_\perp-1}`,
+          :math:`\lambda_W^{(\ell)}=\tilde\lambda_W(L/\ell)^{p_\perp-1}` (odd :math:`\sigma`:
+          :math:`p_\perp=1`, (9.96)).
+    depth : int
+    lambda_b, lambda_w : float
+        :math:`\tilde\lambda_b, \tilde\lambda_W` (:math:`\lambda_W` is the width-rescaled rate:
+        the per-weight rate is :math:`\lambda_W^{(\ell)}/n_{\ell-1}`, PDLT (8.6)).
+    p_perp : float
+        :math:`p_\perp=b_1/a_1` for ``"k-star-zero"``.
+
+    Returns
+    -------
+    (ndarray, ndarray)
+        :math:`\lambda_b^{(\ell)}` and :math:`\lambda_W^{(\ell)}` for :math:`\ell=1..L`.
+    """
+    L = int(depth)
+    if L != depth or L < 1:
+        raise DomainError(f"depth must be a positive integer, got {depth!r}")
+    if not (lambda_b >= 0 and lambda_w >= 0 and math.isfinite(lambda_b) and math.isfinite(lambda_w)):
+        raise DomainError(f"learning rates must be finite and >= 0, got {lambda_b}, {lambda_w}")
+    ell_ = np.arange(1, L + 1, dtype=float)
+    if schedule == "uniform":
+        return np.full(L, float(lambda_b)), np.full(L, float(lambda_w))
+    if schedule == "scale-invariant":
+        return np.full(L, lambda_b / L), np.full(L, lambda_w / L)
+    if schedule == "k-star-zero":
+        return (lambda_b * ell_ ** (-p_perp) * L ** (p_perp - 1.0),
+                lambda_w * (L / ell_) ** (p_perp - 1.0))
+    raise DomainError(f"schedule must be 'uniform', 'scale-invariant' or 'k-star-zero', got {schedule!r}")
+
+
+def _per_layer(x: Any, L: int, name: str) -> np.ndarray:
+    """Per-layer learning rates as an array (effth.arch.per_layer: finite, non-negative)."""
+    return np.asarray(per_layer(x, L, name), dtype=float)
+
+
+@public
+def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = None,
+             depth: int | None = None, hidden_layers: int | None = None, activation: Any = None,
+             c_w: Any = 1.0, c_b: Any = 0.0, ratios: Any = 1.0, lambda_b: Any = 1.0,
+             lambda_w: Any = 1.0, statistics: Any = None, rtol: float = 1e-8,
+             progress: bool | None = None, n_train: int | None = None,
+             max_test: int = 1, atom_cache: list | None = None) -> NTKFlow:
+    r"""Iterate the derived NTK-hierarchy recursions through every layer.
+
+    Either ``ntk_flow(net, X, lambda_b=..., lambda_w=...)`` or, from a first-layer kernel,
+    ``ntk_flow(K1=..., Theta1=..., depth=..., activation=..., ...)``.
+
+    Parameters
+    ----------
+    net : effth.MLP, optional
+    X : array_like (N, n_0), optional
+        Inputs: :math:`\Theta^{(1)}=\lambda_b^{(1)}+\lambda_W^{(1)}XX^\top/n_0` (PDLT (8.23)).
+    K1, Theta1 : array_like (N, N), optional
+        First-layer kernel and NTK (instead of ``net, X``).
+    depth, hidden_layers, activation, c_w, c_b, ratios
+        As :func:`~effth.pdlt.flow` (with ``K1``; ``c_w``, ``c_b``, ``ratios`` of
+        another length than documented there raise :class:`~effth.errors.DomainError`).
+    lambda_b, lambda_w : float or sequence of L values
+        :math:`\lambda_b^{(\ell)}, \lambda_W^{(\ell)}` for :math:`\ell=1..L` (PDLT (8.6); see
+        :func:`learning_rates` for the depth prescriptions of chapter 9).
+    statistics : str or sequence of str, optional
+        Subset of :data:`~effth.pdlt.ntk.recursions.NTK_STATISTICS` (default: all); the tensors
+        they depend on are computed too, and of the kernel sector only what they read:
+        ``("Theta",)`` iterates :math:`K` and :math:`\Theta` alone (PDLT (4.118), (9.5); the result
+        holds ``"K"`` and ``"Theta"``, and ``value("V")`` raises
+        :class:`~effth.errors.DomainError`), at :math:`O(N^2)` cost and memory per layer.
+    rtol : float
+        Target relative accuracy of the Gaussian expectations.
+    progress : bool or None
+        Draw a progress bar over the layers (``None``: when stderr is a terminal or in a notebook,
+        unless ``EFFTH_PROGRESS=0``).
+    n_train, max_test : int, optional
+        Inputs ``0..n_train-1`` are training inputs, the rest test inputs: compute only the
+        entries whose labels hold at most ``max_test`` distinct test inputs (the others are NaN;
+        :math:`K` and :math:`\Theta` are computed in full).  These entries are closed under the
+        layer recursions, so they are exact; the trained prediction at order :math:`1/n` reads
+        only them (PDLT (∞.155)–(∞.160): ``max_test=1``; its covariance: ``max_test=2``).  With
+        :math:`N_\mathcal A` training and :math:`N_\mathcal B` test inputs the four-sample atoms
+        cost :math:`\binom{N_\mathcal A}{4}+N_\mathcal B\binom{N_\mathcal A}{3}` subsets
+        instead of :math:`\binom{N_\mathcal A+N_\mathcal B}{4}`.
+    atom_cache : list, optional
+        With ``n_train``: a list shared by flows of the same network, inputs and ``rtol`` (e.g.
+        ``max_test=1``, then ``max_test=2``).  The flow reuses the subsets of samples whose atoms
+        the list holds (one compact snapshot per layer: about 30 numbers per subset of four
+        samples) instead of integrating them again, and leaves its own in it.
+
+    Returns
+    -------
+    NTKFlow
+
+    Raises
+    ------
+    DomainError
+        Kinked activation with statistics that need :math:`\sigma''` (the dNTK/ddNTK and the
+        :math:`1/n` NTK sector are not defined by the :math:`1/n` expansion there), bad inputs
+        or learning rates, overflow (the layer is named).
+    """
+    wanted = tuple(NTK_STATISTICS) if statistics is None else (
+        (statistics,) if isinstance(statistics, str) else tuple(statistics))
+    for s in wanted:
+        if s not in NTK_STATISTICS:
+            raise DomainError(f"unknown statistic {s!r}; expected some of {NTK_STATISTICS}")
+    stats = _closure(wanted)
+    # the kernel sector: what the NTK steps read (V, G1), K always
+    kstats = ("K",) + tuple(sorted({r for s in stats for r in ntk_layer_step(s).reads} & {"V", "G1"}))
+    if net is not None:
+        if X is None:
+            raise DomainError("ntk_flow(net, X): inputs X are required with a network")
+        X = input_matrix(X, "X")
+        if depth is not None or hidden_layers is not None or activation is not None:
+            raise DomainError("ntk_flow(net, X) takes depth and activation from net: do not pass "
+                              "depth=, hidden_layers= or activation= as well")
+        L = net.depth
+        lb = _per_layer(lambda_b, L, "lambda_b")
+        lw = _per_layer(lambda_w, L, "lambda_w")
+        Th = lb[0] + lw[0] * (X @ X.T) / X.shape[1]
+        _check_theta(Th, X.shape[0])     # lambda_b + lambda_W X X^T/n_0: PSD by construction
+        act = net.act
+        kw: dict = {"net": net, "X": X}
+    else:
+        if Theta1 is None:
+            raise DomainError("ntk_flow with K1= needs Theta1= (the first-layer NTK)")
+        L = resolve_depth(depth, hidden_layers, minimum=1)
+        lb = _per_layer(lambda_b, L, "lambda_b")
+        lw = _per_layer(lambda_w, L, "lambda_w")
+        Th = kernel_matrix(Theta1, "Theta1")
+        _check_theta(Th, kernel_matrix(K1, "K1").shape[0])
+        from effth.activations import get_activation
+
+        act = get_activation(activation) if activation is not None else None
+        kw = {"K1": K1, "depth": L, "activation": activation, "c_w": c_w, "c_b": c_b, "ratios": ratios}
+    kinked = act is not None and not (act.is_smooth or act.is_polynomial)
+    if kinked:
+        bad = [s for s in stats if ntk_layer_step(s).max_order > 1]
+        if bad:
+            raise DomainError(
+                f"{act!r} is kinked: {bad} need sigma'' or higher, which are distributions "
+                "(<sigma'' sigma''> diverges); the 1/n expansion of the NTK fluctuations, dNTK and "
+                "ddNTKs does not apply (PDLT §∞.1: kinks change the scaling). Only Theta and B are "
+                "available for kinked activations.")
+    N = Th.shape[0]
+    if atom_cache is not None and (n_train is None or not isinstance(atom_cache, list)):
+        raise DomainError("atom_cache= is a list shared by flows restricted with n_train= (got "
+                          + (f"{type(atom_cache).__name__})" if n_train is not None else
+                             "no n_train=)"))
+    if stats == ("Theta",) and n_train is None:
+        # K and Theta alone from closed forms: fused row blocks on the worker threads
+        fast = _theta_flow_blocked(kw, Th, lb, lw, progress)
+        if fast is not None:
+            return fast
+    restrict = None if n_train is None else SampleRestriction(n_train, max_test)
+    if restrict is not None:
+        restrict.check(N)
+    ent4 = None if restrict is None else restrict.entries(N, 4)
+    # every layer written in place (no list of layers stacked at the end: a copy of L N^2 floats);
+    # a restricted flow's layer-1 tensors are exact zeros, the rest NaN until computed
+    out = {}
+    for s in stats:
+        out[s] = np.zeros((L,) + (N,) * (2 if s in ("Theta", "H1") else 4))
+        if restrict is not None:
+            out[s][1:] = np.nan
+    out["Theta"][0] = Th
+    errs = [0.0]
+    pair_orders = set().union(*(ntk_layer_step(s).pair_orders for s in stats))
+    atoms = sorted({a for s in stats for a in ntk_layer_step(s).atoms})
+
+    def step(layer: int, K: np.ndarray, tabs: dict, V: Any, G1: Any, c_w_: float, c_b_: float,
+             r_: float) -> None:
+        params = dict(c_w=c_w_, c_b=c_b_, lambda_b=lb[layer], lambda_w=lw[layer], ratio=r_)
+        prev = {s: out[s][layer - 1] for s in stats}
+        prev["V"] = V
+        prev["G1"] = G1
+        # two-point tables of K shared with the kernel step: exact expectations for smooth sigma,
+        # and for kinked sigma the (0, 0) one (the others follow kinked_pair_tables' convention)
+        given = {o: T for o, T in tabs.items()
+                 if o not in ("four", "atoms") and (o == (0, 0) or not kinked)}
+        tables = _PairFirstTables(K, act, rtol, kinked, pair_orders, given, tabs.get("atoms"), restrict)
+        tables.prepare(atoms)          # every atom table of the layer in one shared evaluation
+        for s in stats:
+            st = ntk_layer_step(s)
+            val = st(N, tables, prev, params, out=out[s][layer], entries=ent4 if st.rank == 4 else None)
+            if restrict is not None:
+                val = val[restrict.mask(N, st.rank)]
+            if not np.isfinite(val.sum()):         # one reduction; NaN and inf propagate into it
+                if not np.all(np.isfinite(val)):
+                    raise DomainError(f"{s} overflows or is undefined at layer {layer + 1}")
+        errs.append(tables.max_error)
+        if atom_cache is not None:
+            snaps.append(tabs["atoms"].snapshot() if tabs.get("atoms") is not None else None)
+
+    snaps: list = []
+    # restricted smooth flows: the atoms no pair table serves share the four-point table's
+    # pass over the subsets of samples
+    shared = tuple(f for f in atoms if not _pair_served(f, pair_orders))
+    kern = _flow(**kw, rtol=rtol, statistics=kstats, hook=step, progress=progress,
+                 progress_label="ntk_flow: layers", restrict=restrict,
+                 atom_patterns=shared if restrict is not None else (),
+                 atom_seeds=list(atom_cache) if atom_cache and restrict is not None else None)
+    if atom_cache is not None and restrict is not None:
+        atom_cache[:] = snaps
+    return NTKFlow(kern, out, lb, lw, np.arange(1, L + 1), np.asarray(errs), restrict)
+
+
+_ROW_ENTRIES = 1 << 16     # entries of one row block of the fused K/Theta step (cache-sized)
+
+
+def _row_args(inputs: list, rows: slice, blocks: dict, ones: dict, tensors: dict) -> list | None:
+    """The arguments of a compiled two-label step on the rows ``rows`` (all columns): two-sample
+    atoms from ``blocks`` (``(p, q) -> (rows, N)``), one-sample atoms from ``ones`` (``(p, q) ->
+    (N,)``), tensors by rows; ``None`` when an input is of another kind (no fused path)."""
+    args = []
+    for _, key in inputs:
+        if isinstance(key, tuple) and key and key[0] == "atom":          # NTKLayerStep
+            fac = key[1]
+            if len(fac) != 2:
+                return None
+            (l0, p), (l1, q) = fac
+            labs, orders = (l0, l1), (p, q)
+        elif isinstance(key, tuple) and key and key[0] == "tensor":      # NTKLayerStep
+            _, name, labs = key
+            T = tensors.get(name)
+            if T is None or len(labs) != 2:
+                return None
+            args.append(T[rows] if tuple(labs) == (0, 1) else
+                        T[:, rows].T if tuple(labs) == (1, 0) else
+                        np.diagonal(T)[rows, None] if tuple(labs) == (0, 0) else np.diagonal(T)[None, :])
+            continue
+        elif getattr(key, "kind", None) == "pair":                      # LayerStep (kernel)
+            labs, orders = key.labels, key.orders
+        else:
+            return None
+        labs = tuple(labs)
+        if labs == (0, 1):
+            args.append(blocks[orders])
+        elif labs == (1, 0):
+            args.append(blocks[orders[::-1]])
+        elif labs == (0, 0):
+            args.append(ones[orders][rows, None])
+        elif labs == (1, 1):
+            args.append(ones[orders][None, :])
+        else:
+            return None
+    return args
+
+
+def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarray,
+                        progress: Any) -> NTKFlow | None:
+    r""":math:`K` and :math:`\Theta` through every layer (PDLT (4.118), (9.5)) when every two-point
+    atom of the two steps has a direct closed form (erf, sin/cos, the arc-cosine family; exactly
+    symmetric, so each block computes whole rows and no mirror is needed): per layer, each block of rows is one fused pass
+    (closed forms, then the compiled K and Theta steps on the block, the one-sample values on its
+    diagonal), the blocks on :func:`effth._threads.thread_map`'s threads.  ``None`` (the general
+    path then runs) when an atom has no closed form, a layer's closed forms do not apply (kinked
+    activation at a zero-variance input or an extreme scale) or give a non-finite value."""
+    from effth._progress import progress_bar
+    from effth._threads import blas_threads, thread_map
+    from effth.numerics.sample_tables import fast_pair_joint, pair_plans
+
+    from effth.pdlt.initialization.kernel_flow import _check_layer, _resolve, _scale_off, layer_step
+
+    net, X = kw.get("net"), kw.get("X")
+    K1, L, act, cws, cbs, rats, widths = _resolve(net, X, kw.get("K1"), kw.get("depth"), None,
+                                                  kw.get("activation"), kw.get("c_w", 1.0),
+                                                  kw.get("c_b", 0.0), kw.get("ratios", 1.0))
+    ks, ts = layer_step("K"), ntk_layer_step("Theta")
+    orders = set(ks.pair_orders) | set(ts.pair_orders)
+    joint = fast_pair_joint(act) if orders == {(0, 0), (1, 1)} else None
+    if ts._terms is None or ks._terms is None or set(ts.reads) - {"Theta"}:
+        return None
+    N = K1.shape[0]
+    Ks, Ths = np.empty((L, N, N)), np.empty((L, N, N))
+    Ks[0], Ths[0] = K1, Th1
+    scale0 = float(np.max(np.abs(np.diag(K1))))
+    warned = False
+    step = max(1, _ROW_ENTRIES // max(N, 1))
+    with blas_threads(), progress_bar(L - 1, "ntk_flow: layers", progress=progress, unit="layer") as bar:
+        for layer in range(1, L):
+            K, T = Ks[layer - 1], Ths[layer - 1]
+            d = np.diag(K).copy()
+            plans = pair_plans(act, orders, d, direct_only=True)
+            if not all(o in plans for o in orders):
+                return None
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                ones = {o: np.asarray(plans[o][1](d), float) for o in plans}
+            kv = [np.float64(x) for x in (cws[layer], cbs[layer], rats[layer - 1])]
+            tv = [np.float64(x) for x in (cws[layer], cbs[layer], lb[layer], lw[layer], rats[layer - 1])]
+
+            def block(i0: int, K=K, T=T, d=d, plans=plans, ones=ones, kv=kv, tv=tv, layer=layer) -> bool:
+                rows = slice(i0, min(N, i0 + step))
+                r = np.arange(rows.stop - i0)
+                with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                    da, db, kr = d[rows, None], d[None, :], K[rows]
+                    blocks = joint(da, db, kr) if joint is not None else {}
+                    blocks.update({o: plans[o][0](da, db, kr) for o in plans if o not in blocks})
+                    for o, B in blocks.items():
+                        B[r, i0 + r] = ones[o][rows]          # the one-sample values, as the tables
+                    shape = (len(r), N)
+                    ka = _row_args(ks._inputs, rows, blocks, ones, {})
+                    ta = _row_args(ts._inputs, rows, blocks, ones, {"Theta": T})
+                    if ka is None or ta is None:
+                        return False
+                    kb = evaluate_terms(ks._terms, ka, kv, shape, Ks[layer, rows])
+                    tb = evaluate_terms(ts._terms, ta, tv, shape, Ths[layer, rows])
+                return bool(np.isfinite(kb).all() and np.isfinite(tb).all())
+
+            if not all(thread_map(block, range(0, N, step))):
+                return None                                    # the general path says why
+            _check_layer(Ks[layer], layer + 1, scale0, warned)
+            warned = warned or _scale_off(Ks[layer], scale0)
+            bar.update()
+    kern = Flow(Ks, None, None, np.arange(1, L + 1), act, np.asarray(cws, float), np.asarray(cbs, float),
+                np.asarray(rats, float), widths, np.zeros(L))
+    return NTKFlow(kern, {"Theta": Ths}, lb, lw, np.arange(1, L + 1), np.zeros(L))
+
+
+def _check_theta(Th: np.ndarray, N: int) -> None:
+    """Theta1 matches the inputs (its symmetry and PSD are checked by kernel_matrix, or hold by
+    construction from X)."""
+    if Th.shape != (N, N) or not np.all(np.isfinite(Th)):
+        raise DomainError(f"Theta1 must be a finite ({N}, {N}) matrix matching K1, got shape {Th.shape}")
+
+
+class _KinkedTables(AtomTables):
+    """Atom tables for kinked sigma: products of sigma and sigma' only, by
+    :func:`effth.gaussian_expectation`: up to four samples one call per integrand batched over
+    all subsets of a size (closed forms for the piecewise-linear family: orthant moments; the
+    dispatcher's quadrature for other kinked sigma), beyond that one call per entry."""
+
+    smooth_only = False
+
+    def _group(self, samples: np.ndarray, combos: list, mult: float) -> tuple:
+        return dispatched_group(self.K, samples, combos, self.act, self.rtol, closed_only=False)
+
+    def _evaluate(self, S: tuple, keys: list) -> None:
+        pos = {s: i for i, s in enumerate(S)}
+        KS = self.K[np.ix_(S, S)]
+        for key in keys:
+            fac = [(pos[s], "sigma", o) for s, o in key]
+            self._cache[key] = float(gaussian_expectation(fac, KS, self.act, rtol=self.rtol))
+
+
+def _pair_served(factors: tuple, pair_orders: Any) -> bool:
+    """Whether an atom is read from a whole two-point table (two factors whose orders have one)
+    rather than from the per-subset :class:`AtomTables`: the one rule for where an atom is
+    evaluated."""
+    return len(factors) == 2 and (factors[0][1], factors[1][1]) in pair_orders
+
+
+class _PairFirstTables:
+    r"""Atom tables of one layer: the two-factor atoms :math:`\langle\sigma^{(p)}_{\delta_1}
+    \sigma^{(q)}_{\delta_2}\rangle` as whole :math:`N\times N` tables (given by the kernel step,
+    closed forms, or shared-node quadrature for smooth :math:`\sigma`); every other atom, and
+    these when no table applies, from :class:`AtomTables` / :class:`_KinkedTables` (built only
+    when needed)."""
+
+    def __init__(self, K: np.ndarray, act: Any, rtol: float, kinked: bool, orders: set,
+                 given: dict, base: AtomTables | None = None,
+                 restrict: SampleRestriction | None = None) -> None:
+        self.K, self.act, self.rtol, self.kinked = K, act, rtol, kinked
+        self.restrict = restrict
+        self._pairs = dict(given)
+        self._err = 0.0
+        missing = {o for o in orders if o not in self._pairs or o[::-1] not in self._pairs}
+        if missing:
+            self._pairs.update(closed_pair_tables(K, act, missing))
+        rest = {o for o in missing if o not in self._pairs}
+        if rest and not kinked and act.is_smooth:
+            more, errs = pair_tables(K, act, rest, rtol=rtol)
+            self._pairs.update(more)
+            self._err = max(_relative(e, more[o]) for o, e in errs.items())
+        self._base = base
+
+    @property
+    def base(self) -> AtomTables:
+        if self._base is None:
+            # kinked sigma: per-subset closed forms (Theta and B only), never restricted
+            self._base = (_KinkedTables(self.K, self.act, rtol=self.rtol) if self.kinked else
+                          AtomTables(self.K, self.act, rtol=self.rtol, restrict=self.restrict))
+        return self._base
+
+    @property
+    def max_error(self) -> float:
+        return max(self._err, 0.0 if self._base is None else self._base.max_error)
+
+    def prepare(self, patterns: list) -> None:
+        """Evaluate the atoms that no two-point table serves together (their integrals over
+        each subset of samples are shared)."""
+        rest = [f for f in patterns if not _pair_served(f, self._pairs)]
+        if rest:
+            self.base.tables(rest)
+
+    def table(self, factors: tuple) -> np.ndarray:
+        if _pair_served(factors, self._pairs):
+            (p0, o0), (p1, o1) = factors
+            T = self._pairs[(o0, o1)]
+            return T if p0 != p1 else np.ascontiguousarray(np.diagonal(T))
+        return self.base.table(factors)
