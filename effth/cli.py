@@ -592,7 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default=None,
                    help="with --standalone: write the document to this new file")
     d.add_argument("--single-input", action="store_true",
-                   help="K/V/G1: single-input form in chi_parallel and j/K^2 (PDLT ch. 5)")
+                   help="one input: the recursion in g, chi_par, chi_perp, h, j (PDLT (5.49)-(5.52), (5.111), ch. 9)")
     d.add_argument("--second-layer", action="store_true",
                    help="K/V/G1: the exact layer-2 form (V(1) = G1(1) = 0)")
     d.add_argument("--format", choices=("latex", "text"), default="latex",

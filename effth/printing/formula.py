@@ -336,6 +336,8 @@ class Formula:
         """The right-hand side as ``[(sign, chunks), ...]`` in print order."""
         p = self._printer(form)
         rhs = self.rhs(form)
+        if rhs == 0:
+            return [("+", ["0"])]
         terms = list(rhs.args) if isinstance(rhs, sp.Add) else [rhs]
         pieces = [_term_chunks(t, p) for t in terms]
         order = sorted(range(len(terms)), key=lambda k: _term_order(terms[k]))
@@ -439,7 +441,7 @@ def _term_order(t: sp.Expr) -> tuple:
                       and type(x).__name__ not in ("Kernel", "FrozenNTK", "InverseKernel")})
     ratio = any("frac{n" in str(x) for x in t.free_symbols)
     has_sum = t.has(SampleSum)
-    return (ratio, has_sum, len(tensors), tensors, -len(str(t)))
+    return (ratio, has_sum, len(tensors), tensors, t.could_extract_minus_sign(), -len(str(t)))
 
 
 def _plain_sum(d: sp.Expr, p) -> str:
@@ -475,11 +477,17 @@ def document(formulas: Sequence, *, title: str | None = None, form: str = "edgew
     if title:
         head.append(rf"\section*{{{title}}}")
     body = []
+    conv = [c for f in formulas for c in getattr(f, "conventions", ())] if form == "compact" else []
+    if conv:
+        # the compact form's notation, said once for the whole document
+        seen = list(dict.fromkeys(conv))
+        body.append(r"\noindent Notation: $" + r"$; $".join(seen) + "$.")
     for f in formulas:
         prov = getattr(f, "provenance", "")
         if prov:
             body.append(r"\noindent " + _tex_text(prov) + r"\nopagebreak")
-        body.append(f.latex(form, env="align*", width=width))
+        kw = {"conventions": False} if conv and isinstance(f, Formula) else {}
+        body.append(f.latex(form, env="align*", width=width, **kw))
     return "\n".join(head + body + [r"\end{document}", ""])
 
 

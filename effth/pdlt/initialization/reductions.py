@@ -73,6 +73,10 @@ class Reduction:
         """The equation in plain Unicode text."""
         return self.formula().text(form)
 
+    def document(self, form: str = "edgeworth", title: str | None = None) -> str:
+        """A standalone ``.tex`` file with this recursion (compiles with ``pdflatex``)."""
+        return self.formula().document(title=title, form=form)
+
     def _repr_latex_(self) -> str:
         return f"$${self.latex(env='aligned')}$$"
 
