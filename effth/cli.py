@@ -641,6 +641,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gradient-independent", action="store_true",
                    help="expand the gradient-independence approximation A = B = 0 instead "
                    "(Bordelon & Pehlevan (2022), §5; their eq. (12) for deep linear networks)")
+    g.add_argument("--closure", choices=("exact", "ntk"), default="exact",
+                   help="predictions: the exact single-site closure or NTK-Euler (deep linear "
+                   "orders >= 4) [exact]")
+    g.add_argument("--format", choices=("latex", "text"), default="latex",
+                   help="LaTeX or plain text (deep linear orders >= 4) [latex]")
     pr = sub.add_parser(
         "predict", help="infinite-width prediction of a trained network (Bayes or gradient descent)",
         description="The statistics of an MLP's test outputs after learning at infinite width: "
@@ -764,7 +769,7 @@ def _gamma0(args, out) -> int:
     try:
         text = latex_coefficient(args.order, args.quantity, activation=activation,
                                  layer=args.layer, gradient_independent=args.gradient_independent,
-                                 **kw)
+                                 closure=args.closure, format=args.format, **kw)
     except (EffthError, ValueError) as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
     print(text, file=out)

@@ -323,7 +323,10 @@ class SeriesFormulas:
                 f = (rf"f_{{{k}}}(t_{{i+1}})=f_{{{k}}}(t_i)+\eta\big["
                      + "+".join(f"K_{{{2 * a}}}(t_i)\\,\\Delta_{{{2 * b}}}(t_i)" for a, b in pairs)
                      + rf"\big],\quad f_{{{k}}}(t_0)=0")
-            return [ntk, f, rf"\Delta_{{{k}}}=-f_{{{k}}}\ (\text{{training points}})"]
+            loss = (rf"\mathcal{{L}}_{{{k}}}(t)=\tfrac12\big["
+                    + "+".join(rf"\Delta_{{{2 * a}}}(t)\cdot\Delta_{{{2 * b}}}(t)" for a, b in pairs)
+                    + r"\big]")
+            return [ntk, f, rf"\Delta_{{{k}}}=-f_{{{k}}}\ (\text{{training points}})", loss]
 
         def ght(a, b):
             g = f"G^(l+1)_{2 * a}(t,t)"
@@ -339,13 +342,16 @@ class SeriesFormulas:
         else:
             f = (f"f_{k}(t_(i+1)) = f_{k}(t_i) + eta [" + " + ".join(
                 f"K_{2 * a}(t_i) Delta_{2 * b}(t_i)" for a, b in pairs) + f"],  f_{k}(t_0) = 0")
-        return [ntk, f, f"Delta_{k} = -f_{k} (training points)"]
+        loss = (f"loss_{k}(t) = 1/2 [" + " + ".join(f"Delta_{2 * a}(t).Delta_{2 * b}(t)" for a, b in pairs)
+                + "]")
+        return [ntk, f, f"Delta_{k} = -f_{k} (training points)", loss]
 
     def _definitions(self, tex: bool) -> list:
-        L = "L" if self.hidden_layers is None else str(self.hidden_layers)
+        Ln = "" if self.hidden_layers is None else f", L={self.hidden_layers}"
+        L = "L"
         if tex:
             return [
-                rf"X^{{\ell}}_{{2m}}:\ \text{{coefficient of }}\gamma_0^{{2m}}\text{{ of }}X\text{{ in hidden layer }}\ell=1..{L};"
+                rf"X^{{\ell}}_{{2m}}:\ \text{{coefficient of }}\gamma_0^{{2m}}\text{{ of }}X\text{{ in hidden layer }}\ell=1..L{Ln};"
                 r"\ \text{matrices on (time, sample) pairs } a=(t_i,\mu),\ t_i=i\eta",
                 r"H^{\ell}_{ab}:\ \text{feature kernel},\ G^{\ell}_{ts}:\ \text{gradient kernel},\ "
                 r"A^{\ell}_{(t\mu),s},\ B^{\ell}_{t,(s\nu)}:\ \text{responses (scaled)},\ "
@@ -359,7 +365,7 @@ class SeriesFormulas:
                 + (r";\ \text{gradient independence: } A=B=0" if self.gradient_independent else ""),
             ]
         return [
-            f"X^l_2m: coefficient of gamma0^(2m) of X in hidden layer l = 1..{L}; matrices on "
+            f"X^l_2m: coefficient of gamma0^(2m) of X in hidden layer l = 1..L{Ln.replace('=', ' = ')}; matrices on "
             "(time, sample) pairs a = (t_i, mu), t_i = i eta; X' is the transpose",
             "H: feature kernel, G: gradient kernel, A, B: responses (scaled), C, D: field drivers, "
             "M = (I - gamma0^2 D C)^(-1), Y, Z: intermediates",
@@ -400,7 +406,7 @@ class SeriesFormulas:
         r"""Evaluate the printed equations on a grid by whole-matrix algebra.
 
         Returns ``{'H': (K+1, L, T, n, T, n), 'G': (K+1, L, T, T), 'ntk': (K+1, T, n, n),
-        'f': (K+1, T, n), 'delta': (K+1, T, P)}`` (``K = order/2``), the layout of
+        'f': (K+1, T, n), 'delta': (K+1, T, P), 'loss': (K+1, T)}`` (``K = order/2``), the layout of
         :class:`~effth.dmft.series.deep_linear.DeepLinearSeriesArrays`.
         """
         L = self.hidden_layers if hidden_layers is None else int(hidden_layers)
@@ -525,7 +531,9 @@ class SeriesFormulas:
         H = np.stack([np.stack([val[("H", ell, m)].reshape(T, n, T, n) for ell in range(1, L + 1)])
                       for m in range(K + 1)])
         G = np.stack([np.stack([val[("G", ell, m)] for ell in range(1, L + 1)]) for m in range(K + 1)])
-        return {"H": H, "G": G, "ntk": ntk, "f": fs, "delta": delta[:, :, :P]}
+        loss = np.stack([0.5 * sum((delta[a][:, :P] * delta[b][:, :P]).sum(axis=-1)
+                                   for a, b in _compositions(m, 2)) for m in range(K + 1)])
+        return {"H": H, "G": G, "ntk": ntk, "f": fs, "delta": delta[:, :, :P], "loss": loss}
 
 
 @public

@@ -365,18 +365,23 @@ class Gamma0Series(HiddenLayers):
         self._check_order(order)
         return latex_coefficient(order, name, hidden_layers=self.hidden_layers,
                                  activation=self.activation,
-                                 layer=layer, gradient_independent=self.gradient_independent)
+                                 layer=layer, gradient_independent=self.gradient_independent,
+                                 closure=self.closure)
 
     def _repr_latex_(self) -> str:
         return "$" + self.latex(min(2, self.order), "ntk") + "$"
 
 
 def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layers=None,
-                      activation="linear", layer=None, gradient_independent: bool = False) -> str:
+                      activation="linear", layer=None, gradient_independent: bool = False,
+                      closure: str = "exact", format: str = "latex") -> str:
     r"""LaTeX of a :math:`\gamma_0`-coefficient without computing any numbers (used by the CLI).
 
     ``depth`` (weight layers) or ``hidden_layers`` (``= depth - 1``, the paper's :math:`L`): give
     at most one; neither keeps the depth symbolic (deep linear).  See :meth:`Gamma0Series.latex`.
+    Deep linear networks above order 2: the equations of every order through ``order``
+    (:func:`effth.dmft.series.formulas.deep_linear_formulas`, with the predictions of ``closure``)
+    in an ``aligned`` block, or as plain text with ``format='text'``.
     """
     if depth is not None or hidden_layers is not None:
         hidden_layers = hidden_layer_count(depth, hidden_layers)
@@ -422,10 +427,11 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layer
     if deep_nonlinear:
         return _deep_nonlinear_recursion(sym, order, name)
     if linear:
-        return (rf"X_{{{order}}} = \sum_{{i+j={k}}} \cdots\ \text{{(Cauchy-product recursion of }}"
-                r"G^\ell=M_g[G^{\ell+1}+\gamma_0^2DH^{\ell-1}D^\top]M_g^\top,\ "
-                r"H^\ell=H^{\ell-1}+\gamma_0^2[CY+(CY)^\top],\ M_g=(1-\gamma_0^2DC)^{-1}"
-                rf"\text{{ at order }}\gamma_0^{{{order}}})")
+        from effth.dmft.series.formulas import deep_linear_formulas
+
+        fm = deep_linear_formulas(order, hidden_layers=hidden_layers, closure=closure,
+                                  gradient_independent=gradient_independent)
+        return fm.text() if format == "text" else "\\begin{aligned}\n" + fm.latex() + "\n\\end{aligned}"
     return (rf"[{sym}]_{{\gamma_0^{{{order}}}}} = \sum_{{m}} \big\langle \phi^{{(a_1)}}(u)\cdots"
             rf"\phi^{{(a_m)}}(u)\, r^{{p}} \big\rangle_{{u\sim\mathcal N(0,K^x),\,r\sim\mathcal N(0,1)}}"
             rf"\times(\text{{iterated sums of }}\Delta^0,\Delta_2,\dots)\ \text{{(order }}{order})")
