@@ -53,6 +53,7 @@ import sympy as sp
 from effth._signature import public
 from effth.errors import DomainError
 from effth.printing import latex as _latex
+from effth.printing.formula import LINE_WIDTH, rendered_width
 
 __all__ = ["SeriesFormulas", "deep_linear_formulas"]
 
@@ -140,6 +141,72 @@ class Equation:
     lhs: Sym
     terms: tuple
     note: str = ""
+
+
+# ---------------------------------------------------------------------- layout
+def _chunks(line: str) -> list:
+    """Split a LaTeX line at its top-level term boundaries (``+``, ``-``, ``,\\quad``, ``;\\ ``)."""
+    out, cur, depth, i = [], "", 0, 0
+    while i < len(line):
+        ch = line[i]
+        if line.startswith(r"\big[", i) or line.startswith(r"\big(", i):
+            cur += line[i:i + 5]
+            depth += 1
+            i += 5
+            continue
+        if line.startswith(r"\big]", i) or line.startswith(r"\big)", i):
+            cur += line[i:i + 5]
+            depth -= 1
+            i += 5
+            continue
+        if ch in "{[(":
+            depth += 1
+        elif ch in "}])":
+            depth -= 1
+        if depth == 0 and ch in "+-" and cur and not cur.endswith(("=", "(", "{")):
+            out.append(cur)
+            cur = ""
+        for sep in (r",\quad ", r";\ "):
+            if depth == 0 and line.startswith(sep, i):
+                out.append(cur + sep)
+                cur = ""
+                i += len(sep)
+                break
+        else:
+            cur += ch
+            i += 1
+    out.append(cur)
+    return [c for c in out if c]
+
+
+def _wrap_raw(row: str, width: float) -> list:
+    """A definitions row ``&...`` split at its ``,\\ `` separators into rows of at most ``width``."""
+    rows, cur = [], ""
+    for piece in row[1:].split(r",\ "):
+        cand = f"{cur},\\ {piece}" if cur else piece
+        if cur and rendered_width(cand) > width:
+            rows.append(cur + ",")
+            cur = r"\quad " + piece
+        else:
+            cur = cand
+    rows.append(cur)
+    return ["&" + r for r in rows]
+
+
+def _layout(line: str, width: float) -> list:
+    """``lhs &= ...`` rows of at most ``width`` (continuations ``&\\quad ...``)."""
+    k = line.find("=")
+    lhs, rhs = (line[:k], line[k + 1:]) if k > 0 else ("", line)
+    rows, cur = [], ""
+    budget = width - rendered_width(lhs)
+    for c in _chunks(rhs):
+        if cur and rendered_width(cur + c) > budget:
+            rows.append(cur)
+            cur = ""
+        cur += c
+    rows.append(cur)
+    head = f"{lhs}&=" if k > 0 else "&"
+    return [head + rows[0]] + [r"&\quad " + r for r in rows[1:]]
 
 
 # ---------------------------------------------------------------------- building the system
@@ -351,17 +418,17 @@ class SeriesFormulas:
         L = "L"
         if tex:
             return [
-                rf"X^{{\ell}}_{{2m}}:\ \text{{coefficient of }}\gamma_0^{{2m}}\text{{ of }}X\text{{ in hidden layer }}\ell=1..L{Ln};"
-                r"\ \text{matrices on (time, sample) pairs } a=(t_i,\mu),\ t_i=i\eta",
-                r"H^{\ell}_{ab}:\ \text{feature kernel},\ G^{\ell}_{ts}:\ \text{gradient kernel},\ "
-                r"A^{\ell}_{(t\mu),s},\ B^{\ell}_{t,(s\nu)}:\ \text{responses (scaled)},\ "
-                r"C^{\ell},D^{\ell}:\ \text{field drivers},\ M^{\ell}=(I-\gamma_0^2D^{\ell}C^{\ell})^{-1},\ "
+                r"&X^{\ell}_{2m}:\ \text{coefficient of }\gamma_0^{2m}\text{ of }X\text{ in hidden layer }"
+                rf"\ell=1..L{Ln},\ \text{{on (time, sample) pairs }}a=(t_i,\mu),\ t_i=i\eta",
+                r"&H^{\ell}_{ab}:\ \text{feature kernel},\ G^{\ell}_{ts}:\ \text{gradient kernel},\ "
+                r"A^{\ell}_{(t\mu),s},\ B^{\ell}_{t,(s\nu)}:\ \text{responses (scaled)}",
+                r"&C^{\ell},D^{\ell}:\ \text{field drivers},\ M^{\ell}=(I-\gamma_0^2D^{\ell}C^{\ell})^{-1},\ "
                 r"Y^{\ell},Z^{\ell}:\ \text{intermediates}",
-                r"\mathcal{C}[X,\delta]_{(t\mu),s}=\eta\,\Theta(t>s)\sum_{\nu}X_{(t\mu),(s\nu)}\delta_{\nu}(s),\quad "
+                r"&\mathcal{C}[X,\delta]_{(t\mu),s}=\eta\,\Theta(t>s)\sum_{\nu}X_{(t\mu),(s\nu)}\delta_{\nu}(s),\quad "
                 r"\mathcal{D}[X,\delta]_{t,(s\nu)}=\eta\,\Theta(t>s)\,X_{ts}\,\delta_{\nu}(s)",
-                r"K^{x}_{(t\mu),(s\nu)}=K^{x}_{\mu\nu}\ \text{(input kernel)},\ \mathbf{1}_{ts}=1,\ "
-                r"\Delta_{2m}(t)_{\nu}:\ \text{error coefficient on training point }\nu,\ y:\ \text{targets}",
-                rf"\text{{boundaries: }}H^{{0}}=K^{{x}},\ G^{{{L}+1}}=\mathbf{{1}},\ A^{{0}}=0,\ B^{{{L}}}=0"
+                r"&K^{x}_{(t\mu),(s\nu)}=K^{x}_{\mu\nu}\ \text{(input kernel)},\ \mathbf{1}_{ts}=1,\ "
+                r"y:\ \text{targets},\ \Delta_{2m}(t)_{\nu}:\ \text{error on training point }\nu",
+                r"&\text{boundaries: }H^{0}=K^{x},\ G^{L+1}=\mathbf{1},\ A^{0}=0,\ B^{L}=0"
                 + (r";\ \text{gradient independence: } A=B=0" if self.gradient_independent else ""),
             ]
         return [
@@ -392,10 +459,34 @@ class SeriesFormulas:
         out += self._definitions(tex)
         return out
 
-    def latex(self) -> str:
-        r"""An ``align*`` body: one equation a line (``\\`` between them)."""
-        return " \\\\\n".join("&" + ln if ln.startswith(r"\text{") else ln.replace("=", "&=", 1)
-                              for ln in self.lines(True))
+    def latex(self, form=None, env: str | None = None, width: float = LINE_WIDTH) -> str:
+        r"""The equations in LaTeX, one a line, long ones broken at term boundaries.
+
+        ``env=None``: the body of an ``align*`` (``&=`` and ``\\``); ``env='align*'`` or
+        ``'aligned'`` wraps it.  ``width`` is in :func:`~effth.printing.formula.rendered_width`
+        units (the default fills the text width of :func:`effth.printing.formula.document`).
+        ``form`` is accepted for :func:`~effth.printing.formula.document` and ignored.
+        """
+        rows = []
+        for ln in self.lines(True):
+            if ln.startswith(r"\text{"):
+                rows.append("&" + ln)
+                continue
+            if ln.startswith("&"):
+                rows.extend(_wrap_raw(ln, width))
+                continue
+            rows.extend(_layout(ln, width))
+        body = " \\\\\n".join(rows)
+        if env is None:
+            return body
+        return f"\\begin{{{env}}}\n{body}\n\\end{{{env}}}"
+
+    @property
+    def provenance(self) -> str:
+        """What the equations are (a heading for :func:`~effth.printing.formula.document`)."""
+        what = "gradient-independence ansatz" if self.gradient_independent else "DMFT"
+        return (f"Deep linear {what}, gamma0-series through gamma0^{self.order}, {self.closure} "
+                "closure (Bordelon & Pehlevan (2022), eqs. (68)-(71), App. M)")
 
     def text(self) -> str:
         """Plain text (no backslash): the same equations, one a line."""

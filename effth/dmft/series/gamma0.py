@@ -431,7 +431,7 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layer
 
         fm = deep_linear_formulas(order, hidden_layers=hidden_layers, closure=closure,
                                   gradient_independent=gradient_independent)
-        return fm.text() if format == "text" else "\\begin{aligned}\n" + fm.latex() + "\n\\end{aligned}"
+        return fm.text() if format == "text" else fm.latex(env="aligned")
     return (rf"[{sym}]_{{\gamma_0^{{{order}}}}} = \sum_{{m}} \big\langle \phi^{{(a_1)}}(u)\cdots"
             rf"\phi^{{(a_m)}}(u)\, r^{{p}} \big\rangle_{{u\sim\mathcal N(0,K^x),\,r\sim\mathcal N(0,1)}}"
             rf"\times(\text{{iterated sums of }}\Delta^0,\Delta_2,\dots)\ \text{{(order }}{order})")
