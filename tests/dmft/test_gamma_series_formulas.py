@@ -135,3 +135,80 @@ def test_bad_input():
         deep_linear_formulas(4, closure="euler")
     with pytest.raises(DomainError, match="hidden_layers="):
         deep_linear_formulas(4).evaluate(np.eye(2), np.ones(2), eta=0.1, steps=3)
+
+
+# ---------------------------------------------------------------------- deep nonlinear, one input
+from effth.dmft.series.deep_nonlinear import deep_nonlinear_order2_arrays  # noqa: E402
+from effth.dmft.series.formulas_nonlinear import deep_nonlinear_formulas  # noqa: E402
+
+KX1, Y1 = np.array([[0.8]]), np.array([1.0])
+
+
+@pytest.mark.parametrize("act,L", [("tanh", 1), ("tanh", 2), ("tanh", 3), ("erf", 2),
+                                   ("gelu", 3), ("softplus", 2)])
+def test_nonlinear_moment_formulas_reproduce_the_engine(act, L):
+    eta, T = 0.1, 8
+    ser = gamma0_series(kernel=KX1, y=Y1, hidden_layers=L, activation=act, eta=eta, steps=T,
+                        order=2, closure="ntk", nodes=96)
+    ev = deep_nonlinear_formulas(L).evaluate(KX1, Y1, activation=act, eta=eta, steps=T)
+    for key, name in (("phi", "phi"), ("g", "g")):
+        for m in (0, 1):
+            ref = ser.coefficient(2 * m, name)[:, :, 0, :, 0]
+            assert _rel(ev[key][m], ref) < 1e-12, (key, m)
+    for key in ("ntk", "f", "delta"):
+        ref = ser.coefficient(2, key)
+        assert _rel(ev[key][1], ref.reshape(ev[key][1].shape)) < 1e-12, key
+
+
+def test_nonlinear_formulas_with_adaptive_quadrature_moments():
+    """The moments from scipy's adaptive quadrature instead of the trapezoid rule: same numbers."""
+    a = deep_nonlinear_formulas(2).evaluate(KX1, Y1, activation="tanh", eta=0.1, steps=6)
+    b = deep_nonlinear_formulas(2).evaluate(KX1, Y1, activation="tanh", eta=0.1, steps=6,
+                                            moment="quad")
+    assert _rel(a["g"][1], b["g"][1]) < 1e-12 and _rel(a["ntk"][1], b["ntk"][1]) < 1e-12
+
+
+def test_nonlinear_formulas_at_phi_identity_are_the_deep_linear_series():
+    """phi(z) = z: <phi'^4> = 1, <phi phi'^2 phi''> = 0, <phi^2 phi'^2> = Phi, ... The moment
+    formulas must give the deep linear gamma0^2 coefficients (an independent engine)."""
+    ident = lambda ds, var: {(0, 0): var, (1, 1): 1.0, (1, 1, 1, 1): 1.0,  # noqa: E731
+                             (0, 0, 1, 1): var}.get(tuple(ds), 0.0)
+    for L in (2, 3):
+        ev = deep_nonlinear_formulas(L).evaluate(KX1, Y1, activation="tanh", eta=0.1, steps=7,
+                                                 moment=ident)
+        ser = gamma0_series(kernel=KX1, y=Y1, hidden_layers=L, eta=0.1, steps=7, order=2,
+                            closure="ntk")
+        assert _rel(ev["phi"][1], ser.coefficient(2, "phi")[:, :, 0, :, 0]) < 1e-12
+        assert _rel(ev["g"][1], ser.coefficient(2, "g")) < 1e-12
+        assert _rel(ev["ntk"][1], ser.coefficient(2, "ntk")[:, 0, 0]) < 1e-12
+
+
+def test_nonlinear_wrong_moment_coefficient_is_rejected():
+    """<phi'^2 phi''^2> x 0.9 in G_2: the NTK coefficient misses by far more than 1e-12."""
+    import effth.dmft.series.formulas_nonlinear as fn
+    eta, T = 0.1, 8
+    ser = gamma0_series(kernel=KX1, y=Y1, hidden_layers=2, activation="tanh", eta=eta, steps=T,
+                        order=2, closure="ntk", nodes=96)
+    good = fn._trapezoid_moment
+    from effth.dmft.solvers.lazy import resolve_activation
+    act = resolve_activation("tanh")
+    fns = [act.numpy(k) for k in range(4)]
+    bad = lambda ds, var: good(fns, ds, var) * (0.9 if tuple(ds) == (1, 1, 2, 2) else 1.0)  # noqa: E731
+    ev = deep_nonlinear_formulas(2).evaluate(KX1, Y1, activation="tanh", eta=eta, steps=T,
+                                             moment=bad)
+    assert _rel(ev["ntk"][1], ser.coefficient(2, "ntk")[:, 0, 0]) > 1e-4
+
+
+@pytest.mark.skipif(not have_pdflatex(), reason="pdflatex not on PATH")
+def test_nonlinear_latex_compiles():
+    run = compile_tex(document([deep_nonlinear_formulas(3, activation="tanh")]))
+    assert run.ok, run.errors
+    assert run.worst_overfull <= 10.0
+
+
+def test_cli_nonlinear_order2_prints_moments():
+    code, text = _cli("gamma0", "--order", "2", "--depth", "3", "--activation", "tanh")
+    assert code == 0 and r"\langle \phi'^{4}\rangle_{\ell}" in text and "Price" not in text
+    code, text = _cli("gamma0", "--order", "2", "--depth", "3", "--activation", "tanh",
+                      "--format", "text")
+    assert code == 0 and "\\" not in text and "<phi'^2 phi''^2>_l" in text

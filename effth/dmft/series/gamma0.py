@@ -404,8 +404,16 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layer
                 "A": r"A^{\ell}_0=C^{\ell}_0" if not gradient_independent else "0",
                 "B": r"B^{\ell}_0=D^{\ell+1}_0" if not gradient_independent else "0"}[name]
         return rf"[{sym}]_{{\gamma_0^{{0}}}} = {lazy}"
-    if order == 2 and deep_nonlinear and name in ("phi", "g", "ntk", "A", "B"):
-        return _DEEP_NONLINEAR_LATEX[name]
+    if order == 2 and deep_nonlinear and name in ("phi", "g", "ntk", "A", "B", "f", "delta"):
+        from effth.dmft.series.formulas_nonlinear import deep_nonlinear_formulas
+
+        fm = deep_nonlinear_formulas(hidden_layers, activation=activation_label(act))
+        if format == "text":
+            return fm.text()
+        several = _DEEP_NONLINEAR_LATEX.get(name, _DEEP_NONLINEAR_LATEX["ntk"])
+        return ("\\begin{aligned}\n" + fm.latex() + " \\\\\n"
+                r"&\text{several inputs, }a=(t,\mu),\ b=(s,\nu)\text{:} \\" + "\n&" + several
+                + "\n\\end{aligned}")
     if order == 2 and name in ("phi", "g", "ntk"):
         if linear:
             key = {"phi": "H", "g": "G", "ntk": "ntk"}[name]
