@@ -209,6 +209,21 @@ def _layout(line: str, width: float) -> list:
     return [head + rows[0]] + [r"&\quad " + r for r in rows[1:]]
 
 
+def align_rows(lines, width: float = LINE_WIDTH, env: str | None = None) -> str:
+    r"""Lay printed lines out for ``align*``: equations ``lhs &= ...`` broken at term boundaries,
+    headings ``\text{...}`` and raw rows ``&...`` (broken at ``,\ ``); ``env`` wraps the body."""
+    rows = []
+    for ln in lines:
+        if ln.startswith(r"\text{"):
+            rows.append("&" + ln)
+        elif ln.startswith("&"):
+            rows.extend(_wrap_raw(ln, width))
+        else:
+            rows.extend(_layout(ln, width))
+    body = " \\\\\n".join(rows)
+    return body if env is None else f"\\begin{{{env}}}\n{body}\n\\end{{{env}}}"
+
+
 # ---------------------------------------------------------------------- building the system
 def _compositions(total: int, parts: int):
     """All ``parts``-tuples of non-negative integers summing to ``total``."""
@@ -467,19 +482,7 @@ class SeriesFormulas:
         units (the default fills the text width of :func:`effth.printing.formula.document`).
         ``form`` is accepted for :func:`~effth.printing.formula.document` and ignored.
         """
-        rows = []
-        for ln in self.lines(True):
-            if ln.startswith(r"\text{"):
-                rows.append("&" + ln)
-                continue
-            if ln.startswith("&"):
-                rows.extend(_wrap_raw(ln, width))
-                continue
-            rows.extend(_layout(ln, width))
-        body = " \\\\\n".join(rows)
-        if env is None:
-            return body
-        return f"\\begin{{{env}}}\n{body}\n\\end{{{env}}}"
+        return align_rows(self.lines(True), width, env)
 
     @property
     def provenance(self) -> str:

@@ -251,18 +251,9 @@ class NonlinearSeriesFormulas:
 
     def latex(self, form=None, env: str | None = None, width: float = LINE_WIDTH) -> str:
         """LaTeX rows (``align*`` body; ``env`` wraps it), broken at term boundaries."""
-        from effth.dmft.series.formulas import _layout, _wrap_raw
+        from effth.dmft.series.formulas import align_rows
 
-        rows = []
-        for ln in self.lines(True):
-            if ln.startswith(r"\text{"):
-                rows.append("&" + ln)
-            elif ln.startswith("&"):
-                rows.extend(_wrap_raw(ln, width))
-            else:
-                rows.extend(_layout(ln, width))
-        body = " \\\\\n".join(rows)
-        return body if env is None else f"\\begin{{{env}}}\n{body}\n\\end{{{env}}}"
+        return align_rows(self.lines(True), width, env)
 
     def text(self) -> str:
         """Plain text, no backslash."""
