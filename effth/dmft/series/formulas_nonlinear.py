@@ -38,7 +38,7 @@ from effth.errors import DomainError
 from effth.printing import latex as _latex
 from effth.printing.formula import LINE_WIDTH
 
-__all__ = ["NonlinearSeriesFormulas", "deep_nonlinear_formulas"]
+__all__ = ["NonlinearSeriesFormulas", "deep_nonlinear_formulas", "evaluate_several_inputs"]
 
 # a moment is a tuple of derivative orders, e.g. (0, 1, 1, 2) = <phi phi'^2 phi''>
 # a structure is (kind, x, y): 'outer' x_t y_s; 'sym' x_t y_s + y_t x_s; 'col' x_t + x_s;
@@ -175,10 +175,14 @@ class NonlinearSeriesFormulas:
         :math:`L` (``None``: symbolic).
     activation : str
         Name printed in the heading (the formulas hold for any smooth activation).
+    several_inputs : bool
+        Also print the same system with sample indices (four-point atoms), evaluated by
+        :func:`evaluate_several_inputs`.
     """
 
     hidden_layers: int | None = None
     activation: str = r"\phi"
+    several_inputs: bool = True
 
     def lines(self, tex: bool = True) -> list:
         """Every printed line (LaTeX rows with ``=`` or raw rows starting ``&``; or plain text)."""
@@ -218,7 +222,7 @@ class NonlinearSeriesFormulas:
                 r"\Phi^{0}_{2}=0,\ G^{L+1}_{2}=0",
                 r"&X_{2}:\ \text{coefficient of }\gamma_0^{2},\ \Phi,G:\ \text{kernels},\ A,B:\ "
                 r"\text{lazy responses},\ K^{x}:\ \text{input kernel},\ y:\ \text{target}",
-            ]
+            ] + (_multi_lines(True) if self.several_inputs else [])
         return [
             "order gamma0^0:",
             "Phi^l_0 = <phi^2>_l,  G^l_0 = G^(l+1)_0 <phi'^2>_l,  Phi^0_0 = Kx,  G^(L+1)_0 = 1",
@@ -247,7 +251,7 @@ class NonlinearSeriesFormulas:
             "Phi^0_2 = 0, G^(L+1)_2 = 0",
             "X_2: coefficient of gamma0^2, Phi, G: kernels, A, B: lazy responses, Kx: input kernel, "
             "y: target",
-        ]
+        ] + (_multi_lines(False) if self.several_inputs else [])
 
     def latex(self, form=None, env: str | None = None, width: float = LINE_WIDTH) -> str:
         """LaTeX rows (``align*`` body; ``env`` wraps it), broken at term boundaries."""
@@ -406,8 +410,8 @@ def _quad_moment(fns, derivs, var) -> float:
 
 
 @public
-def deep_nonlinear_formulas(hidden_layers: int | None = None, *, activation: str = r"\phi"
-                            ) -> NonlinearSeriesFormulas:
+def deep_nonlinear_formulas(hidden_layers: int | None = None, *, activation: str = r"\phi",
+                            several_inputs: bool = True) -> NonlinearSeriesFormulas:
     r"""The one-input :math:`O(\gamma_0^2)` system of a deep nonlinear network (any smooth
     activation; Bordelon & Pehlevan (2022), App. P.2-P.6 with the responses kept).
 
@@ -419,4 +423,223 @@ def deep_nonlinear_formulas(hidden_layers: int | None = None, *, activation: str
     """
     if hidden_layers is not None and (int(hidden_layers) != hidden_layers or hidden_layers < 1):
         raise DomainError(f"hidden_layers={hidden_layers!r} must be a positive integer")
-    return NonlinearSeriesFormulas(None if hidden_layers is None else int(hidden_layers), str(activation))
+    return NonlinearSeriesFormulas(None if hidden_layers is None else int(hidden_layers), str(activation),
+                                   bool(several_inputs))
+
+
+# ---------------------------------------------------------------------- several inputs
+# Composite indices a=(t,mu), b=(s,nu), c=(t',gamma), d=(s',delta), e=(t'',epsilon).  A term is
+# (coef, drivers, r-moment, atom, symmetrise): drivers ((X, row, col), ...) with X in {C, D}; the
+# r-moment None, ("G", i, j) = G^{l+1}_{0,ij} or ("I4", i, j, k, l) = <r_i r_j r_k r_l>; the atom
+# ((derivative, label), ...) = <phi^(d1)_{i1} ...> over u ~ N(0, Phi^{l-1}_0); symmetrise adds a<->b.
+_SAMPLE = {"a": "m", "b": "n", "c": "g", "d": "h", "e": "e"}
+_TIME = {"a": "t", "b": "s", "c": "u", "d": "v", "e": "w"}
+_SAMPLE_TEX = {"a": r"\mu", "b": r"\nu", "c": r"\gamma", "d": r"\delta", "e": r"\epsilon"}
+
+_MULTI_PHI = (
+    (Fraction(1), (("C", "a", "c"), ("C", "b", "d")), ("G", "c", "d"),
+     ((1, "a"), (1, "c"), (1, "b"), (1, "d")), False),
+    (Fraction(1), (("C", "b", "c"), ("C", "c", "e")), ("G", "c", "e"),
+     ((0, "a"), (1, "b"), (2, "c"), (1, "e")), True),
+    (Fraction(1), (("C", "b", "c"), ("D", "c", "e")), None,
+     ((0, "a"), (1, "b"), (1, "c"), (0, "e")), True),
+    (Fraction(1, 2), (("C", "b", "c"), ("C", "b", "e")), ("G", "c", "e"),
+     ((0, "a"), (2, "b"), (1, "c"), (1, "e")), True),
+)
+_MULTI_G = (
+    (Fraction(1), (("C", "a", "c"), ("C", "b", "d")), ("I4", "a", "c", "b", "d"),
+     ((2, "a"), (1, "c"), (2, "b"), (1, "d")), False),
+    (Fraction(1), (("C", "a", "c"), ("D", "b", "d")), ("G", "a", "c"),
+     ((2, "a"), (1, "c"), (1, "b"), (0, "d")), True),
+    (Fraction(1), (("D", "a", "c"), ("D", "b", "d")), None,
+     ((1, "a"), (0, "c"), (1, "b"), (0, "d")), False),
+    (Fraction(1), (("C", "b", "c"), ("C", "c", "e")), ("I4", "a", "b", "c", "e"),
+     ((1, "a"), (2, "b"), (2, "c"), (1, "e")), True),
+    (Fraction(1), (("C", "b", "c"), ("D", "c", "e")), ("G", "a", "b"),
+     ((1, "a"), (2, "b"), (1, "c"), (0, "e")), True),
+    (Fraction(1, 2), (("C", "b", "c"), ("C", "b", "e")), ("I4", "a", "b", "c", "e"),
+     ((1, "a"), (3, "b"), (1, "c"), (1, "e")), True),
+    (Fraction(1), (("C", "b", "c"), ("D", "b", "e")), ("G", "a", "c"),
+     ((1, "a"), (2, "b"), (1, "c"), (0, "e")), True),
+    (Fraction(1), (("D", "b", "c"), ("C", "c", "e")), ("G", "a", "e"),
+     ((1, "a"), (1, "b"), (1, "c"), (1, "e")), True),
+)
+
+
+def _multi_term_tex(term) -> str:
+    coef, drivers, rm, atom, sym = term
+    dummies = sorted({x for _, r, c in drivers for x in (r, c)} - {"a", "b"})
+    c = "" if coef == 1 else _latex(sp.Rational(coef.numerator, coef.denominator)) + r"\,"
+    drv = "".join(rf"\tilde {X}^{{\ell}}_{{{r}{col}}}" for X, r, col in drivers)
+    if rm is None:
+        rt = ""
+    elif rm[0] == "G":
+        rt = rf"G^{{\ell+1}}_{{0,{_SAMPLE_TEX[rm[1]]}{_SAMPLE_TEX[rm[2]]}}}"
+    else:
+        rt = "I_{" + "".join(_SAMPLE_TEX[x] for x in rm[1:]) + "}"
+    at = r"\langle " + r"\,".join(_PRIMES_TEX[k] + f"_{{{_SAMPLE_TEX[x]}}}" for k, x in atom) + r"\rangle"
+    body = rf"\sum_{{{','.join(dummies)}}}{drv}\,{rt}\,{at}"
+    return c + (rf"\big[{body}+(a\leftrightarrow b)\big]" if sym else body)
+
+
+def _multi_term_txt(term) -> str:
+    coef, drivers, rm, atom, sym = term
+    dummies = sorted({x for _, r, c in drivers for x in (r, c)} - {"a", "b"})
+    c = "" if coef == 1 else f"{coef} "
+    drv = " ".join(f"{X}~_({r}{col})" for X, r, col in drivers)
+    names = {"a": "mu", "b": "nu", "c": "gam", "d": "del", "e": "eps"}
+    if rm is None:
+        rt = ""
+    elif rm[0] == "G":
+        rt = f" G^(l+1)_0({names[rm[1]]},{names[rm[2]]})"
+    else:
+        rt = " I(" + ",".join(names[x] for x in rm[1:]) + ")"
+    at = "<" + " ".join(f"{_PRIMES_TXT[k]}_{names[x]}" for k, x in atom) + ">"
+    body = f"sum_({','.join(dummies)}) {drv}{rt} {at}"
+    return c + (f"[{body} + (a<->b)]" if sym else body)
+
+
+def _multi_lines(tex: bool) -> list:
+    if tex:
+        return [
+            r"\text{several inputs, order }\gamma_0^{2}\text{ (the same system with sample indices):}",
+            r"\Phi^{\ell}_{2,ab}=" + "+".join(_multi_term_tex(t) for t in _MULTI_PHI)
+            + r"+\tfrac12\Phi^{\ell-1}_{2,aa}\langle\phi''_\mu\phi_\nu\rangle+\Phi^{\ell-1}_{2,ab}"
+              r"\langle\phi'_\mu\phi'_\nu\rangle+\tfrac12\Phi^{\ell-1}_{2,bb}\langle\phi_\mu\phi''_\nu\rangle",
+            r"G^{\ell}_{2,ab}=" + "+".join(_multi_term_tex(t) for t in _MULTI_G)
+            + r"+G^{\ell+1}_{0,\mu\nu}\big[\tfrac12\Phi^{\ell-1}_{2,aa}\langle\phi'''_\mu\phi'_\nu\rangle"
+              r"+\Phi^{\ell-1}_{2,ab}\langle\phi''_\mu\phi''_\nu\rangle+\tfrac12\Phi^{\ell-1}_{2,bb}"
+              r"\langle\phi'_\mu\phi'''_\nu\rangle\big]+G^{\ell+1}_{2,ab}\langle\phi'_\mu\phi'_\nu\rangle",
+            r"K_{2,\mu\nu}(t)=G^{1}_{2,(t\mu)(t\nu)}K^{x}_{\mu\nu}+\sum_{\ell=1}^{L-1}\big[G^{\ell+1}_{2,(t\mu)(t\nu)}"
+            r"\Phi^{\ell}_{0,\mu\nu}+G^{\ell+1}_{0,\mu\nu}\Phi^{\ell}_{2,(t\mu)(t\nu)}\big]+\Phi^{L}_{2,(t\mu)(t\nu)},\quad "
+            r"\Delta_{2}\ \text{as above with matrices}",
+            r"&a=(t,\mu),\ b=(s,\nu),\ c=(t',\gamma),\ d=(s',\delta),\ e=(t'',\epsilon),\ "
+            r"\langle\cdot\rangle\ \text{over }u\sim\mathcal N(0,\Phi^{\ell-1}_{0})",
+            r"&I_{\alpha\beta\gamma\delta}=G^{\ell+1}_{0,\alpha\beta}G^{\ell+1}_{0,\gamma\delta}"
+            r"+G^{\ell+1}_{0,\alpha\gamma}G^{\ell+1}_{0,\beta\delta}+G^{\ell+1}_{0,\alpha\delta}"
+            r"G^{\ell+1}_{0,\beta\gamma},\ \tilde C^{\ell}_{ab},\tilde D^{\ell}_{ab}\ \text{as above with }"
+            r"\Phi^{\ell-1}_{0,\mu\nu},G^{\ell+1}_{0,\mu\nu},\Delta_{0,\nu}",
+        ]
+    return [
+        "several inputs, order gamma0^2 (the same system with sample indices):",
+        "Phi^l_2(a,b) = " + " + ".join(_multi_term_txt(t) for t in _MULTI_PHI)
+        + " + 1/2 Phi^(l-1)_2(a,a) <phi''_mu phi_nu> + Phi^(l-1)_2(a,b) <phi'_mu phi'_nu> "
+          "+ 1/2 Phi^(l-1)_2(b,b) <phi_mu phi''_nu>",
+        "G^l_2(a,b) = " + " + ".join(_multi_term_txt(t) for t in _MULTI_G)
+        + " + G^(l+1)_0(mu,nu) [1/2 Phi^(l-1)_2(a,a) <phi'''_mu phi'_nu> + Phi^(l-1)_2(a,b) "
+          "<phi''_mu phi''_nu> + 1/2 Phi^(l-1)_2(b,b) <phi'_mu phi'''_nu>] + G^(l+1)_2(a,b) <phi'_mu phi'_nu>",
+        "K_2(t)_(mu nu) = G^1_2((t mu),(t nu)) Kx_(mu nu) + sum_(l=1..L-1) [G^(l+1)_2((t mu),(t nu)) "
+        "Phi^l_0(mu,nu) + G^(l+1)_0(mu,nu) Phi^l_2((t mu),(t nu))] + Phi^L_2((t mu),(t nu)); Delta_2 as above "
+        "with matrices",
+        "a = (t,mu), b = (s,nu), c = (t',gam), d = (s',del), e = (t'',eps); <.> over u ~ N(0, Phi^(l-1)_0)",
+        "I(al,be,ga,de) = G_(al be) G_(ga de) + G_(al ga) G_(be de) + G_(al de) G_(be ga), G = G^(l+1)_0",
+    ]
+
+
+def _multi_self(terms, Ct, Dt, G0, atom_of, T, n):
+    """Evaluate self-part terms: ``(T n, T n)``."""
+    out = np.zeros((T, n, T, n))
+    mats = {"C": Ct.reshape(T, n, T, n), "D": Dt.reshape(T, n, T, n)}
+    for coef, drivers, rm, atom, sym in terms:
+        ops, subs = [], []
+        for X, r, c in drivers:
+            ops.append(mats[X])
+            subs.append(_TIME[r] + _SAMPLE[r] + _TIME[c] + _SAMPLE[c])
+        if rm is not None and rm[0] == "G":
+            ops.append(G0)
+            subs.append(_SAMPLE[rm[1]] + _SAMPLE[rm[2]])
+        elif rm is not None:
+            ops.append(np.einsum("ij,kl->ijkl", G0, G0) + np.einsum("ik,jl->ijkl", G0, G0)
+                       + np.einsum("il,jk->ijkl", G0, G0))
+            subs.append("".join(_SAMPLE[x] for x in rm[1:]))
+        ops.append(atom_of(tuple(k for k, _ in atom)))
+        subs.append("".join(_SAMPLE[x] for _, x in atom))
+        present = set("".join(subs))
+        outs = "".join(x for x in "tmsn" if x in present)
+        val = np.einsum(",".join(subs) + "->" + outs, *ops, optimize=True)
+        # broadcast the missing output axes (a time-constant factor phi_mu has no t)
+        full = val.reshape([T if x in "ts" else n for x in outs])
+        idx = [slice(None) if x in outs else None for x in "tmsn"]
+        order = sorted(range(len(outs)), key=lambda i: "tmsn".index(outs[i]))
+        full = np.transpose(full, order)[tuple(idx)]
+        full = np.broadcast_to(full, (T, n, T, n)) * float(coef)
+        out += full
+        if sym:
+            out += np.transpose(full, (2, 3, 0, 1))
+    return out.reshape(T * n, T * n)
+
+
+@public
+def evaluate_several_inputs(kx, y, *, activation, eta: float, steps: int, hidden_layers: int,
+                            nodes: int = 120) -> dict:
+    r"""Evaluate the several-input printed system (four-point atoms on an ``nodes``-point
+    trapezoid rule per dimension): ``{'phi', 'g': (L, T n, T n), 'ntk': (T, n, n)}``, the
+    :math:`\gamma_0^2` coefficients (NTK closure)."""
+    from effth.dmft.series.deep_nonlinear import price_g, price_phi
+    from effth.dmft.solvers.lazy import lazy_kernels, resolve_activation, static_ntk_dynamics
+    from effth.dmft.grid import causal_mask
+    from effth.numerics._rules import gaussian_tensor_rule
+
+    act = resolve_activation(activation)
+    fns = [act.numpy(k) for k in range(4)]
+    kx = np.asarray(kx, dtype=float)
+    y = np.asarray(y, dtype=float)
+    L, T, n, P = int(hidden_layers), int(steps), kx.shape[0], y.size
+    Tn = T * n
+    phi0, _, g0, ntk0 = lazy_kernels(kx, act, hidden_layers=L)
+    delta0 = y[None] - static_ntk_dynamics(ntk0, y, eta, T)[:, :P]
+    dpad = np.zeros((T, n))
+    dpad[:, :P] = delta0
+    drive = eta * np.kron(causal_mask(T), np.ones((n, n))) * np.tile(dpad.reshape(1, Tn), (Tn, 1))
+    tile = lambda m: np.tile(m, (T, T))                              # noqa: E731
+    prev = [kx] + [phi0[ell] for ell in range(L - 1)]
+    nxt = [g0[ell + 1] for ell in range(L - 1)] + [np.ones((n, n))]
+    rules = [gaussian_tensor_rule(prev[ell], nodes, kind="trapezoid") for ell in range(L)]
+
+    def atoms_of(ell):
+        u, _, w = rules[ell]
+        vals = [f(u) for f in fns]
+        cache = {}
+
+        def atom(ds):
+            if ds not in cache:
+                if len(ds) == 2:
+                    cache[ds] = np.einsum("s,sa,sb->ab", w, vals[ds[0]], vals[ds[1]])
+                else:
+                    cache[ds] = np.einsum("s,sa,sb,sc,sd->abcd", w, *(vals[d] for d in ds),
+                                          optimize=True)
+            return cache[ds]
+        return atom
+
+    atoms = [atoms_of(ell) for ell in range(L)]
+    at2 = [[[atoms[ell]((i, j)) for j in range(4)] for i in range(4)] for ell in range(L)]
+    Ct, A0 = [], [None] * L
+    for ell in range(L):
+        c = drive * tile(prev[ell]) + (A0[ell - 1] if ell >= 1 else 0)
+        Ct.append(c)
+        A0[ell] = c * tile(at2[ell][1][1])
+    Dt, B0 = [None] * L, [None] * L
+    for ell in range(L - 1, -1, -1):
+        d = drive * tile(nxt[ell]) + (B0[ell] if ell <= L - 2 else 0)
+        Dt[ell] = d
+        Gn = tile(nxt[ell])
+        b = np.sum(Ct[ell] * Gn * tile(at2[ell][3][1]), axis=1) + np.sum(d * tile(at2[ell][2][0]), axis=1)
+        if ell >= 1:
+            B0[ell - 1] = Ct[ell] * tile(at2[ell][2][2]) * Gn + d * tile(at2[ell][1][1]) + np.diag(b)
+    phi2, g2 = [None] * L, [None] * L
+    for ell in range(L):
+        phi2[ell] = _multi_self(_MULTI_PHI, Ct[ell], Dt[ell], nxt[ell], atoms[ell], T, n)
+        if ell >= 1:
+            phi2[ell] = phi2[ell] + price_phi(phi2[ell - 1], at2[ell], tile)
+    for ell in range(L - 1, -1, -1):
+        g2[ell] = _multi_self(_MULTI_G, Ct[ell], Dt[ell], nxt[ell], atoms[ell], T, n)
+        if ell >= 1:
+            g2[ell] = g2[ell] + price_g(phi2[ell - 1], at2[ell], tile(nxt[ell]), tile)
+        if ell <= L - 2:
+            g2[ell] = g2[ell] + g2[ell + 1] * tile(at2[ell][1][1])
+    K2 = g2[0] * tile(kx) + phi2[L - 1]
+    for ell in range(1, L):
+        K2 = K2 + g2[ell] * tile(phi0[ell - 1]) + tile(g0[ell]) * phi2[ell - 1]
+    idx = np.arange(T)
+    return {"phi": np.stack(phi2), "g": np.stack(g2),
+            "ntk": K2.reshape(T, n, T, n)[idx, :, idx, :]}

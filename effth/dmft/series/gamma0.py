@@ -408,12 +408,7 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layer
         from effth.dmft.series.formulas_nonlinear import deep_nonlinear_formulas
 
         fm = deep_nonlinear_formulas(hidden_layers, activation=activation_label(act))
-        if format == "text":
-            return fm.text()
-        several = _DEEP_NONLINEAR_LATEX.get(name, _DEEP_NONLINEAR_LATEX["ntk"])
-        return ("\\begin{aligned}\n" + fm.latex() + " \\\\\n"
-                r"&\text{several inputs, }a=(t,\mu),\ b=(s,\nu)\text{:} \\" + "\n&" + several
-                + "\n\\end{aligned}")
+        return fm.text() if format == "text" else fm.latex(env="aligned")
     if order == 2 and name in ("phi", "g", "ntk"):
         if linear:
             key = {"phi": "H", "g": "G", "ntk": "ntk"}[name]
@@ -463,36 +458,6 @@ def _deep_nonlinear_recursion(sym: str, order: int, name: str) -> str:
             rf" + \mathrm{{Price}}\big(\Phi^{{\ell-1}}_{{{order}}},G^{{\ell+1}}_{{{order}}}\big),"
             rf"\quad u_0\sim\mathcal N(0,\Phi^{{\ell-1}}_0),\ r_0\sim\mathcal N(0,"
             rf"G^{{\ell+1}}_0),\ \zeta\sim\mathcal N(0,I)")
-
-_PRICE = (r"\tfrac12\Phi^{\ell-1}_{2,aa}\langle\ddot\phi_\mu\phi_\nu\rangle"
-          r"+\Phi^{\ell-1}_{2,ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle"
-          r"+\tfrac12\Phi^{\ell-1}_{2,bb}\langle\phi_\mu\ddot\phi_\nu\rangle")
-_PRICE_G = (r"G^{\ell+1}_{0,\mu\nu}\big[\tfrac12\Phi^{\ell-1}_{2,aa}\langle\dddot\phi_\mu\dot\phi_\nu"
-            r"\rangle+\Phi^{\ell-1}_{2,ab}\langle\ddot\phi_\mu\ddot\phi_\nu\rangle+\tfrac12"
-            r"\Phi^{\ell-1}_{2,bb}\langle\dot\phi_\mu\dddot\phi_\nu\rangle\big]"
-            r"+G^{\ell+1}_{2,ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle")
-_FIELDS = (r"h^{(1)}=\tilde C^\ell(\dot\phi\,r),\ z^{(1)}=\tilde D^\ell\phi,\ "
-           r"h^{(2)}=\tilde C^\ell(\ddot\phi\,h^{(1)}r+\dot\phi\,z^{(1)}),\ "
-           r"z^{(2)}=\tilde D^\ell(\dot\phi\,h^{(1)})")
-_DEEP_NONLINEAR_LATEX = {
-    "phi": (r"\Phi^{\ell}_{2,ab}(t,s) = \Big[\langle\phi\phi^\top\rangle\Big]_{\gamma_0^2}"
-            r"\Big|_{" + _FIELDS + r"} + " + _PRICE
-            + r",\quad a=(t,\mu),\ b=(s,\nu),\ u\sim\mathcal N(0,\Phi^{\ell-1}_0),"
-              r"\ r\sim\mathcal N(0,G^{\ell+1}_0)"),
-    "g": (r"G^{\ell}_{2,ab}(t,s) = \Big[\langle g g^\top\rangle\Big]_{\gamma_0^2}\Big|_{g=\dot\phi(h)z}"
-          r" + " + _PRICE_G),
-    "ntk": (r"K_{2}(t,s) = G^{1}_2\odot K^x+\sum_{\ell=1}^{L-1}\big(G^{\ell+1}_2\odot\Phi^{\ell}_0"
-            r"+G^{\ell+1}_0\odot\Phi^{\ell}_2\big)+\Phi^{L}_2"),
-    "A": (r"A^{\ell}_{0,ab} = \tilde C^{\ell}_{ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle,\quad "
-          r"\tilde C^{\ell}_{ab}=A^{\ell-1}_{0,ab}+\eta\,\Theta(t>s)\,\Delta^0_\nu(s)\,"
-          r"\Phi^{\ell-1}_{0,\mu\nu}"),
-    "B": (r"B^{\ell-1}_{0,ab} = \tilde C^{\ell}_{ab}\langle\ddot\phi_\mu\ddot\phi_\nu\rangle "
-          r"G^{\ell+1}_{0,\mu\nu}+\tilde D^{\ell}_{ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle"
-          r"+\delta_{ab}\sum_c\big[\tilde C^{\ell}_{ac}G^{\ell+1}_{0,\mu\gamma}\langle\dddot\phi_\mu"
-          r"\dot\phi_\gamma\rangle+\tilde D^{\ell}_{ac}\langle\ddot\phi_\mu\phi_\gamma\rangle\big],"
-          r"\quad \tilde D^{\ell}_{ab}=B^{\ell}_{0,ab}+\eta\,\Theta(t>s)\,\Delta^0_\nu(s)\,"
-          r"G^{\ell+1}_{0,\mu\nu}"),
-}
 
 
 # ---------------------------------------------------------------------- construction
