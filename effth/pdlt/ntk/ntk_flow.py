@@ -56,7 +56,7 @@ from effth.errors import DomainError, NotDerivedError
 from effth.numerics import gaussian_expectation
 from effth.numerics.atom_tables import AtomTables, dispatched_group
 from effth.numerics.sample_blocks import SampleRestriction
-from effth.numerics.sample_tables import closed_pair_tables, pair_tables
+from effth.numerics.sample_tables import closed_pair_tables, leibniz_pair_tables, pair_tables
 
 from effth.pdlt.derivation.pipeline import CB, CW
 from effth.pdlt.derivation.ntk_forward import LAMBDA_B, LAMBDA_W
@@ -471,7 +471,7 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         kw = {"K1": K1, "depth": L, "activation": activation, "c_w": c_w, "c_b": c_b, "ratios": ratios}
     kinked = act is not None and not (act.is_smooth or act.is_polynomial)
     if kinked:
-        bad = [s for s in stats if ntk_layer_step(s).max_order > 1]
+        bad = [s for s in stats if ntk_layer_step(s).max_order > 1 and s not in _KINKED_OK]
         if bad:
             raise DomainError(
                 f"{act!r} is kinked: {bad} need sigma'' or higher, which are distributions "
@@ -541,6 +541,7 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     return NTKFlow(kern, out, lb, lw, np.arange(1, L + 1), np.asarray(errs), restrict)
 
 
+_KINKED_OK = ('A','D','F','H1')
 _ROW_ENTRIES = 1 << 16     # entries of one row block of the fused K/Theta step (cache-sized)
 
 
@@ -708,6 +709,8 @@ class _PairFirstTables:
             more, errs = pair_tables(K, act, rest, rtol=rtol)
             self._pairs.update(more)
             self._err = max(_relative(e, more[o]) for o, e in errs.items())
+        elif rest and kinked:
+            self._pairs.update(leibniz_pair_tables(K, act, rest, rtol))
         self._base = base
 
     @property
