@@ -171,7 +171,7 @@ def test_relu_two_inputs_vs_networks_one_over_n():
 
 
 @pytest.mark.slow
-def test_relu_two_inputs_vs_networks_full():
+def test_relu_two_inputs_vs_networks_full(opt_in_slow):
     """Widths 32–128: every statistic fits c/n + d/n² with Δ(∞) within 4 SE of 0, and each
     tensor scaled by 0.9 (D included) has Δ(∞) > 4 SE."""
     from ntk_width_study import rescore
