@@ -994,7 +994,8 @@ def leibniz_pair_tables(K: Any, activation: Any, orders: Any, rtol: float = 1e-1
                           "at coincident samples; no NTK statistics")
     d = np.diag(K).copy()
     if np.any(d <= 0):
-        raise DomainError(f"leibniz_pair_tables needs every input variance > 0, got diag(K) = {d}")
+        raise DomainError(f"leibniz_pair_tables needs every input variance > 0, got diag(K) = {d} "
+                          "(a zero input with C_b = 0 sits on the kink: pass x != 0 or C_b > 0)")
     a, b = np.triu_indices(N, 1)
     rho = K[a, b] / np.sqrt(d[a] * d[b])
     if np.any(1.0 - np.abs(rho) <= _COLLINEAR):

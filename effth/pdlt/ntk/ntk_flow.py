@@ -722,8 +722,10 @@ class _PairFirstTables:
             more, errs = pair_tables(K, act, rest, rtol=rtol)
             self._pairs.update(more)
             self._err = max(_relative(e, more[o]) for o, e in errs.items())
-        elif rest and kinked:
-            self._pairs.update(leibniz_pair_tables(K, act, rest, rtol))
+        elif kinked and any(max(o) >= 2 for o in rest):
+            # distributional derivatives: point masses off the diagonal, Leibniz sums on it (the
+            # sigma, sigma' products stay with the per-subset tables, as for Theta and B)
+            self._pairs.update(leibniz_pair_tables(K, act, {o for o in rest if max(o) >= 2}, rtol))
         self._base = base
 
     @property
