@@ -1,0 +1,481 @@
+r"""Finite-width fluctuations of the DMFT: the O(1/N) covariance of kernels and predictions.
+
+"Perturbative in width, non-perturbative in :math:`\gamma_0`" (Bordelon & Pehlevan (2022),
+App. P.7, eqs. (174)-(175)): at width :math:`N` the order parameters of the DMFT fluctuate around
+the saddle point :math:`k^*` with the Gaussian law
+
+.. math:: k\sim\mathcal N\big(k^*,\ \tfrac1N(-\nabla^2S[k^*])^{-1}\big),
+
+where :math:`S` is the DMFT action (Bordelon & Pehlevan (2022), eqs. (8)/(41), App. D.3-D.7)
+and the Hessian blocks are the four-point single-site correlators of App. P.7.1.  This module
+evaluates that Hessian in closed form for **deep linear networks** on the discrete GD grid of
+:func:`effth.dmft.solve_deep_linear` and inverts it.
+
+The action (deep linear, plain GD)
+----------------------------------
+Order parameters, per hidden layer :math:`\ell=1..L`: the kernels :math:`H^\ell` (``T n x T n``),
+:math:`G^\ell` (``T x T``, the gradient field of a linear network is sample independent), the
+responses :math:`A^\ell` (``T n x T``), :math:`B^\ell` (``T x T n``, :math:`\ell<L`) in the
+scaled convention of the solver, and the predictions :math:`f` (``T x n``).  Their conjugates
+:math:`\hat H,\hat G,\hat f` couple to the single-site observables
+:math:`h h^\top`, :math:`g g^\top` and :math:`O_f(t)=\gamma_0^{-1}[h^L(t)g^L(t)-c\,h^L(0)g^L(0)]`
+(:math:`c=1` for the centred output of :func:`effth.simulation.simulate_training`, whose
+initial offset is removed; :math:`c=0` for the raw output, whose :math:`O(1/(\gamma_0\sqrt N))`
+initial value then fluctuates too).  With the fields of the solver,
+
+.. math:: h^\ell=u^\ell+\gamma_0C^\ell g^\ell,\qquad g^\ell=r^\ell+\gamma_0D^\ell h^\ell,\qquad
+          u^\ell\sim\mathcal N(0,H^{\ell-1}),\ r^\ell\sim\mathcal N(0,G^{\ell+1}),
+
+:math:`C^\ell=A^{\ell-1}+\eta\Theta H^{\ell-1}\Delta`, :math:`D^\ell=B^\ell+\eta\Theta G^{\ell+1}\Delta`,
+:math:`\Delta=y-f` (Bordelon & Pehlevan (2022), §4.1, App. F, eqs. (68)-(71) with the response
+terms read without :math:`\Delta`), the action is
+
+.. math:: S=-\sum_\ell\big[\hat H^\ell\!\cdot H^\ell+\hat G^\ell\!\cdot G^\ell\big]-\hat f\cdot f
+          -\gamma_0^2\sum_{\ell<L}\mathrm{tr}\,A^\ell B^\ell+\sum_\ell\ln\mathcal Z_\ell,
+
+.. math:: \ln\mathcal Z_\ell=-\ln\det\begin{pmatrix}1&-\gamma_0C^\ell\\-\gamma_0D^\ell&1\end{pmatrix}
+          -\tfrac12\ln\det\big(1-\Sigma_\ell\,\mathcal J_\ell^{-\top}Q_\ell\,\mathcal J_\ell^{-1}\big),
+
+the single-site moment generating function of App. D.5 (eq. (42)) done in closed form: the
+Martin-Siggia-Rose integral over the linear fields gives the Jacobian determinant (which is 1
+for causal :math:`C,D`, so that :math:`\partial\ln\mathcal Z/\partial B` is the response
+:math:`\gamma_0^2A^\top` of App. D.6, eq. (53)), and the Gaussian average of
+:math:`\exp(\tfrac12 v^\top Qv)`, :math:`v=(h,g)=\mathcal J^{-1}(u,r)`, the rest
+(:math:`\Sigma=\mathrm{diag}(H^{\ell-1},G^{\ell+1})`; :math:`Q` holds the conjugates).  Its
+stationary point is exactly the DMFT of :func:`~effth.dmft.solve_deep_linear` (tested:
+:math:`\nabla S=0` there to rounding); its Hessian in all variables :math:`x=(k,\hat k)` gives
+:math:`N\,\mathrm{Cov}(x)=-[\nabla^2S]^{-1}` (App. P.7, the Gaussian integral with the
+conjugates on the imaginary axis).  The blocks are those listed in App. P.7.1: e.g.
+:math:`\partial^2S/\partial\hat H\partial\hat H=\langle hhhh\rangle-HH`,
+:math:`\partial^2S/\partial\hat H\partial H=-1+\partial H/\partial H'`,
+:math:`\partial^2S/\partial H\partial H=0`, and the :math:`A`/:math:`B` blocks of second
+response functions.  Here they are obtained by complex-step differentiation of the exact
+gradient :math:`\nabla S` (analytic, no truncation error), so every block -- including the
+ones App. P.7.1 lists but does not evaluate -- comes from the one closed form.
+
+Limits
+------
+* :math:`\gamma_0\to0`: the kernels are frozen at their initial fluctuations, the four-point
+  vertex of the NNGP (PDLT (4.119) at :math:`\sigma(z)=z`; :func:`effth.pdlt.deep_linear_flow`),
+  and the centred predictions move only through the random initial NTK (tested).
+* :math:`\gamma_0>0`: feature learning couples the kernel fluctuations across layers and times;
+  the signal-to-noise of feature learning grows as :math:`\gamma_0^2\sqrt N` (eq. (175)).
+
+Cost: the Hessian has ``2 n_k + n_AB`` rows (``n_k`` kernel and prediction entries,
+``n_AB`` response entries), so ``T n`` (grid points times samples) and ``L`` must stay small:
+about 40 for ``T n`` at ``L = 2`` (a few seconds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from effth._signature import public
+from effth.dmft.grid import TimeGrid, TrainingData, _html_table
+from effth.dmft.result import DMFTResult, check_layer
+from effth.dmft.solvers.deep_linear import solve_deep_linear
+from effth.errors import DomainError
+
+__all__ = ["DMFTFluctuations", "deep_linear_fluctuations"]
+
+#: largest number of variables of the Hessian (memory ~ 8 MAX^2 bytes)
+MAX_VARIABLES = 6000
+_STEP = 1e-30                     # complex step
+
+
+class _Layout:
+    """Where each order parameter sits in the flat vectors ``q`` (kernels, f) and ``rho`` (A, B)."""
+
+    def __init__(self, L: int, T: int, n: int):
+        self.L, self.T, self.n = L, T, n
+        Tn = T * n
+        self.iuH = np.triu_indices(Tn)
+        self.iuG = np.triu_indices(T)
+        self.nH, self.nG, self.nf = len(self.iuH[0]), len(self.iuG[0]), Tn
+        self.offH = [ell * self.nH for ell in range(L)]
+        self.offG = [L * self.nH + ell * self.nG for ell in range(L)]
+        self.off_f = L * (self.nH + self.nG)
+        self.nq = self.off_f + self.nf
+        self.nAB = Tn * T
+        self.offA = [2 * ell * self.nAB for ell in range(L - 1)]
+        self.offB = [(2 * ell + 1) * self.nAB for ell in range(L - 1)]
+        self.nr = 2 * (L - 1) * self.nAB
+        # full (i, j) -> unique index, for expanding covariances
+        self.kH = np.zeros((Tn, Tn), dtype=int)
+        self.kH[self.iuH] = np.arange(self.nH)
+        self.kH[self.iuH[1], self.iuH[0]] = np.arange(self.nH)
+        self.kG = np.zeros((T, T), dtype=int)
+        self.kG[self.iuG] = np.arange(self.nG)
+        self.kG[self.iuG[1], self.iuG[0]] = np.arange(self.nG)
+
+    @property
+    def size(self) -> int:
+        return 2 * self.nq + self.nr
+
+
+def _sym(vec: np.ndarray, size: int, iu) -> np.ndarray:
+    """(B, m) unique entries -> (B, size, size) symmetric matrices."""
+    out = np.zeros((vec.shape[0], size, size), dtype=vec.dtype)
+    out[:, iu[0], iu[1]] = vec
+    out[:, iu[1], iu[0]] = vec
+    return out
+
+
+def _conjugate(vec: np.ndarray, size: int, iu) -> np.ndarray:
+    """Conjugates of unique entries -> the symmetric ``Q`` of ``1/2 v^T Q v = sum_{i<=j} qhat_ij v_i v_j``."""
+    out = _sym(vec, size, iu)
+    idx = np.arange(size)
+    out[:, idx, idx] *= 2.0
+    return out
+
+
+def _gradient(lay: _Layout, kx, y, P, eta, gamma0, center, xq, xh, xr):
+    """``(dS/dqhat, dS/drho)`` at a batch of points ``(B, .)`` (complex allowed: complex step)."""
+    L, T, n = lay.L, lay.T, lay.n
+    Tn, m = T * n, T * n + T
+    nb = xq.shape[0]
+    dt = np.result_type(xq, xh, xr)
+    H = [_sym(xq[:, o: o + lay.nH], Tn, lay.iuH) for o in lay.offH]
+    G = [_sym(xq[:, o: o + lay.nG], T, lay.iuG) for o in lay.offG]
+    f = xq[:, lay.off_f:].reshape(nb, T, n)
+    Hh = [_conjugate(xh[:, o: o + lay.nH], Tn, lay.iuH) for o in lay.offH]
+    Gh = [_conjugate(xh[:, o: o + lay.nG], T, lay.iuG) for o in lay.offG]
+    fh = xh[:, lay.off_f:].reshape(nb, T, n)
+    A = [xr[:, o: o + lay.nAB].reshape(nb, Tn, T) for o in lay.offA]
+    B = [xr[:, o: o + lay.nAB].reshape(nb, T, Tn) for o in lay.offB]
+    delta = y[None, None, :] - f[:, :, :P]                         # (B, T, P)
+    mask = eta * np.tril(np.ones((T, T)), k=-1)                    # eta Theta(t - s), Theta(0) = 0
+    H0 = np.broadcast_to(np.tile(kx, (T, T)), (nb, Tn, Tn))
+    ones = np.broadcast_to(np.ones((T, T)), (nb, T, T))
+    eye = np.eye(m)
+    out_H, out_G = [None] * L, [None] * L
+    out_f = None
+    dC, dD = [None] * L, [None] * L
+    for ell in range(1, L + 1):
+        Hp = H0 if ell == 1 else H[ell - 2]
+        Gn = ones if ell == L else G[ell]
+        Hp4 = Hp.reshape(nb, T, n, T, n)
+        C = (np.einsum("btmsa,bsa->btms", Hp4[..., :P], delta) * mask[None, :, None, :]
+             ).reshape(nb, Tn, T)
+        Dd = np.zeros((nb, T, T, n), dtype=dt)
+        Dd[..., :P] = Gn[:, :, :, None] * delta[:, None, :, :] * mask[None, :, :, None]
+        D = Dd.reshape(nb, T, Tn)
+        if ell >= 2:
+            C = C + A[ell - 2]
+        if ell <= L - 1:
+            D = D + B[ell - 1]
+        J = np.broadcast_to(eye, (nb, m, m)).astype(dt)
+        J[:, :Tn, Tn:] = -gamma0 * C
+        J[:, Tn:, :Tn] = -gamma0 * D
+        Ji = np.linalg.inv(J)
+        Sig = np.zeros((nb, m, m), dtype=dt)
+        Sig[:, :Tn, :Tn] = Hp
+        Sig[:, Tn:, Tn:] = Gn
+        Q = np.zeros((nb, m, m), dtype=dt)
+        Q[:, :Tn, :Tn] = Hh[ell - 1]
+        Q[:, Tn:, Tn:] = Gh[ell - 1]
+        if ell == L:                     # f_hat couples to gamma0^-1 [h(t) g(t) - c h(0) g(0)]
+            ht = np.arange(T)[:, None] * n + np.arange(n)[None, :]          # (T, n) h index
+            gt = Tn + np.repeat(np.arange(T)[:, None], n, axis=1)           # (T, n) g index
+            cpl = fh / gamma0
+            Q[:, ht, gt] += cpl
+            Q[:, gt, ht] += cpl
+            if center:
+                c0 = cpl.sum(axis=1)                                       # (B, n)
+                Q[:, np.arange(n), Tn] -= c0
+                Q[:, Tn, np.arange(n)] -= c0
+        JiT = np.swapaxes(Ji, 1, 2)
+        V = Ji @ np.linalg.solve(eye - Sig @ (JiT @ Q @ Ji), Sig) @ JiT   # <v v^T>_Q
+        out_H[ell - 1] = V[:, :Tn, :Tn][:, lay.iuH[0], lay.iuH[1]]
+        out_G[ell - 1] = V[:, Tn:, Tn:][:, lay.iuG[0], lay.iuG[1]]
+        if ell == L:
+            hg = V[:, ht, gt]                                              # (B, T, n)
+            out_f = (hg - (hg[:, :1, :] if center else 0.0)) / gamma0
+        W = JiT @ Q @ V
+        dC[ell - 1] = gamma0 * (W[:, :Tn, Tn:] + np.swapaxes(Ji[:, Tn:, :Tn], 1, 2))
+        dD[ell - 1] = gamma0 * (W[:, Tn:, :Tn] + np.swapaxes(Ji[:, :Tn, Tn:], 1, 2))
+    Oq = np.concatenate(out_H + out_G + [out_f.reshape(nb, -1)], axis=1)
+    g_q = Oq - xq
+    parts = []
+    g2 = gamma0 ** 2
+    for ell in range(1, L):              # A^ell enters layer ell+1's C, B^ell layer ell's D
+        gA = -g2 * np.swapaxes(B[ell - 1], 1, 2) + dC[ell]
+        gB = -g2 * np.swapaxes(A[ell - 1], 1, 2) + dD[ell - 1]
+        parts += [gA.reshape(nb, -1), gB.reshape(nb, -1)]
+    g_r = np.concatenate(parts, axis=1) if parts else np.zeros((nb, 0), dtype=dt)
+    return g_q, g_r
+
+
+def _saddle(res: DMFTResult, lay: _Layout):
+    """The DMFT solution as the flat vectors ``q``, ``rho``."""
+    L, T, n = lay.L, lay.T, lay.n
+    Tn = T * n
+    q = np.zeros(lay.nq)
+    for ell in range(L):
+        q[lay.offH[ell]: lay.offH[ell] + lay.nH] = res.phi[ell].reshape(Tn, Tn)[lay.iuH]
+        q[lay.offG[ell]: lay.offG[ell] + lay.nG] = res.g[ell][:, 0, :, 0][lay.iuG]
+    q[lay.off_f:] = res.f.reshape(-1)
+    r = np.zeros(lay.nr)
+    for ell in range(L - 1):
+        r[lay.offA[ell]: lay.offA[ell] + lay.nAB] = res.A[ell].reshape(-1)
+        r[lay.offB[ell]: lay.offB[ell] + lay.nAB] = res.B[ell].reshape(-1)
+    return q, r
+
+
+@public
+@dataclass
+class DMFTFluctuations:
+    """The O(1/N) Gaussian fluctuations of the deep linear DMFT (Bordelon & Pehlevan (2022), App. P.7).
+
+    Attributes
+    ----------
+    dmft : DMFTResult
+        The saddle point (:func:`effth.dmft.solve_deep_linear`, exact closure).
+    center : bool
+        Whether the predictions are the centred ``f - f(theta_0)`` (as
+        :func:`effth.simulation.simulate_training` reports by default).
+    propagator : ndarray, shape (n_k, n_k)
+        ``N Cov(k)`` of the flat order parameters ``k`` (unique entries of ``H^ell``, of
+        ``G^ell``, then ``f``): the kernel-and-prediction block of ``-[grad^2 S]^-1``.
+    gradient_norm : float
+        Max-abs of ``grad S`` at the saddle (``~1e-14``: the solver's DMFT is the stationary
+        point of the action).
+    asymmetry : float
+        Max-abs asymmetry of the numerically assembled Hessian, relative to its largest entry
+        (a consistency check of the blocks; ``~1e-12``).
+
+    Notes
+    -----
+    Read it with :meth:`variance` and :meth:`covariance` by the names of
+    :meth:`DMFTResult.value` (``'f'``, ``'delta'``, ``'loss'``, ``'phi'``, ``'g'``, ``'ntk'``);
+    ``widths=N`` divides by ``N`` (default: the width-independent ``N Cov``).  Quantities that
+    are nonlinear in the order parameters (``'loss'``, ``'ntk'``) are linearised at the saddle.
+    """
+
+    dmft: DMFTResult
+    center: bool
+    propagator: np.ndarray
+    gradient_norm: float
+    asymmetry: float
+    _layout: _Layout = None
+
+    _NAMES = ("f", "delta", "loss", "phi", "g", "ntk")
+
+    @property
+    def grid(self) -> TimeGrid:
+        return self.dmft.grid
+
+    @property
+    def data(self) -> TrainingData:
+        return self.dmft.data
+
+    @property
+    def gamma0(self) -> float:
+        return self.dmft.gamma0
+
+    @property
+    def hidden_layers(self) -> int:
+        return self.dmft.hidden_layers
+
+    def _linear_map(self, name: str, layer):
+        """``(shape, M)``: the quantity ``name`` is ``M dq`` to first order (``M`` dense or index)."""
+        lay, res = self._layout, self.dmft
+        T, n, L, P = lay.T, lay.n, lay.L, res.n_train
+        if name not in self._NAMES:
+            raise DomainError(f"unknown quantity name={name!r}; choose from {list(self._NAMES)}")
+        if name in ("phi", "g"):
+            if layer is None:
+                raise DomainError(f"{name!r} is per layer: give layer= one of {list(res.layers)}")
+            ell = check_layer(layer, res.layers, name)
+            if name == "phi":
+                return (T, n, T, n), lay.offH[ell] + lay.kH.reshape(-1)
+            kG = np.broadcast_to(lay.kG[:, None, :, None], (T, n, T, n))
+            return (T, n, T, n), lay.offG[ell] + kG.reshape(-1)
+        if layer is not None:
+            raise DomainError(f"{name!r} has no layer axis; drop layer={layer!r}")
+        f_idx = lay.off_f + np.arange(T * n).reshape(T, n)
+        if name == "f":
+            return (T, n), f_idx.reshape(-1)
+        if name == "delta":
+            M = np.zeros((T * P, lay.nq))
+            M[np.arange(T * P), f_idx[:, :P].reshape(-1)] = -1.0
+            return (T, P), M
+        if name == "loss":                     # d(1/2 sum Delta^2) = -sum Delta df
+            M = np.zeros((T, lay.nq))
+            for t in range(T):
+                M[t, f_idx[t, :P]] = -res.delta[t, :P]
+            return (T,), M
+        # ntk: K(t,t) = sum_{l=0}^{L} G^{l+1}(t,t) H^l(t,t), H^0 = K^x, G^{L+1} = 1
+        M = np.zeros((T, n, n, lay.nq))
+        Hd = res.equal_time("phi")                               # (L, T, n, n)
+        Gd = res.equal_time("g")[:, :, 0, 0]                     # (L, T)
+        ts = np.arange(T)
+        for t in ts:
+            tt = t * n + np.arange(n)
+            for ell in range(L + 1):              # term G^{ell+1} H^ell, layer index ell
+                Hl = res.data.kx if ell == 0 else Hd[ell - 1, t]
+                Gl = 1.0 if ell == L else Gd[ell, t]
+                if ell < L:                       # d G^{ell+1}(t, t)
+                    M[t, :, :, lay.offG[ell] + lay.kG[t, t]] += Hl
+                if ell >= 1:                      # d H^ell(t, t)_{mu nu}
+                    kk = lay.offH[ell - 1] + lay.kH[np.ix_(tt, tt)]
+                    for a in range(n):
+                        for b in range(n):
+                            M[t, a, b, kk[a, b]] += Gl
+        return (T, n, n), M.reshape(T * n * n, lay.nq)
+
+    def covariance(self, name: str, layer: int | None = None, *, widths: float | None = None) -> np.ndarray:
+        """``Cov(name, name)`` of shape ``value_shape + value_shape`` (``N Cov`` unless ``widths``).
+
+        Parameters
+        ----------
+        name : {'f', 'delta', 'loss', 'phi', 'g', 'ntk'}
+            As :meth:`DMFTResult.value`.
+        layer : int, optional
+            Book layer ``1 .. L`` for ``'phi'``, ``'g'``.
+        widths : float, optional
+            The width ``N``: the covariance at that width, ``propagator / N``.
+        """
+        shape, M = self._linear_map(name, layer)
+        S = self.propagator
+        if M.ndim == 1:
+            cov = S[np.ix_(M, M)]
+        else:
+            cov = M @ S @ M.T
+        return cov.reshape(shape + shape) / _width(widths)
+
+    def variance(self, name: str, layer: int | None = None, *, widths: float | None = None) -> np.ndarray:
+        """``Var`` of every entry of ``name`` (shape of :meth:`DMFTResult.value`); ``N Var``
+        unless ``widths`` is given."""
+        shape, M = self._linear_map(name, layer)
+        S = self.propagator
+        if M.ndim == 1:
+            var = S[M, M]
+        else:
+            var = np.einsum("ij,jk,ik->i", M, S, M)
+        return var.reshape(shape) / _width(widths)
+
+    def __repr__(self) -> str:
+        return (f"DMFTFluctuations(deep_linear, hidden_layers={self.hidden_layers}, "
+                f"gamma0={self.gamma0:g}, eta={self.grid.eta:g}, steps={self.grid.steps}, "
+                f"inputs={self.data.n_all}, center={self.center})")
+
+    def _repr_html_(self) -> str:
+        return _html_table("DMFTFluctuations", [
+            ("hidden_layers", self.hidden_layers), ("gamma0", f"{self.gamma0:g}"),
+            ("eta", f"{self.grid.eta:g}"), ("steps T", self.grid.steps),
+            ("inputs n", self.data.n_all), ("center", self.center),
+            ("|grad S| at saddle", f"{self.gradient_norm:.2g}")])
+
+
+def _width(widths) -> float:
+    if widths is None:
+        return 1.0
+    if isinstance(widths, bool) or not isinstance(widths, (int, float, np.integer, np.floating)):
+        raise DomainError(f"widths={widths!r} must be a positive number (the width N)")
+    if not (np.isfinite(widths) and widths > 0):
+        raise DomainError(f"widths={widths!r} must be a positive finite number (the width N)")
+    return float(widths)
+
+
+@public
+def deep_linear_fluctuations(X=None, y=None, *, depth: int | None = None,
+                             hidden_layers: int | None = None, gamma0: float, eta: float,
+                             steps: int, X_test=None, kernel=None, center: bool = True,
+                             chunk: int = 128) -> DMFTFluctuations:
+    r"""O(1/N) covariance of the kernels and predictions of deep linear networks (Bordelon & Pehlevan (2022), App. P.7).
+
+    Solves the DMFT (:func:`effth.dmft.solve_deep_linear`, exact closure), then evaluates the
+    Hessian of the DMFT action at that saddle point in closed form (module docstring) and
+    inverts it: :math:`N\,\mathrm{Cov}=-[\nabla^2S]^{-1}` (eq. (174) and the text after it),
+    non-perturbatively in :math:`\gamma_0`.
+
+    Parameters
+    ----------
+    X, y, X_test, kernel
+        Training data as :func:`effth.dmft.prepare_data` (one output).
+    depth, hidden_layers : int
+        Give exactly one (``hidden_layers = depth - 1 >= 1``).
+    gamma0 : float
+        Feature-learning strength, nonzero (the μP output factor is :math:`1/\gamma_0`; the lazy
+        limit is reached smoothly as :math:`\gamma_0\to0`, results are even in :math:`\gamma_0`).
+    eta, steps
+        The GD grid (:class:`effth.dmft.TimeGrid`).
+    center : bool
+        ``True`` (default): covariance of the centred predictions ``f - f(theta_0)``, as
+        :func:`effth.simulation.simulate_training` reports them by default; ``False``: the raw
+        output, whose initial value :math:`O(1/(\gamma_0\sqrt N))` fluctuates too.
+    chunk : int
+        Directions per batched complex-step evaluation (memory ``~ chunk (T(n+1))^2``).
+
+    Returns
+    -------
+    DMFTFluctuations
+
+    Raises
+    ------
+    DomainError
+        ``gamma0 = 0``, a 2-D ``y``, a problem whose Hessian exceeds ``MAX_VARIABLES`` rows
+        (fewer ``steps`` or inputs), a singular Hessian, and everything
+        :func:`effth.dmft.solve_deep_linear` rejects.
+    """
+    if not isinstance(center, (bool, np.bool_)):
+        raise DomainError(f"center={center!r} must be True or False")
+    try:
+        g0 = float(gamma0)
+    except (TypeError, ValueError):
+        raise DomainError(f"gamma0={gamma0!r} must be a real number") from None
+    if not np.isfinite(g0) or g0 == 0.0:
+        raise DomainError(f"gamma0={gamma0!r} must be finite and nonzero (the output factor "
+                          "1/gamma0); approach the lazy limit with a small gamma0")
+    if y is not None and np.ndim(y) != 1:
+        raise DomainError("deep_linear_fluctuations takes one output: y must be 1-D")
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise DomainError(f"chunk={chunk!r} must be a positive integer")
+    res = solve_deep_linear(X, y, depth=depth, hidden_layers=hidden_layers, gamma0=g0, eta=eta,
+                            steps=steps, X_test=X_test, kernel=kernel, closure="exact")
+    L, T, n, P = res.hidden_layers, res.grid.steps, res.data.n_all, res.n_train
+    lay = _Layout(L, T, n)
+    if lay.size > MAX_VARIABLES:
+        raise DomainError(
+            f"the action's Hessian would have {lay.size} rows (> {MAX_VARIABLES}) for "
+            f"hidden_layers={L}, steps={T}, inputs={n}; use fewer steps (a larger eta) or inputs")
+    q0, r0 = _saddle(res, lay)
+    kx, yv, eta_ = res.data.kx, res.data.y, res.grid.eta
+    args = (lay, kx, yv, P, eta_, g0, bool(center))
+    gq, gr = _gradient(*args, q0[None], np.zeros((1, lay.nq)), r0[None])
+    grad_norm = float(max(np.max(np.abs(gq)), np.max(np.abs(gr)) if gr.size else 0.0))
+    scale = max(1.0, float(np.max(np.abs(q0))))
+    if grad_norm > 1e-7 * scale:
+        raise DomainError(f"the DMFT solution is not stationary for the action (|grad S| = "
+                          f"{grad_norm:.3g}); the grid is too coarse for the solver's accuracy")
+    # Jacobian of (dS/dqhat, dS/drho) by complex steps along every variable (q, qhat, rho)
+    nq, nr, nx = lay.nq, lay.nr, lay.size
+    x0 = np.concatenate([q0, np.zeros(nq), r0])
+    jac = np.zeros((nq + nr, nx))
+    for start in range(0, nx, int(chunk)):
+        idx = np.arange(start, min(nx, start + int(chunk)))
+        X0 = np.repeat(x0[None].astype(complex), idx.size, axis=0)
+        X0[np.arange(idx.size), idx] += 1j * _STEP
+        gq, gr = _gradient(*args, X0[:, :nq], X0[:, nq: 2 * nq], X0[:, 2 * nq:])
+        jac[:, idx] = np.concatenate([gq, gr], axis=1).imag.T / _STEP
+    Hs = np.zeros((nx, nx))
+    Hs[nq:, :] = jac                                   # rows qhat, rho
+    Hs[:nq, nq:] = jac[:, :nq].T                       # rows q: S_qq = 0 (the site is normalised)
+    top = float(np.max(np.abs(Hs)))
+    asym = float(np.max(np.abs(Hs[nq:, nq:] - Hs[nq:, nq:].T))) / top
+    Hs[nq:, nq:] = 0.5 * (Hs[nq:, nq:] + Hs[nq:, nq:].T)
+    rhs = np.zeros((nx, nq))
+    rhs[np.arange(nq), np.arange(nq)] = 1.0
+    try:
+        sol = np.linalg.solve(Hs, rhs)
+    except np.linalg.LinAlgError:
+        raise DomainError("the Hessian of the DMFT action is singular at this saddle point") from None
+    prop = -sol[:nq]
+    prop = 0.5 * (prop + prop.T)
+    if not np.all(np.isfinite(prop)):
+        raise DomainError("the Hessian of the DMFT action is singular at this saddle point")
+    return DMFTFluctuations(dmft=res, center=bool(center), propagator=prop,
+                            gradient_norm=grad_norm, asymmetry=asym, _layout=lay)
