@@ -78,7 +78,7 @@ from effth.dmft.result import DMFTResult, check_layer
 from effth.dmft.solvers.deep_linear import solve_deep_linear
 from effth.errors import DomainError
 
-__all__ = ["DMFTFluctuations", "deep_linear_fluctuations"]
+__all__ = ["DMFTFluctuations", "deep_linear_fluctuations", "two_layer_fluctuations"]
 
 #: largest number of variables of the Hessian (memory ~ 8 MAX^2 bytes)
 MAX_VARIABLES = 6000
@@ -88,11 +88,12 @@ _STEP = 1e-30                     # complex step
 class _Layout:
     """Where each order parameter sits in the flat vectors ``q`` (kernels, f) and ``rho`` (A, B)."""
 
-    def __init__(self, L: int, T: int, n: int):
-        self.L, self.T, self.n = L, T, n
+    def __init__(self, L: int, T: int, n: int, g_samples: bool = False):
+        self.L, self.T, self.n, self.g_samples = L, T, n, g_samples
         Tn = T * n
+        mG = Tn if g_samples else T          # g^l sample independent in a linear network
         self.iuH = np.triu_indices(Tn)
-        self.iuG = np.triu_indices(T)
+        self.iuG = np.triu_indices(mG)
         self.nH, self.nG, self.nf = len(self.iuH[0]), len(self.iuG[0]), Tn
         self.offH = [ell * self.nH for ell in range(L)]
         self.offG = [L * self.nH + ell * self.nG for ell in range(L)]
@@ -106,7 +107,7 @@ class _Layout:
         self.kH = np.zeros((Tn, Tn), dtype=int)
         self.kH[self.iuH] = np.arange(self.nH)
         self.kH[self.iuH[1], self.iuH[0]] = np.arange(self.nH)
-        self.kG = np.zeros((T, T), dtype=int)
+        self.kG = np.zeros((mG, mG), dtype=int)
         self.kG[self.iuG] = np.arange(self.nG)
         self.kG[self.iuG[1], self.iuG[0]] = np.arange(self.nG)
 
@@ -248,7 +249,7 @@ class DMFTFluctuations:
 
     Notes
     -----
-    Read it with :meth:`variance` and :meth:`covariance` by the names of
+    Read it with :meth:`variance`, :meth:`covariance` and :meth:`std` by the names of
     :meth:`DMFTResult.value` (``'f'``, ``'delta'``, ``'loss'``, ``'phi'``, ``'g'``, ``'ntk'``);
     ``widths=N`` divides by ``N`` (default: the width-independent ``N Cov``).  Quantities that
     are nonlinear in the order parameters (``'loss'``, ``'ntk'``) are linearised at the saddle.
@@ -291,6 +292,8 @@ class DMFTFluctuations:
             ell = check_layer(layer, res.layers, name)
             if name == "phi":
                 return (T, n, T, n), lay.offH[ell] + lay.kH.reshape(-1)
+            if lay.g_samples:
+                return (T, n, T, n), lay.offG[ell] + lay.kG.reshape(-1)
             kG = np.broadcast_to(lay.kG[:, None, :, None], (T, n, T, n))
             return (T, n, T, n), lay.offG[ell] + kG.reshape(-1)
         if layer is not None:
@@ -310,20 +313,19 @@ class DMFTFluctuations:
         # ntk: K(t,t) = sum_{l=0}^{L} G^{l+1}(t,t) H^l(t,t), H^0 = K^x, G^{L+1} = 1
         M = np.zeros((T, n, n, lay.nq))
         Hd = res.equal_time("phi")                               # (L, T, n, n)
-        Gd = res.equal_time("g")[:, :, 0, 0]                     # (L, T)
-        ts = np.arange(T)
-        for t in ts:
+        Gd = res.equal_time("g")                                 # (L, T, n, n)
+        for t in range(T):
             tt = t * n + np.arange(n)
             for ell in range(L + 1):              # term G^{ell+1} H^ell, layer index ell
                 Hl = res.data.kx if ell == 0 else Hd[ell - 1, t]
-                Gl = 1.0 if ell == L else Gd[ell, t]
-                if ell < L:                       # d G^{ell+1}(t, t)
-                    M[t, :, :, lay.offG[ell] + lay.kG[t, t]] += Hl
-                if ell >= 1:                      # d H^ell(t, t)_{mu nu}
-                    kk = lay.offH[ell - 1] + lay.kH[np.ix_(tt, tt)]
-                    for a in range(n):
-                        for b in range(n):
-                            M[t, a, b, kk[a, b]] += Gl
+                Gl = np.ones((n, n)) if ell == L else Gd[ell, t]
+                for a in range(n):
+                    for b in range(n):
+                        if ell < L:               # d G^{ell+1}(t, t)_{mu nu}
+                            kg = lay.kG[tt[a], tt[b]] if lay.g_samples else lay.kG[t, t]
+                            M[t, a, b, lay.offG[ell] + kg] += Hl[a, b]
+                        if ell >= 1:              # d H^ell(t, t)_{mu nu}
+                            M[t, a, b, lay.offH[ell - 1] + lay.kH[tt[a], tt[b]]] += Gl[a, b]
         return (T, n, n), M.reshape(T * n * n, lay.nq)
 
     def covariance(self, name: str, layer: int | None = None, *, widths: float | None = None) -> np.ndarray:
@@ -357,8 +359,17 @@ class DMFTFluctuations:
             var = np.einsum("ij,jk,ik->i", M, S, M)
         return var.reshape(shape) / _width(widths)
 
+    def std(self, name: str, layer: int | None = None, *, widths: float) -> np.ndarray:
+        """Standard deviation of ``name`` across networks of width ``widths`` (the half-width of
+        a one-sigma error band around :meth:`value`)."""
+        return np.sqrt(np.maximum(self.variance(name, layer, widths=widths), 0.0))
+
+    def value(self, name: str, layer: int | None = None) -> np.ndarray:
+        """The infinite-width prediction (the saddle point), :meth:`DMFTResult.value`."""
+        return self.dmft.value(name, layer)
+
     def __repr__(self) -> str:
-        return (f"DMFTFluctuations(deep_linear, hidden_layers={self.hidden_layers}, "
+        return (f"DMFTFluctuations({self.dmft.method}, activation={self.dmft.activation}, hidden_layers={self.hidden_layers}, "
                 f"gamma0={self.gamma0:g}, eta={self.grid.eta:g}, steps={self.grid.steps}, "
                 f"inputs={self.data.n_all}, center={self.center})")
 
@@ -479,3 +490,149 @@ def deep_linear_fluctuations(X=None, y=None, *, depth: int | None = None,
         raise DomainError("the Hessian of the DMFT action is singular at this saddle point")
     return DMFTFluctuations(dmft=res, center=bool(center), propagator=prop,
                             gradient_norm=grad_norm, asymmetry=asym, _layout=lay)
+
+
+
+def _two_layer_march(u, r, kx, delta, eta, gamma0, T, fns, center, ddelta=None):
+    """Per-node observables of the two-layer single site on the GD grid (Bordelon & Pehlevan
+    (2022), eqs. (23), (66) in discrete time, App. M): ``phi(h)``, ``g = phi'(h) z`` and
+    ``O_f = gamma0^-1 [z phi(h) - c z(0) phi(h(0))]``, each ``(S, T n)``, with the fields driven
+    by the given error signal ``delta`` ``(T, P)``; with ``ddelta`` also their exact derivatives
+    along that change of the error signal (forward mode, needs ``phi''``)."""
+    phi_f, dphi_f, d2phi_f = fns
+    S, n = u.shape[0], kx.shape[0]
+    P = delta.shape[1]
+    kx_tr = kx[:, :P]
+    tangent = ddelta is not None
+    a, b = np.zeros((S, P)), np.zeros(S)
+    da, db = np.zeros((S, P)), np.zeros(S)
+    out = np.zeros((3, S, T, n))
+    dout = np.zeros((3, S, T, n)) if tangent else None
+    for i in range(T):
+        h = u + gamma0 * eta * a @ kx_tr.T
+        z = r + gamma0 * eta * b
+        ph, d1 = phi_f(h), dphi_f(h)
+        g = d1 * z[:, None]
+        out[0, :, i], out[1, :, i], out[2, :, i] = ph, g, z[:, None] * ph / gamma0
+        if tangent:
+            dh = gamma0 * eta * da @ kx_tr.T
+            dz = gamma0 * eta * db
+            dph = d1 * dh
+            dg = d2phi_f(h) * dh * z[:, None] + d1 * dz[:, None]
+            dout[0, :, i], dout[1, :, i] = dph, dg
+            dout[2, :, i] = (dz[:, None] * ph + z[:, None] * dph) / gamma0
+            da = da + dg[:, :P] * delta[i] + g[:, :P] * ddelta[i]
+            db = db + dph[:, :P] @ delta[i] + ph[:, :P] @ ddelta[i]
+        a = a + g[:, :P] * delta[i]
+        b = b + ph[:, :P] @ delta[i]
+    if center:
+        out[2] -= out[2, :, :1]
+        if tangent:
+            dout[2] -= dout[2, :, :1]
+    out = out.reshape(3, S, T * n)
+    return (out, dout.reshape(3, S, T * n)) if tangent else out
+
+
+@public
+def two_layer_fluctuations(X=None, y=None, *, gamma0: float, eta: float, steps: int,
+                           activation="tanh", X_test=None, kernel=None, center: bool = True,
+                           nodes: int | None = None, max_nodes: int = 64_000) -> DMFTFluctuations:
+    r"""O(1/N) covariance of kernels and predictions of two-layer networks (Bordelon & Pehlevan (2022), App. P.7).
+
+    With one hidden layer there are no responses and the fields depend on the order parameters
+    only through the predictions (eqs. (23), (66)), so the Hessian of App. P.7.1 has the blocks
+    :math:`-\partial^2S/\partial\hat k\partial\hat k=\kappa=\langle OO
+angle-\langle O
+angle
+    \langle O
+angle` (the four-point single-site correlators of :math:`O=(\phi\phi, gg,
+    z\phi/\gamma_0)`), :math:`-\partial^2S/\partial\hat k\partial k=-1+D`,
+    :math:`D=\partial\langle O
+angle/\partial f`, and :math:`\partial^2S/\partial k\partial k=0`;
+    its inverse is the propagator :math:`N\,\mathrm{Cov}(k)=(1-D)^{-1}\kappa(1-D)^{-	op}`.  The
+    Gaussian average over :math:`(u,r)` is the tensor quadrature of
+    :func:`effth.dmft.solve_two_layer` (``nodes``, ``max_nodes`` as there), :math:`D` is
+    the exact derivative of the marched fields (forward mode, exact for the rule).
+
+    Parameters
+    ----------
+    X, y, X_test, kernel
+        Training data (one output).
+    gamma0, eta, steps
+        Nonzero feature-learning strength and the GD grid.
+    activation : str, Activation or sympy.Expr
+        A smooth activation (tanh, erf, linear, ...); kinked ones (ReLU) are rejected
+        (:math:`D` needs :math:`\phi''`).
+    center : bool
+        Centred predictions ``f - f(theta_0)`` (default, as the trainer reports) or the raw output.
+
+    Returns
+    -------
+    DMFTFluctuations
+        ``dmft`` is the :func:`effth.dmft.solve_two_layer` solution with the same rule.
+
+    Raises
+    ------
+    DomainError
+        ``gamma0 = 0``, 2-D ``y``, a kinked activation, a problem too large (``MAX_VARIABLES``),
+        or what :func:`effth.dmft.solve_two_layer` rejects.
+    """
+    from effth.dmft.solvers.lazy import resolve_activation
+    from effth.dmft.solvers.two_layer import _nodes, solve_two_layer
+
+    if not isinstance(center, (bool, np.bool_)):
+        raise DomainError(f"center={center!r} must be True or False")
+    try:
+        g0 = float(gamma0)
+    except (TypeError, ValueError):
+        raise DomainError(f"gamma0={gamma0!r} must be a real number") from None
+    if not np.isfinite(g0) or g0 == 0.0:
+        raise DomainError(f"gamma0={gamma0!r} must be finite and nonzero (the output factor "
+                          "1/gamma0); approach the lazy limit with a small gamma0")
+    if y is not None and np.ndim(y) != 1:
+        raise DomainError("two_layer_fluctuations takes one output: y must be 1-D")
+    res = solve_two_layer(X, y, gamma0=g0, eta=eta, steps=steps, activation=activation,
+                          X_test=X_test, kernel=kernel, method="quadrature", nodes=nodes,
+                          max_nodes=max_nodes, quad_tol=None)
+    act = resolve_activation(activation)
+    if tuple(getattr(act, "kinks", ())):
+        raise DomainError(f"activation {res.activation!r} has kinks at {tuple(act.kinks)}: the "
+                          "response of the fields to the predictions needs phi'' (a delta there); "
+                          "use a smooth activation")
+    fns = (act.numpy(0), act.numpy(1), act.numpy(2))
+    T, n, P = res.grid.steps, res.data.n_all, res.n_train
+    lay = _Layout(1, T, n, g_samples=True)
+    if 2 * lay.nq > MAX_VARIABLES:
+        raise DomainError(f"the action's Hessian would have {2 * lay.nq} rows (> {MAX_VARIABLES}) "
+                          f"for steps={T}, inputs={n}; use fewer steps (a larger eta) or inputs")
+    u, r, w, _, _ = _nodes(res.data.kx, "quadrature", nodes, max_nodes, 0, 0, 1, act, "auto")
+    r = r[:, 0]
+    kx, yv, eta_ = res.data.kx, res.data.y, res.grid.eta
+    delta0 = yv[None, :] - res.f[:, :P]                   # the saddle's error signal
+    iH, jH, iG, jG = lay.iuH[0], lay.iuH[1], lay.iuG[0], lay.iuG[1]
+
+    def observables(ph, g, of):
+        return np.concatenate([ph[:, iH] * ph[:, jH], g[:, iG] * g[:, jG], of], axis=1)
+
+    O = observables(*_two_layer_march(u, r, kx, delta0, eta_, g0, T, fns, bool(center)))
+    mean = w @ O
+    q0 = np.concatenate([res.phi[0].reshape(T * n, T * n)[lay.iuH],
+                         res.g[0].reshape(T * n, T * n)[lay.iuG], res.f.reshape(-1)])
+    grad_norm = float(np.max(np.abs(mean - q0)))
+    dev = O - mean
+    kappa = (dev.T * w) @ dev
+    D = np.zeros((lay.nq, lay.nq))
+    for t in range(T):                    # D = d<O>/df: f enters the fields through Delta = y - f
+        for alpha in range(P):
+            dd = np.zeros((T, P))
+            dd[t, alpha] = -1.0
+            (ph, g, _), (dph, dg, dof) = _two_layer_march(u, r, kx, delta0, eta_, g0, T, fns,
+                                                          bool(center), dd)
+            dO = np.concatenate([dph[:, iH] * ph[:, jH] + ph[:, iH] * dph[:, jH],
+                                 dg[:, iG] * g[:, jG] + g[:, iG] * dg[:, jG], dof], axis=1)
+            D[:, lay.off_f + t * n + alpha] = w @ dO
+    M = np.eye(lay.nq) - D
+    prop = np.linalg.solve(M, np.linalg.solve(M, kappa).T)
+    prop = 0.5 * (prop + prop.T)
+    return DMFTFluctuations(dmft=res, center=bool(center), propagator=prop,
+                            gradient_norm=grad_norm, asymmetry=0.0, _layout=lay)
