@@ -9,7 +9,9 @@ the saddle point :math:`k^*` with the Gaussian law
 where :math:`S` is the DMFT action (Bordelon & Pehlevan (2022), eqs. (8)/(41), App. D.3-D.7)
 and the Hessian blocks are the four-point single-site correlators of App. P.7.1.  This module
 evaluates that Hessian in closed form for **deep linear networks** on the discrete GD grid of
-:func:`effth.dmft.solve_deep_linear` and inverts it.
+:func:`effth.dmft.solve_deep_linear` and inverts it (:func:`deep_linear_fluctuations`), and
+for **two-layer networks** with a smooth activation by the quadrature of
+:func:`effth.dmft.solve_two_layer` (:func:`two_layer_fluctuations`).
 
 The action (deep linear, plain GD)
 ----------------------------------
