@@ -181,8 +181,8 @@ def _solve(X, y, depth, hidden_layers, gamma0, temperature, weight_decay, X_test
     while done < 1.0:
         target = min(1.0, done + step)
         try:
-            state, it, res = _iterate(state, data, L, g2 * target, beta, lam, damping, tol,
-                                      max_iter, paper_dual)
+            state, it, res = _damped(state, data, L, g2 * target, beta, lam, damping, tol,
+                                     max_iter, paper_dual)
         except _NotPD as exc:
             if step < 1e-3:
                 raise DomainError(
@@ -204,6 +204,17 @@ def _solve(X, y, depth, hidden_layers, gamma0, temperature, weight_decay, X_test
                                data=data, hidden_layers=L, gamma0=g0, temperature=temp,
                                weight_decay=lam_d, iterations=it, residual=res,
                                _paper_dual=bool(paper_dual))
+
+
+def _damped(state, data, L, g2, beta, lam, damping, tol, max_iter, paper_dual):
+    """:func:`_iterate`, retried with the damping halved (to 1/16 of it) if it oscillates."""
+    for k in range(5):
+        try:
+            return _iterate(state, data, L, g2, beta, lam, damping / 2 ** k, tol, max_iter,
+                            paper_dual)
+        except ConvergenceError:
+            if k == 4:
+                raise
 
 
 class _NotPD(Exception):

@@ -1,0 +1,245 @@
+"""Langevin dynamics and momentum in the deep linear DMFT (Bordelon & Pehlevan 2022, apps. K, L).
+
+Three ways: (a) the marched DMFT with the noise kernel / memory kernel; (b) the equilibrium
+equations of app. K.3 (eqs. (118)-(121), corrected dual) and, at gamma0 = 0, effth's own NNGP
+posterior (PDLT (6.57), (6.64)); the heavy-ball recursion on the static NTK; (c) finite-width
+networks trained by ``simulate_training`` with Langevin noise or momentum.
+"""
+
+import numpy as np
+import pytest
+
+import effth as et
+from effth.dmft import solve_deep_linear
+from effth.dmft.grid import parameter_filter
+from effth.dmft.solvers.equilibrium import _solve, solve_deep_linear_equilibrium
+from effth.dmft.solvers.lazy import lazy_kernels
+from effth.errors import DomainError
+from effth.pdlt.learning import predict
+from effth.simulation import simulate_training
+
+X = np.array([[1.0, 0.3], [0.2, -1.0]])
+Y = np.array([1.0, -0.5])
+XT = np.array([[0.5, 0.5]])
+L = 2
+TEMP, WD = 0.5, 1.0          # beta = 2, paper's lambda = WD / TEMP = 2 (prior variance 1/2)
+
+
+def _eq(gamma0, temperature=TEMP, weight_decay=WD, paper_dual=False):
+    return _solve(X, Y, None, L, gamma0, temperature, weight_decay, XT, None, 0.5, 1e-14,
+                  10_000, paper_dual=paper_dual)
+
+
+def test_equilibrium_at_gamma0_zero_is_the_nngp_posterior():
+    eq = solve_deep_linear_equilibrium(X, Y, hidden_layers=L, gamma0=0.0, temperature=TEMP,
+                                       weight_decay=WD, X_test=XT)
+    lam = WD / TEMP
+    net = et.MLP("linear", depth=L + 1, c_w=1.0 / lam, c_b=0.0)
+    post = predict(net, X, Y, np.vstack([X, XT]), method="bayes", noise=TEMP)
+    np.testing.assert_allclose(eq.f, np.ravel(post.value("mean")), rtol=0, atol=1e-10)
+    # the kernels are the NNGP recursion with weight variance 1/lambda (App. K.2, (113))
+    for ell in range(1, L + 1):
+        np.testing.assert_allclose(eq.phi[ell - 1], eq.data.kx / lam ** ell, rtol=0, atol=1e-14)
+    assert eq.prior_variance == pytest.approx(TEMP / WD)
+
+
+def test_noise_kernel_closed_form_and_stationary_prior():
+    eta, T = 0.1, 60
+    filt = parameter_filter(eta, T, weight_decay=WD, temperature=TEMP)
+    rho = 1 - eta * WD
+    sigma2 = TEMP * (1 - rho ** 2) / WD
+    # direct sum: kappa(t, s) = rho^{t+s} + sigma^2 sum_{r < min} rho^{t-1-r} rho^{s-1-r}
+    t, s = 37, 21
+    direct = rho ** (t + s) + sigma2 * sum(rho ** (t - 1 - r) * rho ** (s - 1 - r) for r in range(s))
+    assert filt.kappa[t, s] == pytest.approx(direct, rel=1e-13)
+    # late times: the prior variance TEMP / WD and the correlation rho^{|t-s|} (C_{lambda,beta})
+    assert filt.kappa[-1, -1] == pytest.approx(TEMP / WD, rel=1e-5)
+    assert filt.kappa[-1, -4] / filt.kappa[-1, -1] == pytest.approx(rho ** 3, rel=1e-5)
+
+
+def test_long_langevin_dmft_kernels_reach_the_equilibrium_lazy():
+    """gamma0 -> 0: stationary, and the kernels equal the equilibrium's to <= 1e-6."""
+    eq = _eq(1e-3)
+    r = solve_deep_linear(X, Y, hidden_layers=L, gamma0=1e-3, eta=0.2, steps=100,
+                          weight_decay=WD, temperature=TEMP, X_test=XT)
+    assert np.max(np.abs(r.f[-1] - r.f[-10])) < 1e-12
+    err = np.max(np.abs(r.phi[:, -1, :, -1, :] - eq.phi))
+    assert err < 1e-6
+
+
+def test_long_langevin_dmft_converges_to_equilibrium_as_eta_to_zero():
+    """gamma0 = 1: the discrete Langevin chain's stationary f has an O(eta) bias (ratio 2 per
+    halving); extrapolated to eta -> 0 it equals the equilibrium, and rejects a wrong temperature
+    (beta x 0.9) and the dual of eq. (121) as printed (lambda = 2 != 1)."""
+    eq = _eq(1.0)
+    fs = []
+    for eta, steps in ((0.2, 100), (0.1, 200), (0.05, 400)):
+        r = solve_deep_linear(X, Y, hidden_layers=L, gamma0=1.0, eta=eta, steps=steps,
+                              weight_decay=WD, temperature=TEMP, X_test=XT)
+        assert np.max(np.abs(r.f[-1] - r.f[-10])) < 1e-9          # stationary
+        fs.append(r.f[-1])
+    e = [f - eq.f for f in fs]
+    ratio = np.concatenate([e[0] / e[1], e[1] / e[2]])
+    assert np.all((ratio > 1.9) & (ratio < 2.2)), ratio             # first order in eta
+    r1, r2 = 2 * fs[1] - fs[0], 2 * fs[2] - fs[1]
+    extrap = (4 * r2 - r1) / 3                                       # Richardson, two levels
+    tol = 1e-4
+    assert np.max(np.abs(extrap - eq.f)) < tol
+    wrong = _eq(1.0, temperature=TEMP / 0.9)                         # beta x 0.9
+    assert np.max(np.abs(extrap - wrong.f)) > 100 * tol
+    paper = _eq(1.0, paper_dual=True)
+    assert np.max(np.abs(extrap - paper.f)) > 100 * tol
+
+
+def test_zero_temperature_is_weight_decay_bit_for_bit():
+    a = solve_deep_linear(X, Y, hidden_layers=L, gamma0=1.0, eta=0.1, steps=15, weight_decay=0.3)
+    b = solve_deep_linear(X, Y, hidden_layers=L, gamma0=1.0, eta=0.1, steps=15, weight_decay=0.3,
+                          temperature=0.0, momentum=0.0)
+    assert np.array_equal(a.f, b.f) and np.array_equal(a.phi, b.phi) and np.array_equal(a.A, b.A)
+
+
+# ----------------------------------------------------------------- momentum (app. L)
+
+def test_momentum_tau_to_zero_is_gd():
+    eta = 0.1
+    gd = solve_deep_linear(X, Y, hidden_layers=L, gamma0=1.0, eta=eta, steps=25)
+    mu = float(np.exp(-eta / (eta / 40)))                           # tau = eta / 40
+    assert 0 < mu < 1e-16
+    mom = solve_deep_linear(X, Y, hidden_layers=L, gamma0=1.0, eta=eta, steps=25, momentum=mu)
+    np.testing.assert_allclose(mom.f, gd.f, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(mom.phi, gd.phi, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(mom.g, gd.g, rtol=0, atol=1e-14)
+
+
+def test_momentum_lazy_limit_is_heavy_ball_on_the_static_ntk():
+    """gamma0 -> 0 with momentum: v <- mu v + (1 - mu) eta K0 Delta, f <- f + v (independent
+    recursion); the exponential memory kernel k(j) = 1 - mu^{j+1} of eq. (123)."""
+    eta, mu, T = 0.15, 0.6, 40
+    filt = parameter_filter(eta, T, momentum=mu)
+    np.testing.assert_allclose(filt.memory, 1 - mu ** np.arange(1, T + 1), rtol=1e-14)
+    r = solve_deep_linear(X, Y, hidden_layers=L, gamma0=1e-4, eta=eta, steps=T, momentum=mu,
+                          X_test=XT)
+    K0 = lazy_kernels(r.data.kx, hidden_layers=L)[3]
+    f, v = np.zeros(3), np.zeros(3)
+    ref = [f.copy()]
+    for _ in range(T - 1):
+        v = mu * v + (1 - mu) * eta * K0[:, :2] @ (Y - f[:2])
+        f = f + v
+        ref.append(f.copy())
+    np.testing.assert_allclose(r.f, np.array(ref), rtol=0, atol=1e-6)
+    # without the memory (plain GD) the trajectory differs by far more
+    gd = solve_deep_linear(X, Y, hidden_layers=L, gamma0=1e-4, eta=eta, steps=T, X_test=XT)
+    assert np.max(np.abs(gd.f - np.array(ref))) > 1e-2
+
+
+def test_momentum_stability_edge():
+    kx = X @ X.T / 2
+    lmax = np.linalg.eigvalsh(lazy_kernels(kx, hidden_layers=L)[3])[-1]
+    eta = 3.0 / lmax                                                  # past GD's edge 2
+    with pytest.raises(DomainError, match="stability edge"):
+        solve_deep_linear(X, Y, hidden_layers=L, gamma0=1.0, eta=eta, steps=5)
+    solve_deep_linear(X, Y, hidden_layers=L, gamma0=1.0, eta=eta, steps=5, momentum=0.5)  # edge 6
+    with pytest.raises(DomainError, match="stability edge"):
+        solve_deep_linear(X, Y, hidden_layers=L, gamma0=1.0, eta=7.0 / lmax, steps=5, momentum=0.5)
+
+
+# ----------------------------------------------------------------- networks (ground truth)
+
+def test_langevin_networks_agree_with_dmft_and_reject_wrong_temperature():
+    eta, T, N, S = 0.2, 30, 128, 200
+    kw = dict(hidden_layers=L, gamma0=1.0, eta=eta, steps=T, weight_decay=WD)
+    r = solve_deep_linear(X, Y, temperature=TEMP, **kw)
+    run = simulate_training(X, Y, widths=N, activation="linear", seed=7, networks=S,
+                            temperature=TEMP, record_kernels=False, parameterization="mup", **kw)
+    z = (run.value("f")[-1] - r.f[-1]) / run.stderr("f")[-1]
+    assert np.all(np.abs(z) < 5), z
+    ph = run.phi[:, :, -1, :, -1, :]                                  # (S, L, n, n) final time
+    phm, phs = ph.mean(0), ph.std(0, ddof=1) / np.sqrt(S)
+    z = (phm - r.phi[:, -1, :, -1, :]) / phs
+    assert np.all(np.abs(z) < 5), z
+    wrong = solve_deep_linear(X, Y, temperature=TEMP / 0.9, **kw)    # beta x 0.9
+    zw = (phm - wrong.phi[:, -1, :, -1, :]) / phs
+    assert np.max(np.abs(zw)) > 8, zw
+
+
+def test_momentum_networks_agree_with_dmft():
+    eta, T, N, S, mu = 0.2, 30, 128, 100, 0.7
+    kw = dict(hidden_layers=L, gamma0=1.0, eta=eta, steps=T)
+    r = solve_deep_linear(X, Y, momentum=mu, **kw)
+    run = simulate_training(X, Y, widths=N, activation="linear", seed=3, networks=S,
+                            momentum=mu, record_kernels=False, **kw)
+    z = (run.value("f")[[5, 12, -1]] - r.f[[5, 12, -1]]) / run.stderr("f")[[5, 12, -1]]
+    assert np.all(np.abs(z) < 5), z
+    gd = solve_deep_linear(X, Y, **kw)                                # the memory matters
+    zg = (run.value("f")[5] - gd.f[5]) / run.stderr("f")[5]
+    assert np.max(np.abs(zg)) > 8, zg
+
+
+def test_trainer_without_noise_or_momentum_is_unchanged():
+    kw = dict(hidden_layers=L, widths=16, gamma0=1.0, eta=0.1, steps=6, activation="linear",
+              seed=2, weight_decay=0.2)
+    a = simulate_training(X, Y, **kw)
+    b = simulate_training(X, Y, temperature=0.0, momentum=0.0, **kw)
+    assert np.array_equal(a.f, b.f) and np.array_equal(a.phi, b.phi)
+
+
+@pytest.mark.slow
+def test_langevin_network_gap_falls_like_one_over_n():
+    """The gap between Langevin-trained networks and the DMFT shrinks ~1/N (kernel of layer 1)."""
+    eta, T = 0.2, 30
+    kw = dict(hidden_layers=L, gamma0=1.0, eta=eta, steps=T, weight_decay=WD)
+    r = solve_deep_linear(X, Y, temperature=TEMP, **kw)
+    gaps, ses, Ns = [], [], (8, 16, 32)
+    for N in Ns:
+        run = simulate_training(X, Y, widths=N, activation="linear", seed=11, networks=4000,
+                                temperature=TEMP, record_kernels=False, parameterization="mup",
+                                **kw)
+        ph = run.phi[:, 1, -1, 0, -1, 0]
+        gaps.append(ph.mean() - r.phi[1, -1, 0, -1, 0])
+        ses.append(ph.std(ddof=1) / np.sqrt(ph.size))
+    gaps, ses = np.array(gaps), np.array(ses)
+    assert abs(gaps[0]) > 5 * ses[0]
+    # N x gap constant within errors (a 1/N law), and the slope of log|gap| near -1
+    ng = np.array(Ns) * gaps
+    nse = np.array(Ns) * ses
+    assert abs(ng[0] - ng[1]) < 5 * np.hypot(nse[0], nse[1]) + 0.25 * abs(ng[0])
+    slope = np.polyfit(np.log(Ns), np.log(np.abs(gaps)), 1)[0]
+    assert -1.4 < slope < -0.6, slope
+
+
+# ----------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(temperature=-0.1, weight_decay=1.0), "temperature"),
+    (dict(momentum=-0.2), "momentum"),
+    (dict(momentum=1.0), "momentum"),
+    (dict(temperature=0.5, weight_decay=1.0, momentum=0.3), "together"),
+    (dict(temperature=0.5, weight_decay=1.0, closure="ntk"), "closure"),
+    (dict(temperature=2.0, weight_decay=1.0, eta=0.9), "Langevin step"),
+])
+def test_bad_input_dmft(kw, match):
+    args = dict(hidden_layers=L, gamma0=1.0, eta=0.1, steps=5)
+    args.update(kw)
+    with pytest.raises(DomainError, match=match):
+        solve_deep_linear(X, Y, **args)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(temperature=-1.0), "temperature"),
+    (dict(momentum=1.5), "momentum"),
+    (dict(temperature=0.1, momentum=0.1), "together"),
+])
+def test_bad_input_trainer(kw, match):
+    with pytest.raises(DomainError, match=match):
+        simulate_training(X, Y, hidden_layers=L, widths=8, gamma0=1.0, eta=0.1, steps=3,
+                          activation="linear", **kw)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(temperature=0.0, weight_decay=1.0), "temperature"),
+    (dict(temperature=0.5, weight_decay=0.0), "weight_decay"),
+    (dict(temperature=-0.5, weight_decay=1.0), "temperature"),
+])
+def test_bad_input_equilibrium(kw, match):
+    with pytest.raises(DomainError, match=match):
+        solve_deep_linear_equilibrium(X, Y, hidden_layers=L, gamma0=1.0, **kw)
