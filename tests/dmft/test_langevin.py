@@ -137,10 +137,12 @@ def test_momentum_stability_edge():
     lmax = np.linalg.eigvalsh(lazy_kernels(kx, hidden_layers=L)[3])[-1]
     eta = 3.0 / lmax                                                  # past GD's edge 2
     with pytest.raises(DomainError, match="stability edge"):
-        solve_deep_linear(X, Y, hidden_layers=L, gamma0=1.0, eta=eta, steps=5)
-    solve_deep_linear(X, Y, hidden_layers=L, gamma0=1.0, eta=eta, steps=5, momentum=0.5)  # edge 6
+        solve_deep_linear(X, Y, hidden_layers=L, gamma0=0.1, eta=eta, steps=5)
+    r = solve_deep_linear(X, Y, hidden_layers=L, gamma0=0.1, eta=eta, steps=40,
+                          momentum=0.5)                                # edge 2 (1 + mu)/(1 - mu) = 6
+    assert abs(r.delta[-1]).max() < 1e-2 * abs(Y).max()                 # and it converges
     with pytest.raises(DomainError, match="stability edge"):
-        solve_deep_linear(X, Y, hidden_layers=L, gamma0=1.0, eta=7.0 / lmax, steps=5, momentum=0.5)
+        solve_deep_linear(X, Y, hidden_layers=L, gamma0=0.1, eta=7.0 / lmax, steps=5, momentum=0.5)
 
 
 # ----------------------------------------------------------------- networks (ground truth)
@@ -168,10 +170,12 @@ def test_momentum_networks_agree_with_dmft():
     r = solve_deep_linear(X, Y, momentum=mu, **kw)
     run = simulate_training(X, Y, widths=N, activation="linear", seed=3, networks=S,
                             momentum=mu, record_kernels=False, **kw)
-    z = (run.value("f")[[5, 12, -1]] - r.f[[5, 12, -1]]) / run.stderr("f")[[5, 12, -1]]
+    # transient times (at the end f -> y and the O(1/N) gap outgrows the tiny spread)
+    z = (run.value("f")[[5, 12]] - r.f[[5, 12]]) / run.stderr("f")[[5, 12]]
     assert np.all(np.abs(z) < 5), z
     gd = solve_deep_linear(X, Y, **kw)                                # the memory matters
-    zg = (run.value("f")[5] - gd.f[5]) / run.stderr("f")[5]
+    tt = np.arange(1, 13)
+    zg = (run.value("f")[tt] - gd.f[tt]) / run.stderr("f")[tt]
     assert np.max(np.abs(zg)) > 8, zg
 
 
