@@ -91,6 +91,25 @@ def test_long_langevin_dmft_converges_to_equilibrium_as_eta_to_zero():
     assert np.max(np.abs(extrap - paper.f)) > 100 * tol
 
 
+@pytest.mark.slow
+def test_long_langevin_dmft_equals_equilibrium_to_1e6_extrapolated():
+    """gamma0 = 1: the stationary DMFT at eta = 0.2 .. 0.025 (t = 12), extrapolated to eta -> 0 by
+    the cubic through the four points, equals the equilibrium f and kernels to <= 1e-6."""
+    eq = _eq(1.0)
+    hs = np.array([0.2, 0.1, 0.05, 0.025])
+    fs, phis = [], []
+    for eta in hs:
+        r = solve_deep_linear(X, Y, hidden_layers=L, gamma0=1.0, eta=eta, steps=int(round(12 / eta)),
+                              weight_decay=WD, temperature=TEMP, X_test=XT)
+        fs.append(r.f[-1])
+        phis.append(r.phi[:, -1, :, -1, :])
+    V = np.vander(hs, 4, increasing=True)
+    f0 = np.linalg.solve(V, np.array(fs))[0]
+    phi0 = np.linalg.solve(V, np.array(phis).reshape(4, -1))[0].reshape(eq.phi.shape)
+    assert np.max(np.abs(f0 - eq.f)) < 1e-6
+    assert np.max(np.abs(phi0 - eq.phi)) < 1e-6
+
+
 def test_zero_temperature_is_weight_decay_bit_for_bit():
     a = solve_deep_linear(X, Y, hidden_layers=L, gamma0=1.0, eta=0.1, steps=15, weight_decay=0.3)
     b = solve_deep_linear(X, Y, hidden_layers=L, gamma0=1.0, eta=0.1, steps=15, weight_decay=0.3,
@@ -159,6 +178,10 @@ def test_langevin_networks_agree_with_dmft_and_reject_wrong_temperature():
     phm, phs = ph.mean(0), ph.std(0, ddof=1) / np.sqrt(S)
     z = (phm - r.phi[:, -1, :, -1, :]) / phs
     assert np.all(np.abs(z) < 5), z
+    # the discrete chain's O(eta) bias is physical: the networks reject the eta -> 0 equilibrium
+    eq = _eq(1.0)
+    zeq = (run.value("f")[-1] - eq.f[:2]) / run.stderr("f")[-1]
+    assert np.max(np.abs(zeq)) > 5, zeq
     wrong = solve_deep_linear(X, Y, temperature=TEMP / 0.9, **kw)    # beta x 0.9
     zw = (phm - wrong.phi[:, -1, :, -1, :]) / phs
     assert np.max(np.abs(zw)) > 8, zw
