@@ -81,7 +81,7 @@ import numpy as np
 from effth.errors import ConvergenceError, DomainError
 from effth.dmft.grid import (TimeGrid, causal_mask, decay_factor, langevin_settings, parameter_filter,
                              prepare_targets, real_scalar)
-from effth.dmft.solvers.lazy import check_stability_along, check_stability, hidden_layer_count, lazy_kernels, static_ntk_dynamics
+from effth.dmft.solvers.lazy import check_langevin_step, check_stability_along, check_stability, hidden_layer_count, lazy_kernels, static_ntk_dynamics
 from effth.dmft.result import Diagnostics, DMFTResult
 
 __all__ = ["solve_deep_linear"]
@@ -282,10 +282,9 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
                    momentum=momentum)
     ntk0 = lazy_kernels(data.kx, hidden_layers=L, bias=bool(bias))[3][:P, :P]
     edge = 2.0 * (1.0 + momentum) / (1.0 - momentum)
+    check_stability(ntk0, grid.eta, edge=edge)
     if temperature > 0:
         _check_langevin_step(data.kx[:P, :P], L, bool(bias), grid.eta, lam, temperature)
-    else:
-        check_stability(ntk0, grid.eta, edge=edge)
     t0 = time.perf_counter()
     diag = Diagnostics(tol=tol)
     # Causality: the solution on the first Tk grid points does not depend on later times, so the
@@ -361,13 +360,7 @@ def _check_langevin_step(kx, L, bias, eta, lam, temperature):
         H.append(v * (H[-1] + b))                    # H^l = v (H^{l-1} + b), biases of variance v
     # NTK = sum_l G^{l+1} (H^l + b [l < L]) with G^{l+1} = v^{L-l}
     K = sum(v ** (L - ell) * (H[ell] + (b if ell < L else 0.0)) for ell in range(L + 1))
-    kmax = float(np.linalg.eigvalsh(0.5 * (K + K.T))[-1])
-    if eta * (kmax + lam) >= 2.0:
-        raise DomainError(
-            f"Langevin step eta={eta:g} is past the stable bound: eta (lambda_max(K_eq) + "
-            f"weight_decay) = {eta * (kmax + lam):.4g} >= 2 (lambda_max(K_eq) = {kmax:.4g} at "
-            f"weight variance {v:.4g} = max(1, temperature / weight_decay)); use eta < "
-            f"{2.0 / (kmax + lam):.4g}")
+    check_langevin_step(K, eta, lam, v)
 
 
 class RuleFields:

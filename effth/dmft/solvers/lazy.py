@@ -24,7 +24,7 @@ from effth.numerics._rules import gaussian_tensor_rule
 from effth.dmft.grid import TimeGrid, TrainingData
 from effth.dmft.result import Diagnostics, DMFTResult
 
-__all__ = ["check_stability", "lazy_kernels", "static_ntk_dynamics", "static_ntk_solve", "lazy_nodes",
+__all__ = ["check_stability", "check_langevin_step", "lazy_kernels", "static_ntk_dynamics", "static_ntk_solve", "lazy_nodes",
            "lazy_rule_kind", "gauss_hermite_lazy_nodes", "TRAPEZOID_FROM"]
 
 _LINEAR = ("linear", "identity", "id")
@@ -153,6 +153,27 @@ def check_stability(ntk_train: np.ndarray, eta: float, *, edge: float = 2.0) -> 
             f"eta * lambda_max(K_NTK) = {eta * lam:.4g} >= {edge:.4g} (lambda_max = {lam:.4g}); "
             f"use eta < {edge / lam:.4g}")
     return eta * lam
+
+
+def check_langevin_step(ntk_eq: np.ndarray, eta: float, weight_decay: float,
+                        variance: float) -> float:
+    """Raise :class:`DomainError` unless ``eta (lambda_max(K_eq) + weight_decay) < 2``.
+
+    The linearized Langevin step ``theta <- (rho - eta k) theta + noise`` (``rho = 1 - eta
+    weight_decay``, ``k`` an NTK eigenvalue) is stable iff ``|rho - eta k| < 1``; ``ntk_eq`` is the
+    lazy NTK on the training points at the weight variance ``variance`` (the larger of the
+    initial 1 and the equilibrium ``temperature / weight_decay``, Bordelon & Pehlevan (2022),
+    App. K.2).  Returns ``eta (lambda_max + weight_decay)``.
+    """
+    kmax = float(np.linalg.eigvalsh(0.5 * (ntk_eq + ntk_eq.T))[-1])
+    x = eta * (kmax + weight_decay)
+    if x >= 2.0:
+        raise DomainError(
+            f"Langevin step eta={eta:g} is past the stable bound: eta (lambda_max(K_eq) + "
+            f"weight_decay) = {x:.4g} >= 2 (lambda_max(K_eq) = {kmax:.4g} at weight variance "
+            f"{variance:.4g} = max(1, temperature / weight_decay)); use eta < "
+            f"{2.0 / (kmax + weight_decay):.4g}")
+    return x
 
 
 def check_stability_along(result, edge: float = 2.0):
