@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import effth as et
-from effth.dmft import solve_deep_linear
+from effth.dmft import solve_deep_linear, solve_two_layer
 from effth.dmft.grid import parameter_filter
 from effth.dmft.solvers.equilibrium import _solve, solve_deep_linear_equilibrium
 from effth.dmft.solvers.lazy import lazy_kernels
@@ -240,7 +240,66 @@ def test_langevin_network_gap_falls_like_one_over_n():
     assert nm_w[-1] / nm_w[0] > 1.6, nm_w                     # wrong beta: the offset grows out
 
 
+# ----------------------------------------------------------------- two-layer solver
+
+def _mc_two_layer(activation, temperature, seeds=range(4), samples=20_000):
+    kw = dict(gamma0=1.0, eta=0.2, steps=30, weight_decay=WD, temperature=temperature)
+    runs = [solve_two_layer(X, Y, activation=activation, method="monte_carlo", samples=samples,
+                            seed=s, two_time=False, **kw) for s in seeds]
+    f = np.array([r.f[-1] for r in runs])
+    ph = np.array([r.phi[0, -1, :, -1, :] for r in runs])
+    k = len(runs)
+    return f.mean(0), f.std(0, ddof=1) / np.sqrt(k), ph.mean(0), ph.std(0, ddof=1) / np.sqrt(k)
+
+
+def test_two_layer_langevin_monte_carlo_equals_deep_linear_at_L1():
+    """Linear activation: the two-layer solver's sampled noise paths against the deep linear
+    solver's noise kernel (two independent treatments of App. K at L = 1)."""
+    f, fse, ph, phse = _mc_two_layer("linear", TEMP)
+    kw = dict(hidden_layers=1, gamma0=1.0, eta=0.2, steps=30, weight_decay=WD)
+    dl = solve_deep_linear(X, Y, temperature=TEMP, **kw)
+    assert np.all(np.abs(f - dl.f[-1]) < 5 * fse), (f - dl.f[-1]) / fse
+    assert np.all(np.abs(ph - dl.phi[0, -1, :, -1, :]) < 5 * phse)
+    wrong = solve_deep_linear(X, Y, temperature=TEMP / 0.9, **kw)
+    assert np.max(np.abs(ph - wrong.phi[0, -1, :, -1, :]) / phse) > 8
+
+
+def test_two_layer_momentum_equals_deep_linear_at_L1():
+    kw = dict(gamma0=1.0, eta=0.2, steps=30, momentum=0.6, weight_decay=0.3)
+    dl = solve_deep_linear(X, Y, hidden_layers=1, **kw)
+    tl = solve_two_layer(X, Y, activation="linear", **kw)
+    np.testing.assert_allclose(tl.f, dl.f, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(tl.phi, dl.phi, rtol=0, atol=1e-12)
+
+
+def test_two_layer_tanh_langevin_against_networks():
+    f, fse, ph, phse = _mc_two_layer("tanh", TEMP)
+    S = 200
+    run = simulate_training(X, Y, hidden_layers=1, widths=256, activation="tanh", seed=5,
+                            networks=S, record_kernels=False, parameterization="mup", gamma0=1.0,
+                            eta=0.2, steps=30, weight_decay=WD, temperature=TEMP)
+    z = (run.value("f")[-1] - f) / np.hypot(run.stderr("f")[-1], fse)
+    assert np.all(np.abs(z) < 5), z
+    P = run.phi[:, 0, -1, :, -1, :]
+    pm, ps = P.mean(0), P.std(0, ddof=1) / np.sqrt(S)
+    z = (pm - ph) / np.hypot(ps, phse)
+    assert np.all(np.abs(z) < 5), z
+    fw, fwse, phw, phwse = _mc_two_layer("tanh", TEMP / 0.9, seeds=range(10, 12))
+    assert np.max(np.abs(pm - phw) / np.hypot(ps, phwse)) > 8
+
+
 # ----------------------------------------------------------------- bad input
+
+def test_bad_input_two_layer():
+    with pytest.raises(DomainError, match="monte_carlo"):
+        solve_two_layer(X, Y, gamma0=1.0, eta=0.1, steps=5, temperature=0.5, weight_decay=1.0)
+    with pytest.raises(DomainError, match="Langevin step"):
+        solve_two_layer(X, Y, gamma0=1.0, eta=1.5, steps=5, temperature=2.0, weight_decay=0.5,
+                        method="monte_carlo", samples=100, activation="linear")
+    with pytest.raises(DomainError, match="momentum"):
+        solve_two_layer(X, Y, gamma0=1.0, eta=0.1, steps=5, momentum=-0.5)
+
+
 
 @pytest.mark.parametrize("kw, match", [
     (dict(temperature=-0.1, weight_decay=1.0), "temperature"),
