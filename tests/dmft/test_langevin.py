@@ -240,6 +240,34 @@ def test_langevin_network_gap_falls_like_one_over_n():
     assert nm_w[-1] / nm_w[0] > 1.6, nm_w                     # wrong beta: the offset grows out
 
 
+@pytest.mark.slow
+def test_momentum_network_gap_falls_like_one_over_n():
+    """Momentum networks against the momentum DMFT (f at transient times and the kernels): the
+    mean squared gap falls like 1/N; against plain GD's DMFT, N x gap^2 grows."""
+    eta, T, S, mu = 0.2, 20, 100, 0.7
+    kw = dict(hidden_layers=L, gamma0=1.0, eta=eta, steps=T)
+    r = solve_deep_linear(X, Y, momentum=mu, **kw)
+    gd = solve_deep_linear(X, Y, **kw)
+    Ns = np.array([32, 64, 128, 256])
+    tt = [4, 8]
+
+    def obs(res_f, res_phi):
+        return np.concatenate([np.ravel(res_f[tt]), np.ravel(res_phi)])
+
+    target, target_gd = (obs(x.f, x.phi[:, 8, :, 8, :]) for x in (r, gd))
+    mse, mse_gd = [], []
+    for N in Ns:
+        run = simulate_training(X, Y, widths=int(N), activation="linear", seed=int(N) + 1,
+                                networks=S, momentum=mu, record_kernels=False, **kw)
+        o = np.stack([obs(run.f[k], run.phi[k, :, 8, :, 8, :]) for k in range(S)])
+        mse.append(np.mean((o - target) ** 2))
+        mse_gd.append(np.mean((o - target_gd) ** 2))
+    slope = np.polyfit(np.log(Ns), np.log(mse), 1)[0]
+    nm, nm_gd = Ns * np.array(mse), Ns * np.array(mse_gd)
+    assert -1.2 < slope < -0.8, (slope, nm)
+    assert nm_gd[-1] / nm_gd[0] > 2, nm_gd
+
+
 # ----------------------------------------------------------------- two-layer solver
 
 def _mc_two_layer(activation, temperature, seeds=range(4), samples=20_000):
