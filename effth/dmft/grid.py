@@ -261,11 +261,6 @@ class ParameterFilter:
     kappa: np.ndarray
     noise: float
 
-    @property
-    def separable(self) -> bool:
-        """``kappa = a a^T`` (no noise): the sources are the initial ones times ``a(t)``."""
-        return self.noise == 0.0
-
 
 def langevin_settings(eta: float, weight_decay: float = 0.0, temperature: float = 0.0,
                       momentum: float = 0.0) -> tuple[float, float, float]:

@@ -67,6 +67,19 @@ have length ``T C``, ``G^l`` is ``T C x T C``.  Biases change only the forward k
 to every layer, and it does not back-propagate).  At a fixed point of the bias-free dynamics the
 representer identity ``lambda (L + 1) f = K Delta`` holds (``L + 1``-homogeneous network,
 Bordelon & Pehlevan (2022), eq. (98)).  The equations are marched in time exactly as without the extensions.
+
+
+Langevin dynamics and momentum
+------------------------------
+Both enter through the trainer's per-parameter filter (:class:`~effth.dmft.grid.ParameterFilter`):
+``theta(t) = a(t) theta(0) + sum_{s<t} k(t-1-s) [eta G(s) + sigma xi(s)]``.  Averaging over the
+initial weights *and* the Langevin noise (Bordelon & Pehlevan (2022), App. K, eqs. (104)-(112)) the
+random part of every weight matrix is a Gaussian process in time with covariance ``kappa(t, s) =
+a(t) a(s) + sigma^2 sum_r k(t-1-r) k(s-1-r)`` per entry; hence, with ``A``, ``B`` the responses to
+the total sources, ``S_h = kappa * Hb^{l-1}``, ``S_g = kappa * G^{l+1}``, the response terms
+``kappa * A``, ``kappa * B``, and the drift weights ``eta k(t-1-s)`` in place of
+``eta rho^{t-1-s}``.  Weight decay alone is ``kappa = rho^{t+s}``, ``k(j) = rho^j`` (the equations
+above, unchanged); momentum (App. L) changes ``k`` (``1 - mu^{j+1}`` without decay, eq. (123)).
 """
 
 from __future__ import annotations
