@@ -215,6 +215,10 @@ class CNNEnsembleStatistics(WeightLayers):
     networks : int
     spatial_shapes : tuple
     seed : Any
+    samples : dict or None
+        ``(name, layer) -> (networks, ...)`` per-network kernels with ``keep=True``: hidden
+        ``"K"`` (:math:`\hat G^{(\ell)}`) and the output ``"Theta"`` (the output's
+        :math:`f_\alpha f_\beta` does not concentrate and is not kept).
     """
 
     mean: dict
@@ -223,6 +227,7 @@ class CNNEnsembleStatistics(WeightLayers):
     networks: int
     spatial_shapes: tuple
     seed: Any = None
+    samples: dict | None = None
 
     @property
     def depth(self) -> int:
@@ -266,7 +271,7 @@ def _check_count(v: Any, name: str, minimum: int, allow_none: bool = False) -> i
 
 @public
 def simulate_cnn_ensemble(net: CNN, X: Any, *, networks: int, seed: Any = 0,
-                          batch: int | None = None, ntk: bool = True,
+                          batch: int | None = None, ntk: bool = True, keep: bool = False,
                           progress: bool | None = None) -> CNNEnsembleStatistics:
     r"""Draw ``networks`` random CNNs and average their empirical kernels (module docstring).
 
@@ -283,6 +288,11 @@ def simulate_cnn_ensemble(net: CNN, X: Any, *, networks: int, seed: Any = 0,
         Networks per chunk (default: chunks of about 32 MB of activations).
     ntk : bool
         Also measure the exact empirical NTK of the output (backpropagation).
+    keep : bool
+        Keep the per-network kernels (``samples``: :math:`\hat G^{(\ell)}` of the hidden layers
+        and :math:`\hat\Theta` of the output, leading network axis), e.g. to measure how a single
+        network's kernel concentrates around the infinite-width one (mean squared deviation
+        :math:`\propto1/n`).
     progress : bool, optional
         Progress bar over the chunks.
 
@@ -310,19 +320,25 @@ def simulate_cnn_ensemble(net: CNN, X: Any, *, networks: int, seed: Any = 0,
     L = net.depth
     sums = [dict() for _ in range(K)]
     counts = np.zeros(K)
+    kept: dict | None = {} if keep else None
     with np.errstate(over="ignore", invalid="ignore"), \
             progress_bar(len(units), "CNN ensemble", progress=progress, unit="chunk") as bar:
         for g, _, m in units:
             params = _init(net, C0, m, rng)
             readout = _readout_init(net, int(np.prod(shapes[-1])), m, rng)
             f, zs, fw = _forward(net, params, readout, Xa, fns, keep=ntk)
-            out = {}
+            per = {}
             for ell, z in enumerate(zs, start=1):
                 zf = z.reshape(m, -1, z.shape[-1])
-                out["K", ell] = np.matmul(zf, np.swapaxes(zf, -1, -2)).sum(axis=0) / z.shape[-1]
-            out["K", L] = np.matmul(f, np.swapaxes(f, -1, -2)).sum(axis=0) / net.n_out
+                per["K", ell] = np.matmul(zf, np.swapaxes(zf, -1, -2)) / z.shape[-1]
+            per["K", L] = np.matmul(f, np.swapaxes(f, -1, -2)) / net.n_out
             if ntk:
-                out["Theta", L] = _ntk(net, params, readout, fw, fns).sum(axis=0)
+                per["Theta", L] = _ntk(net, params, readout, fw, fns)
+            if kept is not None:
+                for key, v in per.items():
+                    if key != ("K", L):
+                        kept.setdefault(key, []).append(v)
+            out = {key: v.sum(axis=0) for key, v in per.items()}
             for key, v in out.items():
                 if not np.all(np.isfinite(v)):
                     raise DomainError(f"non-finite {key[0]} at layer {key[1]} (overflow); reduce "
@@ -344,5 +360,14 @@ def simulate_cnn_ensemble(net: CNN, X: Any, *, networks: int, seed: Any = 0,
             S = int(np.prod(shapes[key[1]]))
             mu, se = mu.reshape(P, S, P, S), se.reshape(P, S, P, S)
         mean[key], err[key] = mu, se
+    samples = None
+    if kept is not None:
+        samples = {}
+        for key, v in kept.items():
+            arr = np.concatenate(v)
+            if key[1] < L:
+                S = int(np.prod(shapes[key[1]]))
+                arr = arr.reshape(-1, P, S, P, S)
+            samples[key] = arr
     return CNNEnsembleStatistics(mean=mean, err=err, net=net, networks=networks,
-                                 spatial_shapes=shapes, seed=seed)
+                                 spatial_shapes=shapes, seed=seed, samples=samples)
