@@ -279,3 +279,16 @@ def test_bad_networks_and_calls():
         kern.value("Theta")
     with pytest.raises(DomainError, match="layer"):
         kern.value("K", layer=3)
+
+
+def test_docs_page_code_blocks_run():
+    """docs/cnn.md: every ```python block runs, in order, in one namespace."""
+    import pathlib
+    import re
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "cnn.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 3
+    ns: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/cnn.md", "exec"), ns)
+    assert ns["cmp"].max_abs_z < 5.0
