@@ -35,7 +35,7 @@ import numpy as np
 
 from .._progress import progress_bar
 from .._results import WeightLayers
-from .._signature import public
+from effth._signature import public
 from effth.arch.cnn import CNN
 from ..errors import DomainError
 from ._inputs import as_generator
