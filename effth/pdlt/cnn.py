@@ -193,23 +193,24 @@ class CNNKernels(WeightLayers):
                 f"readout={self.net.readout!r})")
 
 
-def _expectation_table(K: np.ndarray, act: Any, order: int, rtol: float) -> np.ndarray:
-    r""":math:`\langle\sigma^{(p)}_u\sigma^{(p)}_v\rangle` over all pairs by
-    :func:`effth.gaussian_expectation`, batched over the :math:`2\times2` covariances of the upper
-    triangle (the diagonal as one-sample atoms): point masses of zero-variance pixels included."""
-    n = K.shape[0]
-    iu, ju = np.triu_indices(n, 1)
-    out = np.empty((n, n))
-    d = np.diag(K).copy()
-    f1 = [(0, "sigma", order), (0, "sigma", order)]
-    out[np.arange(n), np.arange(n)] = gaussian_expectation(f1, d.reshape(-1, 1, 1), act, rtol=rtol)
-    if iu.size:
-        B = np.empty((iu.size, 2, 2))
-        B[:, 0, 0], B[:, 1, 1] = d[iu], d[ju]
-        B[:, 0, 1] = B[:, 1, 0] = K[iu, ju]
-        v = gaussian_expectation([(0, "sigma", order), (1, "sigma", order)], B, act, rtol=rtol)
-        out[iu, ju] = v
-        out[ju, iu] = v
+def _expectation_pairs(K: np.ndarray, act: Any, order: int, iu: np.ndarray, ju: np.ndarray,
+                       rtol: float) -> np.ndarray:
+    r""":math:`\langle\sigma^{(p)}_u\sigma^{(p)}_v\rangle` for the index pairs ``(iu, ju)`` by
+    :func:`effth.gaussian_expectation`, batched over their :math:`2\times2` covariances (equal
+    indices as one-sample atoms): point masses of zero-variance pixels included."""
+    out = np.empty(iu.size)
+    d = np.diag(K)
+    same = iu == ju
+    if same.any():
+        f1 = [(0, "sigma", order), (0, "sigma", order)]
+        out[same] = gaussian_expectation(f1, d[iu[same]].reshape(-1, 1, 1), act, rtol=rtol)
+    if (~same).any():
+        u, v = iu[~same], ju[~same]
+        B = np.empty((u.size, 2, 2))
+        B[:, 0, 0], B[:, 1, 1] = d[u], d[v]
+        B[:, 0, 1] = B[:, 1, 0] = K[u, v]
+        out[~same] = gaussian_expectation([(0, "sigma", order), (1, "sigma", order)], B, act,
+                                          rtol=rtol)
     return out
 
 
@@ -226,6 +227,31 @@ def _pair_tables(Kf: np.ndarray, act: Any, ntk: bool, rtol: float, layer: int) -
     if ntk and act.singular_part(1):
         raise DomainError(f"the NTK of {act!r} is not defined: sigma' has a Dirac part (a jump); "
                           "use ntk=False for the NNGP kernel alone")
+    n = Kf.shape[0]
+    zero = np.diag(Kf) <= 0.0
+    if act.kinks and zero.any() and not zero.all():
+        # kinked sigma at zero-variance pixels (zero patches): closed forms on the other pixels;
+        # a zero-variance z_u is the constant 0, so <sigma^(p)_u sigma^(p)_v> is the point mass
+        # sigma^(p)(0) (PDLT (2.9), as effth.gaussian_expectation counts it) times
+        # <sigma^(p)_v>, with <sigma^(p)_v> = sigma^(p)(0) at another zero pixel
+        pos = np.flatnonzero(~zero)
+        sub = _pair_tables(Kf[np.ix_(pos, pos)], act, ntk, rtol, layer)
+        z = np.flatnonzero(zero)
+        d = np.diag(Kf).copy()
+        tabs = {}
+        for o, T in zip(((0, 0), (1, 1)), sub):
+            if T is None:
+                continue
+            f1 = [(0, "sigma", o[0])]
+            point = float(gaussian_expectation(f1, [[0.0]], act, rtol=rtol))
+            mean = np.full(n, point)
+            mean[pos] = gaussian_expectation(f1, d[pos].reshape(-1, 1, 1), act, rtol=rtol)
+            full = np.empty((n, n))
+            full[np.ix_(pos, pos)] = T
+            full[z, :] = point * mean[None, :]
+            full[:, z] = point * mean[:, None]
+            tabs[o] = full
+        return tabs[0, 0], tabs.get((1, 1))
     with np.errstate(over="ignore", invalid="ignore"):
         tabs = closed_pair_tables(Kf, act, orders)
         rest = {o for o in orders if o not in tabs}
@@ -234,7 +260,12 @@ def _pair_tables(Kf: np.ndarray, act: Any, ntk: bool, rtol: float, layer: int) -
             tabs.update(more)
         for o in orders:
             if o not in tabs:
-                tabs[o] = _expectation_table(Kf, act, o[0], rtol)
+                iu, ju = np.triu_indices(n)
+                v = _expectation_pairs(Kf, act, o[0], iu, ju, rtol)
+                T = np.empty((n, n))
+                T[iu, ju] = v
+                T[ju, iu] = v
+                tabs[o] = T
     for o in orders:
         if not np.all(np.isfinite(tabs[o])):
             raise DomainError(f"non-finite Gaussian expectations at layer {layer} (the kernel "

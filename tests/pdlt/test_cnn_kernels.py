@@ -292,3 +292,19 @@ def test_docs_page_code_blocks_run():
     for block in blocks:
         exec(compile(block, "docs/cnn.md", "exec"), ns)
     assert ns["cmp"].max_abs_z < 5.0
+
+
+def test_zero_variance_pixels_equal_the_point_mass_expectations():
+    """Zero patches (digit-like images, 'same' padding, C_b = 0): the tables split into closed
+    forms and point masses equal effth.gaussian_expectation entry by entry."""
+    from effth.pdlt import cnn as mod
+    X = np.zeros((2, 6, 6))
+    X[:, 2:4, 2:4] = np.random.default_rng(6).random((2, 2, 2)) + 0.5
+    kern = cnn_kernels(CNN("relu", depth=2, filter_size=3, padding="same"), X)
+    Kf = kern.value("K", layer=1).reshape(72, 72)
+    act = et.get_activation("relu")
+    Q, Qd = mod._pair_tables(Kf, act, True, 1e-10, 1)
+    iu, ju = np.triu_indices(72)
+    for order, T in ((0, Q), (1, Qd)):
+        want = mod._expectation_pairs(Kf, act, order, iu, ju, 1e-10)
+        np.testing.assert_allclose(T[iu, ju], want, rtol=1e-12, atol=1e-15)
