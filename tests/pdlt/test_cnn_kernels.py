@@ -308,3 +308,26 @@ def test_zero_variance_pixels_equal_the_point_mass_expectations():
     for order, T in ((0, Q), (1, Qd)):
         want = mod._expectation_pairs(Kf, act, order, iu, ju, 1e-10)
         np.testing.assert_allclose(T[iu, ju], want, rtol=1e-12, atol=1e-15)
+
+
+def test_neural_tangents_kernels_when_installed():
+    """Optional external check (neural-tangents is not a dependency): stax.Conv/Relu/Erf/
+    GlobalAvgPool/Flatten/Dense kernels, float64.  ReLU's flatten NTK differs by ~1e-9 on the
+    diagonal only, where neural-tangents takes arccos(rho) at rho = 1 - O(eps) and effth uses the
+    one-sample value <sigma' sigma'> = 1/2."""
+    pytest.importorskip("neural_tangents")
+    import pathlib
+    import sys
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+    import cnn_vs_neural_tangents as ref
+    X = np.random.default_rng(0).standard_normal((3, 5, 4, 2))
+    for act in ("relu", "erf"):
+        for padding in ("circular", "same", "valid"):
+            for readout in ("gap", "flatten"):
+                net = CNN(act, depth=3, filter_size=(3, 2), padding=padding, readout=readout,
+                          c_w=1.7, c_b=0.1)
+                kern = cnn_kernels(net, X)
+                K, T = ref.nt_kernels(act, 3, (3, 2), padding, readout, 1.7, 0.1, X)
+                np.testing.assert_allclose(kern.value("K"), K, rtol=1e-12)
+                tol = 1e-8 if (act, readout) == ("relu", "flatten") else 1e-12
+                np.testing.assert_allclose(kern.value("Theta"), T, rtol=tol)
