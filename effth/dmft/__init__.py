@@ -13,6 +13,8 @@ Three theories of Bordelon & Pehlevan, on one time grid and one result type:
   ratios (:func:`solve_random_data`, learning-rate sweeps, power laws);
 * :mod:`effth.dmft.rules` -- learning rules (GD, ρ-FA, DFA, Hebb, GLN; 2023): :func:`learning_rule`,
   :func:`lazy_entk` and the rule solvers;
+* :mod:`effth.dmft.fluctuations` -- the O(1/N) fluctuations of the DMFT from the Hessian of its
+  action (2022, App. P.7): :func:`deep_linear_fluctuations`, :func:`two_layer_fluctuations`;
 * shared: :mod:`effth.dmft.grid` (:class:`TimeGrid`, :class:`TrainingData`), :mod:`effth.dmft.result`
   (:class:`DMFTResult`), :mod:`effth.dmft.metrics` (the kernel-alignment metric of Fig. 1).
 """
@@ -20,6 +22,7 @@ Three theories of Bordelon & Pehlevan, on one time grid and one result type:
 from __future__ import annotations
 
 from effth.dmft import random_data, rules, series, solvers
+from effth.dmft.fluctuations import DMFTFluctuations, deep_linear_fluctuations, two_layer_fluctuations
 from effth.dmft.grid import TimeGrid, TrainingData, prepare_data
 from effth.dmft.metrics import kernel_alignment, layer_alignment, target_alignment
 from effth.dmft.random_data import (DepthExtrapolation, LearningRateSweep, PowerLawResult,
@@ -42,6 +45,9 @@ from effth.dmft.solvers import (check_stability, lazy_kernels, saddle_point_nlo,
 __all__ = ["random_data", "rules", "series", "solvers",
            "ApproximationComparison",
            "DMFTResult",
+           "DMFTFluctuations",
+           "deep_linear_fluctuations",
+           "two_layer_fluctuations",
            "Diagnostics",
            "Gamma0Series",
            "TimeGrid",
