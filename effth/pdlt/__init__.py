@@ -2,6 +2,8 @@ r"""The effective theory of wide networks of PDLT (Roberts & Yaida), derived by 
 
 * initialization recursions for :math:`K`, :math:`V`, :math:`G^{\{1\}}`
   (:func:`derive_initialization`, and their fast evaluation over inputs and layers, :func:`flow`);
+* infinite-channel CNN kernels, the NNGP and the NTK over pixel pairs (:func:`cnn_kernels`,
+  Novak et al. 2019, Arora et al. 2019);
 * exact finite-width deep linear networks (:mod:`effth.pdlt.deep_linear`, chapter 3);
 * the exact second layer and the single-input chi forms (:mod:`effth.pdlt.initialization.reductions`);
 * the couplings g, v of the quartic action from K, V, G1 (:mod:`effth.pdlt.initialization.couplings`);
@@ -25,6 +27,7 @@ r"""The effective theory of wide networks of PDLT (Roberts & Yaida), derived by 
 """
 
 from effth.pdlt import criticality, deep_linear, depth_asymptotics
+from effth.pdlt.cnn import CNNKernels, cnn_kernels
 from effth.pdlt.depth_asymptotics import (NTKAsymptotics, iterate_ntk_single_input, measure_ntk_asymptotics,
                                           ntk_asymptotics)
 from effth.pdlt.deep_linear import deep_linear_flow, layer_factor, single_input_moment
@@ -42,7 +45,7 @@ from effth.pdlt.learning import (AlgorithmProjectors, BayesPosterior, DeltaFlow,
                                  quadratic_model, trained_output)
 from effth.pdlt.ntk import NTK_STATISTICS, NTKFlow, NTKRecursion, derive_ntk, learning_rates, ntk_flow
 
-__all__ = ["Recursion", "derive_initialization", "initialization_flow", "mlp_flow", "RATIO",
+__all__ = ["cnn_kernels", "CNNKernels", "Recursion", "derive_initialization", "initialization_flow", "mlp_flow", "RATIO",
            "flow", "Flow", "LayerStep", "KernelScaleWarning", "WidthWarning",
            "criticality", "deep_linear", "depth_asymptotics", "ntk_asymptotics", "NTKAsymptotics",
            "iterate_ntk_single_input", "measure_ntk_asymptotics", "deep_linear_flow", "layer_factor", "single_input_moment",
