@@ -22,7 +22,7 @@ def _sym_pairs(a: np.ndarray) -> np.ndarray:
 
 def _estimate(sG, sGG, sg, sgg, sq, s3, s3x, M, *, n_prev: int, n_cur: int, first: bool,
               pid: np.ndarray, residual: bool = False) -> dict[str, np.ndarray]:
-    """Estimators from sums with a leading replicate axis ``r``.
+    r"""Estimators from sums with a leading replicate axis ``r``.
 
     Parameters
     ----------
