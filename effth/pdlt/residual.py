@@ -202,29 +202,36 @@ def mutual_information(nu_r: Any, n_out: Any = None, *, m1: Any = None, m2: Any 
 
 @public
 def optimal_gamma(r: Any, nu: Callable[[float], float], n_out: Any = None, *, m1: Any = None,
-                  m2: Any = None, tol: float = 1e-12) -> float:
+                  m2: Any = None, grid: int = 65, tol: float = 1e-12) -> float:
     r""":math:`\gamma^\star(r)`: the skip gain whose :math:`r^\star(\gamma)` (B.36) equals ``r``.
 
-    Solves :math:`\nu(\gamma)=4/[(20+3m_1+3m_2)\,r]` on :math:`[0,1)` for a decreasing
-    :math:`\nu(\gamma)` with :math:`\nu(1)=0`; returns 0 when :math:`r\le r^\star(0)` (residual
-    connections do not help below the plain network's optimum, §B.3).
+    Solves :math:`\nu(\gamma)=4/[(20+3m_1+3m_2)\,r]` on :math:`[0,1)` (sign changes on a grid of
+    ``grid`` points, refined by Brent's method) and returns the largest root, 0 if there is none
+    (for a decreasing :math:`\nu`, as in the book's (B.29), (B.35): :math:`r\le r^\star(0)`,
+    where residual connections do not help, §B.3).  The derived ReLU :math:`\nu(\gamma)`
+    (:func:`residual_nu`) first rises with :math:`\gamma`: there a small ``r`` can have two roots,
+    and the larger :math:`\gamma` is returned.
 
     Parameters
     ----------
     r : float > 0
         Aspect ratio :math:`L/n`.
     nu : callable
-        :math:`\gamma\mapsto\nu(\gamma)`, e.g. ``lambda g: residual_nu("relu", g)``.
+        :math:`\gamma\mapsto\nu(\gamma)`, e.g. ``lambda g: residual_nu("relu", g)`` or a closed form.
+    n_out, m1, m2 : int
+        Output neurons split in halves, or the two groups of (A.72).
     """
     rr = _positive(r, "r")
     a, b = _parts(n_out, m1, m2)
     if not callable(nu):
         raise DomainError("nu must be a callable gamma -> nu(gamma)")
+    n_grid = integer(grid, "grid", minimum=2)
     target = 4.0 / ((20 + 3 * a + 3 * b) * rr)
-    f0 = float(nu(0.0)) - target
-    if f0 <= 0:
-        return 0.0
-    hi = 1.0 - 1e-15
-    if float(nu(hi)) - target > 0:
-        raise DomainError("nu(gamma) does not fall below the target on [0, 1): is nu(1) = 0?")
-    return float(brentq(lambda g: float(nu(g)) - target, 0.0, hi, xtol=tol))
+    gs = np.linspace(0.0, 1.0 - 1e-9, n_grid)
+    f = np.array([float(nu(g)) - target for g in gs])
+    if not np.all(np.isfinite(f)):
+        raise DomainError("nu(gamma) is not finite on [0, 1)")
+    roots = [float(brentq(lambda g: float(nu(g)) - target, gs[k], gs[k + 1], xtol=tol))
+             for k in range(n_grid - 1) if f[k] * f[k + 1] < 0]
+    roots += [float(gs[k]) for k in range(n_grid) if f[k] == 0]
+    return max(roots) if roots else 0.0

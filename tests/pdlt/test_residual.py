@@ -175,6 +175,12 @@ def test_optimal_gamma_book_table_Kstar0():
     assert optimal_gamma(0.1, nu, n_out=2) == 0.0      # below r*(0): no skip helps
 
 
+def test_optimal_gamma_book_table_relu_printed_nu():
+    """PDLT §B.3 ReLU numbers (n_L = 2) with the printed nu = (1 - gamma^2)(5 - gamma^2) of (B.29)."""
+    for r, g in zip((0.05, 0.1, 1.0), (0.582882, 0.804118, 0.980766)):
+        assert optimal_gamma(r, book_nu, n_out=2) == pytest.approx(g, abs=1e-6)
+
+
 def test_bad_input():
     with pytest.raises(DomainError, match="gamma"):
         residual_criticality("relu", 1.0)
