@@ -43,7 +43,8 @@ from effth.pdlt.learning import (AlgorithmProjectors, BayesPosterior, DeltaFlow,
 from effth.pdlt.ntk import NTK_STATISTICS, NTKFlow, NTKRecursion, derive_ntk, learning_rates, ntk_flow
 from effth.pdlt import residual
 from effth.pdlt.residual import (ResidualCriticality, mutual_information, optimal_aspect_ratio,
-                                 optimal_gamma, residual_criticality, residual_nu)
+                                 optimal_gamma, residual_branch_gain, residual_criticality,
+                                 residual_nu)
 
 __all__ = ["Recursion", "derive_initialization", "initialization_flow", "mlp_flow", "RATIO",
            "flow", "Flow", "LayerStep", "KernelScaleWarning", "WidthWarning",
@@ -59,4 +60,4 @@ __all__ = ["Recursion", "derive_initialization", "initialization_flow", "mlp_flo
            "bayes_posterior", "BayesPosterior", "observable_update", "quadratic_model",
            "QuadraticModel", "meta_kernel", "nearly_kernel_predict", "NearlyKernelPrediction",
            "residual", "residual_criticality", "ResidualCriticality", "residual_nu",
-           "optimal_aspect_ratio", "mutual_information", "optimal_gamma"]
+           "optimal_aspect_ratio", "mutual_information", "optimal_gamma", "residual_branch_gain"]

@@ -17,7 +17,8 @@ with ``gamma=``, ``xi=``); this module adds what a practitioner asks of them:
   ReLU networks confirm the derived value (``docs/residual.md``);
 * :func:`optimal_aspect_ratio` -- :math:`r^\star=4/[(20+3m_1+3m_2)\nu]` (A.72), (A.73), (B.36);
   :func:`mutual_information` (A.71); :func:`optimal_gamma` -- :math:`\gamma^\star(r)` solving
-  :math:`r^\star(\gamma)=r` (§B.3).
+  :math:`r^\star(\gamma)=r` (§B.3);
+* :func:`residual_branch_gain` -- the hybrid rule (B.44)–(B.45) for a general residual block.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from effth.activations import get_activation
 from effth.errors import DomainError
 
 __all__ = ["ResidualCriticality", "residual_criticality", "residual_nu", "optimal_aspect_ratio",
-           "mutual_information", "optimal_gamma"]
+           "mutual_information", "optimal_gamma", "residual_branch_gain"]
 
 
 def _gamma(gamma: Any) -> float:
@@ -235,3 +236,27 @@ def optimal_gamma(r: Any, nu: Callable[[float], float], n_out: Any = None, *, m1
              for k in range(n_grid - 1) if f[k] * f[k + 1] < 0]
     roots += [float(gs[k]) for k in range(n_grid) if f[k] == 0]
     return max(roots) if roots else 0.0
+
+
+@public
+def residual_branch_gain(gamma: Any, G_zz: Any, G_RR: Any, G_Rz: Any = 0.0) -> float:
+    r"""The branch gain :math:`\xi` that preserves the mean metric of a general residual block.
+
+    PDLT §B.4: with the measured :math:`\bar G_{zz}^{(\ell)}`, :math:`\bar G_{RR}^{(\ell+1)}`
+    (B.42) and :math:`\bar G_{Rz}^{(\ell+0.5)}` (B.43, with its missing :math:`\sum_\delta`), the
+    diagonal recursion (B.44) keeps :math:`\bar G_{zz}` fixed when (B.45)
+    :math:`(1-\gamma^2)\bar G_{zz}=\xi^2\bar G_{RR}+2\gamma\xi\bar G_{Rz}`; the positive root is
+
+    .. math:: \xi=\frac{-\gamma\bar G_{Rz}+\sqrt{\gamma^2\bar G_{Rz}^2+(1-\gamma^2)\bar G_{zz}\bar G_{RR}}}{\bar G_{RR}}.
+
+    Examples
+    --------
+    >>> round(residual_branch_gain(0.5, 1.0, 1.0), 6)
+    0.866025
+    """
+    g = _gamma(gamma)
+    zz, rr = _positive(G_zz, "G_zz"), _positive(G_RR, "G_RR")
+    rz = real_scalar(G_Rz, "G_Rz")
+    if not abs(rz) < float("inf") or rz * rz > zz * rr:
+        raise DomainError(f"G_Rz must satisfy G_Rz^2 <= G_zz G_RR (Cauchy-Schwarz), got {G_Rz!r}")
+    return (-g * rz + np.sqrt(g * g * rz * rz + (1 - g * g) * zz * rr)) / rr

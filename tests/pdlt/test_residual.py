@@ -24,7 +24,7 @@ from effth.errors import DomainError
 from effth.pdlt import derive_initialization, initialization_flow, mlp_flow
 from effth.pdlt.derivation.pipeline import GAMMA, XI
 from effth.pdlt.residual import (mutual_information, optimal_aspect_ratio, optimal_gamma,
-                                 residual_criticality, residual_nu)
+                                 residual_branch_gain, residual_criticality, residual_nu)
 from effth.simulation import simulate_ensemble
 
 from ._book_residual import book_nu, book_V, book_V_single
@@ -181,7 +181,35 @@ def test_optimal_gamma_book_table_relu_printed_nu():
         assert optimal_gamma(r, book_nu, n_out=2) == pytest.approx(g, abs=1e-6)
 
 
+def test_branch_gain_B45_spec_values():
+    """PDLT (B.45) positive root: 0.866025 and 0.587883 (§B.4 test values); and it preserves (B.44)."""
+    assert residual_branch_gain(0.5, 1.0, 1.0) == pytest.approx(math.sqrt(0.75), rel=1e-12)
+    xi = residual_branch_gain(0.5, 1.0, 2.0, 0.1)
+    assert xi == pytest.approx(0.587883, abs=1e-6)
+    assert 0.25 * 1.0 + 2 * 0.5 * xi * 0.1 + xi**2 * 2.0 == pytest.approx(1.0, rel=1e-12)
+
+
+def test_branch_gain_is_redundant_for_an_mlp_block():
+    """(B.6): xi only rescales C_W and C_b; the derived V with xi equals the one with xi = 1 and
+    xi^2 C_W, xi^2 C_b (one input, T and V nonzero)."""
+    rec = derive_initialization("V", residual=True)
+    K, V, T = np.array([[0.7]]), np.full((1,) * 4, 0.3), np.full((1,) * 3, 0.2)
+    a = rec.evaluate(K, V, T=T, activation="gelu", c_w=1.2, c_b=0.1, xi=0.8, gamma=0.6)
+    b = rec.evaluate(K, V, T=T, activation="gelu", c_w=1.2 * 0.64, c_b=0.1 * 0.64, gamma=0.6)
+    np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_docs_page_code_runs():
+    import pathlib
+    import re
+    page = pathlib.Path(__file__).resolve().parents[2] / "docs" / "residual.md"
+    for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S):
+        exec(compile(block, str(page), "exec"), {})
+
+
 def test_bad_input():
+    with pytest.raises(DomainError, match="Cauchy"):
+        residual_branch_gain(0.5, 1.0, 1.0, 2.0)
     with pytest.raises(DomainError, match="gamma"):
         residual_criticality("relu", 1.0)
     with pytest.raises(DomainError, match="class"):
