@@ -41,7 +41,9 @@ from effth.pdlt.learning import (AlgorithmProjectors, BayesPosterior, DeltaFlow,
                                  observable_update, output_kernels, polation_mean, predict,
                                  quadratic_model, trained_output)
 from effth.pdlt.ntk import NTK_STATISTICS, NTKFlow, NTKRecursion, derive_ntk, learning_rates, ntk_flow
-from effth.pdlt import residual
+from effth.pdlt import information, residual
+from effth.pdlt.information import (entropy_expansion, mutual_information_expansion,
+                                    tripartite_information_expansion)
 from effth.pdlt.residual import (ResidualCriticality, mutual_information, optimal_aspect_ratio,
                                  optimal_gamma, residual_branch_gain, residual_criticality,
                                  residual_nu)
@@ -60,4 +62,6 @@ __all__ = ["Recursion", "derive_initialization", "initialization_flow", "mlp_flo
            "bayes_posterior", "BayesPosterior", "observable_update", "quadratic_model",
            "QuadraticModel", "meta_kernel", "nearly_kernel_predict", "NearlyKernelPrediction",
            "residual", "residual_criticality", "ResidualCriticality", "residual_nu",
-           "optimal_aspect_ratio", "mutual_information", "optimal_gamma", "residual_branch_gain"]
+           "optimal_aspect_ratio", "mutual_information", "optimal_gamma", "residual_branch_gain",
+           "information", "entropy_expansion", "mutual_information_expansion",
+           "tripartite_information_expansion"]
