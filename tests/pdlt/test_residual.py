@@ -224,5 +224,12 @@ def test_bad_input():
         derive_initialization("T")
     with pytest.raises(DomainError, match="n_2 = n_1"):
         MLP("relu", depth=4, widths=[8, 16, 16], gamma=0.5)
+    import effth as et
+    resnet = MLP("relu", depth=4, widths=8, c_w=1.5, gamma=0.5)
+    assert et.derive("T", net=resnet).residual
+    with pytest.raises(DomainError, match="plain-MLP form"):
+        et.derive("V", special="single-input", net=resnet)
+    with pytest.raises(DomainError, match="plain MLP"):
+        et.flow(resnet, np.ones((1, 2)))
     with pytest.raises(DomainError, match="first and the output"):
         MLP("relu", depth=3, widths=8, gamma=[0.5, 0.5, 0.0])
