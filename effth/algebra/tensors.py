@@ -310,6 +310,10 @@ class ThreePointVertex(SampleTensor):
     symmetry = ((1, 0, 2),)
     stem = "T"
 
+    def _latex_indices(self, printer) -> str:
+        idx = [printer._print(i) for i in self.indices]
+        return f"({idx[0]}{idx[1]}){idx[2]}"
+
 
 class QuadraticCoupling(SampleTensor):
     r"""Quadratic coupling :math:`g_{(\ell)}^{\alpha_1\alpha_2}` of the action (PDLT (4.44), (4.80))."""
