@@ -526,9 +526,12 @@ _GAMMA0_DESCRIPTION = (
     "vanish. Deep linear networks: the closed gamma0^2 form (this corrects their eq. (12)/(146), "
     "which for two or more hidden layers is the expansion of the gradient-independence "
     "approximation A = B = 0 of their §5; --gradient-independent prints that one), higher orders "
-    "as the Cauchy-product recursion of their eqs. (68)-(71). Two-layer nonlinear networks: "
-    "Gaussian atoms at every even order. Deep nonlinear networks: every even order, as the layer "
-    "recursion with Price propagation (their App. P.2-P.6, with the responses A, B kept). "
+    "as the equations of every order through ORDER (their eqs. (68)-(71) expanded in gamma0^2, "
+    "each coefficient in terms of the lower orders and the neighbouring layers). Two-layer "
+    "nonlinear networks: Gaussian atoms at gamma0^2. Deep nonlinear networks at gamma0^2: one-input "
+    "Gaussian moments <phi'^4>, <phi phi'^2 phi''>, ... and the several-input four-point atoms "
+    "(their App. P.2-P.6, with the responses A, B kept); above gamma0^2 the layer recursion with "
+    "Price propagation (structural). "
     "The numbers, with the exact or the NTK closure of the predictions, come from "
     "effth.dmft.gamma0_series (Python).")
 
@@ -592,7 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default=None,
                    help="with --standalone: write the document to this new file")
     d.add_argument("--single-input", action="store_true",
-                   help="K/V/G1: single-input form in chi_parallel and j/K^2 (PDLT ch. 5)")
+                   help="one input: the recursion in g, chi_par, chi_perp, h, j (PDLT (5.49)-(5.52), (5.111), ch. 9)")
     d.add_argument("--second-layer", action="store_true",
                    help="K/V/G1: the exact layer-2 form (V(1) = G1(1) = 0)")
     d.add_argument("--format", choices=("latex", "text"), default="latex",
@@ -641,6 +644,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gradient-independent", action="store_true",
                    help="expand the gradient-independence approximation A = B = 0 instead "
                    "(Bordelon & Pehlevan (2022), §5; their eq. (12) for deep linear networks)")
+    g.add_argument("--closure", choices=("exact", "ntk"), default="exact",
+                   help="predictions: the exact single-site closure or NTK-Euler (deep linear "
+                   "orders >= 4) [exact]")
+    g.add_argument("--format", choices=("latex", "text"), default="latex",
+                   help="LaTeX or plain text (deep linear orders >= 4) [latex]")
     pr = sub.add_parser(
         "predict", help="infinite-width prediction of a trained network (Bayes or gradient descent)",
         description="The statistics of an MLP's test outputs after learning at infinite width: "
@@ -764,7 +772,7 @@ def _gamma0(args, out) -> int:
     try:
         text = latex_coefficient(args.order, args.quantity, activation=activation,
                                  layer=args.layer, gradient_independent=args.gradient_independent,
-                                 **kw)
+                                 closure=args.closure, format=args.format, **kw)
     except (EffthError, ValueError) as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
     print(text, file=out)

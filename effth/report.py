@@ -606,7 +606,7 @@ def _markdown(r: ReportResult, plot_note: str) -> str:
             for s in ("K", "V", "G1"):
                 out.append(f"**{s}** (derived; must equal {_BOOK[s]}):")
                 out.append("")
-                out.append("$$" + r.recursions[s].latex() + "$$")
+                out.append("$$" + r.recursions[s].latex(env="aligned") + "$$")
                 out.append("")
             continue
         out.append("```text")
@@ -628,17 +628,16 @@ def _markdown(r: ReportResult, plot_note: str) -> str:
 
 
 def _tex(recursions: dict) -> str:
-    lines = ["% Layer recursions derived by effth (forward equation, Wick contractions over W and b,",
-             "% cumulant expansion of the layer-l expectations); see PDLT ch. 4.",
-             "% Needs \\usepackage{amsmath}.", ""]
-    for s in ("K", "V", "G1"):
-        rec = recursions[s]
-        lines.append(f"% {s}: {rec.provenance}")
-        lines.append("\\begin{multline*}")
-        lines.append(rec.latex())
-        lines.append("\\end{multline*}")
-        lines.append("")
-    return "\n".join(lines)
+    r"""``recursions.tex``: a standalone document (``pdflatex recursions.tex``) with K, V and
+    :math:`G^{\{1\}}` in the compact aligned form, the layer labels stated once."""
+    from effth.printing.formula import document
+
+    head = ["% Layer recursions derived by effth (forward equation, Wick contractions over W and b,",
+            "% cumulant expansion of the layer-l expectations); compare PDLT (4.115), (4.118), (4.119).",
+            "% Each printed form is checked equal to the derivation (exactly, term by term).", ""]
+    doc = document([recursions[s].formula() for s in ("K", "V", "G1")],
+                   title="Layer recursions at initialization", form="compact")
+    return "\n".join(head) + doc
 
 
 def _plots(r: ReportResult, outdir: Path) -> list[Path]:

@@ -38,7 +38,12 @@ def test_quick_report_writes_files_and_reads_like_a_report(tmp_path):
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "$$" in md and "verdicts" in md
     tex = (tmp_path / "rep" / "recursions.tex").read_text()
-    assert r"\langle \sigma_{\alpha_{1}} \sigma_{\alpha_{2}} \rangle" in tex.replace(r"\left", "").replace(r"\right", "")
+    assert r"\langle \sigma_{\alpha_1} \sigma_{\alpha_2} \rangle_K" in tex     # compact form
+    assert r"\begin{align*}" in tex and r"\\" in tex and "multline" not in tex
+    from effth.printing.tex import compile_tex, have_pdflatex
+    if have_pdflatex():
+        run = compile_tex(tex)
+        assert run.ok and run.worst_overfull <= 10.0, (run.errors, run.overfull)
     pytest.importorskip("matplotlib")
     assert {"metric_correction.png", "vertex.png", "width_scaling.png"} <= names
     for p in r.files:

@@ -168,7 +168,7 @@ def rendered_width(tex: str) -> float:
 def _is_coupling(f) -> bool:
     return not isinstance(f, (SampleTensor, GaussianExpectation, DerivativeExpectation,
                               HermiteExpectation, Connected, SampleSum, BlockFunction)) and \
-        not f.is_Number
+        not f.is_Number and not f.is_Add
 
 
 def _coupling_key(f) -> tuple:
@@ -188,8 +188,12 @@ def _factor_chunks(factors: list, printer) -> list:
                                                HermiteExpectation, Connected))]
     other = [f for f in factors if f not in tensors and f not in atoms]
     out = []
+    sums = [f for f in other if f.is_Add]
+    other = [f for f in other if not f.is_Add]
     if other:
         out.append(printer._print(sp.Mul(*other)))
+    # a factored sum (a common prefactor taken out) in brackets, couplings first inside
+    out.extend(rf"\big[{_plain_sum(f, printer)}\big]" for f in sorted(sums, key=_key))
     # inverse kernels next to the tensor they raise
     out.extend(printer._print(t) for t in sorted(tensors, key=lambda t: (
         isinstance(t, InverseKernel), _key(t))))
@@ -214,12 +218,27 @@ def _term_chunks(term: sp.Expr, printer) -> tuple[str, list]:
     sums = [f for f in factors if isinstance(f, SampleSum)]
     others = [f for f in factors if f not in couplings and f not in sums]
     chunks = []
-    head = []
-    if c != 1:
-        head.append(printer._print(c) if c.q == 1 else rf"\frac{{{c.p}}}{{{c.q}}}")
-    head.extend(printer._print(f) for f in couplings)
-    if head:
-        chunks.append(" ".join(head))
+    # inverse powers (1/C_W, 1/K^2) go into one fraction with the number: \frac{4 \lambda_W}{C_W}
+    inverse = [f for f in factors if f.is_Pow and f.exp.is_negative and f not in sums]
+    couplings = [f for f in couplings if f not in inverse]
+    others = [f for f in others if f not in inverse]
+    num = [printer._print(f) for f in couplings]
+    if inverse:
+        # the fraction holds the number and the hyperparameters; named functions and the width
+        # ratio follow it
+        hyper = [printer._print(f) for f in couplings if _coupling_key(f)[0] < 4]
+        rest = [printer._print(f) for f in couplings if _coupling_key(f)[0] >= 4]
+        den = ([str(c.q)] if c.q != 1 else []) + [printer._print(1 / f) for f in
+                                                  sorted(inverse, key=_coupling_key)]
+        top = " ".join(([str(c.p)] if c.p != 1 or not hyper else []) + hyper)
+        chunks.append(" ".join([rf"\frac{{{top}}}{{{' '.join(den)}}}"] + rest))
+    else:
+        head = []
+        if c != 1:
+            head.append(printer._print(c) if c.q == 1 else rf"\frac{{{c.p}}}{{{c.q}}}")
+        head.extend(num)
+        if head:
+            chunks.append(" ".join(head))
     # coefficient tensors outside the sums come before them
     chunks.extend(_factor_chunks([f for f in others if isinstance(f, SampleTensor)], printer))
     for s in sums:
@@ -317,6 +336,8 @@ class Formula:
         """The right-hand side as ``[(sign, chunks), ...]`` in print order."""
         p = self._printer(form)
         rhs = self.rhs(form)
+        if rhs == 0:
+            return [("+", ["0"])]
         terms = list(rhs.args) if isinstance(rhs, sp.Add) else [rhs]
         pieces = [_term_chunks(t, p) for t in terms]
         order = sorted(range(len(terms)), key=lambda k: _term_order(terms[k]))
@@ -420,13 +441,24 @@ def _term_order(t: sp.Expr) -> tuple:
                       and type(x).__name__ not in ("Kernel", "FrozenNTK", "InverseKernel")})
     ratio = any("frac{n" in str(x) for x in t.free_symbols)
     has_sum = t.has(SampleSum)
-    return (ratio, has_sum, len(tensors), tensors, -len(str(t)))
+    return (ratio, has_sum, len(tensors), tensors, t.could_extract_minus_sign(), -len(str(t)))
 
 
 def _plain_sum(d: sp.Expr, p) -> str:
     """A definition's right-hand side: a sum of coefficient × monomial, couplings first."""
     parts = []
-    for k, t in enumerate(sp.Add.make_args(sp.expand(d))):
+    d = sp.expand(d)
+    common = sp.factor_terms(d)
+    if common.is_Mul and any(f.is_Add for f in common.args) and d.is_Add:
+        # a prefactor common to every term is printed once: C_W (<s's'> + <s s''>)
+        outer = sp.Mul(*[f for f in common.args if not f.is_Add])
+        inner = sp.Mul(*[f for f in common.args if f.is_Add])
+        if inner.is_Add:
+            s, chunks = _term_chunks(outer * sp.Symbol("_INNER"), p)
+            body = " ".join(chunks).replace("_INNER", rf"\big({_plain_sum(inner, p)}\big)")
+            return ("- " if s == "-" else "") + body
+    terms = sorted(sp.Add.make_args(d), key=lambda t: t.could_extract_minus_sign())
+    for k, t in enumerate(terms):
         s, chunks = _term_chunks(t, p)
         lead = ("- " if s == "-" else "") if k == 0 else f"{s} "
         parts.append(lead + " ".join(chunks))
@@ -445,11 +477,17 @@ def document(formulas: Sequence, *, title: str | None = None, form: str = "edgew
     if title:
         head.append(rf"\section*{{{title}}}")
     body = []
+    conv = [c for f in formulas for c in getattr(f, "conventions", ())] if form == "compact" else []
+    if conv:
+        # the compact form's notation, said once for the whole document
+        seen = list(dict.fromkeys(conv))
+        body.append(r"\noindent Notation: $" + r"$; $".join(seen) + "$.")
     for f in formulas:
         prov = getattr(f, "provenance", "")
         if prov:
             body.append(r"\noindent " + _tex_text(prov) + r"\nopagebreak")
-        body.append(f.latex(form, env="align*", width=width))
+        kw = {"conventions": False} if conv and isinstance(f, Formula) else {}
+        body.append(f.latex(form, env="align*", width=width, **kw))
     return "\n".join(head + body + [r"\end{document}", ""])
 
 

@@ -24,7 +24,8 @@ __all__ = ["TextPrinter", "text"]
 _GREEK = {"alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "epsilon": "ε", "ell": "ℓ",
           "sigma": "σ", "lambda": "λ", "Theta": "Θ", "Omega": "Ω", "phi": "φ", "mu": "μ",
           "nu": "ν", "chi": "χ", "Delta": "Δ", "kappa": "κ", "eta": "η", "rho": "ρ", "tau": "τ",
-          "psi": "ψ", "zeta": "ζ", "xi": "ξ", "Phi": "Φ", "Gamma": "Γ"}
+          "psi": "ψ", "zeta": "ζ", "xi": "ξ", "Phi": "Φ", "Gamma": "Γ", "parallel": "∥",
+          "perp": "⊥"}
 _PRIMES = {0: "", 1: "'", 2: "''", 3: "'''"}
 
 
@@ -69,14 +70,17 @@ class TextPrinter(StrPrinter):
     def _print_SampleTensor(self, expr):
         idx = [_label(i) for i in expr.indices]
         sub = f"({idx[0]}{idx[1]})({idx[2]}{idx[3]})" if expr.symmetry == "pairpair" else "".join(idx)
+        if sub.strip("()") == "":       # one input, label dropped (PDLT §5.1)
+            sub = ""
         stem = _tex_to_text(expr.stem)
         prefix = _tex_to_text(expr.layer_prefix)
+        mark = ("^" if expr.raised else "_") if sub else ""
         if expr.layer is None:
-            return f"{stem}{'^' if expr.raised else '_'}{sub}"
+            return f"{stem}{mark}{sub}"
         layer = f"{prefix}({self._print(expr.layer).replace(' ', '')})"
         if expr.raised:
-            return f"{stem}_{layer}^{sub}"
-        return f"{stem}^{layer}_{sub}"
+            return f"{stem}_{layer}{mark}{sub}"
+        return f"{stem}^{layer}{mark}{sub}"
 
     def _print_KernelMatrix(self, expr):
         t = expr.tensor
@@ -84,12 +88,17 @@ class TextPrinter(StrPrinter):
         return f"{_tex_to_text(t.stem)}^{_tex_to_text(t.layer_prefix)}{layer}"
 
     def _print_GaussianVariable(self, expr):
-        return f"z_{_label(expr.label)}"
+        lab = _label(expr.label)
+        return f"z_{lab}" if lab else "z"
 
     def _print_ActivationFactor(self, expr):
         a = expr.order
         head = _GREEK.get(expr.name, expr.name) + (_PRIMES[a] if a in _PRIMES else f"^({a})")
-        return f"{head}_{_label(expr.label)}"
+        lab = _label(expr.label)
+        return f"{head}_{lab}" if lab else head
+
+    def _print_NamedScalar(self, expr):
+        return _tex_to_text(expr.name)
 
     def _integrand(self, F) -> str:
         return " ".join(self._print(f) for f in sp.Mul.make_args(F)) if isinstance(F, sp.Mul) \
@@ -130,8 +139,13 @@ class TextPrinter(StrPrinter):
 
     def _print_Mul(self, expr):
         c, rest = expr.as_coeff_Mul()
-        factors = [self.parenthesize(f, 45) for f in sp.Mul.make_args(rest)]
-        body = " ".join(factors)
+        args = sp.Mul.make_args(rest)
+        den = [f for f in args if f.is_Pow and f.exp.is_negative]
+        factors = [self.parenthesize(f, 45) for f in args if f not in den]
+        body = " ".join(factors) or "1"
+        if den:
+            d = " ".join(self.parenthesize(1 / f, 45) for f in den)
+            body += f" / {d}" if len(den) == 1 and " " not in d else f" / ({d})"
         if c == 1:
             return body
         if c == -1:

@@ -429,8 +429,10 @@ def test_deep_nonlinear_scope_is_explicit():
                       closure="ntk")
     from effth.dmft.series.gamma0 import latex_coefficient
     tex = latex_coefficient(2, "phi", hidden_layers=3, activation="tanh")
-    assert r"\Phi^{\ell-1}_{2,ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle" in tex
-    assert latex_coefficient(2, "ntk", hidden_layers=3, activation="tanh").startswith(r"K_{2}(t,s) =")
+    assert r"\Phi^{\ell-1}_{2,ab}\langle\phi'_\mu\phi'_\nu\rangle" in tex
+    ntk = latex_coefficient(2, "ntk", hidden_layers=3, activation="tanh")
+    assert r"K_{2}(t)&=G^{1}_{2}(t,t)\,K^{x}" in ntk             # one input, in moments
+    assert r"K_{2,\mu\nu}(t)&=G^{1}_{2,(t\mu)(t\nu)}K^{x}_{\mu\nu}" in ntk      # several inputs
 
 
 def test_compare_approximations_deep_tanh():

@@ -74,7 +74,7 @@ def test_deep_linear_symbolic():
 
 def test_latex_book_notation():
     s = derive_initialization("V").latex()
-    assert r"V^{(\ell+1)}" in s and r"\rangle_{K^{(\ell)}}" in s and "{C_W^{(\ell+1)}}^2" in s
+    assert r"V^{(\ell+1)}" in s and r"\rangle_{K^{(\ell)}}" in s and r"{C_W^{(\ell+1)}}^2" in s
 
 
 # --------------------------------------------------------------------------------------------

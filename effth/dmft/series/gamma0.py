@@ -365,18 +365,23 @@ class Gamma0Series(HiddenLayers):
         self._check_order(order)
         return latex_coefficient(order, name, hidden_layers=self.hidden_layers,
                                  activation=self.activation,
-                                 layer=layer, gradient_independent=self.gradient_independent)
+                                 layer=layer, gradient_independent=self.gradient_independent,
+                                 closure=self.closure)
 
     def _repr_latex_(self) -> str:
         return "$" + self.latex(min(2, self.order), "ntk") + "$"
 
 
 def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layers=None,
-                      activation="linear", layer=None, gradient_independent: bool = False) -> str:
+                      activation="linear", layer=None, gradient_independent: bool = False,
+                      closure: str = "exact", format: str = "latex") -> str:
     r"""LaTeX of a :math:`\gamma_0`-coefficient without computing any numbers (used by the CLI).
 
     ``depth`` (weight layers) or ``hidden_layers`` (``= depth - 1``, the paper's :math:`L`): give
     at most one; neither keeps the depth symbolic (deep linear).  See :meth:`Gamma0Series.latex`.
+    Deep linear networks above order 2: the equations of every order through ``order``
+    (:func:`effth.dmft.series.formulas.deep_linear_formulas`, with the predictions of ``closure``)
+    in an ``aligned`` block, or as plain text with ``format='text'``.
     """
     if depth is not None or hidden_layers is not None:
         hidden_layers = hidden_layer_count(depth, hidden_layers)
@@ -399,8 +404,11 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layer
                 "A": r"A^{\ell}_0=C^{\ell}_0" if not gradient_independent else "0",
                 "B": r"B^{\ell}_0=D^{\ell+1}_0" if not gradient_independent else "0"}[name]
         return rf"[{sym}]_{{\gamma_0^{{0}}}} = {lazy}"
-    if order == 2 and deep_nonlinear and name in ("phi", "g", "ntk", "A", "B"):
-        return _DEEP_NONLINEAR_LATEX[name]
+    if order == 2 and deep_nonlinear and name in ("phi", "g", "ntk", "A", "B", "f", "delta"):
+        from effth.dmft.series.formulas_nonlinear import deep_nonlinear_formulas
+
+        fm = deep_nonlinear_formulas(hidden_layers, activation=activation_label(act))
+        return fm.text() if format == "text" else fm.latex(env="aligned")
     if order == 2 and name in ("phi", "g", "ntk"):
         if linear:
             key = {"phi": "H", "g": "G", "ntk": "ntk"}[name]
@@ -422,10 +430,11 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layer
     if deep_nonlinear:
         return _deep_nonlinear_recursion(sym, order, name)
     if linear:
-        return (rf"X_{{{order}}} = \sum_{{i+j={k}}} \cdots\ \text{{(Cauchy-product recursion of }}"
-                r"G^\ell=M_g[G^{\ell+1}+\gamma_0^2DH^{\ell-1}D^\top]M_g^\top,\ "
-                r"H^\ell=H^{\ell-1}+\gamma_0^2[CY+(CY)^\top],\ M_g=(1-\gamma_0^2DC)^{-1}"
-                rf"\text{{ at order }}\gamma_0^{{{order}}})")
+        from effth.dmft.series.formulas import deep_linear_formulas
+
+        fm = deep_linear_formulas(order, hidden_layers=hidden_layers, closure=closure,
+                                  gradient_independent=gradient_independent)
+        return fm.text() if format == "text" else fm.latex(env="aligned")
     return (rf"[{sym}]_{{\gamma_0^{{{order}}}}} = \sum_{{m}} \big\langle \phi^{{(a_1)}}(u)\cdots"
             rf"\phi^{{(a_m)}}(u)\, r^{{p}} \big\rangle_{{u\sim\mathcal N(0,K^x),\,r\sim\mathcal N(0,1)}}"
             rf"\times(\text{{iterated sums of }}\Delta^0,\Delta_2,\dots)\ \text{{(order }}{order})")
@@ -449,36 +458,6 @@ def _deep_nonlinear_recursion(sym: str, order: int, name: str) -> str:
             rf" + \mathrm{{Price}}\big(\Phi^{{\ell-1}}_{{{order}}},G^{{\ell+1}}_{{{order}}}\big),"
             rf"\quad u_0\sim\mathcal N(0,\Phi^{{\ell-1}}_0),\ r_0\sim\mathcal N(0,"
             rf"G^{{\ell+1}}_0),\ \zeta\sim\mathcal N(0,I)")
-
-_PRICE = (r"\tfrac12\Phi^{\ell-1}_{2,aa}\langle\ddot\phi_\mu\phi_\nu\rangle"
-          r"+\Phi^{\ell-1}_{2,ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle"
-          r"+\tfrac12\Phi^{\ell-1}_{2,bb}\langle\phi_\mu\ddot\phi_\nu\rangle")
-_PRICE_G = (r"G^{\ell+1}_{0,\mu\nu}\big[\tfrac12\Phi^{\ell-1}_{2,aa}\langle\dddot\phi_\mu\dot\phi_\nu"
-            r"\rangle+\Phi^{\ell-1}_{2,ab}\langle\ddot\phi_\mu\ddot\phi_\nu\rangle+\tfrac12"
-            r"\Phi^{\ell-1}_{2,bb}\langle\dot\phi_\mu\dddot\phi_\nu\rangle\big]"
-            r"+G^{\ell+1}_{2,ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle")
-_FIELDS = (r"h^{(1)}=\tilde C^\ell(\dot\phi\,r),\ z^{(1)}=\tilde D^\ell\phi,\ "
-           r"h^{(2)}=\tilde C^\ell(\ddot\phi\,h^{(1)}r+\dot\phi\,z^{(1)}),\ "
-           r"z^{(2)}=\tilde D^\ell(\dot\phi\,h^{(1)})")
-_DEEP_NONLINEAR_LATEX = {
-    "phi": (r"\Phi^{\ell}_{2,ab}(t,s) = \Big[\langle\phi\phi^\top\rangle\Big]_{\gamma_0^2}"
-            r"\Big|_{" + _FIELDS + r"} + " + _PRICE
-            + r",\quad a=(t,\mu),\ b=(s,\nu),\ u\sim\mathcal N(0,\Phi^{\ell-1}_0),"
-              r"\ r\sim\mathcal N(0,G^{\ell+1}_0)"),
-    "g": (r"G^{\ell}_{2,ab}(t,s) = \Big[\langle g g^\top\rangle\Big]_{\gamma_0^2}\Big|_{g=\dot\phi(h)z}"
-          r" + " + _PRICE_G),
-    "ntk": (r"K_{2}(t,s) = G^{1}_2\odot K^x+\sum_{\ell=1}^{L-1}\big(G^{\ell+1}_2\odot\Phi^{\ell}_0"
-            r"+G^{\ell+1}_0\odot\Phi^{\ell}_2\big)+\Phi^{L}_2"),
-    "A": (r"A^{\ell}_{0,ab} = \tilde C^{\ell}_{ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle,\quad "
-          r"\tilde C^{\ell}_{ab}=A^{\ell-1}_{0,ab}+\eta\,\Theta(t>s)\,\Delta^0_\nu(s)\,"
-          r"\Phi^{\ell-1}_{0,\mu\nu}"),
-    "B": (r"B^{\ell-1}_{0,ab} = \tilde C^{\ell}_{ab}\langle\ddot\phi_\mu\ddot\phi_\nu\rangle "
-          r"G^{\ell+1}_{0,\mu\nu}+\tilde D^{\ell}_{ab}\langle\dot\phi_\mu\dot\phi_\nu\rangle"
-          r"+\delta_{ab}\sum_c\big[\tilde C^{\ell}_{ac}G^{\ell+1}_{0,\mu\gamma}\langle\dddot\phi_\mu"
-          r"\dot\phi_\gamma\rangle+\tilde D^{\ell}_{ac}\langle\ddot\phi_\mu\phi_\gamma\rangle\big],"
-          r"\quad \tilde D^{\ell}_{ab}=B^{\ell}_{0,ab}+\eta\,\Theta(t>s)\,\Delta^0_\nu(s)\,"
-          r"G^{\ell+1}_{0,\mu\nu}"),
-}
 
 
 # ---------------------------------------------------------------------- construction

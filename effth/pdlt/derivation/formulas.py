@@ -39,8 +39,8 @@ from effth.printing.structured import (BlockFunction, DerivativeExpectation,
 from effth.pdlt.derivation.ntk_forward import LAMBDA_W
 from effth.pdlt.derivation.pipeline import CW, KMAT
 
-__all__ = ["OMEGA", "CONVENTIONS", "PrintedRecursion", "book_form", "evaluate_formula",
-           "recursion_formula"]
+__all__ = ["OMEGA", "CONVENTIONS", "PrintedRecursion", "at_layer", "book_form", "evaluate_formula",
+           "recursion_formula", "single_input_formula", "SingleInputFormula"]
 
 #: The book's stochastic tensor of the NTK forward equation, PDLT (8.34) (with the NTK mean at
 #: leading order, :math:`H\to\Theta`).
@@ -85,6 +85,10 @@ class PrintedRecursion:
     def formula(self) -> Formula:
         """The :class:`~effth.printing.formula.Formula` (structured, checked equal to the
         derivation)."""
+        labels = tuple(getattr(self, "labels", ()))
+        if labels and len(set(labels)) == 1 and len(labels) > 1:
+            # one input: the book's single-input helpers (PDLT (5.49)-(5.52), (5.111))
+            return single_input_formula(self.lhs(), self._edgeworth(), labels[0], self.provenance)
         return recursion_formula(self.lhs(), self._edgeworth(), self.provenance)
 
     def _form(self, form):
@@ -145,18 +149,63 @@ def _single_input_helpers(a):
     ]
 
 
-def _drop_single_label(tex: str) -> str:
-    r"""Single-input notation: the one sample label is dropped (PDLT §5.1: :math:`K^{(\ell)}`,
-    :math:`\sigma'`, :math:`V^{(\ell)}`)."""
+def at_layer(formula: Formula, layer: int) -> Formula:
+    r"""``formula`` (a recursion from layer :math:`\ell` to :math:`\ell+1`) printed at
+    :math:`\ell=` ``layer`` (the exact second layer, PDLT (4.63), (8.23))."""
+    from effth.printing.simplify import Structured
+
+    st = formula.structured
+    sub = {ell: layer}
+    shadow = Structured(rhs=st.rhs.subs(sub), original=st.original.subs(sub), samples=st.samples)
+    return Formula(formula.lhs.subs(sub), shadow, formula.provenance, (), {})
+
+
+#: The printed sample label of a single-input formula: none (PDLT §5.1 writes :math:`K^{(\ell)}`,
+#: :math:`\langle\sigma'\sigma'\rangle_{K^{(\ell)}}`, :math:`V^{(\ell)}`).
+_BLANK = sp.Symbol("")
+
+
+def _drop_empty_subscripts(tex: str) -> str:
+    """Remove the subscripts a blank sample label leaves: ``_{}``, ``_{()()}``."""
     import re
-    return re.sub(r"_\{(?:[()]|\\alpha_\{?1\}?)+\}|_\\alpha_1(?![0-9])", "", tex)
+    return re.sub(r"_\{(?:\(\))*\}", "", tex)
 
 
 class SingleInputFormula(Formula):
-    """A single-input recursion in the book's helper functions, printed without sample labels."""
+    r"""A single-input recursion in the book's helper functions, printed without sample labels.
 
-    def latex(self, form: str = "edgeworth", **kw) -> str:
-        return _drop_single_label(super().latex("edgeworth", **kw))
+    ``form="edgeworth"`` (and ``"book"``, which coincides with it for one input) keeps the layer
+    labels; ``form="compact"`` drops them as for the general recursions."""
+
+    label: sp.Symbol = None
+
+    def _shadow(self, form: str) -> Formula:
+        from effth.printing.simplify import Structured
+
+        rhs = self.structured.rhs
+        if form == "compact":
+            rhs = compact(rhs)
+        blank = {self.label: _BLANK}
+        st = Structured(rhs=rhs.xreplace(blank), original=self.structured.original.xreplace(blank),
+                        samples=(_BLANK,))
+        lhs = compact(self.lhs) if form == "compact" else self.lhs
+        return Formula(lhs.xreplace(blank), st, self.provenance, self.conventions, {})
+
+    def rhs(self, form: str = "edgeworth") -> sp.Expr:
+        if form not in ("edgeworth", "book", "compact"):
+            return super().rhs(form)
+        return compact(self.structured.rhs) if form == "compact" else self.structured.rhs
+
+    def latex(self, form: str = "edgeworth", *, conventions: bool = True, **kw) -> str:
+        self.rhs(form)  # validates form
+        tex = self._shadow(form).latex("edgeworth", **kw)
+        if form == "compact" and conventions and kw.get("definitions", True):
+            tex = tex if kw.get("env") else tex + r",\ " + r",\ ".join(self.conventions[:1])
+        return _drop_empty_subscripts(tex)
+
+    def text(self, form: str = "edgeworth") -> str:
+        import re
+        return re.sub(r"_(?=[ ,)\]]|$)", "", self._shadow(form).text("edgeworth"), flags=re.M)
 
 
 @lru_cache(maxsize=128)
@@ -170,7 +219,9 @@ def single_input_formula(lhs: sp.Expr, expr: sp.Expr, label, provenance: str = "
 
     best, _ = in_helpers(expr, _single_input_helpers(label), lambda e: len(latex(e)))
     st = Structured(rhs=best, original=sp.expand(expr), samples=(label,))
-    return SingleInputFormula(lhs, st, provenance, CONVENTIONS, {})
+    f = SingleInputFormula(lhs, st, provenance, CONVENTIONS[:1], {})
+    f.label = label
+    return f
 
 
 # ================================================================================= the forms
@@ -287,6 +338,8 @@ def evaluate_formula(formula: Formula, form: str, *, labels: dict, K, tensors: d
         if form == "compact":          # the compact form is the Edgeworth one with labels dropped
             expr = formula.rhs("edgeworth")
     N = np.asarray(K).shape[0]
+    from effth.printing.structured import NamedScalar
+    expr = expr.replace(lambda x: isinstance(x, NamedScalar), lambda x: x.definition)
     expr = expr.xreplace({k: sp.Integer(v) for k, v in labels.items()})
     expr = expand_structured(expr, range(N))
     Ki = np.linalg.inv(K)

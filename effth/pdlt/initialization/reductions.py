@@ -48,14 +48,37 @@ class Reduction:
     lhs: sp.Expr
     expr: sp.Expr
     provenance: str
+    #: the derivation it prints from (labels set equal for a single input; at layer l for the
+    #: second layer, printed at l = 1)
+    source: sp.Expr | None = None
+    special: str | None = None
 
-    def latex(self) -> str:
-        from effth.printing import latex
+    def formula(self):
+        """The printed :class:`~effth.printing.formula.Formula` (checked equal to ``source``)."""
+        from effth.pdlt.derivation.formulas import at_layer, recursion_formula, single_input_formula
 
-        return f"{latex(self.lhs)} = {latex(self.expr)}"
+        if self.special == "single-input":
+            return single_input_formula(self.lhs, self.source, alpha(1), self.provenance)
+        # the second layer: the general form with V = G1 = 0, printed at l = 1
+        lhs = derive_initialization(self.statistic).lhs()
+        return at_layer(recursion_formula(lhs, self.source, self.provenance), 1)
+
+    def latex(self, form: str = "edgeworth", *, env: str | None = None,
+              definitions: bool = True) -> str:
+        r"""LaTeX of ``lhs = expr``: for a single input in the book's :math:`g,\chi_\parallel,
+        \chi_\perp, h, j` (PDLT (5.49)–(5.52), (5.111)) without sample labels."""
+        return self.formula().latex(form, env=env, definitions=definitions)
+
+    def text(self, form: str = "edgeworth") -> str:
+        """The equation in plain Unicode text."""
+        return self.formula().text(form)
+
+    def document(self, form: str = "edgeworth", title: str | None = None) -> str:
+        """A standalone ``.tex`` file with this recursion (compiles with ``pdflatex``)."""
+        return self.formula().document(title=title, form=form)
 
     def _repr_latex_(self) -> str:
-        return f"$${self.latex()}$$"
+        return f"$${self.latex(env='aligned')}$$"
 
     def __repr__(self) -> str:
         from effth.pdlt.initialization.recursions import derivation_repr
@@ -84,9 +107,10 @@ def second_layer(statistic: str) -> Reduction:
     rec = derive_initialization(statistic)
     e = rec.expr
     zero = {t: 0 for t in e.atoms(FourPointVertex) | e.atoms(NLOMetric)}
-    e = sp.expand(e.xreplace(zero)).subs(ell, 1)
-    return Reduction(statistic, rec.lhs().subs(ell, 1), e,
-                     f"{rec.provenance}; at l = 1 with V(1) = G1(1) = 0 (exact: layer 1 is Gaussian)")
+    general = sp.expand(e.xreplace(zero))
+    return Reduction(statistic, rec.lhs().subs(ell, 1), general.subs(ell, 1),
+                     f"{rec.provenance}; at l = 1 with V(1) = G1(1) = 0 (exact: layer 1 is Gaussian)",
+                     source=general, special="second-layer")
 
 
 @public
@@ -118,7 +142,7 @@ def single_input(statistic: str) -> Reduction:
     lhs = rec.lhs().xreplace({lab: a for lab in rec.labels})
     return Reduction(statistic, lhs, sp.collect(out, [CHI_PARALLEL, J_OVER_K2]),
                      f"{rec.provenance}; single input, Stein: chi_par = C_W<s's' + s s''>, "
-                     f"j/K^2 = C_W<(s^2)''''>")
+                     f"j/K^2 = C_W<(s^2)''''>", source=e, special="single-input")
 
 
 @public

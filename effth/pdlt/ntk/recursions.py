@@ -107,8 +107,10 @@ class NTKRecursion(PrintedRecursion):
 
     def formula(self):
         """The printed :class:`~effth.printing.formula.Formula`, in the book's sample labels."""
-        from effth.pdlt.derivation.formulas import recursion_formula
+        from effth.pdlt.derivation.formulas import recursion_formula, single_input_formula
 
+        if self.special == "single-input":
+            return single_input_formula(self.lhs(), self.expr, self.labels[0], self.provenance)
         ren = self._book_labels()
         return recursion_formula(self.lhs().xreplace(ren), self.expr.xreplace(ren), self.provenance)
 
