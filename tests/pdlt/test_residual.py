@@ -233,3 +233,17 @@ def test_bad_input():
         et.flow(resnet, np.ones((1, 2)))
     with pytest.raises(DomainError, match="first and the output"):
         MLP("relu", depth=3, widths=8, gamma=[0.5, 0.5, 0.0])
+
+
+@pytest.mark.parametrize("method", ["conditional", "weights"])
+def test_branch_gain_in_simulated_networks(method):
+    """xi != 1 in the simulator, literal weights or conditional sampling: G of layer 3 (ReLU,
+    gamma = 0.5, xi = 0.8, xi^2 C_W = 1.5) is the derived K + G1/n within 4.5 SE, K alone rejected."""
+    net = MLP("relu", depth=4, widths=16, c_w=1.5 / 0.64, gamma=0.5, xi=0.8)
+    X = np.array([[1.0, 0.3, -0.5]])
+    st = simulate_ensemble(net, X, networks=200_000, seed=11, method=method, layers=[3])
+    f = mlp_flow(net, X)
+    G, Ge = st.value("G", 3).ravel()[0], st.stderr("G", 3).ravel()[0]
+    K, G1 = f["K"][2].ravel()[0], f["G1"][2].ravel()[0]
+    assert abs(G - K - G1 / 16) < 4.5 * Ge
+    assert abs(G - K) > 4.5 * Ge
