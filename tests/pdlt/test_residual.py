@@ -199,6 +199,7 @@ def test_branch_gain_is_redundant_for_an_mlp_block():
     np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_docs_page_code_runs():
     import pathlib
     import re
@@ -235,7 +236,7 @@ def test_bad_input():
         MLP("relu", depth=3, widths=8, gamma=[0.5, 0.5, 0.0])
 
 
-@pytest.mark.parametrize("method", ["conditional", "weights"])
+@pytest.mark.parametrize("method", ["conditional", pytest.param("weights", marks=pytest.mark.slow)])
 def test_branch_gain_in_simulated_networks(method):
     """xi != 1 in the simulator, literal weights or conditional sampling: G of layer 3 (ReLU,
     gamma = 0.5, xi = 0.8, xi^2 C_W = 1.5) is the derived K + G1/n within 4.5 SE, K alone rejected."""
