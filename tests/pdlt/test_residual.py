@@ -109,6 +109,19 @@ def test_relu_nu_exceeds_B29_by_the_third_cumulant():
     assert nu == pytest.approx(book_nu(g) + 16 / math.pi * g * (1 + g) * (1 - g * g), rel=1e-9)
 
 
+def test_leaky_relu_nu_printed_and_corrected():
+    """Leaky ReLU (a_- = 0.1): at gamma = 0 the printed nu = 4.882364 (§A.4); at gamma = 0.5 the derived
+    flow equals the corrected scale-invariant (B.29), re-derived by hand from the single-input
+    reductions: (1-g^2)[(1-g^2)(3A4/A2^2 - 1) + 4g^2 + (4/pi) g (1+g) (a_+^2 - a_-^2)^2 / A2^2]."""
+    from effth.activations import get_activation
+    act = get_activation("leaky_relu", slope=0.1)
+    assert residual_nu(act, 0.0, depth=4) == pytest.approx(4.882364, abs=1e-6)
+    g, A2, A4 = 0.5, (1 + 0.01) / 2, (1 + 1e-4) / 2
+    corrected = (1 - g * g) * ((1 - g * g) * (3 * A4 / A2**2 - 1) + 4 * g * g
+                               + 4 / math.pi * g * (1 + g) * (1 - 0.01) ** 2 / A2**2)
+    assert residual_nu(act, g, depth=40) == pytest.approx(corrected, rel=1e-9)
+
+
 # ------------------------------------------------------------------------ measured
 def _relu_layer3(n, networks, seed):
     net = MLP("relu", depth=4, widths=n, c_w=1.5, gamma=0.5)
