@@ -70,7 +70,27 @@ def test_three_point_vertex(measured):
     st, f = out[n]
     T, Te = n * st.value("kappa3_cross", 4), n * st.stderr("kappa3_cross", 4)
     assert np.all(np.abs(T - f["T"][3]) < Z * Te)
+    # same neuron: the three channels delta_{i1 i2} T_(12)3 + delta_{i1 i3} T_(13)2 + delta_{i2 i3} T_(23)1
+    Tt = f["T"][3]
+    same = Tt + np.einsum("acb->abc", Tt) + np.einsum("bca->abc", Tt)
+    S, Se = n * st.value("kappa3_same", 4), n * st.stderr("kappa3_same", 4)
+    assert np.all(np.abs(S - same) < Z * Se)
     if act == "relu":
         assert np.max(np.abs(T - 0.9 * f["T"][3]) / Te) > Z
     else:
         assert np.all(f["T"][3] == pytest.approx(0.0, abs=1e-12))
+
+
+def test_same_neuron_four_point_is_three_channels(measured):
+    """kappa4_same -> (V_(12)(34) + V_(13)(24) + V_(14)(23))/n: the pair-channel structure of the
+    layer cumulants the pipeline assumes holds behind skip connections too (n = 128, O(1/n^2) aside)."""
+    _, out = measured
+    n = WIDTHS[-1]
+    st, f = out[n]
+    Vt = f["V"][3]
+    three = Vt + np.einsum("acbd->abcd", Vt) + np.einsum("adbc->abcd", Vt)
+    k, ke = n * st.value("kappa4_same", 4), n * st.stderr("kappa4_same", 4)
+    meas_V, meas_Ve = st.value("V", 4), st.stderr("V", 4)
+    # compare with the measured V's channels, so that the shared O(1/n) correction cancels
+    three_meas = meas_V + np.einsum("acbd->abcd", meas_V) + np.einsum("adbc->abcd", meas_V)
+    assert np.all(np.abs(k - three_meas) < Z * np.sqrt(ke**2 + 3 * meas_Ve**2))
