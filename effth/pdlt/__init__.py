@@ -22,6 +22,9 @@ r"""The effective theory of wide networks of PDLT (Roberts & Yaida), derived by 
   the :math:`O(1/n)` ensemble mean and covariance (:func:`algorithm_projectors`,
   :func:`trained_output`, :func:`finite_width_mean`, :func:`finite_width_covariance`;
   ``predict(..., widths=n)``; PDLT §∞.2);
+* residual MLPs (PDLT app. B): the same derivation with skip legs (``residual=True``), the
+  critical :math:`C_W(\gamma)`, :math:`\nu(\gamma)`, the optimal aspect ratio :math:`r^\star` of
+  app. A and :math:`\gamma^\star(r)` (:mod:`effth.pdlt.residual`);
 * Bayesian learning at finite width (:func:`bayes_posterior`, PDLT §6.4) and nearly-kernel
   methods (:func:`quadratic_model`, :func:`nearly_kernel_predict`, PDLT §11.4).
 """
@@ -44,6 +47,12 @@ from effth.pdlt.learning import (AlgorithmProjectors, BayesPosterior, DeltaFlow,
                                  observable_update, output_kernels, polation_mean, predict,
                                  quadratic_model, trained_output)
 from effth.pdlt.ntk import NTK_STATISTICS, NTKFlow, NTKRecursion, derive_ntk, learning_rates, ntk_flow
+from effth.pdlt import information, residual
+from effth.pdlt.information import (entropy_expansion, mutual_information_expansion,
+                                    tripartite_information_expansion)
+from effth.pdlt.residual import (ResidualCriticality, mutual_information, optimal_aspect_ratio,
+                                 optimal_gamma, residual_branch_gain, residual_criticality,
+                                 residual_nu)
 
 __all__ = ["cnn_kernels", "CNNKernels", "Recursion", "derive_initialization", "initialization_flow", "mlp_flow", "RATIO",
            "flow", "Flow", "LayerStep", "KernelScaleWarning", "WidthWarning",
@@ -58,4 +67,8 @@ __all__ = ["cnn_kernels", "CNNKernels", "Recursion", "derive_initialization", "i
            "algorithm_projectors", "AlgorithmProjectors", "trained_output", "TrainedOutput",
            "finite_width_mean", "FiniteWidthMean", "finite_width_covariance", "FiniteWidthCovariance",
            "bayes_posterior", "BayesPosterior", "observable_update", "quadratic_model",
-           "QuadraticModel", "meta_kernel", "nearly_kernel_predict", "NearlyKernelPrediction"]
+           "QuadraticModel", "meta_kernel", "nearly_kernel_predict", "NearlyKernelPrediction",
+           "residual", "residual_criticality", "ResidualCriticality", "residual_nu",
+           "optimal_aspect_ratio", "mutual_information", "optimal_gamma", "residual_branch_gain",
+           "information", "entropy_expansion", "mutual_information_expansion",
+           "tripartite_information_expansion"]

@@ -467,6 +467,8 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         lw = _per_layer(lambda_w, L, "lambda_w")
         Th = lb[0] + lw[0] * (X @ X.T) / X.shape[1]
         _check_theta(Th, X.shape[0])     # lambda_b + lambda_W X X^T/n_0: PSD by construction
+        from effth.arch._common import require_plain
+        require_plain(net, "ntk_flow")
         act = net.act
         kw: dict = {"net": net, "X": X}
     else:
