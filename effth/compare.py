@@ -77,7 +77,8 @@ def _distinct_mask(*arrays: np.ndarray) -> np.ndarray:
         return np.allclose(a, np.transpose(a, g), rtol=1e-12, atol=1e-14 * scale, equal_nan=True)
 
     gens = [g for g in _generators(a0.ndim)
-            if all(a.shape == a0.shape and same(a, g) for a in arrays)]
+            if tuple(a0.shape[k] for k in g) == a0.shape
+            and all(a.shape == a0.shape and same(a, g) for a in arrays)]
     mask = np.ones(a0.shape, dtype=bool)
     if not gens or a0.size == 0:
         return mask
