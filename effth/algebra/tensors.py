@@ -67,6 +67,7 @@ __all__ = [
     "NLOMetric",
     "FourPointVertex",
     "RaisedFourPointVertex",
+    "SixPointVertex",
     "ThreePointVertex",
     "QuadraticCoupling",
     "Propagator",
@@ -292,6 +293,27 @@ class RaisedFourPointVertex(FourPointVertex):
     r"""Vertex with raised indices :math:`V_{(\ell)}^{(\alpha_1\alpha_2)(\alpha_3\alpha_4)}` (PDLT (4.83))."""
 
     raised = True
+
+
+@public
+class SixPointVertex(SampleTensor):
+    r"""Six-point vertex :math:`U^{(\ell)}_{(\alpha_1\alpha_2)(\alpha_3\alpha_4)(\alpha_5\alpha_6)}`
+    (PDLT epilogue (ε.17)–(ε.20), written :math:`U_6` to avoid the ddNTK tensor :math:`U`).
+
+    The connected six-point function of layer :math:`\ell` at its leading order,
+    :math:`\mathbb E[z_{i_1;\alpha_1}\cdots z_{i_6;\alpha_6}]\big|_c=\frac1{n_{\ell-1}^2}
+    \big[\delta_{i_1i_2}\delta_{i_3i_4}\delta_{i_5i_6}U_{(\alpha_1\alpha_2)(\alpha_3\alpha_4)
+    (\alpha_5\alpha_6)}+\text{14 pairings}\big]`.  Symmetric under swaps within each pair and
+    permutations of the three pairs (order 48).
+    """
+
+    rank = 6
+    symmetry = ((1, 0, 2, 3, 4, 5), (2, 3, 0, 1, 4, 5), (2, 3, 4, 5, 0, 1))
+    stem = "{U_6}"
+
+    def _latex_indices(self, printer) -> str:
+        idx = [printer._print(i) for i in self.indices]
+        return f"({idx[0]}{idx[1]})({idx[2]}{idx[3]})({idx[4]}{idx[5]})"
 
 
 class ThreePointVertex(SampleTensor):
