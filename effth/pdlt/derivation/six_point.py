@@ -52,20 +52,41 @@ import sympy as sp
 
 from effth._signature import public
 from effth.algebra.cumulants import Moment, moments_to_cumulants, set_partitions
-from effth.algebra.expectation import GaussianExpectation, expand_expectations, sigma
+from effth.algebra.expectation import GaussianExpectation, expand_expectations, sigma, z
 from effth.algebra.expectation.variables import GaussianVariable
-from effth.algebra.tensors import FourPointVertex, SixPointVertex
+from effth.algebra.tensors import FourPointVertex, Kernel, SixPointVertex
 from effth.algebra.indices import alpha, ell
 from effth.algebra.wick import collapse_neurons, enumerate_pairings
 
 from effth.pdlt.derivation.pipeline import (CW, KMAT, N_L, N_PREV, RATIO, _labels_of, edgeworth_coefficient,
                                             layer_expectation, order_coefficient, truncate)
 
-__all__ = ["six_point_cumulant", "derive_six_point_vertex", "linked_cumulant"]
+__all__ = ["six_point_cumulant", "derive_six_point_vertex", "linked_cumulant", "six_point_flow"]
 
 
-def _atom(F: sp.Expr, labels: tuple) -> sp.Expr:
-    r""":math:`\langle\partial_{\gamma_1}\cdots\partial_{\gamma_k}F\rangle_{K^{(\ell)}}` (Edgeworth atom)."""
+#: Edgeworth coefficient of the sixth cumulant, :math:`1/6!` (the value
+#: :func:`~effth.pdlt.derivation.pipeline.edgeworth_coefficient` derives from the moment-cumulant
+#: relation; that derivation enumerates 6^6 slot tuples, so it is checked in a slow test).
+_C6 = sp.Rational(1, 720)
+
+
+def _atom(F: sp.Expr, labels: tuple, form: str = "edgeworth") -> sp.Expr:
+    r""":math:`\langle\partial_{\gamma_1}\cdots\partial_{\gamma_k}F\rangle_{K^{(\ell)}}` (Edgeworth atom).
+
+    ``form="hermite"`` (one input, all labels equal): Stein's identity run backwards,
+    :math:`\langle\partial^kF\rangle_K=K^{-k}\langle F\,{\rm He}_k(z;K)\rangle_K` with the
+    Hermite polynomial of variance :math:`K` (PDLT (4.115), (4.119) single input), so no
+    derivative of :math:`\sigma` is taken (kinked activations).
+    """
+    if form == "hermite" and labels:
+        if len(set(labels)) != 1:
+            raise ValueError("the Hermite form is derived for a single input only")
+        a = labels[0]
+        Kaa = Kernel(a, a, ell)
+        x = sp.Symbol("x")
+        he = sp.expand(Kaa ** (sp.Rational(len(labels), 2)) * sp.hermite_prob(len(labels), x)
+                       .subs(x, z(a) / sp.sqrt(Kaa)))
+        return expand_expectations(GaussianExpectation(sp.expand(F * he), KMAT)) / Kaa ** len(labels)
     dF = sp.diff(F, *[GaussianVariable(a) for a in labels]) if labels else F
     return expand_expectations(GaussianExpectation(sp.expand(dF), KMAT))
 
@@ -116,11 +137,11 @@ def _kappa6_linked(mu) -> sp.Expr:
     return out / N_PREV ** 2
 
 
-def _linked_three(blocks: list) -> sp.Expr:
+def _linked_three(blocks: list, form: str = "edgeworth") -> sp.Expr:
     r"""Joint cumulant of :math:`F_0(z_j),F_1(z_k),F_2(z_l)`, distinct neurons, at :math:`O(1/n^2)`."""
     out = sp.S.Zero
     for key, k in _cross_slots(blocks, 6, _kappa6_linked).items():
-        out += edgeworth_coefficient(6) * k * sp.Mul(*[_atom(F, lab) for F, lab in zip(blocks, key)])
+        out += _C6 * k * sp.Mul(*[_atom(F, lab, form) for F, lab in zip(blocks, key)])
     # second order of exp(Σ κ4 ∂^4/4!): (1/2)(D4)^2, the two factors linking different neuron pairs
     d4 = _cross_slots(blocks, 4, _kappa4_cross)
     c4 = edgeworth_coefficient(4)
@@ -130,12 +151,24 @@ def _linked_three(blocks: list) -> sp.Expr:
         if touched1 == touched2 or len(touched1 | touched2) != 3:
             continue        # a chain j-k-l links all three neurons; anything else is disconnected
         labs = [tuple(sorted(a + b, key=sp.default_sort_key)) for a, b in zip(k1, k2)]
-        out += sp.Rational(1, 2) * c4 ** 2 * v1 * v2 * sp.Mul(*[_atom(F, lab) for F, lab in zip(blocks, labs)])
+        out += sp.Rational(1, 2) * c4 ** 2 * v1 * v2 * sp.Mul(*[_atom(F, lab, form) for F, lab in zip(blocks, labs)])
     return sp.expand(out)
 
 
+def _two_neuron_hermite(blocks: list) -> sp.Expr:
+    r"""Two distinct neurons to :math:`O(1/n)` in the Hermite form (the cross-neuron four-point term
+    of :func:`~effth.pdlt.derivation.pipeline.layer_expectation`; single-neuron shifts cancel in the
+    cumulant and are left out)."""
+    gauss = sp.Mul(*[GaussianExpectation(F, KMAT) for F in blocks])
+    out = gauss
+    if len(blocks) == 2:
+        for key, k in _cross_slots(blocks, 4, _kappa4_cross).items():
+            out += edgeworth_coefficient(4) * k * sp.Mul(*[_atom(F, lab, "hermite") for F, lab in zip(blocks, key)])
+    return out
+
+
 @public
-def linked_cumulant(variables, order: int | None = None) -> sp.Expr:
+def linked_cumulant(variables, order: int | None = None, form: str = "edgeworth") -> sp.Expr:
     r"""Joint cumulant :math:`\kappa(X_1,\ldots,X_m)` of functions of layer-:math:`\ell` neurons, at leading order.
 
     Parameters
@@ -163,7 +196,7 @@ def linked_cumulant(variables, order: int | None = None) -> sp.Expr:
         if len(variables) != 3:
             raise NotImplementedError("three neurons are derived for one function per neuron only")
         by = {b: F for b, F in variables}
-        return _linked_three([by[b] for b in neurons])
+        return _linked_three([by[b] for b in neurons], form)
     if d > 3:
         raise NotImplementedError("linked cumulants over more than three neurons are not derived")
     poly = moments_to_cumulants(tuple(range(len(variables))))
@@ -174,6 +207,8 @@ def linked_cumulant(variables, order: int | None = None) -> sp.Expr:
             fs = [variables[i][1] for i in labels if variables[i][0] == b]
             if fs:
                 blocks.append(sp.Mul(*fs))
+        if form == "hermite" and d == 2:
+            return _two_neuron_hermite(blocks)
         return layer_expectation(blocks, d - 1)
 
     out = poly.replace(lambda e: isinstance(e, Moment), lambda e: moment(e.labels))
@@ -182,7 +217,7 @@ def linked_cumulant(variables, order: int | None = None) -> sp.Expr:
 
 
 @lru_cache(maxsize=None)
-def six_point_cumulant(samples: tuple) -> sp.Expr:
+def six_point_cumulant(samples: tuple, form: str = "edgeworth") -> sp.Expr:
     r"""The connected six-point function of layer :math:`\ell+1` on neurons :math:`(1,1,2,2,3,3)`, at :math:`O(1/n^2)`.
 
     Steps 1–4 of the module docstring; ``samples`` are the six sample labels.  The widths are kept
@@ -199,12 +234,12 @@ def six_point_cumulant(samples: tuple) -> sp.Expr:
         for part in set_partitions([0, 1, 2]):
             count = sp.Mul(*[N_L - k for k in range(len(part))])
             var = [(nb, funcs[i]) for nb, blk in enumerate(part) for i in blk]
-            total += delta * (CW / N_L) ** 3 * count * linked_cumulant(var, len(part) - 1)
+            total += delta * (CW / N_L) ** 3 * count * linked_cumulant(var, len(part) - 1, form)
     return truncate(total, 2)
 
 
 @public
-def derive_six_point_vertex(single_input: bool = False) -> tuple:
+def derive_six_point_vertex(single_input: bool = False, form: str = "edgeworth") -> tuple:
     r""":math:`U^{(\ell+1)}_{6\,(\alpha_1\alpha_2)(\alpha_3\alpha_4)(\alpha_5\alpha_6)}` as ``(expr, labels)``.
 
     ``expr`` holds :math:`C_W^{(\ell+1)}`, :data:`~effth.pdlt.derivation.pipeline.RATIO`
@@ -215,7 +250,11 @@ def derive_six_point_vertex(single_input: bool = False) -> tuple:
     a = tuple(alpha(k) for k in range(1, 7))
     if single_input:
         a = (a[0],) * 6
-    kappa = six_point_cumulant(a)
+    if form not in ("edgeworth", "hermite"):
+        raise ValueError(f"form must be 'edgeworth' or 'hermite', got {form!r}")
+    if form == "hermite" and not single_input:
+        raise ValueError("form='hermite' is derived for a single input only (single_input=True)")
+    kappa = six_point_cumulant(a, form)
     if order_coefficient(kappa, 0) != 0 or order_coefficient(kappa, 1) != 0:
         raise AssertionError("the linked six-point function has a part below O(1/n^2)")
     e = sp.expand(N_L ** 2 * order_coefficient(kappa, 2)).subs(N_L, RATIO * N_PREV)
@@ -223,3 +262,80 @@ def derive_six_point_vertex(single_input: bool = False) -> tuple:
     if e.has(N_L) or e.has(N_PREV):
         raise AssertionError(f"U6: widths do not cancel into n_l/n_(l-1): {e}")
     return e, (a if not single_input else (a[0],))
+
+
+@lru_cache(maxsize=None)
+def _single_input_step():
+    from effth.codegen import compile_step
+    from effth.pdlt.derivation.pipeline import CW as _CW
+
+    expr, (a,) = derive_six_point_vertex(True, "hermite")
+    expr = expr.xreplace({a: sp.Integer(0)})
+    return lambda act: compile_step({"out": [expr]}, {KMAT: "K", FourPointVertex: "V", SixPointVertex: "U6"},
+                                    activation=act, params={"C_W": _CW, "ratio": RATIO})
+
+
+def _positive(x, name):
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__}") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise ValueError(f"{name} must be finite and > 0, got {x!r}")
+    return v
+
+
+@public
+def six_point_flow(K1, depth: int, activation, c_w=1.0, c_b=0.0, ratios=1.0) -> dict:
+    r"""Single-input flow of :math:`K`, :math:`V` and the six-point vertex :math:`U_6` from layer 1.
+
+    Iterates the derived recursion (:func:`derive_six_point_vertex`, PDLT epilogue (ε.20) for ReLU)
+    together with the derived :math:`K` (4.118) and :math:`V` (4.119), from the Gaussian first
+    layer :math:`V^{(1)}=U_6^{(1)}=0`.  The measured connected six-point function of
+    layer :math:`\ell` is :math:`U_6^{(\ell)}/n_{\ell-1}^2` per pairing of equal neurons.
+
+    Parameters
+    ----------
+    K1 : float
+        :math:`K^{(1)}>0` of the one input.
+    depth : int
+        Last layer :math:`L\ge1`.
+    activation : str or Activation
+    c_w, c_b, ratios : float
+        :math:`C_W>0`, :math:`C_b\ge0` of every layer :math:`\ge2`; :math:`n_\ell/n_{\ell-1}>0`.
+
+    Returns
+    -------
+    dict
+        ``{"K": [...], "V": [...], "U6": [...]}`` floats indexed by ``layer - 1``.
+
+    Examples
+    --------
+    >>> fl = six_point_flow(1.0, 3, "relu", c_w=2.0)
+    >>> [round(u, 6) for u in fl["U6"]]          # 75 l^2 - 181 l + 106 at criticality
+    [0.0, 44.0, 238.0]
+    """
+    import numpy as np
+
+    from effth.pdlt.initialization.recursions import initialization_flow
+
+    K1 = _positive(K1, "K1")
+    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
+        raise ValueError(f"depth must be an int >= 1, got {depth!r}")
+    cw = _positive(c_w, "c_w")
+    try:
+        cb = float(c_b)
+    except (TypeError, ValueError):
+        raise TypeError(f"c_b must be a real number, got {type(c_b).__name__}") from None
+    if not cb >= 0 or cb == float("inf"):
+        raise ValueError(f"c_b must be finite and >= 0, got {c_b!r}")
+    rho = _positive(ratios, "ratios")
+    base = initialization_flow(np.array([[K1]]), depth, activation, c_w=cw, c_b=cb, ratios=rho)
+    step = _single_input_step()(activation)
+    U6 = [0.0]
+    for layer in range(1, depth):
+        K, V = base["K"][layer - 1], base["V"][layer - 1]
+        u = np.full((1,) * 6, U6[-1])
+        U6.append(float(np.asarray(step(K=K, V=V, U6=u, C_W=cw, ratio=rho)["out"]).reshape(-1)[0]))
+    return {"K": [float(k[0, 0]) for k in base["K"]], "V": [float(v.reshape(-1)[0]) for v in base["V"]],
+            "U6": U6}
