@@ -48,13 +48,14 @@ from effth.pdlt.learning import (AlgorithmProjectors, BayesPosterior, DeltaFlow,
                                  quadratic_model, trained_output)
 from effth.pdlt.ntk import NTK_STATISTICS, NTKFlow, NTKRecursion, derive_ntk, learning_rates, ntk_flow
 from effth.pdlt import information, residual
+from effth.pdlt.derivation.six_point import derive_six_point_vertex, six_point_flow
 from effth.pdlt.information import (entropy_expansion, mutual_information_expansion,
                                     tripartite_information_expansion)
 from effth.pdlt.residual import (ResidualCriticality, mutual_information, optimal_aspect_ratio,
                                  optimal_gamma, residual_branch_gain, residual_criticality,
                                  residual_nu)
 
-__all__ = ["cnn_kernels", "CNNKernels", "Recursion", "derive_initialization", "initialization_flow", "mlp_flow", "RATIO",
+__all__ = ["derive_six_point_vertex", "six_point_flow", "cnn_kernels", "CNNKernels", "Recursion", "derive_initialization", "initialization_flow", "mlp_flow", "RATIO",
            "flow", "Flow", "LayerStep", "KernelScaleWarning", "WidthWarning",
            "criticality", "deep_linear", "depth_asymptotics", "ntk_asymptotics", "NTKAsymptotics",
            "iterate_ntk_single_input", "measure_ntk_asymptotics", "deep_linear_flow", "layer_factor", "single_input_moment",

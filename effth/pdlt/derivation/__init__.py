@@ -9,6 +9,9 @@ r"""The derivation pipeline shared by every derived PDLT object.
 * :mod:`.ntk_pipeline` -- the same pipeline on joint moments of :math:`z`, :math:`\hat H`,
   :math:`\widehat{dH}`, :math:`\widehat{ddH}`.
 
+* :mod:`.six_point` -- the same steps one order further in :math:`1/n`: the six-point vertex
+  :math:`U_6` (PDLT epilogue (ε.17)–(ε.20)).
+
 The initialization recursions (:mod:`effth.pdlt.initialization`) and the NTK hierarchy
 (:mod:`effth.pdlt.ntk`) are both outputs of this one pipeline.
 """
