@@ -182,3 +182,10 @@ def test_bad_inputs(kw, exc):
         derive_six_point_vertex(False, "hermite")
     with pytest.raises(ValueError):
         derive_six_point_vertex(True, "book")
+
+
+def test_single_input_latex():
+    from effth.pdlt.derivation.formulas import single_input_formula
+    e, (a,) = derive_six_point_vertex(True)
+    tex = single_input_formula(SixPointVertex(*(a,) * 6, ell + 1), e, a, "derived").latex()
+    assert "{U_6}^{(\\ell+1)}" in tex and "{U_6}^{(\\ell)}" in tex and "V^{(\\ell)}" in tex
