@@ -272,6 +272,7 @@ def _layout_term(coef, roots, labels, namer) -> _Printed:
         for c in sorted(kids, key=lambda c: repr(_tfun(c))):
             labs = visit(c, out)
             wfac.append((namer.name(_tfun(c)), labs))
+    atom.sort(key=lambda a: (0, labels.index(a[1])) if isinstance(a[1], str) else (1, a[1]))
     return _Printed(coef, dummies, kfac, atom, wfac)
 
 
@@ -291,7 +292,7 @@ def _term_tex(t: _Printed, first: bool, swap: bool) -> str:
         parts.append(r"\sum_{" + "".join(g(x) for x in t.dummies) + "}")
     parts += [f"K^{{x}}_{{{g(a)}{g(b)}}}" for a, b in t.kfac]
     parts.append(r"\langle " + "".join(_deriv_tex(d, g(lab)) for d, lab in t.atom) + r"\rangle")
-    parts += [f"w_{{{k},{''.join(g(x) for x in labs)}}}" for k, labs in t.wfac]
+    parts += [f"w_{{{k},{''.join(g(x) for x in labs)}}}(t)" for k, labs in t.wfac]
     body = r"\,".join(parts)
     if swap:
         body = rf"\big[{body}+(\mu\leftrightarrow\nu)\big]"
@@ -305,7 +306,7 @@ def _term_txt(t: _Printed, first: bool, swap: bool) -> str:
         parts.append("sum_(" + ",".join(g(x) for x in t.dummies) + ")")
     parts += [f"Kx({g(a)},{g(b)})" for a, b in t.kfac]
     parts.append("<" + " ".join(_deriv_txt(d, g(lab)) for d, lab in t.atom) + ">")
-    parts += [f"w{k}(" + ",".join(g(x) for x in labs) + ")" for k, labs in t.wfac]
+    parts += [f"w{k}(" + ",".join(g(x) for x in labs) + "; t)" for k, labs in t.wfac]
     body = " ".join(parts)
     if swap:
         body = f"[{body} + (mu<->nu)]"
@@ -479,14 +480,16 @@ class TwoLayerSeriesFormulas:
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, kx, y, *, activation, eta: float, steps: int, nodes: int | None = None,
-                 span: float = 9.0) -> dict:
+                 span: float | None = None) -> dict:
         r"""Evaluate the printed terms on a grid: ``{'phi', 'g', 'ntk': (M, T, n, n), 'f': (M, T, n),
         'delta': (M, T, P), 'loss': (M, T)}`` with ``M = order/2 + 1`` (the even orders).
 
         The Gaussian atoms are sums over a product trapezoid rule with ``nodes`` points per
         dimension on ``[-span, span]`` standard deviations in the eigen-coordinates of :math:`K^x`
-        (default 241 points for one dimension, 121 for two, 41 for three; independent of the
-        engine's rule); the :math:`r`-moments are the exact ones in the coefficients; the time
+        (default: 241 points for one dimension, 121 for two, 41 for more, on ``span = 9``; for a
+        polynomial activation, whose atoms at :math:`\gamma_0^6` are polynomials of degree ~40
+        with Gaussian tails past 9, ``span = 12`` and 81 points -- 61 points on ``span = 9`` are
+        off by 6e-12; independent of the engine's rule); the :math:`r`-moments are the exact ones in the coefficients; the time
         functions are the printed iterated sums.  The sums over the training labels and the
         rule's points are done tree by tree (a subtree shared by several terms is summed once).
         """
@@ -508,8 +511,11 @@ class TwoLayerSeriesFormulas:
         keep = lam > 1e-12 * max(1.0, lam[-1])
         B = Q[:, keep] * np.sqrt(lam[keep])                    # u = B xi, xi ~ N(0, I)
         k = B.shape[1]
+        poly = act.polynomial_degree is not None
+        if span is None:
+            span = 12.0 if poly else 9.0
         if nodes is None:
-            nodes = {1: 241, 2: 121}.get(k, 41)
+            nodes = 81 if poly else {1: 241, 2: 121}.get(k, 41)
         x = np.linspace(-span, span, int(nodes))
         w1 = np.exp(-0.5 * x ** 2) * (x[1] - x[0]) / np.sqrt(2 * np.pi)
         xi = np.stack(np.meshgrid(*([x] * k), indexing="ij"), axis=-1).reshape(-1, k)
@@ -635,7 +641,7 @@ def two_layer_formulas(order: int, *, activation: str = r"\phi") -> TwoLayerSeri
     --------
     >>> fm = two_layer_formulas(4)
     >>> fm.term_count("phi", 2), "\\" in fm.text()
-    (5, False)
+    (4, False)
     """
     if int(order) != order or order < 0 or order % 2:
         raise DomainError(f"order={order!r} must be a non-negative even integer (odd orders vanish)")

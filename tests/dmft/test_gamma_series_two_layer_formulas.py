@@ -1,0 +1,203 @@
+"""The printed two-layer gamma0-series (effth.dmft.series.formulas_two_layer) against the engines.
+
+(a) the printed terms -- Gaussian atoms over the lazy process on a product trapezoid rule in the
+eigen-coordinates of K^x, exact r-moments, the printed time functions w_k -- against (b) the
+two-layer engine (two_layer_series_arrays: truncated power-series arithmetic at the points of its
+own tensor rule, Gauss-Hermite in r) and (c) for phi(z) = z the deep linear engine with one hidden
+layer (the closed matrix equations of Bordelon & Pehlevan (2022), eqs. (68)-(71)).  Tolerance
+1e-12 relative (both sides converged quadratures, float64); a coefficient changed by 10 % or one
+dropped term misses by orders of magnitude more.
+
+The engine's default rule (100 nodes) is converged to 3e-13 at gamma0^2 and gamma0^4 (its
+docstring); at gamma0^6 with tanh and one input it is off by 3e-9 (the seventh derivative of
+tanh near its poles), so the order-6 comparisons run it with 200 nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import sympy as sp
+
+from effth.cli import main
+from effth.dmft.series.deep_linear import deep_linear_series_arrays
+from effth.dmft.series.formulas_two_layer import two_layer_formulas
+from effth.dmft.series.two_layer import two_layer_series_arrays
+from effth.errors import DomainError
+from effth.printing.formula import document
+from effth.printing.tex import compile_tex, have_pdflatex
+
+KX1, Y1 = np.array([[0.8]]), np.array([1.0])
+KX2, Y2 = np.array([[1.0, 0.5], [0.5, 1.0]]), np.array([1.0, -0.5])
+NAMES = ("phi", "g", "ntk", "f", "delta")
+
+
+@pytest.fixture(scope="module")
+def fm6():
+    return two_layer_formulas(6)
+
+
+@pytest.fixture(scope="module")
+def fm4():
+    return two_layer_formulas(4)
+
+
+def _rel(a, b):
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def _worst(ev, arr, order, names=NAMES):
+    out = {}
+    for name in names:
+        for m in range(order // 2 + 1):
+            ref = getattr(arr, name)[2 * m]
+            assert np.max(np.abs(ref)) > 0, (name, m)
+            out[(name, 2 * m)] = _rel(ev[name][m], ref.reshape(ev[name][m].shape))
+    return out
+
+
+@pytest.mark.parametrize("act", ["tanh", "erf", "gelu"])
+def test_one_input_through_gamma0_6_equals_the_engine(fm6, act):
+    eta, T = 0.1, 6
+    ev = fm6.evaluate(KX1, Y1, activation=act, eta=eta, steps=T)
+    arr = two_layer_series_arrays(KX1, Y1, activation=act, eta=eta, steps=T, order=6, nodes=200)
+    errs = _worst(ev, arr, 6)
+    assert max(errs.values()) < 1e-12, errs
+    # the loss: 1/2 sum of the Cauchy product of the printed Delta's
+    d = arr.delta
+    loss6 = sum(d[a] * d[6 - a] for a in range(7)).sum(axis=-1) / 2
+    assert _rel(ev["loss"][3], loss6) < 1e-12
+
+
+@pytest.mark.parametrize("act", ["tanh", "erf", "gelu"])
+def test_two_inputs_through_gamma0_4_equal_the_engine(fm4, act):
+    eta, T = 0.1, 5
+    ev = fm4.evaluate(KX2, Y2, activation=act, eta=eta, steps=T)
+    arr = two_layer_series_arrays(KX2, Y2, activation=act, eta=eta, steps=T, order=4)
+    errs = _worst(ev, arr, 4)
+    assert max(errs.values()) < 1e-12, errs
+
+
+def test_two_inputs_gamma0_6_cubic_activation(fm6):
+    """A cubic activation (every phi^(k), k <= 3, nonzero; the engine's 24-node Gauss-Hermite rule
+    is exact for its atoms, polynomials of degree <= 47) with two training points and a test point
+    (K^x of rank 2): every printed term of gamma0^6 is exercised."""
+    z = sp.Symbol("z")
+    act = z + z ** 2 / 4 - z ** 3 / 6
+    X = np.array([[1.0, 0.0], [0.5, 0.8], [-0.4, 0.7]])
+    kx = X @ X.T
+    eta, T = 0.1, 4
+    ev = fm6.evaluate(kx, Y2, activation=act, eta=eta, steps=T)
+    arr = two_layer_series_arrays(kx, Y2, activation=act, eta=eta, steps=T, order=6, nodes=24)
+    errs = _worst(ev, arr, 6)
+    assert max(errs.values()) < 1e-12, errs
+
+
+def test_linear_activation_is_the_deep_linear_series(fm6):
+    """phi(z) = z: the printed two-layer terms against the deep linear engine (L = 1, exact
+    closure), an independent set of equations (matrix recursions on (time, sample) pairs)."""
+    eta, T = 0.1, 5
+    ev = fm6.evaluate(KX2, Y2, activation="linear", eta=eta, steps=T)
+    dl = deep_linear_series_arrays(KX2, Y2, hidden_layers=1, eta=eta, steps=T, order=3)
+    idx = np.arange(T)
+    for m in range(4):
+        H = dl.H[m][0][idx, :, idx, :]
+        assert _rel(ev["phi"][m], H) < 1e-12, m
+        assert _rel(ev["g"][m], dl.G[m][0][idx, idx][:, None, None] * np.ones((1, 2, 2))) < 1e-12, m
+        assert _rel(ev["ntk"][m], dl.ntk[m]) < 1e-12, m
+        assert _rel(ev["f"][m], dl.f[m]) < 1e-12, m
+
+
+def test_a_wrong_coefficient_or_a_dropped_term_is_rejected(fm4):
+    """One gamma0^4 term of G (the largest-coefficient one) times 0.9, or one term of f_4 dropped:
+    the evaluated coefficients miss the engine by > 1e-6 (the check bites)."""
+    eta, T = 0.1, 6
+    arr = two_layer_series_arrays(KX1, Y1, activation="tanh", eta=eta, steps=T, order=4, nodes=200)
+    terms = list(fm4.kernels[("g", 4)])
+    j = max(range(len(terms)), key=lambda i: terms[i][0])
+    c, l, r = terms[j]
+    terms[j] = (c * Fraction(9, 10), l, r)
+    bad = dataclasses.replace(fm4, kernels={**fm4.kernels, ("g", 4): terms})
+    ev = bad.evaluate(KX1, Y1, activation="tanh", eta=eta, steps=T)
+    assert _rel(ev["g"][2], arr.g[4]) > 1e-6
+    good = fm4.evaluate(KX1, Y1, activation="tanh", eta=eta, steps=T)
+    assert _rel(good["g"][2], arr.g[4]) < 1e-12
+    preds = {**fm4.predictions, 4: fm4.predictions[4][1:]}
+    ev = dataclasses.replace(fm4, predictions=preds).evaluate(KX1, Y1, activation="tanh",
+                                                              eta=eta, steps=T)
+    assert _rel(ev["f"][2], arr.f[4]) > 1e-6
+
+
+def test_text_and_latex_define_every_symbol(fm6):
+    text, tex = fm6.text(), fm6.latex()
+    assert "\\" not in text
+    for bad in (r"\cdots", "Price", r"\sum_{i+j", "iterated"):
+        assert bad not in tex and bad not in text
+    head, defs = tex.split(r"\text{where}")
+    import re
+    used = set(re.findall(r"w_\{(\d+),", head))
+    defined = set(re.findall(r"w_\{(\d+),[^}]*\}\(t_i\)&=", defs))
+    assert used and used <= defined, sorted(used - defined)
+    for sym in (r"\langle F\rangle", r"K^{x}", r"\langle r^{m}\rangle=(m-1)!!", r"\Delta_{0}(t_{i+1})"):
+        assert sym in defs, sym
+    assert fm6.term_count("phi", 2) == 4 and fm6.term_count("g", 4) == 106
+    assert "K_2(mu,nu; t) = Phi_2(mu,nu; t) + G_2(mu,nu; t) Kx(mu,nu)" in text
+
+
+@pytest.mark.skipif(not have_pdflatex(), reason="pdflatex not on PATH")
+def test_latex_compiles_with_pdflatex(fm4):
+    run = compile_tex(document([dataclasses.replace(fm4, activation="tanh")]))
+    assert run.ok, run.errors
+    assert run.worst_overfull <= 10.0
+
+
+def _cli(*argv):
+    out = io.StringIO()
+    return main(list(argv), out=out), out.getvalue()
+
+
+def test_cli_prints_the_two_layer_formulas():
+    code, text = _cli("gamma0", "--order", "6", "--hidden-layers", "1", "--activation", "tanh")
+    assert code == 0 and text.startswith(r"\begin{aligned}")
+    assert r"\Phi_{6,\mu\nu}(t)&=" in text and r"\cdots" not in text and "Price" not in text
+    code, text = _cli("gamma0", "--order", "4", "--depth", "2", "--activation", "gelu",
+                      "--format", "text")
+    assert code == 0 and "\\" not in text and "G_4(mu,nu; t) = " in text
+
+
+def test_cli_deep_nonlinear_above_order_2_prints_formulas_then_numbers():
+    code, text = _cli("gamma0", "--order", "4", "--depth", "3", "--activation", "tanh")
+    assert code == 0
+    for bad in (r"\mathrm{Price}", r"\cdots", r"\sum_{i+j", "B_j"):
+        assert bad not in text, bad
+    assert r"\langle \phi'^{4}\rangle_{\ell}" in text          # the gamma0^2 formulas
+    assert "given as numbers" in text and "gamma0^4" in text.replace("{", "").replace("}", "")
+    code, text = _cli("gamma0", "--order", "4", "--depth", "3", "--activation", "tanh",
+                      "--format", "text")
+    assert code == 0 and "\\" not in text and "given as numbers" in text
+
+
+def test_bad_input():
+    with pytest.raises(DomainError, match="even"):
+        two_layer_formulas(3)
+    with pytest.raises(DomainError, match="gamma0_series"):
+        two_layer_formulas(10)
+    with pytest.raises(DomainError, match="symmetric"):
+        two_layer_formulas(2).evaluate(np.ones((2, 3)), Y2, activation="tanh", eta=0.1, steps=3)
+    with pytest.raises(DomainError, match="kink"):
+        two_layer_formulas(2).evaluate(KX2, Y2, activation="relu", eta=0.1, steps=3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("act", ["tanh", "erf", "gelu"])
+def test_two_inputs_through_gamma0_6_equal_the_engine(opt_in_slow, fm6, act):
+    """Two inputs, gamma0^6, 121^2 trapezoid points (about 20 s and 0.9 GB each)."""
+    eta, T = 0.1, 5
+    ev = fm6.evaluate(KX2, Y2, activation=act, eta=eta, steps=T)
+    arr = two_layer_series_arrays(KX2, Y2, activation=act, eta=eta, steps=T, order=6, nodes=160)
+    errs = _worst(ev, arr, 6)
+    assert max(errs.values()) < 1e-12, errs
