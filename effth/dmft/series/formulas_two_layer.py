@@ -209,10 +209,6 @@ def _tkids(x) -> list:
     return sorted(kids, key=lambda c: repr(_tfun(c)))
 
 
-def _tweight(tf) -> int:
-    return 1 + tf[0] + sum(_tweight(c) for c in tf[1])
-
-
 def _deriv_tex(d: int, label: str) -> str:
     base = {0: r"\phi", 1: r"\phi'", 2: r"\phi''", 3: r"\phi'''"}.get(d, rf"\phi^{{({d})}}")
     return f"{base}_{{{label}}}"
@@ -371,10 +367,8 @@ class TwoLayerSeriesFormulas:
             p, kids = tf
             labs, pos = [], 1
             for c in kids:
-                w = _tweight(c)
                 labs.append((namer.names[c], list(range(pos, pos + _nlabels(c)))))
                 pos += _nlabels(c)
-                del w
             if tex:
                 L = lambda i: "\\" + _GREEK[i]                               # noqa: E731
                 lhs = f"w_{{{k},{''.join(L(i) for i in [0] + [q for _, ls in labs for q in ls])}}}(t_i)"
@@ -409,7 +403,8 @@ class TwoLayerSeriesFormulas:
             if tex:
                 out.append(rf"f_{{{n},\mu}}(t)=" + "".join(_term_tex(t, i == 0, False)
                                                             for i, t in enumerate(rows)))
-                out.append(rf"K_{{{n},\mu\nu}}(t)=\Phi_{{{n},\mu\nu}}(t)+G_{{{n},\mu\nu}}(t)\,K^{{x}}_{{\mu\nu}}"
+                out.append(rf"K_{{{n},\mu\nu}}(t)=\Phi_{{{n},\mu\nu}}(t)"
+                           rf"+G_{{{n},\mu\nu}}(t)\,K^{{x}}_{{\mu\nu}}"
                            + (rf",\quad \Delta_{{{n}}}=-f_{{{n}}}" if n else r",\quad \Delta_{0}=y-f_{0}")
                            + rf",\quad \mathcal{{L}}_{{{n}}}(t)=\tfrac12\big["
                            + "+".join(rf"\Delta_{{{a}}}(t)\cdot\Delta_{{{n - a}}}(t)"
@@ -489,7 +484,8 @@ class TwoLayerSeriesFormulas:
         (default: 241 points for one dimension, 121 for two, 41 for more, on ``span = 9``; for a
         polynomial activation, whose atoms at :math:`\gamma_0^6` are polynomials of degree ~40
         with Gaussian tails past 9, ``span = 12`` and 81 points -- 61 points on ``span = 9`` are
-        off by 6e-12; independent of the engine's rule); the :math:`r`-moments are the exact ones in the coefficients; the time
+        off by 6e-12; independent of the engine's rule); the :math:`r`-moments are the exact ones
+        in the coefficients; the time
         functions are the printed iterated sums.  The sums over the training labels and the
         rule's points are done tree by tree (a subtree shared by several terms is summed once).
         """
