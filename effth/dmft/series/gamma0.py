@@ -360,7 +360,9 @@ class Gamma0Series(HiddenLayers):
         Order 0 prints the lazy value, order 2 the closed form of Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here (deep linear:
         ``'phi'``, ``'g'``, ``'ntk'``; ``layer`` selects :math:`\ell`, default symbolic) or §4.4
         (two-layer: ``'phi'``, ``'g'``, ``'ntk'`` as Gaussian atoms over :math:`K=K^x`); higher
-        orders and other quantities print the defining order-by-order recursion.
+        orders and other quantities print the system through ``order``
+        (:func:`latex_coefficient`: deep linear and two-layer networks as formulas, deep
+        nonlinear ones as formulas to :math:`\gamma_0^2` and numbers above).
         """
         self._check_order(order)
         return latex_coefficient(order, name, hidden_layers=self.hidden_layers,
