@@ -60,7 +60,7 @@ from .algebra.wick import (
     enumerate_pairings,
     wick_classes,
 )
-from effth.arch import MLP
+from effth.arch import CNN, MLP
 from .codegen import compile_expression, compile_step
 from .compare import Comparison, ScalingFit, compare, scaling_fit
 from .report import run_report
@@ -80,6 +80,7 @@ from .printing import init_printing, latex
 from .simulation import (EnsembleStatistics, TrainedEnsemble, TrainingRun, simulate_ensemble,
                          simulate_training, train_ensemble)
 from . import dmft, pdlt
+from .pdlt import CNNKernels, cnn_kernels
 from .pdlt import Flow, NTKFlow, derive, derive_initialization, derive_ntk, flow, ntk_flow
 from .pdlt.learning import (EvidenceScan, Prediction, evidence_scan, log_bayes_factor,
                                     log_evidence, output_kernels, predict)
@@ -102,7 +103,7 @@ __all__ = [
     "partition_function",
     "GaussianExpectation", "z", "sigma", "expect",
     # networks and their simulation (ground truth)
-    "MLP", "simulate_ensemble", "EnsembleStatistics", "simulate_training", "TrainingRun",
+    "MLP", "CNN", "cnn_kernels", "CNNKernels", "simulate_ensemble", "EnsembleStatistics", "simulate_training", "TrainingRun",
     "train_ensemble", "TrainedEnsemble",
     # learning at infinite width (PDLT ch. 6, 10)
     "predict", "Prediction", "output_kernels", "log_evidence", "log_bayes_factor", "evidence_scan",

@@ -450,6 +450,9 @@ def _expect(args: argparse.Namespace, out) -> int:
     integrand = parse_integrand(args.integrand, samples=K.shape[0], activation=act)
     if not integrand.free_symbols and not integrand.atoms(sp.Function) and integrand.is_Number:
         value, atom = float(integrand), integrand          # a constant: <c>_K = c
+    elif _odd_under_flip(integrand, act):
+        # z -> -z leaves the Gaussian measure invariant and flips the integrand: exactly 0
+        value, atom = 0.0, GaussianExpectation(integrand, KernelMatrix(Kernel))
     else:
         atom = GaussianExpectation(integrand, KernelMatrix(Kernel))
         try:
@@ -460,10 +463,51 @@ def _expect(args: argparse.Namespace, out) -> int:
             raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     value = float(np.real_if_close(value))
     if args.format == "latex":
-        print(f"{latex(atom)} = {value:.{args.digits}g}", file=out)
+        print(f"{latex(_one_based(atom))} = {value:.{args.digits}g}", file=out)
     else:
         print(f"{value:.{args.digits}g}", file=out)
     return 0
+
+
+def _odd_under_flip(integrand, act) -> bool:
+    """Whether a product of activation factors and Gaussian variables changes sign under the
+    global flip z -> -z (given the activation's parity): its expectation is then exactly 0."""
+    from .algebra.expectation.variables import ActivationFactor, GaussianVariable
+
+    parity = act.parity
+    if not isinstance(integrand, (sp.Mul, sp.Pow, ActivationFactor, GaussianVariable)):
+        return False
+    sign = 1
+    for f in sp.Mul.make_args(integrand):
+        base, e = f.as_base_exp()
+        if not (e.is_Integer and e > 0):
+            return False
+        if isinstance(base, GaussianVariable):
+            s = -1
+        elif isinstance(base, ActivationFactor):
+            if parity is None:
+                return False
+            s = parity * (-1) ** int(base.order)
+        elif base.is_Number:
+            s = 1
+        else:
+            return False
+        sign *= s ** int(e)
+    return sign == -1
+
+
+def _one_based(expr):
+    """Sample labels printed as the user typed them (1-based, like ``sigma(1,1)`` and the
+    book's :math:`\alpha_1`): the parser numbers samples from 0 for the kernel's rows."""
+    from .algebra.expectation.variables import ActivationFactor, GaussianVariable
+
+    rep = {}
+    for x in sp.preorder_traversal(expr):
+        if isinstance(x, GaussianVariable) and x.label.is_Integer:
+            rep[x] = GaussianVariable(x.label + 1)
+        elif isinstance(x, ActivationFactor) and x.args[0].is_Integer:
+            rep[x] = ActivationFactor(x.args[0] + 1, x.order, x.name)
+    return expr.xreplace(rep)
 
 
 def _wick(args: argparse.Namespace, out) -> int:

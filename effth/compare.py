@@ -60,6 +60,40 @@ def _real_array(x: Any, what: str) -> np.ndarray:
     return real_array(x, f"compare: the {what}")
 
 
+def _generators(ndim: int) -> list:
+    if ndim == 2:
+        return [(1, 0)]
+    if ndim == 4:
+        return [(1, 0, 2, 3), (0, 1, 3, 2), (2, 3, 0, 1)]
+    return []
+
+
+def _distinct_mask(*arrays: np.ndarray) -> np.ndarray:
+    """True at the lexicographically first index of each orbit of the symmetries all
+    ``arrays`` share (checked exactly, entry by entry)."""
+    a0 = arrays[0]
+    def same(a, g):     # equal up to the rounding of a symmetrizing sum
+        scale = float(np.max(np.abs(a), initial=0.0, where=np.isfinite(a)))
+        return np.allclose(a, np.transpose(a, g), rtol=1e-12, atol=1e-14 * scale, equal_nan=True)
+
+    gens = [g for g in _generators(a0.ndim)
+            if all(a.shape == a0.shape and same(a, g) for a in arrays)]
+    mask = np.ones(a0.shape, dtype=bool)
+    if not gens or a0.size == 0:
+        return mask
+    group = {tuple(range(a0.ndim))}
+    while True:
+        new = group | {tuple(g[k] for k in h) for g in group for h in gens}
+        if new == group:
+            break
+        group = new
+    idx = np.indices(a0.shape)
+    flat = np.ravel_multi_index(tuple(idx), a0.shape)
+    for g in group:
+        mask &= flat <= np.ravel_multi_index(tuple(idx[list(g)]), a0.shape)
+    return mask
+
+
 @public
 @dataclass(frozen=True, repr=False)
 class Comparison:
@@ -101,13 +135,21 @@ class Comparison:
             return self.difference / self.stderr
 
     @property
+    def distinct(self) -> np.ndarray:
+        """Mask of the distinct entries: one per orbit of the index symmetries that theory,
+        measurement and standard error all share (a symmetric matrix counts its upper
+        triangle, a pair-symmetric four-index tensor its 8-fold orbits once)."""
+        return _distinct_mask(self.theory, self.measured, self.stderr)
+
+    @property
     def _resolved(self) -> np.ndarray:
-        """Entries with a positive standard error."""
-        return self.stderr > 0
+        """Distinct entries with a positive standard error."""
+        return (self.stderr > 0) & self.distinct
 
     @property
     def dof(self) -> int:
-        """Number of entries with a positive standard error (the ones ``chi2`` sums)."""
+        """Number of distinct entries with a positive standard error (the ones ``chi2`` sums;
+        symmetric duplicates counted once)."""
         return int(np.count_nonzero(self._resolved))
 
     @property
@@ -166,7 +208,12 @@ class Comparison:
         """RMS standard error: the :attr:`error` that pure noise would give."""
         return float(np.sqrt(np.mean(self.stderr ** 2)))
 
-    def consistent(self, sigmas: float = 5.0) -> bool:
+    @property
+    def consistent(self) -> bool:
+        """Every resolved entry within 5 standard errors (:meth:`within` for another bound)."""
+        return self.within(5.0)
+
+    def within(self, sigmas: float) -> bool:
         """Every resolved entry within ``sigmas`` standard errors (a multiple-comparison-aware
         verdict needs ``sigmas`` of 4–5 for tables of tens of entries)."""
         return bool(self.max_abs_z <= sigmas)

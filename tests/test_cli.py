@@ -258,3 +258,16 @@ def test_predict_bad_input_exits_2(tmp_path, capsys, test_rows, match):
     te = _csv(tmp_path, "test.csv", test_rows) if test_rows else str(tmp_path / "missing.csv")
     assert main(["predict", tr, te, "--activation", "relu", "--depth", "3"]) == 2
     assert match in capsys.readouterr().err
+
+
+def test_expect_prints_the_labels_as_typed_and_exact_zeros():
+    code, text = run("expect", "sigma(1,1)*sigma(2,1)", "--activation", "tanh", "--kernel", "1,0.5;0.5,1")
+    assert code == 0 and r"\sigma'_{1} \sigma'_{2}" in text and "_{0}" not in text
+    # tanh is odd: sigma' sigma'' changes sign under z -> -z, so its expectation is exactly 0
+    code, text = run("expect", "sigma(1,1)*sigma(2,2)", "--activation", "tanh", "--kernel", "1,0.5;0.5,1")
+    assert code == 0 and text.strip().endswith("= 0")
+    # not for an even integrand, nor for an activation without parity
+    code, text = run("expect", "sigma(1)*sigma(2)", "--activation", "tanh", "--kernel", "1,0.5;0.5,1")
+    assert not text.strip().endswith("= 0")
+    code, text = run("expect", "sigma(1)*z(1)", "--activation", "relu", "--kernel", "1,0.5;0.5,1")
+    assert text.strip().endswith("= 0.5")

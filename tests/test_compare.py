@@ -135,3 +135,23 @@ def test_debiased_error_removes_the_noise_floor():
     assert noise.error_debiased < 0.3 * noise.noise_floor
     with pytest.raises(DomainError, match="above the noise"):
         scaling_fit([noise, noise], [1, 2], debias=True)
+
+
+def test_dof_counts_distinct_entries_of_symmetric_tensors():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(3, 3))
+    sym = a + a.T
+    c = compare(sym, sym + 0.1, "G", stderr=np.full((3, 3), 0.05))
+    assert c.dof == 6 and c.chi2 == pytest.approx(6 * 4.0)         # 9 entries, 6 distinct
+    # a matrix without the symmetry keeps all 9
+    assert compare(a, a + 0.1, "G", stderr=np.full((3, 3), 0.05)).dof == 9
+    perms = [(0, 1, 2, 3), (1, 0, 2, 3), (0, 1, 3, 2), (1, 0, 3, 2),
+             (2, 3, 0, 1), (3, 2, 0, 1), (2, 3, 1, 0), (3, 2, 1, 0)]
+    v = rng.normal(size=(3,) * 4)
+    v = sum(np.transpose(v, g) for g in perms)
+    assert compare(v, v, "V", stderr=np.full(v.shape, 0.1)).dof == 21   # (6 * 7) / 2 pairs of pairs
+
+
+def test_consistent_is_an_attribute_and_within_takes_a_bound():
+    c = compare(np.zeros(3), np.array([0.0, 0.2, 0.45]), "f", stderr=np.full(3, 0.1))
+    assert c.consistent is True and c.within(4.0) is False and c.within(4.5) is True

@@ -143,3 +143,22 @@ def test_default_inputs_have_the_documented_overlaps():
     X = default_inputs(4)
     np.testing.assert_allclose(X @ X.T / 4, 0.6 ** np.abs(np.subtract.outer(range(4), range(4))),
                                atol=1e-14)
+
+
+def test_plots_and_tables_show_the_worst_entries():
+    from effth.compare import compare
+    from effth.report import _worst
+    z1 = compare(np.zeros(4), np.array([0.1, -0.9, 0.2, 0.0]), "G", stderr=np.full(4, 0.1))
+    z2 = compare(np.zeros(4), np.array([0.0, 0.1, 0.5, 1.7]), "G", stderr=np.full(4, 0.1))
+    assert _worst([z1, z2], 2) == [3, 1]          # max |z| over layers: 17, 9, 5, 1
+
+
+def test_a_fitted_exponent_off_the_expected_order_is_a_finding():
+    from types import SimpleNamespace
+    from effth.report import _clean, _fit_text
+    off = SimpleNamespace(slope=-0.31, slope_stderr=0.10, x=np.array([16, 64, 256]))
+    on = SimpleNamespace(slope=-0.9, slope_stderr=0.10, x=np.array([16, 64, 256]))
+    assert "FINDING" in _fit_text(off, 1) and "6.9 standard errors" in _fit_text(off, 1)
+    assert "FINDING" not in _fit_text(on, 1)
+    # round-off around an exact zero prints as 0, a small true value does not
+    assert _clean(-2.22e-15, 1.0) == 0.0 and _clean(1e-9, 1.0) == 1e-9

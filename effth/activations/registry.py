@@ -137,6 +137,12 @@ class Activation:
         return f"Activation({self.name}{'(' + ps + ')' if ps else ''})"
 
     # ------------------------------------------------------------ derivatives
+    @property
+    def parity(self) -> int | None:
+        """``+1`` for an even activation, ``-1`` for an odd one, ``None`` otherwise (decided
+        exactly by SymPy from :attr:`expr`; ``None`` when there is no expression)."""
+        return _parity(self.expr)
+
     def derivative_expr(self, order: int) -> sp.Expr:
         """Classical (pointwise) derivative sigma^(order)(Z) as a SymPy expression.
 
@@ -233,6 +239,20 @@ def _check_order(order: Any) -> int:
 
 
 @lru_cache(maxsize=512)
+@lru_cache(maxsize=None)
+def _parity(expr) -> int | None:
+    if expr is None:
+        return None
+    flipped = expr.subs(Z, -Z)
+    for sign in (1, -1):
+        try:
+            if sp.simplify(flipped - sign * expr) == 0:
+                return sign
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
 def _derivative_cached(expr: sp.Expr, order: int) -> sp.Expr:
     return _drop_deltas(sp.diff(expr, Z, order)) if order else expr
 

@@ -44,6 +44,8 @@ __all__ = [
     "c_b",
     "lambda_w",
     "lambda_b",
+    "residual_xi",
+    "residual_gamma",
 ]
 
 #: The layer symbol :math:`\ell` (PDLT counts weight layers, output layer included).
@@ -169,3 +171,15 @@ def lambda_w(layer) -> LayerSymbol:
 def lambda_b(layer) -> LayerSymbol:
     r"""Bias learning-rate hyperparameter :math:`\lambda_b^{(\ell)}` (PDLT (7.22))."""
     return LayerSymbol(r"\lambda_{b}", layer, "sup")
+
+
+@public
+def residual_xi(layer) -> LayerSymbol:
+    r"""Residual-branch gain :math:`\xi^{(\ell)}` of the residual MLP (PDLT (B.4))."""
+    return LayerSymbol(r"\xi", layer, "sup")
+
+
+@public
+def residual_gamma(layer) -> LayerSymbol:
+    r"""Skip-connection gain :math:`\gamma^{(\ell)}` of the residual MLP (PDLT (B.4))."""
+    return LayerSymbol(r"\gamma", layer, "sup")

@@ -67,6 +67,7 @@ __all__ = [
     "NLOMetric",
     "FourPointVertex",
     "RaisedFourPointVertex",
+    "ThreePointVertex",
     "QuadraticCoupling",
     "Propagator",
     "QuarticCoupling",
@@ -291,6 +292,27 @@ class RaisedFourPointVertex(FourPointVertex):
     r"""Vertex with raised indices :math:`V_{(\ell)}^{(\alpha_1\alpha_2)(\alpha_3\alpha_4)}` (PDLT (4.83))."""
 
     raised = True
+
+
+class ThreePointVertex(SampleTensor):
+    r"""Three-point vertex :math:`T^{(\ell)}_{(\alpha_1\alpha_2)\alpha_3}` of a residual network.
+
+    The connected three-point function of layer :math:`\ell` at :math:`O(1/n)`,
+    :math:`\mathbb E[z_{i_1;\alpha_1}z_{i_2;\alpha_2}z_{i_3;\alpha_3}]=\frac1{n_{\ell-1}}
+    [\delta_{i_1i_2}T_{(\alpha_1\alpha_2)\alpha_3}+\delta_{i_1i_3}T_{(\alpha_1\alpha_3)\alpha_2}
+    +\delta_{i_2i_3}T_{(\alpha_2\alpha_3)\alpha_1}]`.  It vanishes in a plain MLP (odd in the
+    weights, PDLT §4.1) and in a residual MLP (B.4) with an odd activation; a skip connection with
+    a non-odd activation (ReLU) makes it nonzero.  Symmetric under
+    :math:`\alpha_1\leftrightarrow\alpha_2` only.
+    """
+
+    rank = 3
+    symmetry = ((1, 0, 2),)
+    stem = "T"
+
+    def _latex_indices(self, printer) -> str:
+        idx = [printer._print(i) for i in self.indices]
+        return f"({idx[0]}{idx[1]}){idx[2]}"
 
 
 class QuadraticCoupling(SampleTensor):

@@ -15,9 +15,13 @@ Examples
 >>> net = MLP("tanh", depth=4, widths=64, c_w=1.0, c_b=0.0)
 >>> net.hidden_widths, net.c_w_at(2)
 ((64, 64, 64), 1.0)
+
+:class:`CNN` is the convolutional network (1-D or 2-D, stride 1) with the same conventions:
+``depth`` weight layers, ``widths`` the hidden channels.
 """
 
 from effth.arch._common import resolve_depth
+from effth.arch.cnn import CNN
 from effth.arch.mlp import MLP
 
-__all__ = ["MLP", "resolve_depth"]
+__all__ = ["CNN", "MLP", "resolve_depth"]

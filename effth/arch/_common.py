@@ -9,7 +9,17 @@ from typing import Any, Sequence
 from effth._validate import integer, real_scalar
 from effth.errors import DomainError
 
-__all__ = ["as_real", "per_layer", "real_sequence", "resolve_branch_scale", "resolve_depth"]
+__all__ = ["as_real", "per_layer", "real_sequence", "require_plain", "resolve_branch_scale",
+           "resolve_depth"]
+
+
+def require_plain(net: Any, what: str) -> None:
+    """Refuse a residual MLP (PDLT (B.4)) where only the plain forward equation is implemented,
+    rather than silently dropping its skip connections."""
+    if getattr(net, "residual", False):
+        raise DomainError(f"{what} implements the plain MLP (PDLT (2.5)) only; this net has residual "
+                          "gamma/xi (PDLT (B.4)).  Residual networks: simulate_ensemble, "
+                          "derive_initialization(..., residual=True), mlp_flow, initialization_flow")
 
 
 as_real = real_scalar      # the one rule for real numbers (effth._validate)

@@ -13,6 +13,8 @@ Three theories of Bordelon & Pehlevan, on one time grid and one result type:
   ratios (:func:`solve_random_data`, learning-rate sweeps, power laws);
 * :mod:`effth.dmft.rules` -- learning rules (GD, ρ-FA, DFA, Hebb, GLN; 2023): :func:`learning_rule`,
   :func:`lazy_entk` and the rule solvers;
+* :mod:`effth.dmft.fluctuations` -- the O(1/N) fluctuations of the DMFT from the Hessian of its
+  action (2022, App. P.7): :func:`deep_linear_fluctuations`, :func:`two_layer_fluctuations`;
 * shared: :mod:`effth.dmft.grid` (:class:`TimeGrid`, :class:`TrainingData`), :mod:`effth.dmft.result`
   (:class:`DMFTResult`), :mod:`effth.dmft.metrics` (the kernel-alignment metric of Fig. 1).
 """
@@ -20,6 +22,7 @@ Three theories of Bordelon & Pehlevan, on one time grid and one result type:
 from __future__ import annotations
 
 from effth.dmft import random_data, rules, series, solvers
+from effth.dmft.fluctuations import DMFTFluctuations, deep_linear_fluctuations, two_layer_fluctuations
 from effth.dmft.grid import TimeGrid, TrainingData, prepare_data
 from effth.dmft.metrics import kernel_alignment, layer_alignment, target_alignment
 from effth.dmft.random_data import (DepthExtrapolation, LearningRateSweep, PowerLawResult,
@@ -35,13 +38,17 @@ from effth.dmft.rules import (KernelFluctuations, LazyENTK, LearningRule, RuleDM
                               task_alignment, two_layer_exact)
 from effth.dmft.series import (ApproximationComparison, Gamma0Series, compare_approximations,
                                gamma0_leading_order, gamma0_series)
-from effth.dmft.solvers import (check_stability, lazy_kernels, saddle_point_nlo, solve_deep_linear,
-                                solve_monte_carlo, solve_two_layer, static_ntk_dynamics,
-                                static_ntk_solve)
+from effth.dmft.solvers import (LangevinEquilibrium, check_stability, lazy_kernels, saddle_point_nlo,
+                                solve_deep_linear, solve_deep_linear_equilibrium, solve_monte_carlo,
+                                solve_two_layer, static_ntk_dynamics, static_ntk_solve)
 
 __all__ = ["random_data", "rules", "series", "solvers",
            "ApproximationComparison",
            "DMFTResult",
+           "LangevinEquilibrium",
+           "DMFTFluctuations",
+           "deep_linear_fluctuations",
+           "two_layer_fluctuations",
            "Diagnostics",
            "Gamma0Series",
            "TimeGrid",
@@ -55,6 +62,7 @@ __all__ = ["random_data", "rules", "series", "solvers",
            "lazy_kernels",
            "prepare_data",
            "solve_deep_linear",
+           "solve_deep_linear_equilibrium",
            "solve_monte_carlo",
            "solve_two_layer",
            "static_ntk_dynamics",

@@ -22,7 +22,7 @@ from effth._display import html_table
 from effth._validate import integer, real_array, real_scalar  # noqa: F401  (re-exported)
 from effth.errors import DomainError
 
-__all__ = ["TimeGrid", "TrainingData", "causal_mask", "prepare_data"]
+__all__ = ["TimeGrid", "TrainingData", "ParameterFilter", "causal_mask", "parameter_filter", "prepare_data"]
 
 
 _html_table = html_table
@@ -207,3 +207,110 @@ def decay_factor(eta: float, weight_decay: float) -> float:
     if not (0.0 < rho <= 1.0):
         raise DomainError(f"eta * weight_decay = {eta * weight_decay:.3g} must lie in [0, 1)")
     return rho
+
+
+@public
+@dataclass(frozen=True)
+class ParameterFilter:
+    r"""The linear per-parameter dynamics of the optimizer on the GD grid (one mechanism for weight
+    decay, Langevin noise and momentum).
+
+    Every parameter of the trainer (:func:`effth.simulation.simulate_training`) obeys a linear
+    recursion driven by its DMFT-scaled gradient ``G(s)`` (``theta <- theta + eta G`` for plain
+    GD) and, with a temperature, by independent ``N(0, 1)`` noise ``xi(s)``:
+
+    ``theta(t) = a(t) theta(0) + sum_{s<t} k(t-1-s) [eta G(s) + sigma xi(s)]``.
+
+    * Weight decay (Bordelon & Pehlevan (2022), App. J): ``a(t) = rho^t``, ``k(j) = rho^j``,
+      ``rho = 1 - eta lambda``.
+    * Langevin dynamics (Bordelon & Pehlevan (2022), App. K, eq. (100) with the decay rate
+      ``lambda / beta`` written ``weight_decay`` and ``temperature = 1 / beta``): noise
+      ``sigma^2 = temperature (1 - rho^2) / weight_decay`` per step (``2 eta temperature`` at
+      ``weight_decay = 0``), the Euler-Maruyama ``2 eta / beta`` up to ``O(eta^2)``, chosen so
+      that the prior ``N(0, temperature / weight_decay)`` is exactly invariant under the decay and
+      noise part of a step.
+    * Heavy-ball momentum (Bordelon & Pehlevan (2022), App. L, eq. (122) in discrete time):
+      ``v <- mu v + (1 - mu) (eta G - eta lambda theta)``, ``theta <- theta + v``; then
+      ``k(j) = 1 - mu^{j+1}`` without decay (the exponential memory kernel of eq. (123) with
+      ``mu = exp(-eta / tau)``), and ``mu = 0`` is GD.
+
+    The random part of ``theta(t)`` (initial weights and noise) has the time covariance, per
+    unit initial variance,
+
+    ``kappa(t, s) = a(t) a(s) + sigma^2 sum_{r < min(t, s)} k(t-1-r) k(s-1-r)``,
+
+    which is the DMFT's noise kernel: the Gaussian sources of layer ``l`` have covariances
+    ``kappa * Phi^{l-1}`` and ``kappa * G^{l+1}`` and the response terms carry ``kappa``
+    (App. K, eqs. (105)-(112): ``kappa = e^{-lambda (t+s)/beta} + C_{lambda,beta}(t, s)`` in
+    continuous time).
+
+    Attributes
+    ----------
+    init : ndarray (T,)
+        ``a(t)``.
+    memory : ndarray (T,)
+        ``k(j)``, the weight of ``eta G`` at lag ``j = t - 1 - s`` (the drift terms).
+    kappa : ndarray (T, T)
+        The noise kernel above.
+    noise : float
+        ``sigma^2``, the noise variance per step (0 without temperature).
+    """
+
+    init: np.ndarray
+    memory: np.ndarray
+    kappa: np.ndarray
+    noise: float
+
+
+def langevin_settings(eta: float, weight_decay: float = 0.0, temperature: float = 0.0,
+                      momentum: float = 0.0) -> tuple[float, float, float]:
+    """Validated ``(rho, temperature, momentum)`` (:class:`DomainError` with what to do)."""
+    rho = decay_factor(eta, weight_decay)
+    for v, name in ((temperature, "temperature"), (momentum, "momentum")):
+        if isinstance(v, (bool, np.bool_)):
+            raise DomainError(f"{name}={v!r} must be a number")
+        real_scalar(v, name)
+    temperature, momentum = float(temperature), float(momentum)
+    if not (np.isfinite(temperature) and temperature >= 0):
+        raise DomainError(f"temperature={temperature!r} must be a finite number >= 0 (the Langevin "
+                          "temperature 1/beta; 0 is gradient descent)")
+    if not (np.isfinite(momentum) and 0.0 <= momentum < 1.0):
+        raise DomainError(f"momentum={momentum!r} must lie in [0, 1) (the heavy-ball coefficient mu "
+                          "= exp(-eta / tau); 0 is gradient descent)")
+    if temperature > 0 and momentum > 0:
+        raise DomainError("temperature > 0 together with momentum > 0 is not supported (the "
+                          "Langevin noise is defined for the first-order dynamics); set one to 0")
+    return rho, temperature, momentum
+
+
+def parameter_filter(eta: float, steps: int, weight_decay: float = 0.0, temperature: float = 0.0,
+                     momentum: float = 0.0) -> ParameterFilter:
+    """The :class:`ParameterFilter` of the trainer's update on ``steps`` grid points."""
+    rho, temp, mu = langevin_settings(eta, weight_decay, temperature, momentum)
+    T = int(steps)
+    lam = float(weight_decay)
+    if mu == 0.0:
+        a = rho ** np.arange(T)
+        k = a.copy()
+    else:
+        def run(theta, v, kick, n):
+            out = np.empty(n)
+            for t in range(n):
+                out[t] = theta
+                v = mu * v + (1.0 - mu) * ((kick if t == 0 else 0.0) - eta * lam * theta)
+                theta = theta + v
+            return out
+        a = run(1.0, 0.0, 0.0, T)
+        k = run(0.0, 0.0, 1.0, T + 1)[1:]               # theta(s + 1 + j) after a unit kick at s
+    kappa = np.outer(a, a)
+    noise = 0.0
+    if temp > 0:
+        noise = temp * (1.0 - rho ** 2) / lam if lam > 0 else 2.0 * eta * temp
+        lag = np.abs(np.subtract.outer(np.arange(T), np.arange(T)))
+        first = np.minimum.outer(np.arange(T), np.arange(T))
+        # sigma^2 sum_{r < min} rho^{t-1-r} rho^{s-1-r} = sigma^2 rho^{|t-s|} (1 - rho^{2 min}) / (1 - rho^2)
+        if lam > 0:
+            kappa = kappa + (temp / lam) * rho ** lag * (1.0 - rho ** (2 * first))
+        else:
+            kappa = kappa + noise * first
+    return ParameterFilter(init=a, memory=k, kappa=kappa, noise=float(noise))

@@ -202,7 +202,8 @@ class DMFTResult(HiddenLayers):
     def stderr(self, name: str, layer: int | None = None) -> np.ndarray | None:
         """Monte-Carlo standard error of :meth:`value` (same shape), or ``None`` where the solver
         is deterministic or gives no error for ``name`` (the Monte-Carlo solvers estimate it for
-        ``'phi'``, ``'g'`` and, with the exact closure or ``average``, ``'f'``)."""
+        ``'phi'``, ``'g'`` and, with the exact closure, ``average`` or ``replicas``, ``'f'`` and
+        ``'loss'``, the loss from the spread of the batches' own losses)."""
         self._get(name, layer, self._value_arrays)               # validate name and layer
         if not self.mc_stderr or name not in self.mc_stderr:
             return None

@@ -57,7 +57,7 @@ from .._threads import blas_threads, thread_map
 from ..errors import AccuracyWarning, DomainError
 from ._rules import INV_SQRT_2PI, gauss_hermite, log_inv_tol, truncation
 
-__all__ = ["pair_tables", "four_point_table", "kinked_pair_tables", "closed_pair_tables", "pair_plans", "multiset_index",
+__all__ = ["pair_tables", "four_point_table", "kinked_pair_tables", "leibniz_pair_tables", "closed_pair_tables", "pair_plans", "multiset_index",
            "multiset_groups", "parity"]
 
 _MAX_REFINE = 4
@@ -880,6 +880,139 @@ def _stein(E: Any, sigma_factors: list, slot: int, m: int, k: np.ndarray) -> np.
             extra = [(slot, "z", j)] if j else []
             out = out + c * k ** ((m - j) / 2) * E(sigma_factors + extra)
     return out / k ** m
+
+
+def regular_order(activation: Any) -> int:
+    r"""The highest :math:`r` such that :math:`\sigma,\dots,\sigma^{(r)}` have no Dirac part
+    (ReLU, leaky ReLU, |z|: 1; a jump: 0; a smooth activation: a large number)."""
+    from ..activations import get_activation
+
+    act = get_activation(activation)
+    if act.is_smooth or act.is_polynomial:
+        return 64
+    for k in range(1, 8):
+        if act.singular_part(k):
+            return k - 1
+    return 64
+
+
+def _leibniz_diagonal(E: Any, d: np.ndarray, orders: set, r: int) -> dict:
+    r"""Single-sample values :math:`T_{pq}` that satisfy every Leibniz identity of a regular base.
+
+    For each level :math:`M=p+q` the unknowns are :math:`T_{p,M-p}`, :math:`p=0..M`; the equations
+    are, for every base :math:`(p_0,q_0)` with :math:`p_0,q_0\le r` (so that
+    :math:`\sigma^{(p_0)}\sigma^{(q_0)}` is a function) and :math:`k=M-p_0-q_0\ge0`,
+
+    .. math:: \sum_{j=0}^k\binom kj T_{p_0+j,\,q_0+k-j}
+              =\langle\partial_z^k[\sigma^{(p_0)}\sigma^{(q_0)}]\rangle_K
+              =\langle\sigma^{(p_0)}\sigma^{(q_0)}He_k(z;K)\rangle_K/K^k
+
+    (Stein, no derivative of :math:`\sigma` beyond order :math:`r`), plus :math:`T_{pq}=T_{qp}`.
+    Single atoms such as :math:`\langle\delta(z)\delta(z)\rangle` diverge, but every combination
+    a derived recursion forms at coincident labels is such a Leibniz sum (the derivatives come from
+    Stein's identity acting on a product of :math:`\sigma,\sigma'`, PDLT (8.70)–(8.71)), so any
+    solution gives the exact value; the minimum-norm one is returned.  Raises
+    :class:`~effth.errors.NotDerivedError` when the identities are inconsistent."""
+    from ..errors import NotDerivedError
+
+    out: dict = {}
+    ref = np.abs(np.asarray(E([(0, "sigma", 0), (0, "sigma", 0)]), float))     # <sigma sigma>, the scale
+    for M in sorted({p + q for p, q in orders}):
+        idx = {(p, M - p): i for i, p in enumerate(range(M + 1))}
+        rows, rhs = [], []
+        for p0 in range(min(r, M) + 1):
+            for q0 in range(p0, min(r, M - p0) + 1):
+                k = M - p0 - q0
+                row = np.zeros(M + 1)
+                for j in range(k + 1):
+                    row[idx[p0 + j, q0 + k - j]] += math.comb(k, j)
+                base = [(0, "sigma", p0), (0, "sigma", q0)]
+                val = E(base) if k == 0 else _stein(E, base, 0, k, d)
+                rows.append(row)
+                rhs.append(np.broadcast_to(np.asarray(val, float), d.shape))
+        for p in range(M + 1):
+            if p < M - p:
+                row = np.zeros(M + 1)
+                row[idx[p, M - p]], row[idx[M - p, p]] = 1.0, -1.0
+                rows.append(row)
+                rhs.append(np.zeros(d.shape))
+        A, B = np.array(rows), np.array(rhs)
+        T = np.linalg.pinv(A) @ B
+        res = A @ T - B
+        scale = np.maximum(np.max(np.abs(B), axis=0), ref / d ** (M / 2))       # per sample
+        if np.any(np.max(np.abs(res), axis=0) > 1e-8 * scale):
+            raise NotDerivedError(f"the Leibniz identities of level {M} are inconsistent "
+                                  f"(residual {float(np.max(np.abs(res))):.3g})")
+        for (p, q) in orders:
+            if p + q == M:
+                out[p, q] = T[idx[p, q]]
+    return out
+
+
+@public
+def leibniz_pair_tables(K: Any, activation: Any, orders: Any, rtol: float = 1e-10) -> dict:
+    r"""Pair tables :math:`T_{pq}[\alpha,\beta]=\langle\sigma^{(p)}_\alpha\sigma^{(q)}_\beta\rangle_K`
+    of a kinked activation for the derived NTK-hierarchy recursions (PDLT (8.77), (8.79), (8.97)
+    and the :math:`1/n` NTK mean), whose atoms at coincident labels enter only through the
+    Leibniz sums of derivatives of a product of :math:`\sigma` and :math:`\sigma'`.
+
+    * **distinct samples** (:math:`|\rho|<1`): exact, by Gaussian conditioning on the Dirac parts
+      of :math:`\sigma^{(p)}` (point masses, e.g. :math:`\langle\delta(z_\alpha)\delta(z_\beta)\rangle
+      =1/(2\pi\sqrt{\det K})`) or Stein's identity (:func:`kinked_pair_tables`);
+    * **the diagonal**: the minimum-norm values satisfying every Leibniz identity of a regular base
+      :math:`(p_0,q_0)`, :math:`p_0,q_0\le r` (:func:`regular_order`); the regular atoms
+      (:math:`p,q\le r`, e.g. :math:`\langle\sigma'\sigma'\rangle`) come out exact.
+
+    Collinear distinct samples (:math:`|\rho|=1`, duplicated inputs) raise
+    :class:`~effth.errors.DomainError`: pass distinct inputs.
+
+    Parameters
+    ----------
+    K : ndarray (N, N)
+        Symmetric PSD kernel with a positive diagonal.
+    activation : str or Activation
+        Kinked, with :math:`\sigma'` a function (:func:`regular_order` >= 1).
+    orders : iterable of (p, q)
+    rtol : float
+
+    Returns
+    -------
+    dict
+        ``{(p, q): (N, N) table}`` for every requested order and its transpose.
+    """
+    from ..activations import get_activation
+    from ..errors import DomainError
+    from .dispatch import gaussian_expectation
+
+    act = get_activation(activation)
+    K = real_kernel(K)
+    N = K.shape[0]
+    orders = sorted({tuple(o) for o in orders} | {tuple(o)[::-1] for o in orders})
+    r = regular_order(act)
+    if r < 1:
+        raise DomainError(f"{act!r}: sigma' has a Dirac part (a jump), so <sigma' sigma'> diverges "
+                          "at coincident samples; no NTK statistics")
+    d = np.diag(K).copy()
+    if np.any(d <= 0):
+        raise DomainError(f"leibniz_pair_tables needs every input variance > 0, got diag(K) = {d} "
+                          "(a zero input with C_b = 0 sits on the kink: pass x != 0 or C_b > 0)")
+    a, b = np.triu_indices(N, 1)
+    rho = K[a, b] / np.sqrt(d[a] * d[b])
+    if np.any(1.0 - np.abs(rho) <= _COLLINEAR):
+        i = int(np.flatnonzero(1.0 - np.abs(rho) <= _COLLINEAR)[0])
+        raise DomainError(f"inputs {int(a[i])} and {int(b[i])} are collinear (correlation {rho[i]:+.15g}): "
+                          f"the NTK statistics of kinked {act!r} need distinct, non-collinear inputs")
+    out = kinked_pair_tables(K, act, orders, rtol) if N > 1 else {o: np.zeros((1, 1)) for o in orders}
+
+    def E(factors: list) -> np.ndarray:
+        return np.asarray(gaussian_expectation(factors, d[:, None, None], act, rtol=rtol), dtype=float)
+
+    diag = _leibniz_diagonal(E, d, set(orders), r)
+    ii = np.arange(N)
+    for o in orders:
+        out[o] = np.array(out[o], dtype=float)
+        out[o][ii, ii] = diag[o]
+    return out
 
 
 @public

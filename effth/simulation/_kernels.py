@@ -45,7 +45,7 @@ def pair_index(n_inputs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything a worker needs to simulate a chunk (immutable, shared by threads).
+    r"""Everything a worker needs to simulate a chunk (immutable, shared by threads).
 
     Attributes
     ----------
@@ -67,6 +67,10 @@ class Plan:
         ``"weights"`` or ``"conditional"``.
     keep : bool
         Whether to return the raw samples.
+    gamma, xi : tuple of float
+        Residual gains per weight layer ``1..L`` (PDLT (B.4)):
+        :math:`z^{(\ell)}=\xi^{(\ell)}[b+W\sigma(z^{(\ell-1)})]+\gamma^{(\ell)}z^{(\ell-1)}`;
+        all ``0`` and ``1`` for a plain MLP.
     """
 
     widths: tuple[int, ...]
@@ -79,6 +83,14 @@ class Plan:
     layers: frozenset
     method: str
     keep: bool
+    gamma: tuple = ()
+    xi: tuple = ()
+
+    def skip(self, layer: int) -> float:
+        return self.gamma[layer - 1] if self.gamma else 0.0
+
+    def branch(self, layer: int) -> float:
+        return self.xi[layer - 1] if self.xi else 1.0
 
 
 @dataclass
@@ -99,6 +111,11 @@ class LayerSums:
         :math:`\\sum_m O_m \\otimes O_m`.
     sq : ndarray (p, p)
         :math:`\\sum_m n_\\ell^{-1}\\sum_i z_{i;a} z_{i;b} z_{i;c} z_{i;d}` (same neuron).
+    s3 : ndarray (p, N)
+        :math:`\\sum_m n_\\ell^{-1}\\sum_i z_{i;a} z_{i;b} z_{i;c}` (same neuron).
+    s3x : ndarray (p, N)
+        :math:`\\sum_m [n_\\ell(n_\\ell-1)]^{-1}\\sum_{i\\ne k} z_{i;a} z_{i;b} z_{k;c}`
+        (distinct neurons; zero if :math:`n_\\ell=1`).
     """
 
     count: int
@@ -107,10 +124,13 @@ class LayerSums:
     sg: np.ndarray
     sgg: np.ndarray
     sq: np.ndarray
+    s3: np.ndarray
+    s3x: np.ndarray
 
     @classmethod
-    def zeros(cls, p: int) -> "LayerSums":
-        return cls(0, np.zeros(p), np.zeros((p, p)), np.zeros(p), np.zeros((p, p)), np.zeros((p, p)))
+    def zeros(cls, p: int, N: int) -> "LayerSums":
+        return cls(0, np.zeros(p), np.zeros((p, p)), np.zeros(p), np.zeros((p, p)), np.zeros((p, p)),
+                   np.zeros((p, N)), np.zeros((p, N)))
 
     def add(self, other: "LayerSums") -> None:
         """In-place ``self += other``."""
@@ -120,6 +140,8 @@ class LayerSums:
         self.sg += other.sg
         self.sgg += other.sgg
         self.sq += other.sq
+        self.s3 += other.s3
+        self.s3x += other.s3x
 
 
 def _check_finite(arr: np.ndarray, layer: int, what: str) -> None:
@@ -150,7 +172,14 @@ def _layer_sums(z: np.ndarray, G_hat: np.ndarray, iu: np.ndarray, ju: np.ndarray
         sGG = Gp.T @ Gp
     flat = zp.reshape(p, m * n)
     sq = (flat @ flat.T) / n
-    return LayerSums(m, sG, sGG, gp.sum(axis=0), gp.T @ gp, sq)
+    zc = zt.reshape(zt.shape[0], m * n)                  # (N, m n)
+    s3 = (flat @ zc.T) / n                               # (p, N): same-neuron third moments
+    if n >= 2:                                           # sum_{i != k} = (sum_i)(sum_k) - sum_i
+        s3x = (np.einsum("pmi,cmi->pc", zp.sum(axis=2, keepdims=True),
+                         zt.sum(axis=2, keepdims=True)) - n * s3) / (n * (n - 1))
+    else:
+        s3x = np.zeros_like(s3)
+    return LayerSums(m, sG, sGG, gp.sum(axis=0), gp.T @ gp, sq, s3, s3x)
 
 
 def _factor(G_hat: np.ndarray) -> np.ndarray:
@@ -221,22 +250,32 @@ def _run_chunk(plan: Plan, rng: np.random.Generator, m: int):
         if layer > 1:
             n_prev, n_cur = widths[layer - 1], widths[layer]
             cw, cb = plan.c_w[layer - 1], plan.c_b[layer - 1]
+            g, x = plan.skip(layer), plan.branch(layer)
             s = plan.sigma(z)
             _check_finite(s, layer - 1, "activations")
             G_hat = np.matmul(s, np.swapaxes(s, 1, 2))
             G_hat *= cw / n_prev
             G_hat += cb
+            if x != 1.0:
+                G_hat *= x * x
             _check_finite(G_hat, layer, "stochastic metric")
             if plan.method == "weights":
                 W = wbuf[:m * n_prev * n_cur].reshape(m, n_prev, n_cur)
                 rng.standard_normal(out=W)               # W / sqrt(C_W / n_prev)
-                s = s * np.sqrt(cw / n_prev)            # scale the small factor, not W
-                z = np.matmul(s, W)                      # (m, N, n_cur)
+                s = s * (x * np.sqrt(cw / n_prev))      # scale the small factor, not W
+                z_new = np.matmul(s, W)                  # (m, N, n_cur)
                 if cb > 0.0:
-                    z += np.sqrt(cb) * rng.standard_normal((m, 1, n_cur))
+                    z_new += (x * np.sqrt(cb)) * rng.standard_normal((m, 1, n_cur))
             else:
-                z = np.matmul(_factor(G_hat), rng.standard_normal((m, N, n_cur)))
-            del s
+                z_new = np.matmul(_factor(G_hat), rng.standard_normal((m, N, n_cur)))
+            if g != 0.0:
+                # residual block (PDLT (B.4)): the skip term is the conditional mean of z^(l);
+                # the metric the estimators use is the neuron average of the conditional second
+                # moment, xi^2 G_hat + gamma^2 z z^T / n (unbiased for G^(l), not (4.76)'s G_hat)
+                G_hat = G_hat + (g * g / n_prev) * np.matmul(z, np.swapaxes(z, 1, 2))
+                z_new += g * z
+            z = z_new
+            del s, z_new
             _check_finite(z, layer, "preactivations")
         if layer in plan.layers:
             sums[layer] = _layer_sums(z, G_hat, iu, ju)

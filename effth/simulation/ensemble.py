@@ -72,11 +72,18 @@ ESTIMATORS: Mapping[str, str] = MappingProxyType({
                     "(i != j), averaged over all ordered neuron pairs and networks, minus the same "
                     "unbiased G (x) G; unbiased; NaN if n_l < 2",
     "O_cov": "unbiased sample covariance over networks of O_ab = (1/n_l) sum_i z_{i;a} z_{i;b}",
+    "kappa3_same": "same-neuron third moment E[z_a z_b z_c] (= the connected 3-pt function, the "
+                   "mean being 0), averaged over networks and neurons; zero in expectation for a "
+                   "plain MLP, O(1/n) behind a skip connection with a non-odd activation",
+    "kappa3_cross": "distinct-neuron third moment E[z_{i;a} z_{i;b} z_{j;c}] (i != j), averaged "
+                    "over ordered neuron pairs and networks; -> T_(ab)c / n_{l-1} for a residual "
+                    "MLP; NaN if n_l < 2",
 })
 
 
 #: Names read by :meth:`EnsembleStatistics.value` and :meth:`EnsembleStatistics.stderr`.
-STAT_NAMES: tuple[str, ...] = ("G", "G_rb", "V", "kappa4_same", "kappa4_cross", "O_cov")
+STAT_NAMES: tuple[str, ...] = ("G", "G_rb", "V", "kappa4_same", "kappa4_cross", "O_cov",
+                               "kappa3_same", "kappa3_cross")
 
 
 def _frozen(d: dict | None) -> Mapping | None:
@@ -133,6 +140,10 @@ class EnsembleStatistics(WeightLayers):
         with ``(a1, a2)`` and ``j != i`` with ``(a3, a4)``; NaN for a layer of width 1.
     O_cov, O_cov_err : mapping int -> ndarray (N, N, N, N)
         Covariance across networks of :math:`\mathcal O_{\alpha\beta}=n_\ell^{-1}\sum_i z_{i;\alpha}z_{i;\beta}`.
+    kappa3_same, kappa3_same_err, kappa3_cross, kappa3_cross_err : mapping int -> ndarray (N, N, N)
+        Third moments (connected: the mean vanishes), same neuron and ``[a, b, c]`` with
+        ``(a, b)`` on neuron ``i`` and ``c`` on ``j != i``; for a residual MLP (PDLT (B.4))
+        ``kappa3_cross`` :math:`\to T^{(\ell)}_{(ab)c}/n_{\ell-1}`.
     samples : mapping int -> ndarray (networks, N, n_l) or None
         Raw preactivations ``z[m, alpha, i]`` if ``keep_samples``.
     G_hat_samples : mapping int -> ndarray (networks, N, N) or None
@@ -158,6 +169,10 @@ class EnsembleStatistics(WeightLayers):
     kappa4_cross_err: Mapping[int, np.ndarray]
     O_cov: Mapping[int, np.ndarray]
     O_cov_err: Mapping[int, np.ndarray]
+    kappa3_same: Mapping[int, np.ndarray] = field(default_factory=dict)
+    kappa3_same_err: Mapping[int, np.ndarray] = field(default_factory=dict)
+    kappa3_cross: Mapping[int, np.ndarray] = field(default_factory=dict)
+    kappa3_cross_err: Mapping[int, np.ndarray] = field(default_factory=dict)
     samples: Mapping[int, np.ndarray] | None = None
     G_hat_samples: Mapping[int, np.ndarray] | None = None
     estimators: Mapping[str, str] = field(default_factory=lambda: ESTIMATORS, repr=False)
@@ -288,7 +303,12 @@ def simulate_ensemble(net: MLP, X: Any, *, networks: int,
     ----------
     net : MLP
         Architecture with numeric hidden widths; ``net.depth`` weight layers, activation
-        ``net.act``, per-layer ``c_w``, ``c_b``; output width ``net.n_out``.
+        ``net.act``, per-layer ``c_w``, ``c_b``; output width ``net.n_out``.  A residual MLP
+        (``gamma``, ``xi``; PDLT (B.4)) is simulated as written,
+        :math:`z^{(\ell)}=\xi[b+W\sigma(z^{(\ell-1)})]+\gamma z^{(\ell-1)}`; at its skip layers
+        ``V`` is :math:`n_{\ell-1}\kappa_4^{\rm cross}` (PDLT (4.77); (4.76) assumes a zero
+        conditional mean) and ``G_rb`` averages the conditional second moment
+        :math:`\xi^2\widehat G+\gamma^2 z^{(\ell-1)}\cdot z^{(\ell-1)}/n`.
     X : array_like (N_D, n_0)
         Inputs, one per row, finite.
     networks : int
@@ -344,15 +364,17 @@ def simulate_ensemble(net: MLP, X: Any, *, networks: int,
     c_b = tuple(net.c_b_at(k) for k in range(1, net.depth + 1))
     G1 = c_b[0] + c_w[0] * (Xa @ Xa.T) / n0
     sigma = net.act.numpy(0)
+    gamma = tuple(net.gamma_at(k) for k in range(1, net.depth + 1))
+    xi = tuple(net.xi_at(k) for k in range(1, net.depth + 1))
     plan = Plan(widths=widths, c_w=c_w, c_b=c_b, sigma=sigma, X=Xa, G1=G1, last=last,
-                layers=frozenset(lay), method=method, keep=bool(keep_samples))
+                layers=frozenset(lay), method=method, keep=bool(keep_samples), gamma=gamma, xi=xi)
     bsz = int(batch) if batch is not None else _default_batch(widths, last, N)
     K, units = group_units(size, bsz)
     rng = as_generator(seed)
     children = _spawn(rng, len(units))
 
     p = N * (N + 1) // 2
-    group_sums = [{k: LayerSums.zeros(p) for k in lay} for _ in range(K)]
+    group_sums = [{k: LayerSums.zeros(p, N) for k in lay} for _ in range(K)]
     kept = ({k: (np.empty((size, N, widths[k])), np.empty((size, N, N))) for k in lay}
             if keep_samples else None)
 
@@ -374,7 +396,8 @@ def simulate_ensemble(net: MLP, X: Any, *, networks: int,
     for k in lay:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             est, err = layer_estimates([g[k] for g in group_sums], n_prev=widths[k - 1],
-                                       n_cur=widths[k], first=(k == 1), pid=pid)
+                                       n_cur=widths[k], first=(k == 1), pid=pid,
+                                       residual=gamma[k - 1] != 0)
         _check_estimates(est, err, k, widths[k], len(group_sums))
         for name, val in est.items():
             out.setdefault(name, {})[k] = val
@@ -399,7 +422,7 @@ def _check_estimates(est: dict, err: dict, layer: int, n_cur: int, n_groups: int
     """Raise if an estimate (or its error) is not finite, except the NaN that are by design
     (``kappa4_cross`` of a width-1 layer; every error when fewer than 2 groups)."""
     for name, v in est.items():
-        if name == "kappa4_cross" and n_cur < 2:
+        if name in ("kappa4_cross", "kappa3_cross") and n_cur < 2:
             continue
         bad = not np.isfinite(v).all()
         if not bad and n_groups >= 2 and name in err:

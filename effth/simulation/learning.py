@@ -492,6 +492,8 @@ def train_ensemble(net: MLP, X: Any, y: Any, *, eta: float, updates: int,
     """
     if not isinstance(net, MLP):
         raise DomainError(f"net must be an effth.MLP, got {type(net).__name__}")
+    from effth.arch._common import require_plain
+    require_plain(net, "the trainer")
     if net.widths is None and net.depth == 1:
         net = net.with_widths(())                     # no hidden layer: nothing to give
     if net.widths is None:

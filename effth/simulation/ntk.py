@@ -591,6 +591,8 @@ def init_params(net: MLP, n_in: int,
     """
     if not isinstance(net, MLP):
         raise DomainError(f"net must be an effth.arch.MLP, got {type(net).__name__}")
+    from effth.arch._common import require_plain
+    require_plain(net, "the NTK simulator")
     if isinstance(n_in, bool) or not isinstance(n_in, (int, np.integer)) or n_in < 1:
         raise DomainError(f"n_in must be a positive int (the input dimension n_0), got {n_in!r}")
     if networks is not None and (isinstance(networks, bool)
@@ -907,6 +909,8 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
     the derivatives :math:`\sigma^{(k)}`, ``k = 1, 2, 3``, come from
     :meth:`~effth.activations.Activation.numpy`.
     """
+    from effth.arch._common import require_plain
+    require_plain(net, "simulate_ntk_ensemble")
     Xa = check_ensemble(net, X, networks, batch)
     if order not in (1, 2, 3):
         raise DomainError(f"order must be 1, 2 or 3, got {order!r}")

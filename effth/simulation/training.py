@@ -278,7 +278,8 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
                       networks: int | None = None, X_test=None, parameterization: str = "mean_field", center: bool = True,
                       record_kernels: bool = True, weight_decay: float = 0.0,
                       bias: bool = False, record_preactivations: bool = False,
-                      progress: bool | None = None) -> TrainingRun:
+                      progress: bool | None = None, temperature: float = 0.0,
+                      momentum: float = 0.0) -> TrainingRun:
     """Train width-``N`` networks by full-batch GD and record outputs and kernels.
 
     Parameters
@@ -334,6 +335,20 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
         Fig. 1b-c).
     progress : bool, optional
         Progress bar over the networks (``docs/conventions.md``).
+    temperature : float
+        Langevin temperature ``1/beta >= 0`` (Bordelon & Pehlevan (2022), App. K, eq. (100)): each
+        step adds independent Gaussian noise to every parameter, of variance
+        ``temperature (1 - rho^2) / weight_decay`` (``2 eta temperature`` without decay; the
+        Euler-Maruyama ``2 eta / beta`` up to ``O(eta^2)``, chosen so that the Gaussian prior of
+        variance ``temperature / weight_decay`` is exactly invariant under decay plus noise), in
+        the mean-field units of the parameter (divided by ``sqrt(N)`` for the hidden and readout
+        weights of ``'mup'``).  The noise is drawn from the network's own generator after its
+        initial weights (these are unchanged).
+    momentum : float
+        Heavy-ball coefficient ``mu`` in ``[0, 1)`` (Bordelon & Pehlevan (2022), App. L, eq. (122)
+        in discrete time, ``mu = exp(-eta / tau)``): ``v <- mu v + (1 - mu) (lr grad - eta lambda
+        theta)``, ``theta <- theta + v`` (``torch.optim.SGD`` with ``momentum = dampening = mu``);
+        ``mu = 0`` is the GD step above.  Not together with ``temperature > 0``.
 
     Returns
     -------
@@ -352,6 +367,7 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
         raise DomainError(f"eta={eta!r} must be positive")
     if not (np.isfinite(weight_decay) and 0 <= eta * weight_decay < 1):
         raise DomainError(f"weight_decay={weight_decay!r} must satisfy 0 <= eta * weight_decay < 1")
+    temperature, momentum = _optimizer_settings(temperature, momentum)
     X = _real_array(X, "X")
     y = _real_array(y, "y")
     if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1:
@@ -377,7 +393,8 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
         for s in seeds:
             runs.append(_train_one(X, Y, L, width, float(gamma0), float(eta), int(steps),
                                    fns, s, parameterization, center, record_kernels,
-                                   float(weight_decay), bool(bias), bool(record_preactivations)))
+                                   float(weight_decay), bool(bias), bool(record_preactivations),
+                                   temperature, momentum))
             bar.update()
     f, loss, phi, g = (np.stack([r[k] for r in runs]) for k in range(4))
     h = np.stack([r[4] for r in runs]) if record_preactivations else None
@@ -436,8 +453,61 @@ def _diverged_error(step, loss, ref, eta, bound) -> DomainError:
                        f"stable range of gradient descent{edge}; lower eta")
 
 
+def _optimizer_settings(temperature, momentum) -> tuple[float, float]:
+    """Validated Langevin temperature and heavy-ball coefficient (:class:`DomainError`)."""
+    vals = []
+    for v, name in ((temperature, "temperature"), (momentum, "momentum")):
+        if isinstance(v, (bool, np.bool_)):
+            raise DomainError(f"{name}={v!r} must be a number")
+        vals.append(_real_scalar(v, name))
+    temperature, momentum = vals
+    if not (np.isfinite(temperature) and temperature >= 0):
+        raise DomainError(f"temperature={temperature!r} must be a finite number >= 0 (the Langevin "
+                          "temperature 1/beta; 0 is gradient descent)")
+    if not (np.isfinite(momentum) and 0.0 <= momentum < 1.0):
+        raise DomainError(f"momentum={momentum!r} must lie in [0, 1) (the heavy-ball coefficient; "
+                          "0 is gradient descent)")
+    if temperature > 0 and momentum > 0:
+        raise DomainError("temperature > 0 together with momentum > 0 is not supported; set one to 0")
+    return float(temperature), float(momentum)
+
+
+class _Optimizer:
+    """The per-parameter update of every trainer step: decay, heavy-ball momentum and Langevin
+    noise around the GD increment ``u = lr * grad`` (one rule for every parameter).
+
+    ``mu = 0``: ``theta <- rho theta + u + sigma c xi``; ``mu > 0``:
+    ``v <- mu v + (1 - mu) (u - eta lambda theta)``, ``theta <- theta + v``.  ``c`` is the
+    parameter's scale (``1``, or ``1/sqrt(N)`` for the mup hidden and readout weights)."""
+
+    def __init__(self, eta, weight_decay, temperature, momentum, rng):
+        self.rho = 1.0 - eta * weight_decay
+        self.decay = eta * weight_decay
+        self.mu = momentum
+        self.rng = rng
+        if temperature > 0:
+            var = (temperature * (1.0 - self.rho ** 2) / weight_decay if weight_decay > 0
+                   else 2.0 * eta * temperature)
+            self.sigma = float(np.sqrt(var))
+        else:
+            self.sigma = 0.0
+        self.v = {}
+
+    def step(self, key, theta, u, scale=1.0):
+        if self.mu == 0.0:
+            new = self.rho * theta + u
+            if self.sigma:
+                new = new + (self.sigma * scale) * self.rng.standard_normal(theta.shape)
+            return new
+        v = self.v.get(key)
+        inc = u - self.decay * theta if self.decay else u
+        v = (1.0 - self.mu) * inc if v is None else self.mu * v + (1.0 - self.mu) * inc
+        self.v[key] = v
+        return theta + v
+
+
 def _train_one(X, Y, L, N, gamma0, eta, T, fns, seed, parameterization, center, record,
-               weight_decay=0.0, bias=False, keep_h=False):
+               weight_decay=0.0, bias=False, keep_h=False, temperature=0.0, momentum=0.0):
     act, dact = fns
     n, D = X.shape
     P, C = Y.shape
@@ -456,7 +526,8 @@ def _train_one(X, Y, L, N, gamma0, eta, T, fns, seed, parameterization, center, 
     lr = eta * gamma0 ** 2 * N if mf else eta * gamma0 ** 2
     lr0 = eta * gamma0 ** 2 * N
     inv_gamma = 1.0 / (gamma0 * np.sqrt(N))
-    rho = 1.0 - eta * weight_decay
+    opt = _Optimizer(eta, weight_decay, temperature, momentum, rng)
+    cs = 1.0 if mf else 1.0 / np.sqrt(N)                 # scale of the hidden and readout weights
     feats = np.zeros((L, T, n, N))
     pre = np.zeros((L, T, n, N)) if keep_h else None
     grads = np.zeros((L, T, n, N, C))
@@ -496,14 +567,16 @@ def _train_one(X, Y, L, N, gamma0, eta, T, fns, seed, parameterization, center, 
                     break
                 delta = np.zeros((n, C))
                 delta[:P] = Y - f[:P]
-                # GD: theta <- rho theta + lr * sum_mu,c Delta_mu,c df_mu,c/dtheta  (rho = 1 - eta lambda)
+                # GD: theta <- rho theta + lr * sum_mu,c Delta_mu,c df_mu,c/dtheta  (rho = 1 - eta lambda),
+                # with momentum and Langevin noise around it (_Optimizer)
                 back = [np.einsum("mjc,mc->mj", e, delta) for e in es]           # sum_c Delta_c e_c
-                w = rho * w + lr * (m * inv_gamma) * (phis[-1].T @ delta)
+                w = opt.step("w", w, lr * (m * inv_gamma) * (phis[-1].T @ delta), cs)
                 for ell in range(L - 1):
-                    Ws[ell] = rho * Ws[ell] + lr * m * back[ell + 1].T @ phis[ell]
-                W0 = rho * W0 + lr0 * back[0].T @ X / np.sqrt(D)
+                    Ws[ell] = opt.step(("W", ell), Ws[ell], lr * m * back[ell + 1].T @ phis[ell], cs)
+                W0 = opt.step("W0", W0, lr0 * back[0].T @ X / np.sqrt(D))
                 if bias:
-                    bs = [rho * b + lr0 * bk.sum(axis=0) for b, bk in zip(bs, back)]
+                    bs = [opt.step(("b", k), b, lr0 * bk.sum(axis=0))
+                          for k, (b, bk) in enumerate(zip(bs, back))]
     except FloatingPointError:
         raise _diverged_error(t, None, None, eta, bound) from None
     except _Diverged as exc:

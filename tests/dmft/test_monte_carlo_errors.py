@@ -26,13 +26,14 @@ PROB = dict(kernel=KX, y=Y, hidden_layers=2, gamma0=1.0, eta=0.2, steps=6)
 SEEDS = 40
 
 
-def _u2(replicas):
-    exact = solve_deep_linear(**PROB).f[-1]
+def _u2(replicas, name="f"):
+    ex = solve_deep_linear(**PROB)
+    exact = ex.value(name)[-1]
     u2 = []
     for seed in range(SEEDS):
         r = solve_monte_carlo(**PROB, activation="linear", samples=512, iterations=10,
                               responses="stein", seed=seed, replicas=replicas)
-        z = (r.f[-1] - exact) / r.stderr("f")[-1]
+        z = (r.value(name)[-1] - exact) / r.stderr(name)[-1]
         R = r.diagnostics.replicas
         u = stats.norm.ppf(stats.t.cdf(z, df=R - 1)) if R > 1 else z
         u2.append(np.mean(u ** 2))
@@ -45,6 +46,16 @@ def test_replica_errors_cover_the_exact_solution():
     assert abs(good - 1) < band, good
     old = _u2(replicas=1)                    # batches of one sweep: misses the propagated noise
     assert old > 1 + band, old
+
+
+def test_loss_has_a_standard_error_that_covers_the_exact_loss():
+    """stderr('loss') of the Monte-Carlo solver (the replicas' spread of their own losses); the
+    bias of the loss of a noisy f, O(Var f), is far below its standard error at 512 samples."""
+    band = 4.5 * np.sqrt(2 / SEEDS)
+    assert abs(_u2(replicas=8, name="loss") - 1) < band
+    r = solve_monte_carlo(**PROB, activation="linear", samples=256, iterations=4, seed=0)
+    se = r.stderr("loss")
+    assert se is not None and se.shape == r.loss.shape and np.all(se[1:] > 0)
 
 
 def test_converged_is_honest_and_growth_is_flagged():

@@ -77,8 +77,8 @@ def test_trained_prediction_from_restricted_flow(setting):
     _, full, restricted = setting
     y = np.array([[0.3], [-0.5], [0.8], [0.1]])
     for fn, m in ((finite_width_mean, 1), (finite_width_covariance, 2)):
-        a = fn(full, y, n_train=P, width=64, algorithm="gradient_flow")
-        b = fn(restricted[m], y, n_train=P, width=64, algorithm="gradient_flow")
+        a = fn(full, y, n_train=P, widths=64, algorithm="gradient_flow")
+        b = fn(restricted[m], y, n_train=P, widths=64, algorithm="gradient_flow")
         stem = a.stem
         for name in (stem, stem + "1"):
             va, vb = a.value(name), b.value(name)

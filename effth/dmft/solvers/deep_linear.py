@@ -67,6 +67,19 @@ have length ``T C``, ``G^l`` is ``T C x T C``.  Biases change only the forward k
 to every layer, and it does not back-propagate).  At a fixed point of the bias-free dynamics the
 representer identity ``lambda (L + 1) f = K Delta`` holds (``L + 1``-homogeneous network,
 Bordelon & Pehlevan (2022), eq. (98)).  The equations are marched in time exactly as without the extensions.
+
+
+Langevin dynamics and momentum
+------------------------------
+Both enter through the trainer's per-parameter filter (:class:`~effth.dmft.grid.ParameterFilter`):
+``theta(t) = a(t) theta(0) + sum_{s<t} k(t-1-s) [eta G(s) + sigma xi(s)]``.  Averaging over the
+initial weights *and* the Langevin noise (Bordelon & Pehlevan (2022), App. K, eqs. (104)-(112)) the
+random part of every weight matrix is a Gaussian process in time with covariance ``kappa(t, s) =
+a(t) a(s) + sigma^2 sum_r k(t-1-r) k(s-1-r)`` per entry; hence, with ``A``, ``B`` the responses to
+the total sources, ``S_h = kappa * Hb^{l-1}``, ``S_g = kappa * G^{l+1}``, the response terms
+``kappa * A``, ``kappa * B``, and the drift weights ``eta k(t-1-s)`` in place of
+``eta rho^{t-1-s}``.  Weight decay alone is ``kappa = rho^{t+s}``, ``k(j) = rho^j`` (the equations
+above, unchanged); momentum (App. L) changes ``k`` (``1 - mu^{j+1}`` without decay, eq. (123)).
 """
 
 from __future__ import annotations
@@ -79,8 +92,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from effth.errors import ConvergenceError, DomainError
-from effth.dmft.grid import TimeGrid, causal_mask, decay_factor, prepare_targets, real_scalar
-from effth.dmft.solvers.lazy import check_stability_along, check_stability, hidden_layer_count, lazy_kernels, static_ntk_dynamics
+from effth.dmft.grid import (TimeGrid, causal_mask, decay_factor, langevin_settings, parameter_filter,
+                             prepare_targets, real_scalar)
+from effth.dmft.solvers.lazy import check_langevin_step, check_stability_along, check_stability, hidden_layer_count, lazy_kernels, static_ntk_dynamics
 from effth.dmft.result import Diagnostics, DMFTResult
 
 __all__ = ["solve_deep_linear"]
@@ -98,6 +112,8 @@ class _Model:
     Y: np.ndarray           # (P, C) targets
     closure: str
     gi: bool                # gradient independence: A = B = 0
+    temperature: float = 0.0  # Langevin temperature 1/beta (App. K)
+    momentum: float = 0.0     # heavy-ball coefficient mu (App. L)
 
     @property
     def C(self) -> int:
@@ -106,16 +122,28 @@ class _Model:
     @property
     def plain(self) -> bool:
         """No decay and no bias (the outputs' count does not matter)."""
-        return self.rho == 1.0 and self.b == 0.0
+        return self.rho == 1.0 and self.b == 0.0 and self.temperature == 0.0 \
+            and self.momentum == 0.0
+
+    @property
+    def unit(self) -> bool:
+        """The noise kernel is ``kappa = 1`` (no decay, no Langevin noise)."""
+        return self.rho == 1.0 and self.temperature == 0.0
+
+    def filter(self, T: int):
+        """The optimizer's :class:`~effth.dmft.grid.ParameterFilter` on ``T`` grid points."""
+        return parameter_filter(self.eta, T, self.lam, self.temperature, self.momentum)
 
     def powers(self, T: int) -> np.ndarray:
-        """``rho^t`` for ``t < T``."""
-        return self.rho ** np.arange(T)
+        """``a(t)`` for ``t < T`` (``rho^t`` without momentum)."""
+        return self.filter(T).init
 
     def drift_weights(self, T: int) -> np.ndarray:
-        """``(T, T)`` weights ``eta rho^{t-1-s} Theta(t - s)`` of the drift terms."""
+        """``(T, T)`` weights ``eta k(t-1-s) Theta(t - s)`` of the drift terms (``k(j) = rho^j``
+        without momentum)."""
+        mem = self.filter(T).memory
         k = np.subtract.outer(np.arange(T), np.arange(T)) - 1
-        return np.where(k >= 0, self.eta * self.rho ** np.maximum(k, 0), 0.0)
+        return np.where(k >= 0, self.eta * mem[np.maximum(k, 0)], 0.0)
 
 
 @public
@@ -125,7 +153,8 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
                       tol: float = 1e-10, max_iter: int = 500,
                       gradient_independent: bool = False, window: int | None = None,
                       method: str = "march", weight_decay: float = 0.0,
-                      bias: bool = False) -> DMFTResult:
+                      bias: bool = False, temperature: float = 0.0,
+                      momentum: float = 0.0) -> DMFTResult:
     """Solve the deep linear DMFT of Bordelon & Pehlevan (2022) on the discrete-GD grid.
 
     Parameters
@@ -190,11 +219,33 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         ``h^l`` uses ``H^{l-1} + 1``.  The first layer's bias is folded into the returned
         ``data.kx`` (``K^x + 1``), and ``result.bias`` is set so that ``result.ntk`` adds
         ``G^{l+1}`` for the deeper layers.
+    temperature : float
+        Langevin temperature ``1/beta >= 0`` (Bordelon & Pehlevan (2022), App. K, eq. (100)):
+        every parameter also receives independent Gaussian noise of variance
+        ``temperature (1 - rho^2) / weight_decay`` per step (:class:`~effth.dmft.grid.ParameterFilter`;
+        the trainer's ``temperature``).  In the paper's notation ``weight_decay = lambda / beta``,
+        so the Gibbs equilibrium is the posterior with weight variance
+        ``temperature / weight_decay`` (:func:`solve_deep_linear_equilibrium`).  The sources then
+        have covariances ``kappa * (H^{l-1} + b)`` and ``kappa * G^{l+1}`` with the noise kernel
+        ``kappa(t, s) = rho^{t+s} + C(t, s)`` (the discrete ``e^{-lambda(t+s)/beta} +
+        C_{lambda,beta}(t, s)`` of eqs. (105)-(112)), and the response terms carry ``kappa``.
+        Requires ``gamma0 != 0`` and ``closure='exact'``; the step must satisfy
+        ``eta (lambda_max(K_eq) + weight_decay) < 2`` with ``K_eq`` the lazy NTK at weight
+        variance ``max(1, temperature / weight_decay)`` (the stability of the linearized
+        Langevin step), else :class:`DomainError`.
+    momentum : float
+        Heavy-ball coefficient ``mu`` in ``[0, 1)`` (Bordelon & Pehlevan (2022), App. L, eq. (122)
+        in discrete time, ``mu = exp(-eta / tau)``): ``v <- mu v + (1 - mu) eta (G - lambda theta)``,
+        ``theta <- theta + v``; the drift terms carry the memory kernel ``k(t-1-s)``
+        (``1 - mu^{t-s}`` without decay, eq. (123)) in place of ``rho^{t-1-s}``.  ``mu = 0`` is GD
+        (``tau -> 0``).  The step must satisfy ``eta lambda_max(K_0) < 2 (1 + mu) / (1 - mu)``.
+        Not with ``temperature > 0``; ``closure='exact'`` only.
 
     Returns
     -------
     DMFTResult
         ``A``, ``B`` in the scaled convention, as responses to the undecayed Gaussian parts
+        (with ``temperature > 0``: to the total Gaussian sources, initial plus noise)
         (``A^l = gamma0^-1 <d h^l / d r^l>``, ``B^{l-1} = gamma0^-1 <d g^l / d u^l>``; row sums
         over the sample-independent index, ``nA = nB = 1``).
 
@@ -221,20 +272,32 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
     gamma0, eta = real_scalar(gamma0, "gamma0"), real_scalar(eta, "eta")
     grid = TimeGrid(eta, steps)
     L, T, n, P, C = n_hidden, grid.steps, data.n_all, data.n_train, Y.shape[1]
-    rho = decay_factor(grid.eta, weight_decay)
+    rho, temperature, momentum = langevin_settings(grid.eta, weight_decay, temperature, momentum)
     lam = float(weight_decay)
+    if (temperature > 0 or momentum > 0) and closure != "exact":
+        raise DomainError("temperature or momentum need closure='exact' (the NTK-Euler closure "
+                          "has no Langevin or momentum terms here)")
+    if gamma0 == 0 and temperature > 0:
+        raise DomainError("gamma0 = 0 with temperature > 0 is singular (output factor 1/gamma0); "
+                          "use a small gamma0 > 0, or solve_deep_linear_equilibrium for the "
+                          "gamma0 -> 0 equilibrium")
     if gamma0 == 0 and lam > 0:
         raise DomainError("gamma0 = 0 with weight decay (trivial fixed point f = K = 0; output "
                           "factor 1/gamma0) is not solved here; use gamma0 > 0")
     if closure == "ntk" and lam > 0 and bias:
         raise DomainError("closure='ntk' with weight decay needs a homogeneous network "
                           "(lambda (L+1) f term); with bias=True use closure='exact'")
-    if method == "sweep" and (lam > 0 or bias or multi):
+    if method == "sweep" and (lam > 0 or bias or multi or temperature > 0 or momentum > 0):
         raise DomainError("method='sweep' solves the plain equations only (no weight_decay, "
-                          "bias or 2-D y); use method='march'")
+                          "bias, 2-D y, temperature or momentum); use method='march'")
     model = _Model(eta=grid.eta, g2=float(gamma0) ** 2, rho=rho, lam=lam, b=float(bool(bias)),
-                   Y=Y, closure=closure, gi=bool(gradient_independent))
-    check_stability(lazy_kernels(data.kx, hidden_layers=L, bias=bool(bias))[3][:P, :P], grid.eta)
+                   Y=Y, closure=closure, gi=bool(gradient_independent), temperature=temperature,
+                   momentum=momentum)
+    ntk0 = lazy_kernels(data.kx, hidden_layers=L, bias=bool(bias))[3][:P, :P]
+    edge = 2.0 * (1.0 + momentum) / (1.0 - momentum)
+    check_stability(ntk0, grid.eta, edge=edge)
+    if temperature > 0:
+        _check_langevin_step(data.kx[:P, :P], L, bool(bias), grid.eta, lam, temperature)
     t0 = time.perf_counter()
     diag = Diagnostics(tol=tol)
     # Causality: the solution on the first Tk grid points does not depend on later times, so the
@@ -273,9 +336,10 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
     diag.seconds = time.perf_counter() - t0
     H, G, A, B, delta = state
     pw = model.powers(T)
-    # responses to the undecayed sources: A^l = C M_g R, B^{l-1} = M_g D R
-    A = [a * np.repeat(pw, C) for a in A] if rho != 1.0 else A
-    B = [bb * np.repeat(pw, n) for bb in B] if rho != 1.0 else B
+    # responses to the undecayed sources: A^l = C M_g R, B^{l-1} = M_g D R (without noise)
+    undo = temperature == 0 and not np.all(pw == 1.0)
+    A = [a * np.repeat(pw, C) for a in A] if undo else A
+    B = [bb * np.repeat(pw, n) for bb in B] if undo else B
     if multi:
         g = np.stack([np.broadcast_to(gg.reshape(T, C, T, C).transpose(0, 2, 1, 3)[:, None, :, None],
                                       (T, n, T, n, C, C)) for gg in G])
@@ -292,7 +356,24 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
     return check_stability_along(DMFTResult(
         grid=grid, data=data, hidden_layers=L, gamma0=float(gamma0), activation="linear",
         phi=np.stack([h.reshape(T, n, T, n) for h in H]), g=g, A=A, B=B, f=f, delta=delta,
-        method="deep_linear", closure=closure, diagnostics=diag, bias=bool(bias)))
+        method="deep_linear", closure=closure, diagnostics=diag, bias=bool(bias)), edge=edge)
+
+
+def _check_langevin_step(kx, L, bias, eta, lam, temperature):
+    """:class:`DomainError` unless ``eta (lambda_max(K_eq) + lambda) < 2``: the linearized Langevin
+    step ``theta <- (rho - eta k) theta + noise`` is stable iff ``|rho - eta k| < 1`` for every NTK
+    eigenvalue ``k``, here bounded by the lazy deep linear NTK at weight variance
+    ``v = max(1, temperature / lambda)`` (the initial and the equilibrium prior)."""
+    v = max(1.0, temperature / lam) if lam > 0 else np.inf
+    if not np.isfinite(v):
+        return                                       # no equilibrium: kernels grow, no fixed bound
+    b = 1.0 if bias else 0.0
+    H = [kx - b]                                     # raw K^x (data.kx holds K^x + 1 with biases)
+    for _ in range(L):
+        H.append(v * (H[-1] + b))                    # H^l = v (H^{l-1} + b), biases of variance v
+    # NTK = sum_l G^{l+1} (H^l + b [l < L]) with G^{l+1} = v^{L-l}
+    K = sum(v ** (L - ell) * (H[ell] + (b if ell < L else 0.0)) for ell in range(L + 1))
+    check_langevin_step(K, eta, lam, v)
 
 
 class RuleFields:
@@ -443,18 +524,19 @@ def _march(data, model, L, T, rule=None):
     only), and keeps its state (``c``, ``Lambda``, ``G~``) for the caller.
     """
     n, P, C = data.n_all, data.n_train, model.C
-    eta, g2, b, rho = model.eta, model.g2, model.b, model.rho
+    eta, g2, b = model.eta, model.g2, model.b
     Tn, TC = T * n, T * C
-    pw = model.powers(T)
-    pwn, pwc = np.repeat(pw, n), np.repeat(pw, C)
-    decayed = rho != 1.0
+    filt = model.filter(T)
+    mem = filt.memory
+    kn, kc = np.repeat(filt.kappa, n, axis=1), np.repeat(filt.kappa, C, axis=1)   # kappa(t, s)
+    decayed = not model.unit
     H0 = np.tile(data.kx, (T, T))                       # Hb^0 (the first bias is in data.kx)
     H = [np.zeros((Tn, Tn)) for _ in range(L)]
     # source covariances S_h^ell = R Hb^{ell-1} R; without decay and bias simply H^{ell-1}
     if model.plain:
         Sh = [H0] + H[: L - 1]
     else:
-        Sh = [H0 * np.outer(pwn, pwn)] + [np.zeros((Tn, Tn)) for _ in range(L - 1)]
+        Sh = [H0 * np.kron(filt.kappa, np.ones((n, n)))] + [np.zeros((Tn, Tn)) for _ in range(L - 1)]
     G = [np.zeros((TC, TC)) for _ in range(L)]
     Gtop = np.kron(np.ones((T, T)), np.eye(C))           # G^{L+1} = 1 1^T (x) I_C
     Cm = [np.zeros((Tn, TC)) for _ in range(L)]
@@ -483,8 +565,8 @@ def _march(data, model, L, T, rule=None):
             rt, gt = slice(t * n, (t + 1) * n), slice(t * C, (t + 1) * C)
             m, mc = (t + 1) * n, (t + 1) * C
             tn, tc = t * n, t * C
-            # Delta(s) eta rho^{t-1-s}, s < t: the drift weights of row t, shape (t, n, C)
-            dw = delta[:t] * (eta * pw[:t][::-1])[:, None, None]
+            # Delta(s) eta k(t-1-s), s < t: the drift weights of row t, shape (t, n, C)
+            dw = delta[:t] * (eta * mem[:t][::-1])[:, None, None]
             # ---------------- upward: C, A, Y column block t, H row t
             for ell in range(1, L + 1):
                 Hp = H0 if ell == 1 else H[ell - 2]
@@ -500,7 +582,7 @@ def _march(data, model, L, T, rule=None):
                                            dw).transpose(1, 0, 2).reshape(n, tc)
                     if ell >= 2 and not model.gi:
                         resp = Af[ell - 2][rt, :tc]
-                        c[rt, :tc] += resp * (pw[t] * pwc[:tc]) if decayed else resp
+                        c[rt, :tc] += resp * kc[t, :tc] if decayed else resp
                     Af[ell - 1][rt, :tc] = c[rt, :tc] @ Mg[ell - 1][:tc, :tc]
                     Yl = Y[ell - 1]
                     Yl[:tc, rt] = MD[ell - 1][:tc, :tn] @ S[:tn, rt] \
@@ -514,7 +596,7 @@ def _march(data, model, L, T, rule=None):
                 Hl[rt, :m] = Hrow
                 Hl[:m, rt] = Hrow.T
                 if ell < L and not model.plain:              # source of the next layer
-                    Srow = (Hrow + b) * (pw[t] * pwn[:m])
+                    Srow = (Hrow + b) * kn[t, :m]
                     Sh[ell][rt, :m] = Srow
                     Sh[ell][:m, rt] = Srow.T
             # ---------------- downward: D, M_g, M_g D, G, Y row t
@@ -548,7 +630,7 @@ def _march(data, model, L, T, rule=None):
                                                dw.transpose(0, 2, 1)).transpose(1, 0, 2).reshape(C, tn)
                 if ell <= L - 1 and not model.gi:
                     resp = MD[ell][gt, :m]
-                    d[gt, :m] += resp * (pw[t] * pwn[:m]) if decayed else resp
+                    d[gt, :m] += resp * kn[t, :m] if decayed else resp
                 mg = Mg[ell - 1]
                 mg[gt, :mc] = g2 * d[gt, :m] @ Af[ell - 1][:m, :mc]
                 mg[gt, gt] += eye
@@ -556,7 +638,7 @@ def _march(data, model, L, T, rule=None):
                 # Z = S_g + gamma0^2 D S_h D^T (symmetric), row and column t;
                 # G row t = (M_g Z M_g^T)[t, <= t]
                 Zl = Z[ell - 1]
-                sg = Gn[gt, :mc] * (pw[t] * pwc[:mc]) if decayed else Gn[gt, :mc]
+                sg = Gn[gt, :mc] * kc[t, :mc] if decayed else Gn[gt, :mc]
                 zrow = sg + g2 * (d[gt, :m] @ S[:m, :m]) @ d[:mc, :m].T
                 Zl[gt, :mc] = zrow
                 Zl[:mc, gt] = zrow.T
@@ -632,10 +714,10 @@ def _iterate(state, data, model, L, T, damping, tol, max_iter, diag, stepwise):
     n, P, C = data.n_all, data.n_train, model.C
     g2, b = model.g2, model.b
     W = model.drift_weights(T)[:, None, :, None]
-    pw = model.powers(T)
-    pwn, pwc = np.repeat(pw, n), np.repeat(pw, C)
-    decayed = model.rho != 1.0
-    Rnc = np.outer(pwn, pwc)                               # rho^{t+s} on (h, g) index pairs
+    kap = model.filter(T).kappa
+    decayed = not model.unit
+    Rnc = np.kron(kap, np.ones((n, C)))                    # kappa(t, s) on (h, g) index pairs
+    Rnn, Rcc = np.kron(kap, np.ones((n, n))), np.kron(kap, np.ones((C, C)))
     H0 = np.tile(data.kx, (T, T))
     Gtop = np.kron(np.ones((T, T)), np.eye(C))
     diagonal = np.arange(T)
@@ -658,8 +740,8 @@ def _iterate(state, data, model, L, T, damping, tol, max_iter, diag, stepwise):
                         Cm = Cm + (Rnc * A[ell - 2] if decayed else A[ell - 2])
                     if ell <= L - 1:
                         Dm = Dm + (Rnc.T * B[ell - 1] if decayed else B[ell - 1])
-                Sh = Hb * np.outer(pwn, pwn) if decayed else Hb
-                Sg = Gnext * np.outer(pwc, pwc) if decayed else Gnext
+                Sh = Hb * Rnn if decayed else Hb
+                Sg = Gnext * Rcc if decayed else Gnext
                 DC = Dm @ Cm
                 try:
                     if not np.all(np.isfinite(DC)):

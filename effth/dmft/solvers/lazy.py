@@ -24,7 +24,7 @@ from effth.numerics._rules import gaussian_tensor_rule
 from effth.dmft.grid import TimeGrid, TrainingData
 from effth.dmft.result import Diagnostics, DMFTResult
 
-__all__ = ["check_stability", "lazy_kernels", "static_ntk_dynamics", "static_ntk_solve", "lazy_nodes",
+__all__ = ["check_stability", "check_langevin_step", "lazy_kernels", "static_ntk_dynamics", "static_ntk_solve", "lazy_nodes",
            "lazy_rule_kind", "gauss_hermite_lazy_nodes", "TRAPEZOID_FROM"]
 
 _LINEAR = ("linear", "identity", "id")
@@ -137,22 +137,46 @@ def lazy_kernels(kx: np.ndarray, activation="linear", *, depth=None, hidden_laye
 
 
 @public
-def check_stability(ntk_train: np.ndarray, eta: float) -> float:
-    """Raise :class:`DomainError` if lazy GD diverges: ``eta * lambda_max(K_0) >= 2``.
+def check_stability(ntk_train: np.ndarray, eta: float, *, edge: float = 2.0) -> float:
+    """Raise :class:`DomainError` if lazy GD diverges: ``eta * lambda_max(K_0) >= edge``.
 
     Returns ``eta * lambda_max`` otherwise.  (Discrete GD on the static NTK is
-    ``Delta_{i+1} = (1 - eta K_0) Delta_i``; it converges iff every ``|1 - eta lambda| < 1``.)
+    ``Delta_{i+1} = (1 - eta K_0) Delta_i``; it converges iff every ``|1 - eta lambda| < 1``,
+    ``edge = 2``.  Heavy-ball momentum ``mu`` in the form of Bordelon & Pehlevan (2022), App. L,
+    ``v <- mu v + (1 - mu) eta K Delta``, is stable iff ``eta lambda < 2 (1 + mu) / (1 - mu)``,
+    the ``edge`` that :func:`solve_deep_linear` passes.)
     """
     lam = float(np.linalg.eigvalsh(0.5 * (ntk_train + ntk_train.T))[-1])
-    if eta * lam >= 2.0:
+    if eta * lam >= edge:
         raise DomainError(
             f"step size eta={eta} is past the stability edge of gradient descent: "
-            f"eta * lambda_max(K_NTK) = {eta * lam:.4g} >= 2 (lambda_max = {lam:.4g}); "
-            f"use eta < {2.0 / lam:.4g}")
+            f"eta * lambda_max(K_NTK) = {eta * lam:.4g} >= {edge:.4g} (lambda_max = {lam:.4g}); "
+            f"use eta < {edge / lam:.4g}")
     return eta * lam
 
 
-def check_stability_along(result):
+def check_langevin_step(ntk_eq: np.ndarray, eta: float, weight_decay: float,
+                        variance: float) -> float:
+    """Raise :class:`DomainError` unless ``eta (lambda_max(K_eq) + weight_decay) < 2``.
+
+    The linearized Langevin step ``theta <- (rho - eta k) theta + noise`` (``rho = 1 - eta
+    weight_decay``, ``k`` an NTK eigenvalue) is stable iff ``|rho - eta k| < 1``; ``ntk_eq`` is the
+    lazy NTK on the training points at the weight variance ``variance`` (the larger of the
+    initial 1 and the equilibrium ``temperature / weight_decay``, Bordelon & Pehlevan (2022),
+    App. K.2).  Returns ``eta (lambda_max + weight_decay)``.
+    """
+    kmax = float(np.linalg.eigvalsh(0.5 * (ntk_eq + ntk_eq.T))[-1])
+    x = eta * (kmax + weight_decay)
+    if x >= 2.0:
+        raise DomainError(
+            f"Langevin step eta={eta:g} is past the stable bound: eta (lambda_max(K_eq) + "
+            f"weight_decay) = {x:.4g} >= 2 (lambda_max(K_eq) = {kmax:.4g} at weight variance "
+            f"{variance:.4g} = max(1, temperature / weight_decay)); use eta < "
+            f"{2.0 / (kmax + weight_decay):.4g}")
+    return x
+
+
+def check_stability_along(result, edge: float = 2.0):
     """Warn if GD leaves its stable region along the run: ``eta lambda_max(K(t_i, t_i)) >= 2`` at
     some step (``K`` the equal-time NTK on the training points).  :func:`check_stability` tests
     ``t = 0`` only; feature learning and weight decay move the NTK.  Records the largest
@@ -169,12 +193,12 @@ def check_stability_along(result):
         return result
     x = eta * np.linalg.eigvalsh(0.5 * (K + np.swapaxes(K, -1, -2)))[:, -1]
     result.diagnostics.stability = float(x.max())
-    bad = np.flatnonzero(x >= 2.0)
+    bad = np.flatnonzero(x >= edge)
     if bad.size:
         i, j = int(bad[0]), int(np.argmax(x))
         warnings.warn(
             f"gradient descent leaves its stable region along the run: eta * lambda_max(K(t,t)) = "
-            f"{x[i]:.4g} >= 2 first at step {i} (t = {i * eta:g}; largest {x[j]:.4g} at step {j}). "
+            f"{x[i]:.4g} >= {edge:.4g} first at step {i} (t = {i * eta:g}; largest {x[j]:.4g} at step {j}). "
             "The check at t = 0 passed; feature learning or weight decay grew the NTK.  Past this "
             "edge discrete GD oscillates or diverges at finite width; use a smaller eta",
             UserWarning, stacklevel=3)

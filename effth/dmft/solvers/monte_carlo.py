@@ -358,7 +358,7 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
     _flag_growth(diag)
     T = T_all
     if int(average) > 1 and len(acc) > 1:
-        Phi, G, f, stderr = _average(acc, stderr, T, n, C)
+        Phi, G, f, stderr = _average(acc, stderr, T, n, C, Y)
         Ab = [np.mean([x[2][k] for x in acc], axis=0) for k in range(L - 1)]
         Bb = [np.mean([x[3][k] for x in acc], axis=0) for k in range(L - 1)]
     diag.seconds = time.perf_counter() - t0
@@ -418,7 +418,8 @@ def _replicated(kwargs, R, seed, progress):
     first = subs[0]
     stack = {k: np.stack([getattr(r, k) for r in subs]) for k in ("phi", "g", "A", "B", "f", "delta")}
     mean = {k: v.mean(axis=0) for k, v in stack.items()}
-    se = {k: stack[k].std(axis=0, ddof=1) / np.sqrt(R) for k in ("phi", "g", "f")}
+    stack["loss"] = np.stack([r.loss for r in subs])
+    se = {k: stack[k].std(axis=0, ddof=1) / np.sqrt(R) for k in ("phi", "g", "f", "loss")}
     res = np.max(np.array([r.diagnostics.residuals for r in subs]), axis=0)
     diag = Diagnostics(iterations=first.diagnostics.iterations, residuals=[float(x) for x in res],
                        tol=float(kwargs["tol"]), seconds=sum(r.diagnostics.seconds for r in subs),
@@ -532,13 +533,22 @@ def _batch_stderr(bat, ro, closure, w, Y, gam, eta, rho, batches):
                           for x in bg])}
     if closure == "exact":
         rb = _batch_means(ro.reshape(ro.shape[0], -1), batches, second=False)
-        out["f"] = _sem(np.stack([
+        fb = np.stack([
             _exact_closure(pb, w.rt[:, None, None] * r.reshape(T, n, C) / gam, Y, eta, rho)
-            for pb, r in zip(bphi[-1], rb)]))
+            for pb, r in zip(bphi[-1], rb)])
+        out["f"] = _sem(fb)
+        out["loss"] = _sem(_losses(fb, Y))
     return out
 
 
-def _average(acc, stderr, T, n, C):
+def _losses(fs: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """``(k, T)`` training losses ``1/2 sum (y - f)^2`` of ``k`` estimates ``fs`` ``(k, T, n, C)``."""
+    P = Y.shape[0]
+    d = Y[None, None] - fs[:, :, :P]
+    return 0.5 * np.sum(d.reshape(d.shape[0], d.shape[1], -1) ** 2, axis=2)
+
+
+def _average(acc, stderr, T, n, C, Y=None):
     """Means of the last ``k`` sweeps' undamped ``Phi``, ``G``, ``f`` and their standard errors:
     the sweep-to-sweep spread / sqrt(k), and at least the last sweep's batch error / sqrt(k)."""
     k = len(acc)
@@ -553,6 +563,11 @@ def _average(acc, stderr, T, n, C):
             spread = spread.reshape(-1, T, n, C, T, n, C).transpose(0, 1, 2, 4, 5, 3, 6)
         batch = None if stderr is None else stderr.get(name)
         se[name] = spread if batch is None else np.maximum(spread, batch / np.sqrt(k))
+    if Y is not None:
+        ls = _losses(np.stack([a[4] for a in acc]), Y)
+        spread = ls.std(axis=0, ddof=1) / np.sqrt(k)
+        batch = None if stderr is None else stderr.get("loss")
+        se["loss"] = spread if batch is None else np.maximum(spread, batch / np.sqrt(k))
     return list(out[0]), list(out[1]), out[2], se
 
 

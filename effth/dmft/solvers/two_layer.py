@@ -30,8 +30,8 @@ import numpy as np
 from effth.errors import DomainError
 from effth.numerics._rules import covariance_root
 from effth.dmft.solvers.lazy import lazy_nodes, lazy_rule_kind
-from effth.dmft.grid import TimeGrid, decay_factor, prepare_targets, real_scalar
-from effth.dmft.solvers.lazy import check_stability_along, activation_label, check_stability, lazy_kernels, resolve_activation, static_ntk_solve
+from effth.dmft.grid import TimeGrid, langevin_settings, parameter_filter, prepare_targets, real_scalar
+from effth.dmft.solvers.lazy import check_langevin_step, check_stability_along, activation_label, check_stability, lazy_kernels, resolve_activation, static_ntk_solve
 from effth.dmft.result import Diagnostics, DMFTResult
 
 __all__ = ["solve_two_layer"]
@@ -43,7 +43,8 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
                     method: str = "quadrature", nodes: int | None = None, max_nodes: int = 64_000,
                     samples: int = 20_000, seed=0, weight_decay: float = 0.0,
                     two_time: bool = True, bias: bool = False,
-                    quad_tol: float | None = 1e-6, quadrature_rule: str = "auto") -> DMFTResult:
+                    quad_tol: float | None = 1e-6, quadrature_rule: str = "auto",
+                    temperature: float = 0.0, momentum: float = 0.0) -> DMFTResult:
     """Solve the two-layer (``L = 1``) DMFT, optionally with weight decay, in one pass over time.
 
     Parameters
@@ -89,6 +90,20 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         Trainable bias on the hidden preactivation, ``h = W^0 x / sqrt(D) + b``, ``b(0) ~ N(0, 1)``,
         ``db/dt = gamma0 sum_mu Delta_mu g_mu`` (Bordelon & Pehlevan (2022), App. H): exactly the input kernel
         ``K^x + 1`` (the returned ``data.kx`` and hence the NTK include the ``+1``).
+    temperature : float
+        Langevin temperature ``1/beta >= 0`` (Bordelon & Pehlevan (2022), App. K; the meaning of
+        :func:`~effth.dmft.solve_deep_linear`'s keyword and of the trainer's): every parameter gets
+        noise of variance ``sigma^2 = temperature (1 - rho^2) / weight_decay`` per step, so each
+        single site carries the noise paths ``nu(t+1) = rho nu(t) + sigma K^{1/2} xi_u(t)`` in ``h``
+        and ``rho nz + sigma xi_r`` in ``z`` (at ``L = 1`` there are no response terms: the
+        fields of eq. (112) with ``A = B = 0``).  ``method='monte_carlo'`` only (the noise paths
+        are ``T``-dimensional); the step must satisfy ``eta (lambda_max(K_eq) + weight_decay) < 2``
+        with ``K_eq`` the lazy NTK at weight variance ``max(1, temperature / weight_decay)``.
+    momentum : float
+        Heavy-ball coefficient ``mu`` in ``[0, 1)`` (Bordelon & Pehlevan (2022), App. L; as in
+        :func:`~effth.dmft.solve_deep_linear`): the accumulated drifts obey
+        ``v <- mu v + (1 - mu) (d - eta lambda a)``, ``a <- a + v``, and the initial parts carry
+        ``a(t)`` of :class:`~effth.dmft.grid.ParameterFilter`.  Not with ``temperature > 0``.
     two_time : bool
         Form the two-time kernels (memory ``S T n`` for the field history); else only the
         equal-time blocks ``Phi(t, t)``, ``G(t, t)`` are filled (other entries zero).
@@ -125,16 +140,27 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     gamma0, eta = real_scalar(gamma0, "gamma0"), real_scalar(eta, "eta")
     act = resolve_activation(activation)
     grid = TimeGrid(eta, steps)
-    rho = decay_factor(grid.eta, weight_decay)
+    rho, temperature, momentum = langevin_settings(grid.eta, weight_decay, temperature, momentum)
+    if temperature > 0 and method != "monte_carlo":
+        raise DomainError("temperature > 0 needs method='monte_carlo' (the single-site noise paths "
+                          "are T-dimensional; no quadrature rule over them)")
     data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
     T, n, P, C = grid.steps, data.n_all, data.n_train, Y.shape[1]
+    if gamma0 == 0 and (temperature > 0 or momentum > 0):
+        raise DomainError("gamma0 = 0 with temperature or momentum is not solved here (output "
+                          "factor 1/gamma0); use a small gamma0 > 0")
     if gamma0 == 0 and weight_decay == 0 and not multi:
         return static_ntk_solve(data, grid, act, hidden_layers=1, bias=bool(bias))
     if gamma0 == 0:
         raise DomainError("gamma0 = 0 with weight decay (trivial fixed point f = K = 0) or several "
                           "outputs is not solved here (output factor 1/gamma0); use gamma0 > 0")
     _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=1)
-    check_stability(ntk0[:P, :P], grid.eta)
+    check_stability(ntk0[:P, :P], grid.eta, edge=2.0 * (1.0 + momentum) / (1.0 - momentum))
+    lam = float(weight_decay)
+    if temperature > 0 and lam > 0:
+        v = max(1.0, temperature / lam)
+        check_langevin_step(_two_layer_eq_ntk(v, data.kx, act)[:P, :P], grid.eta, lam, v)
+    filt = parameter_filter(grid.eta, T, weight_decay, temperature, momentum)
     phi_f, dphi_f = act.numpy(0), act.numpy(1)
     gam = float(gamma0)
     t0 = time.perf_counter()
@@ -144,6 +170,17 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     Kx_tr = data.kx[:, :P]                                  # (n, P): only training points drive
     a = np.zeros((S, P))                                    # sum_c Delta_c g_c, decayed
     b = np.zeros((S, C))
+    mu = momentum
+    if mu > 0:
+        va, vb = np.zeros((S, P)), np.zeros((S, C))         # heavy-ball velocities of a, b
+    noisy = temperature > 0
+    if noisy:
+        sigma = float(np.sqrt(filt.noise))
+        root = covariance_root(data.kx)
+        nrng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(
+            None if seed is None else [int(seed), 104729])
+        nu, nz = np.zeros((S, n)), np.zeros((S, C))          # Langevin noise parts of h, z
+        half = S // 2
     if two_time:
         ph_hist = np.empty((T, S, n))
         g_hist = np.empty((T, S, n, C))
@@ -153,9 +190,11 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     delta = np.zeros((T, P, C))
     with np.errstate(over="ignore", invalid="ignore"):
         for i in range(T):
-            decay = rho ** i
+            decay = rho ** i if mu == 0 else filt.init[i]
             h = decay * u + gam * grid.eta * a @ Kx_tr.T
             z = decay * r + gam * grid.eta * b                              # (S, C)
+            if noisy:
+                h, z = h + nu, z + nz
             ph = phi_f(h)
             g = dphi_f(h)[:, :, None] * z[:, None, :]                       # (S, n, C)
             if two_time:
@@ -168,8 +207,20 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
             if not np.all(np.isfinite(f[i])):
                 raise DomainError(f"two-layer DMFT diverged at time step {i}; lower gamma0 or eta")
             delta[i] = Y - f[i, :P]
-            a = rho * a + np.einsum("sac,ac->sa", g[:, :P], delta[i])
-            b = rho * b + ph[:, :P] @ delta[i]
+            da, db = np.einsum("sac,ac->sa", g[:, :P], delta[i]), ph[:, :P] @ delta[i]
+            if mu == 0:
+                a = rho * a + da
+                b = rho * b + db
+            else:
+                va = mu * va + (1.0 - mu) * (da - grid.eta * lam * a)
+                vb = mu * vb + (1.0 - mu) * (db - grid.eta * lam * b)
+                a, b = a + va, b + vb
+            if noisy:
+                # antithetic like (u, r): the same xi_u for both halves, xi_r negated
+                xu = nrng.standard_normal((half, root.shape[1]))
+                xr = nrng.standard_normal((half, C))
+                nu = rho * nu + sigma * (np.concatenate([xu, xu]) @ root.T)
+                nz = rho * nz + sigma * np.concatenate([xr, -xr])
     if two_time:
         Phm = ph_hist.transpose(1, 0, 2).reshape(S, T * n)
         Gm = g_hist.transpose(1, 0, 2, 3).reshape(S, T * n * C)
@@ -185,7 +236,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         kw = dict(kernel=data.kx - (1.0 if bias else 0.0), y=y, gamma0=gam, eta=grid.eta,
                   steps=T, activation=act, method="quadrature", nodes=coarse,
                   weight_decay=weight_decay, two_time=False, bias=bool(bias), quad_tol=None,
-                  quadrature_rule=kind)
+                  quadrature_rule=kind, momentum=momentum)
         if X_test is not None or X is not None:
             kw = dict(kw, kernel=None, X=X, X_test=X_test)
         lo = solve_two_layer(**kw)
@@ -211,6 +262,13 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
                       phi=phi[None], g=gg[None], A=empty,
                       B=empty.copy(), f=f, delta=delta, method=f"two_layer_{method}",
                       closure="exact", diagnostics=diag, bias=bool(bias)))
+
+
+def _two_layer_eq_ntk(v, kx, act):
+    """Lazy two-layer NTK at weight variance ``v`` in both layers (biases too):
+    ``v <phi'(u) phi'(u)^T> * K^x + <phi(u) phi(u)^T>``, ``u ~ N(0, v K^x)``."""
+    phi1, dphi1, _, _ = lazy_kernels(v * kx, act, hidden_layers=1)
+    return v * dphi1[0] * kx + phi1[0]
 
 
 def _nodes(kx, method, nodes, max_nodes, samples, seed, C=1, act=None, rule="auto"):

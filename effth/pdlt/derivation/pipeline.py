@@ -40,13 +40,15 @@ from typing import Sequence
 import sympy as sp
 
 from effth.algebra.cumulants import Cumulant, Moment, cumulants_to_moments, moments_to_cumulants, set_partitions
-from effth.algebra.expectation import ActivationFactor, GaussianExpectation, expand_expectations, sigma, z
+from effth.algebra.expectation import (ActivationFactor, GaussianExpectation, expand_expectations, sigma,
+                                       stein, wick, z)
 from effth.algebra.expectation.variables import GaussianVariable
-from effth.algebra.indices import c_b, c_w, ell, width
-from effth.algebra.tensors import FourPointVertex, Kernel, KernelMatrix, NLOMetric, SampleSum
+from effth.algebra.indices import c_b, c_w, ell, residual_gamma, residual_xi, width
+from effth.algebra.tensors import (FourPointVertex, Kernel, KernelMatrix, NLOMetric, SampleSum,
+                                   ThreePointVertex)
 from effth.algebra.wick import collapse_neurons, enumerate_pairings
 
-__all__ = ["Leg", "EPS", "edgeworth_coefficient", "forward_moment", "forward_cumulant",
+__all__ = ["Leg", "EPS", "XI", "GAMMA", "edgeworth_coefficient", "forward_moment", "forward_cumulant",
            "layer_expectation", "order_coefficient", "truncate"]
 
 #: Formal expansion parameter: every width :math:`n` is replaced by :math:`n/\epsilon`.
@@ -56,6 +58,8 @@ N_L = width(ell)          # n_ℓ  (the summed layer)
 N_PREV = width(ell - 1)   # n_{ℓ-1} (sets the size of layer-ℓ non-Gaussianity)
 CW = c_w(ell + 1)
 CB = c_b(ell + 1)
+XI = residual_xi(ell + 1)
+GAMMA = residual_gamma(ell + 1)
 KMAT = KernelMatrix(Kernel, ell)
 
 #: :math:`n_\ell/n_{\ell-1}`, the only way widths enter the recursions.
@@ -140,14 +144,32 @@ def _four_point(s1, s2, s3, s4):
     return pair_channels((b1, b2, b3, b4), (a1, a2, a3, a4), [(P, FourPointVertex) for P in PAIRINGS]) / N_PREV
 
 
-#: Non-Gaussian data of layer ℓ at O(1/n_{ℓ-1}): (rank, cumulant function).  Odd cumulants
-#: vanish by parity z -> -z (PDLT §4.1); the sixth cumulant and products of two O(1/n) cumulants are
-#: O(1/n^2).
+def _three_point(s1, s2, s3):
+    r"""Connected three-point function of a residual layer :math:`\ell` at :math:`O(1/n_{\ell-1})`:
+    :math:`\frac1{n_{\ell-1}}[\delta_{i_1i_2}T_{(\alpha_1\alpha_2)\alpha_3}+\text{2 channels}]`
+    (:class:`~effth.algebra.tensors.ThreePointVertex`), neuron deltas evaluated."""
+    (b1, a1), (b2, a2), (b3, a3) = s1, s2, s3
+    out = sp.S.Zero
+    for (p, q, r) in ((0, 1, 2), (0, 2, 1), (1, 2, 0)):
+        bs, as_ = (b1, b2, b3), (a1, a2, a3)
+        if bs[p] == bs[q]:
+            out += ThreePointVertex(as_[p], as_[q], as_[r], ell)
+    return out / N_PREV
+
+
+#: Non-Gaussian data of layer ℓ at O(1/n_{ℓ-1}): (rank, cumulant function).  In a plain MLP odd
+#: cumulants vanish (every term of an odd moment is odd in the zero-mean weights and biases,
+#: PDLT §4.1); the sixth cumulant and products of two O(1/n) cumulants are O(1/n^2).
 _LAYER_CUMULANTS = ((2, _two_point), (4, _four_point))
+
+#: A residual layer (PDLT (B.4)) adds the third cumulant: the skip term γ z^{(ℓ)} is not odd in
+#: the weights, so E[z z z] ∝ γ ξ² C_W <σσz> / n survives for activations that are not odd.
+_RESIDUAL_CUMULANTS = ((2, _two_point), (3, _three_point), (4, _four_point))
 
 
 def _labels_of(F: sp.Expr) -> list:
-    return sorted({f.label for f in F.atoms(ActivationFactor)}, key=sp.default_sort_key)
+    labels = {f.label for f in F.atoms(ActivationFactor)} | {v.label for v in F.atoms(GaussianVariable)}
+    return sorted(labels, key=sp.default_sort_key)
 
 
 def _normal_ordered(zs: list) -> sp.Expr:
@@ -195,7 +217,8 @@ def _derivative_atom(F: sp.Expr, labels: tuple, form: str = "edgeworth") -> sp.E
 
 
 @public
-def layer_expectation(blocks: Sequence[sp.Expr], order: int, form: str = "edgeworth") -> sp.Expr:
+def layer_expectation(blocks: Sequence[sp.Expr], order: int, form: str = "edgeworth",
+                      residual: bool = False) -> sp.Expr:
     r""":math:`\mathbb E[\prod_b F_b(z^{(\ell)}_{j_b})]` over distinct neurons :math:`j_b`, to :math:`O(\epsilon^{\rm order})`.
 
     Parameters
@@ -208,6 +231,11 @@ def layer_expectation(blocks: Sequence[sp.Expr], order: int, form: str = "edgewo
         four-point cumulant :math:`V/n_{\ell-1}`, same-neuron and cross-neuron).
     form : {"edgeworth", "book"}
         Derivative atoms (no inverse kernel), or their Stein-equivalent raised-index form.
+    residual : bool
+        Layer :math:`\ell` is the output of a residual block (PDLT (B.4)): its third cumulant
+        (:class:`~effth.algebra.tensors.ThreePointVertex`) enters with the Edgeworth
+        coefficient :math:`1/3!`.  The blocks may then hold :func:`~effth.algebra.expectation.z`
+        factors too (the skip term of an output neuron).
 
     Notes
     -----
@@ -232,7 +260,7 @@ def layer_expectation(blocks: Sequence[sp.Expr], order: int, form: str = "edgewo
         # ∂_γ F_b vanishes unless γ is a label of F_b: the γ sums collapse onto those labels
         slots = [(b, a) for b, F in enumerate(blocks) for a in _labels_of(F)]
     corr = sp.S.Zero
-    for r, kappa in _LAYER_CUMULANTS:
+    for r, kappa in (_RESIDUAL_CUMULANTS if residual else _LAYER_CUMULANTS):
         c = edgeworth_coefficient(r)
         gam = tuple(sp.Symbol(f"gamma_{k + 1}") for k in range(r))
         for mu in itertools.product(slots, repeat=r):
@@ -262,7 +290,8 @@ def _falling(n: sp.Expr, p: int) -> sp.Expr:
 
 
 @public
-def forward_moment(legs: Sequence[Leg], order: int = 1, form: str = "edgeworth") -> sp.Expr:
+def forward_moment(legs: Sequence[Leg], order: int = 1, form: str = "edgeworth",
+                   residual: bool = False) -> sp.Expr:
     r"""The layer-:math:`(\ell+1)` moment :math:`\mathbb E[\prod_k z^{(\ell+1)}_{i_k;\alpha_k}]` to :math:`O(1/n^{\rm order})`.
 
     Derived from the forward equation by Wick contraction of :math:`b^{(\ell+1)}` and
@@ -270,12 +299,29 @@ def forward_moment(legs: Sequence[Leg], order: int = 1, form: str = "edgeworth")
     input-neuron sums and :func:`layer_expectation`.  The result holds :math:`n_\ell`,
     :math:`n_{\ell-1}`, :math:`C_W^{(\ell+1)}`, :math:`C_b^{(\ell+1)}`, layer-:math:`\ell`
     tensors and atoms over :math:`K^{(\ell)}`; terms beyond the requested order are dropped.
+
+    With ``residual=True`` the forward equation is the residual MLP of PDLT (B.4),
+    :math:`z^{(\ell+1)}_i=\xi^{(\ell+1)}[b_i+\sum_jW_{ij}\sigma_j]+\gamma^{(\ell+1)}z^{(\ell)}_i`
+    (:math:`n_{\ell+1}=n_\ell`): each leg is a bias, a weight term or the skip term
+    :math:`\gamma z^{(\ell)}_{i_k}` of its own output neuron.  The skip terms are not contracted;
+    they are layer-:math:`\ell` variables of the neurons :math:`i_k`, so the coincidence split
+    also lets a summed input neuron :math:`j` coincide with one of them (each such coincidence
+    costs a factor :math:`1/n_\ell` against the free sum), and the layer-:math:`\ell` expectation
+    includes the third cumulant (:func:`layer_expectation` with ``residual=True``).
     """
     legs = list(legs)
     m = len(legs)
     total = sp.S.Zero
-    for choice in itertools.product("bW", repeat=m):
-        for pairing in enumerate_pairings(range(m)):
+    kinds = "bWz" if residual else "bW"
+    for choice in itertools.product(kinds, repeat=m):
+        contracted = [k for k in range(m) if choice[k] != "z"]
+        skips = [k for k in range(m) if choice[k] == "z"]
+        # neurons carrying skip terms (layer-ℓ variables of output neurons) and their z factors
+        skip_neurons = sorted({legs[k].neuron for k in skips})
+        zblock = {i: sp.Mul(*[z(legs[k].sample) for k in skips if legs[k].neuron == i])
+                  for i in skip_neurons}
+        gain = (XI ** len(contracted) * GAMMA ** len(skips)) if residual else sp.S.One
+        for pairing in enumerate_pairings(contracted):
             if any(choice[a] != choice[b] for a, b in pairing):
                 continue            # b and W are independent, zero-mean
             delta = collapse_neurons(pairing, (), {k: sp.Integer(legs[k].neuron) for k in range(m)})
@@ -283,16 +329,30 @@ def forward_moment(legs: Sequence[Leg], order: int = 1, form: str = "edgeworth")
                 continue            # output-neuron deltas δ_{i_a i_b}
             w_pairs = [p for p in pairing if choice[p[0]] == "W"]
             n_b = len(pairing) - len(w_pairs)
-            coef = delta * CB ** n_b * (CW / N_L) ** len(w_pairs)
+            coef = gain * delta * CB ** n_b * (CW / N_L) ** len(w_pairs)
             # each W pair fuses its two input indices j into one summed group
             groups = [sigma(legs[a].sample) * sigma(legs[b].sample) for a, b in w_pairs]
             for part in set_partitions(list(range(len(groups)))):
-                pref = coef * _falling(N_L, len(part))
-                k0 = len(w_pairs) - len(part)   # (1/n_ℓ)^{#W pairs} n_ℓ^{#distinct} at leading order
-                if k0 > order:
-                    continue
-                blocks = [sp.Mul(*[groups[g] for g in blk]) for blk in part]
-                total += pref * layer_expectation(blocks, order - k0, form)
+                # each block of summed groups is a free neuron or one of the skip neurons
+                for where in itertools.product([None] + skip_neurons, repeat=len(part)):
+                    used = [w for w in where if w is not None]
+                    if len(set(used)) != len(used):
+                        continue    # distinct blocks are distinct neurons
+                    free = len(part) - len(used)
+                    pref = coef * _falling(N_L - len(skip_neurons), free)
+                    k0 = len(w_pairs) - free   # (1/n_ℓ)^{#W pairs} n_ℓ^{#free} at leading order
+                    if k0 > order:
+                        continue
+                    sig = [sp.Mul(*[groups[g] for g in blk]) for blk in part]
+                    blocks = [zblock[i] * sp.Mul(*[f for f, w in zip(sig, where) if w == i])
+                              for i in skip_neurons]
+                    blocks += [f for f, w in zip(sig, where) if w is None]
+                    total += pref * layer_expectation(blocks, order - k0, form, residual)
+    if residual:
+        # the skip terms leave z factors in the atoms: Gaussian integration by parts removes them
+        # (Edgeworth form: derivative atoms only), or Wick's theorem evaluates the pure-z atoms
+        # (book form: atoms such as <σσ(zz - K)> stay as in PDLT (B.24))
+        total = stein(total) if form == "edgeworth" else wick(total)
     return truncate(total, order)
 
 
@@ -312,21 +372,28 @@ def order_coefficient(expr: sp.Expr, k: int) -> sp.Expr:
 
 
 @public
-def forward_cumulant(legs: Sequence[Leg], order: int = 1, form: str = "edgeworth") -> sp.Expr:
+def forward_cumulant(legs: Sequence[Leg], order: int = 1, form: str = "edgeworth",
+                     residual: bool = False) -> sp.Expr:
     r"""Joint cumulant of layer-:math:`(\ell+1)` preactivations (PDLT (1.56) inverted), to :math:`O(1/n^{\rm order})`.
 
     Each moment of the set-partition formula
     (:func:`~effth.algebra.cumulants.moments_to_cumulants`, parity even, PDLT §7.12) is derived
-    with :func:`forward_moment`.
+    with :func:`forward_moment`.  With ``residual=True`` (PDLT (B.4)) odd moments no longer
+    vanish, but the mean does (:math:`\mathbb E[z^{(\ell+1)}]=\gamma\,\mathbb E[z^{(\ell)}]=0`),
+    so every moment partition with an odd block still contains a vanishing first moment, except
+    the single block of an odd cumulant itself; the moment polynomial is taken without parity
+    and the first moments set to zero.
     """
     legs = list(legs)
-    poly = moments_to_cumulants(tuple(range(len(legs))), parity_even=True)
+    poly = moments_to_cumulants(tuple(range(len(legs))), parity_even=not residual)
     cache: dict = {}
 
     def moment(idx):
         key = tuple(idx)
+        if len(key) == 1:
+            return sp.S.Zero        # zero-mean biases and weights; E[z^(1)] = 0 starts the skip
         if key not in cache:
-            cache[key] = forward_moment([legs[i] for i in key], order, form)
+            cache[key] = forward_moment([legs[i] for i in key], order, form, residual)
         return cache[key]
 
     out = poly.replace(lambda e: isinstance(e, Moment), lambda e: moment(e.labels))

@@ -768,6 +768,8 @@ def _resolve(net, X, K1, depth, hidden_layers, activation, c_w, c_b, ratios) -> 
                               "depth=, hidden_layers= or activation= as well")
         if K1 is not None:
             raise DomainError("give either (net, X) or K1, not both")
+        from effth.arch._common import require_plain
+        require_plain(net, "flow (the compiled kernel flow)")
         X = input_matrix(X, "X")
         L = net.depth
         n0 = X.shape[1]

@@ -40,19 +40,25 @@ import sympy as sp
 from effth._cache import disk_cached
 from effth.algebra.indices import alpha, ell
 from effth.algebra.tensors import (FourPointVertex, InverseKernel, Kernel, NLOMetric,
-                                   RaisedFourPointVertex)
+                                   RaisedFourPointVertex, ThreePointVertex)
 from effth.printing.structured import expand_structured
 from effth.codegen import compile_step
 from effth.errors import DomainError, NotDerivedError
 
 from effth.pdlt.derivation.formulas import PrintedRecursion, book_form
-from effth.pdlt.derivation.pipeline import (CB, CW, KMAT, N_L, N_PREV, RATIO, Leg, forward_cumulant,
-                                            forward_moment, order_coefficient)
+from effth.pdlt.derivation.pipeline import (CB, CW, GAMMA, KMAT, N_L, N_PREV, RATIO, XI, Leg,
+                                            forward_cumulant, forward_moment, order_coefficient)
 
 __all__ = ["Recursion", "derive_initialization", "RATIO", "initialization_flow", "mlp_flow"]
 
 _TARGET = {"K": (Kernel, 2, "PDLT (4.118)"), "G1": (NLOMetric, 2, "PDLT (4.115)"),
            "V": (FourPointVertex, 4, "PDLT (4.119)")}
+
+#: The residual MLP (PDLT (B.4)): the book's (B.11) and (B.24); G1 and the third cumulant T are
+#: derived here with no printed counterpart (T = 0 for odd activations and for gamma = 0).
+_RESIDUAL_TARGET = {"K": (Kernel, 2, "PDLT (B.11)"), "G1": (NLOMetric, 2, "the residual (4.115)"),
+                    "V": (FourPointVertex, 4, "PDLT (B.24) (plus third-cumulant terms)"),
+                    "T": (ThreePointVertex, 3, "no book equation (zero for odd activations)")}
 
 
 @public
@@ -87,13 +93,16 @@ class Recursion(PrintedRecursion):
     provenance: str
     activation: Any = None
     form: str = "edgeworth"
+    residual: bool = False
 
     # -- printing ----------------------------------------------------------------------------
     def lhs(self) -> sp.Expr:
         return self.tensor(*self.labels, ell + 1)
 
     def _edgeworth(self) -> sp.Expr:
-        return self.expr if self.form == "edgeworth" else _derive(self.statistic, "edgeworth")[0]
+        if self.form == "edgeworth":
+            return self.expr
+        return (_derive_residual if self.residual else _derive)(self.statistic, "edgeworth")[0]
 
     def __repr__(self) -> str:
         return derivation_repr("Recursion", self.statistic, self.expr, self.provenance,
@@ -124,12 +133,15 @@ class Recursion(PrintedRecursion):
             inputs[InverseKernel] = "Kinv"
             inputs[RaisedFourPointVertex] = "Vup"
         params = {"C_W": CW, "C_b": CB, "ratio": RATIO}
+        if self.residual:
+            inputs[ThreePointVertex] = "T"
+            params.update(xi=XI, gamma=GAMMA)
         return comps, compile_step({"out": exprs}, inputs, activation=activation,
                                    params=params, method=method, rtol=rtol)
 
-    def evaluate(self, K, V=None, G1=None, *, activation=None, c_w: float = 1.0,
-                 c_b: float = 0.0, ratio: float = 1.0, method: str = "auto",
-                 rtol: float = 1e-10) -> np.ndarray:
+    def evaluate(self, K, V=None, G1=None, T=None, *, activation=None, c_w: float = 1.0,
+                 c_b: float = 0.0, ratio: float = 1.0, xi: float = 1.0, gamma: float = 0.0,
+                 method: str = "auto", rtol: float = 1e-10) -> np.ndarray:
         r"""Evaluate the layer-:math:`(\ell+1)` tensor on concrete samples.
 
         Parameters
@@ -140,10 +152,15 @@ class Recursion(PrintedRecursion):
             :math:`V^{(\ell)}` (zeros if omitted).
         G1 : ndarray (N, N), optional
             :math:`G^{\{1\}(\ell)}` (zeros if omitted).
+        T : ndarray (N, N, N), optional
+            Residual recursions only: the three-point vertex
+            :math:`T^{(\ell)}_{(\alpha_1\alpha_2)\alpha_3}` (zeros if omitted).
         activation : str or Activation, optional
             Defaults to the one given at derivation.
         c_w, c_b, ratio : float
             :math:`C_W^{(\ell+1)}`, :math:`C_b^{(\ell+1)}`, :math:`n_\ell/n_{\ell-1}`.
+        xi, gamma : float
+            Residual recursions only: :math:`\xi^{(\ell+1)}`, :math:`\gamma^{(\ell+1)}` (PDLT (B.4)).
 
         Returns
         -------
@@ -153,24 +170,33 @@ class Recursion(PrintedRecursion):
         N = K.shape[-1]
         V = np.zeros((N,) * 4) if V is None else np.asarray(V, dtype=float)
         G1 = np.zeros((N, N)) if G1 is None else np.asarray(G1, dtype=float)
+        T = np.zeros((N,) * 3) if T is None else np.asarray(T, dtype=float)
+        if not self.residual and (xi != 1.0 or gamma != 0.0 or np.any(T != 0)):
+            raise DomainError("xi=, gamma= and T= belong to the residual recursions: derive them "
+                              "with derive_initialization(statistic, residual=True)")
         act = activation if activation is not None else self.activation
         if act is None:
             raise DomainError("no activation given (pass activation= or derive with an MLP)")
         try:
             comps, step = self._step(N, act, method, rtol)
             arrays = dict(K=K, V=V, G1=G1)
+            extra = {}
+            if self.residual:
+                arrays["T"] = T
+                extra = dict(xi=xi, gamma=gamma)
             if self.form == "book":
                 Ki = np.linalg.inv(K)
                 arrays["Kinv"] = Ki
                 arrays["Vup"] = np.einsum("ai,bj,ck,dl,ijkl->abcd", Ki, Ki, Ki, Ki, V)
-            vals = step(**arrays, C_W=c_w, C_b=c_b, ratio=ratio)["out"]
+            vals = step(**arrays, C_W=c_w, C_b=c_b, ratio=ratio, **extra)["out"]
         except NotDerivedError:
             if self.form == "book":
                 raise
             # kinked σ: σ^{(k)} with k > 2 are not functions; use the Stein-equivalent book form
-            book = derive_initialization(self.statistic, form="book")
+            book = derive_initialization(self.statistic, form="book", residual=self.residual)
+            kw = dict(T=T, xi=xi, gamma=gamma) if self.residual else {}
             return book.evaluate(K, V, G1, activation=act, c_w=c_w, c_b=c_b, ratio=ratio,
-                                 method=method, rtol=rtol)
+                                 method=method, rtol=rtol, **kw)
         out = np.empty((N,) * len(self.labels))
         canon = {self.tensor(*idx).args: v for idx, v in zip(comps, np.asarray(vals).reshape(-1))}
         for idx in itertools.product(range(N), repeat=len(self.labels)):
@@ -239,8 +265,36 @@ def _derive(statistic: str, form: str = "edgeworth") -> tuple:
     return _ratio_form(N_L * order_coefficient(kappa, 1), "V"), a
 
 
+@disk_cached
+def _derive_residual(statistic: str, form: str = "edgeworth") -> tuple:
+    r"""The residual MLP's recursions (PDLT (B.4)) from the same pipeline, skip legs included."""
+    if form == "book":
+        expr, labels = _derive_residual(statistic, "edgeworth")
+        return book_form(expr), labels
+    a = tuple(alpha(k) for k in range(1, 5))
+    if statistic in ("K", "G1"):
+        m = forward_moment([Leg(1, a[0]), Leg(1, a[1])], order=1, form=form, residual=True)
+        if statistic == "K":
+            return order_coefficient(m, 0), a[:2]
+        return _ratio_form(N_L * order_coefficient(m, 1), "G1"), a[:2]
+    if statistic == "T":
+        # E[z_{1;a1} z_{1;a2} z_{2;a3}] (distinct neurons): the mean vanishes, so this moment
+        # is the connected three-point function, O(1/n)
+        m = forward_moment([Leg(1, a[0]), Leg(1, a[1]), Leg(2, a[2])], order=1, form=form,
+                           residual=True)
+        if order_coefficient(m, 0) != 0:
+            raise AssertionError("the cross-neuron connected 3-pt function has an O(1) part")
+        return _ratio_form(N_L * order_coefficient(m, 1), "T"), a[:3]
+    kappa = forward_cumulant([Leg(1, a[0]), Leg(1, a[1]), Leg(2, a[2]), Leg(2, a[3])], order=1,
+                             form=form, residual=True)
+    if order_coefficient(kappa, 0) != 0:
+        raise AssertionError("the cross-neuron connected 4-pt function has an O(1) part")
+    return _ratio_form(N_L * order_coefficient(kappa, 1), "V"), a
+
+
 @public
-def derive_initialization(statistic: str, net: Any = None, form: str = "edgeworth") -> Recursion:
+def derive_initialization(statistic: str, net: Any = None, form: str = "edgeworth", *,
+                          residual: bool | None = None) -> Recursion:
     r"""Derive the layer recursion of ``statistic`` from the forward equation.
 
     Parameters
@@ -253,6 +307,12 @@ def derive_initialization(statistic: str, net: Any = None, form: str = "edgewort
     form : {"edgeworth", "book"}
         Derivative atoms (default; Gaussian integration by parts) or the raised-index book form (same derivation,
         derivative atoms converted by Stein's identity).
+    residual : bool, optional
+        Derive for the residual MLP of PDLT (B.4) (default: whether ``net`` is residual).  The
+        recursions then hold :math:`\xi^{(\ell+1)}`, :math:`\gamma^{(\ell+1)}`, and ``"T"`` (the
+        three-point vertex :class:`~effth.algebra.tensors.ThreePointVertex`, nonzero for skip
+        connections with activations that are not odd) is available; :math:`K` must equal
+        (B.11), :math:`V` equals (B.24) plus the terms of :math:`T`.
 
     Returns
     -------
@@ -264,21 +324,29 @@ def derive_initialization(statistic: str, net: Any = None, form: str = "edgewort
     >>> print(rec.expr)
     GaussianExpectation(sigma(alpha_1)*sigma(alpha_2), KernelMatrix(Kernel, ell))*C_W[ell + 1] + C_b[ell + 1]
     """
-    if statistic not in _TARGET:
-        raise DomainError(f"statistic must be one of {sorted(_TARGET)}, got {statistic!r}")
-    tensor, _, book = _TARGET[statistic]
+    if residual is None:
+        residual = bool(getattr(net, "residual", False))
+    if not isinstance(residual, (bool, np.bool_)):
+        raise DomainError(f"residual must be True or False, got {residual!r}")
+    targets = _RESIDUAL_TARGET if residual else _TARGET
+    if statistic not in targets:
+        hint = " (T exists for residual=True only)" if statistic == "T" else ""
+        raise DomainError(f"statistic must be one of {sorted(targets)}, got {statistic!r}{hint}")
+    tensor, _, book = targets[statistic]
     if form not in ("edgeworth", "book"):
         raise DomainError(f"form must be 'edgeworth' or 'book', got {form!r}")
-    expr, labels = _derive(statistic, form)
-    prov = (f"derived: forward equation, Wick over W and b, coincidence split, Edgeworth "
+    expr, labels = (_derive_residual if residual else _derive)(statistic, form)
+    what = "residual forward equation (B.4)" if residual else "forward equation"
+    prov = (f"derived: {what}, Wick over W and b, coincidence split, Edgeworth "
             f"expansion to O(1/n); must equal {book}")
     act = getattr(net, "act", None) if net is not None else None
-    return Recursion(statistic, expr, labels, tensor, prov, act, form)
+    return Recursion(statistic, expr, labels, tensor, prov, act, form, bool(residual))
 
 
 @public
 def initialization_flow(K1, depth: int, activation, c_w=1.0, c_b=0.0, ratios=1.0,
-                        method: str = "auto", rtol: float = 1e-10) -> dict:
+                        method: str = "auto", rtol: float = 1e-10, *, gamma=None,
+                        xi=None) -> dict:
     r"""Iterate the derived recursions from layer 1 (:math:`V^{(1)}=G^{\{1\}(1)}=0`, PDLT §4.1–§4.2).
 
     Parameters
@@ -293,28 +361,43 @@ def initialization_flow(K1, depth: int, activation, c_w=1.0, c_b=0.0, ratios=1.0
     ratios : float or sequence
         :math:`n_\ell/n_{\ell-1}` for :math:`\ell=1..L-1` (:math:`\ell=1` never matters since
         :math:`V^{(1)}=G^{\{1\}(1)}=0`).
+    gamma, xi : float or sequence indexed by layer ``2..L``, optional
+        Residual MLP (PDLT (B.4)): skip and branch gains :math:`\gamma^{(\ell+1)}`,
+        :math:`\xi^{(\ell+1)}`.  Given either, the residual recursions
+        (``derive_initialization(..., residual=True)``) are iterated, with the three-point
+        vertex :math:`T^{(1)}=0` (the first layer is exactly Gaussian) carried along.
 
     Returns
     -------
     dict
-        ``{"K": [...], "V": [...], "G1": [...]}``, lists indexed by ``layer - 1``.
+        ``{"K": [...], "V": [...], "G1": [...]}`` (and ``"T"`` for a residual network), lists
+        indexed by ``layer - 1``.
     """
-    recs = {s: derive_initialization(s) for s in ("K", "V", "G1")}
+    residual = gamma is not None or xi is not None
+    stats = ("K", "V", "G1", "T") if residual else ("K", "V", "G1")
+    recs = {s: derive_initialization(s, residual=residual) for s in stats}
     K = np.asarray(K1, dtype=float)
     N = K.shape[-1]
-    V, G1 = np.zeros((N,) * 4), np.zeros((N, N))
+    V, G1, T = np.zeros((N,) * 4), np.zeros((N, N)), np.zeros((N,) * 3)
     out = {"K": [K], "V": [V], "G1": [G1]}
+    if residual:
+        out["T"] = [T]
 
-    def at(x, layer):
+    def at(x, layer, default):
+        if x is None:
+            return default
         return float(x) if np.isscalar(x) else float(x[layer])
 
     for layer in range(1, depth):
-        kw = dict(activation=activation, c_w=at(c_w, layer - 1), c_b=at(c_b, layer - 1),
-                  ratio=at(ratios, layer - 1), method=method, rtol=rtol)
-        K, V, G1 = (recs["K"].evaluate(K, V, G1, **kw), recs["V"].evaluate(K, V, G1, **kw),
-                    recs["G1"].evaluate(K, V, G1, **kw))
-        for k, x in zip(("K", "V", "G1"), (K, V, G1)):
-            out[k].append(x)
+        kw = dict(activation=activation, c_w=at(c_w, layer - 1, 1.0), c_b=at(c_b, layer - 1, 0.0),
+                  ratio=at(ratios, layer - 1, 1.0), method=method, rtol=rtol)
+        if residual:
+            kw.update(T=T, xi=at(xi, layer - 1, 1.0), gamma=at(gamma, layer - 1, 0.0))
+        new = {s: recs[s].evaluate(K, V, G1, **kw) for s in stats}
+        K, V, G1 = new["K"], new["V"], new["G1"]
+        T = new.get("T", T)
+        for k in stats:
+            out[k].append(new[k])
     return out
 
 
@@ -323,7 +406,7 @@ def mlp_flow(net: Any, X, method: str = "auto", rtol: float = 1e-10) -> dict:
     r"""The derived :math:`K, V, G^{\{1\}}` of every layer of an ``MLP`` on inputs ``X``.
 
     :math:`K^{(1)}=C_b^{(1)}+C_W^{(1)}XX^\top/n_0` (PDLT (4.8)); the per-layer :math:`C_W, C_b`
-    come from ``net``; the width ratios :math:`n_\ell/n_{\ell-1}` from ``net.widths`` when they
+    (and, for a residual ``net``, :math:`\gamma`, :math:`\xi` of PDLT (B.4)) come from ``net``; the width ratios :math:`n_\ell/n_{\ell-1}` from ``net.widths`` when they
     are numeric (equal widths otherwise; :math:`n_0` never enters since :math:`V^{(1)}=0`).
 
     Parameters
@@ -348,5 +431,9 @@ def mlp_flow(net: Any, X, method: str = "auto", rtol: float = 1e-10) -> dict:
         ratios = [full[k] / full[k - 1] for k in range(1, len(full))]
     c_w = [net.c_w_at(k) for k in range(2, L + 1)] or [1.0]
     c_b = [net.c_b_at(k) for k in range(2, L + 1)] or [0.0]
+    res = {}
+    if getattr(net, "residual", False):
+        res = dict(gamma=[net.gamma_at(k) for k in range(2, L + 1)] or [0.0],
+                   xi=[net.xi_at(k) for k in range(2, L + 1)] or [1.0])
     return initialization_flow(K1, L, net.act, c_w=c_w, c_b=c_b, ratios=ratios,
-                               method=method, rtol=rtol)
+                               method=method, rtol=rtol, **res)

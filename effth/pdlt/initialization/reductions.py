@@ -159,7 +159,8 @@ def derive(statistic: str, *, special: str | None = None, form: str = "edgeworth
     form : {"edgeworth", "book"}
         For the general recursion: derivative atoms or the book's :math:`K^{-1}` form.
     net : effth.MLP, optional
-        Default activation for :meth:`Recursion.evaluate`.
+        Default activation for :meth:`Recursion.evaluate`; a residual ``net`` (PDLT (B.4)) selects
+        the residual recursions (``"T"`` too).
 
     Returns
     -------
@@ -181,6 +182,9 @@ def derive(statistic: str, *, special: str | None = None, form: str = "edgeworth
                           "describe the network with et.MLP(activation, depth=..., ...)")
     if special is None:
         return derive_initialization(statistic, net=net, form=form)
+    if getattr(net, "residual", False):
+        raise DomainError(f"special={special!r} is a plain-MLP form; for a residual net use "
+                          "derive(statistic, net=net) (the residual recursion, PDLT (B.4))")
     if special == "second-layer":
         return second_layer(statistic)
     if special == "single-input":

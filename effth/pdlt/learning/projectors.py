@@ -49,7 +49,7 @@ import sympy as sp
 from effth._validate import kernel_matrix
 from effth.errors import DomainError
 
-__all__ = ["AlgorithmProjectors", "algorithm_projectors", "projector_expressions", "ALGORITHMS",
+__all__ = ["AlgorithmProjectors", "algorithm_projectors", "projector_expressions", "projector_formulas", "ALGORITHMS",
            "PROJECTORS"]
 
 #: Training algorithms whose projectors are known (PDLT (∞.142)–(∞.153), (∞.148)).
@@ -135,6 +135,67 @@ def projector_expressions(algorithm: str = "gd") -> dict:
     return {k: sp.sympify(v) for k, v in _coefficients(algorithm).items()}
 
 
+def _named_factors() -> dict:
+    import itertools
+    p, q, r = _LAM
+    eta = _ETA
+    out = {}
+    for a in (p, q, r):
+        out[sp.Symbol(f"e_{str(a)[-1]}")] = 1 - eta * a
+    for a, b in itertools.combinations((p, q, r), 2):
+        out[sp.Symbol(f"d_{{{str(a)[-1]}{str(b)[-1]}}}")] = a + b - eta * a * b
+    out[sp.Symbol("d_{pqr}")] = sp.expand(p + q + r - eta * (p * q + p * r + q * r) + eta ** 2 * p * q * r)
+    return out
+
+
+def _name(e: sp.Expr, named: dict) -> sp.Expr:
+    """``e`` (a polynomial) factored, each factor equal to a named one (up to sign) replaced."""
+    c, fs = sp.factor(e).as_coeff_mul()
+    out = c
+    for f in fs:
+        base, ex = f.as_base_exp()
+        for s, poly in named.items():
+            if sp.expand(base - poly) == 0:
+                base = s
+                break
+            if sp.expand(base + poly) == 0:
+                base, out = s, (-out if ex % 2 else out)
+                break
+        out *= base ** ex
+    return out
+
+
+@public
+@lru_cache(maxsize=None)
+def projector_formulas(algorithm: str = "gd") -> tuple:
+    r"""The eigen-coefficient functions printed compactly: ``(formulas, definitions)``.
+
+    Each :math:`z` of :func:`projector_expressions` as numerator over denominator, factored, with
+    the factors :math:`e_a\equiv1-\eta\lambda_a`, :math:`d_{ab}\equiv\lambda_a+\lambda_b-
+    \eta\lambda_a\lambda_b` (eigenvalues of :math:`M_2`, PDLT (∞.107)) and
+    :math:`d_{pqr}\equiv\lambda_p+\lambda_q+\lambda_r-\eta(\lambda_p\lambda_q+\lambda_p
+    \lambda_r+\lambda_q\lambda_r)+\eta^2\lambda_p\lambda_q\lambda_r` (of :math:`M_3`, (∞.110))
+    named; ``definitions`` holds the names used. Checked equal to the expressions exactly.
+
+    Examples
+    --------
+    >>> z, defs = projector_formulas("gd")
+    >>> z["A"]
+    e_p/(d_{pq}*lambda_p)
+    """
+    named = _named_factors()
+    formulas, used = {}, {}
+    for k, e in projector_expressions(algorithm).items():
+        n, d = sp.fraction(sp.cancel(sp.together(e)))
+        c = _name(n, named) / _name(d, named)
+        if sp.cancel(c.xreplace(named) - e) != 0:
+            raise AssertionError(f"the printed z_{k} differs from its derivation (a bug)")
+        formulas[k] = c
+        used.update({s: named[s] for s in c.free_symbols if s in named})
+    used = {s: used[s] for s in sorted(used, key=str)}
+    return formulas, used
+
+
 @lru_cache(maxsize=None)
 def _compiled(algorithm: str) -> dict:
     exprs = projector_expressions(algorithm)
@@ -192,9 +253,15 @@ class AlgorithmProjectors:
         return np.einsum("ap,bq,cr,dp,eq,fr,pqr->abcdef", U, U, U, U, U, U, z)
 
     def latex(self) -> str:
-        r"""The six eigen-coefficient functions as an ``aligned`` LaTeX block."""
-        exprs = projector_expressions(self.algorithm)
-        lines = [rf"z_{{{k}}} &= {sp.latex(sp.simplify(e))}" for k, e in exprs.items()]
+        r"""The six eigen-coefficient functions as an ``aligned`` LaTeX block, in the named
+        factors :math:`e_p\equiv1-\eta\lambda_p`, :math:`d_{pq}\equiv\lambda_p+\lambda_q-
+        \eta\lambda_p\lambda_q` (the eigenvalues of :math:`M_2` of PDLT (∞.107)) and
+        :math:`d_{pqr}` (of :math:`M_3`, (∞.110)), defined after them (:func:`projector_formulas`)."""
+        formulas, used = projector_formulas(self.algorithm)
+        lines = [rf"z_{{{k}}} &= {sp.latex(e)}" for k, e in formulas.items()]
+        if used:
+            defs = ",\\ ".join(rf"{sp.latex(s)} \equiv {sp.latex(d)}" for s, d in used.items())
+            lines.append(rf"&\text{{where }} {defs}")
         return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
 
     def _repr_latex_(self) -> str:

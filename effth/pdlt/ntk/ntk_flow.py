@@ -23,12 +23,24 @@ table of the kernel step is reused).  Layer 1
 is :math:`\Theta^{(1)}=\lambda_b^{(1)}+\lambda_W^{(1)}XX^\top/n_0` with every finite-width tensor
 zero (PDLT (8.23), (9.17), (11.57), (∞.11)).
 
-Kinked activations: the recursions contain :math:`\sigma''` and higher derivatives, which are
-distributions for ReLU-like :math:`\sigma`; :math:`\langle\sigma''\sigma''\rangle` diverges and
-the :math:`1/n` expansion of the dNTK/ddNTK breaks down (PDLT §∞.1).
-:func:`ntk_flow` therefore rejects kinked activations except for the sector that needs no second
-derivative (``statistics=("Theta", "B")``), which it evaluates exactly; the linear activation
-is smooth and fully supported.
+Kinked activations (ReLU, leaky ReLU, the piecewise-linear family): the recursions contain
+:math:`\sigma''` and higher derivatives, which are distributions (:math:`\sigma''=(a_+-a_-)
+\delta(z)`).  For :math:`\Theta, H^{\{1\}}, A, B, D, F` every such atom comes from Stein's
+identity acting on a product of :math:`\sigma` and :math:`\sigma'` (PDLT (8.70)–(8.71)), so
+
+* at distinct, non-collinear samples the atoms are finite point-mass expectations
+  (Gaussian conditioning on the Dirac parts, e.g. :math:`\langle\delta(z_1)\delta(z_2)\rangle
+  =1/(2\pi\sqrt{\det K})`);
+* at coincident labels single atoms diverge (:math:`\langle\delta(z)\delta(z)\rangle`), but they
+  enter only in Leibniz sums :math:`\langle\partial^k_z[\sigma^{(p_0)}\sigma^{(q_0)}]\rangle`,
+  :math:`p_0,q_0\le1`, which are finite; the diagonal tables hold values satisfying all of them
+  (:func:`effth.numerics.sample_tables.leibniz_pair_tables`), which makes the result exact.
+
+The dNTK and ddNTKs (:math:`P, Q, R, S, T, U`) have four-sample atoms such as
+:math:`\langle\sigma''_{\delta_0}\sigma'_{\delta_1}\sigma'_{\delta_2}\sigma_{\delta_3}\rangle`,
+which at :math:`\delta_0=\delta_1` is :math:`\langle\delta(z)\Theta(z)\cdots\rangle` and needs the
+undefined value :math:`\Theta(0)`: singular, refused (PDLT §∞.1: kinks change the scaling).  The
+linear activation is smooth and fully supported.
 """
 
 from __future__ import annotations
@@ -56,7 +68,7 @@ from effth.errors import DomainError, NotDerivedError
 from effth.numerics import gaussian_expectation
 from effth.numerics.atom_tables import AtomTables, dispatched_group
 from effth.numerics.sample_blocks import SampleRestriction
-from effth.numerics.sample_tables import closed_pair_tables, pair_tables
+from effth.numerics.sample_tables import closed_pair_tables, leibniz_pair_tables, pair_tables
 
 from effth.pdlt.derivation.pipeline import CB, CW
 from effth.pdlt.derivation.ntk_forward import LAMBDA_B, LAMBDA_W
@@ -431,8 +443,8 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     Raises
     ------
     DomainError
-        Kinked activation with statistics that need :math:`\sigma''` (the dNTK/ddNTK and the
-        :math:`1/n` NTK sector are not defined by the :math:`1/n` expansion there), bad inputs
+        Kinked activation with the dNTK/ddNTK statistics (singular there; :math:`\Theta,
+        H^{\{1\}}, A, B, D, F` are evaluated), collinear inputs with a kinked activation, bad inputs
         or learning rates, overflow (the layer is named).
     """
     wanted = tuple(NTK_STATISTICS) if statistics is None else (
@@ -455,6 +467,8 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         lw = _per_layer(lambda_w, L, "lambda_w")
         Th = lb[0] + lw[0] * (X @ X.T) / X.shape[1]
         _check_theta(Th, X.shape[0])     # lambda_b + lambda_W X X^T/n_0: PSD by construction
+        from effth.arch._common import require_plain
+        require_plain(net, "ntk_flow")
         act = net.act
         kw: dict = {"net": net, "X": X}
     else:
@@ -471,13 +485,13 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         kw = {"K1": K1, "depth": L, "activation": activation, "c_w": c_w, "c_b": c_b, "ratios": ratios}
     kinked = act is not None and not (act.is_smooth or act.is_polynomial)
     if kinked:
-        bad = [s for s in stats if ntk_layer_step(s).max_order > 1]
+        bad = [s for s in stats if ntk_layer_step(s).max_order > 1 and s not in _KINKED_OK]
         if bad:
             raise DomainError(
-                f"{act!r} is kinked: {bad} need sigma'' or higher, which are distributions "
-                "(<sigma'' sigma''> diverges); the 1/n expansion of the NTK fluctuations, dNTK and "
-                "ddNTKs does not apply (PDLT §∞.1: kinks change the scaling). Only Theta and B are "
-                "available for kinked activations.")
+                f"{act!r} is kinked: {bad} contain four-sample atoms with sigma'' = delta at a "
+                "label shared with sigma' (e.g. <delta(z) Theta(z) ...>, which needs the undefined "
+                "Theta(0)), so the dNTK and ddNTK statistics are singular (PDLT §∞.1: kinks change "
+                f"the scaling). Available for kinked activations: {list(_KINKED_OK)}.")
     N = Th.shape[0]
     if atom_cache is not None and (n_train is None or not isinstance(atom_cache, list)):
         raise DomainError("atom_cache= is a list shared by flows restricted with n_train= (got "
@@ -541,6 +555,8 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     return NTKFlow(kern, out, lb, lw, np.arange(1, L + 1), np.asarray(errs), restrict)
 
 
+#: statistics evaluated for kinked activations (with their dependencies Theta and B)
+_KINKED_OK = ("Theta", "H1", "B", "D", "F", "A")
 _ROW_ENTRIES = 1 << 16     # entries of one row block of the fused K/Theta step (cache-sized)
 
 
@@ -708,12 +724,16 @@ class _PairFirstTables:
             more, errs = pair_tables(K, act, rest, rtol=rtol)
             self._pairs.update(more)
             self._err = max(_relative(e, more[o]) for o, e in errs.items())
+        elif kinked and any(max(o) >= 2 for o in rest):
+            # distributional derivatives: point masses off the diagonal, Leibniz sums on it (the
+            # sigma, sigma' products stay with the per-subset tables, as for Theta and B)
+            self._pairs.update(leibniz_pair_tables(K, act, {o for o in rest if max(o) >= 2}, rtol))
         self._base = base
 
     @property
     def base(self) -> AtomTables:
         if self._base is None:
-            # kinked sigma: per-subset closed forms (Theta and B only), never restricted
+            # kinked sigma: per-subset closed forms (orders <= 1: orthant moments), never restricted
             self._base = (_KinkedTables(self.K, self.act, rtol=self.rtol) if self.kinked else
                           AtomTables(self.K, self.act, rtol=self.rtol, restrict=self.restrict))
         return self._base

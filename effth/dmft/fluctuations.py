@@ -1,0 +1,641 @@
+r"""Finite-width fluctuations of the DMFT: the O(1/N) covariance of kernels and predictions.
+
+"Perturbative in width, non-perturbative in :math:`\gamma_0`" (Bordelon & Pehlevan (2022),
+App. P.7, eqs. (174)-(175)): at width :math:`N` the order parameters of the DMFT fluctuate around
+the saddle point :math:`k^*` with the Gaussian law
+
+.. math:: k\sim\mathcal N\big(k^*,\ \tfrac1N(-\nabla^2S[k^*])^{-1}\big),
+
+where :math:`S` is the DMFT action (Bordelon & Pehlevan (2022), eqs. (8)/(41), App. D.3-D.7)
+and the Hessian blocks are the four-point single-site correlators of App. P.7.1.  This module
+evaluates that Hessian in closed form for **deep linear networks** on the discrete GD grid of
+:func:`effth.dmft.solve_deep_linear` and inverts it (:func:`deep_linear_fluctuations`), and
+for **two-layer networks** with a smooth activation by the quadrature of
+:func:`effth.dmft.solve_two_layer` (:func:`two_layer_fluctuations`).
+
+The action (deep linear, plain GD)
+----------------------------------
+Order parameters, per hidden layer :math:`\ell=1..L`: the kernels :math:`H^\ell` (``T n x T n``),
+:math:`G^\ell` (``T x T``, the gradient field of a linear network is sample independent), the
+responses :math:`A^\ell` (``T n x T``), :math:`B^\ell` (``T x T n``, :math:`\ell<L`) in the
+scaled convention of the solver, and the predictions :math:`f` (``T x n``).  Their conjugates
+:math:`\hat H,\hat G,\hat f` couple to the single-site observables
+:math:`h h^\top`, :math:`g g^\top` and :math:`O_f(t)=\gamma_0^{-1}[h^L(t)g^L(t)-c\,h^L(0)g^L(0)]`
+(:math:`c=1` for the centred output of :func:`effth.simulation.simulate_training`, whose
+initial offset is removed; :math:`c=0` for the raw output, whose :math:`O(1/(\gamma_0\sqrt N))`
+initial value then fluctuates too).  With the fields of the solver,
+
+.. math:: h^\ell=u^\ell+\gamma_0C^\ell g^\ell,\qquad g^\ell=r^\ell+\gamma_0D^\ell h^\ell,\qquad
+          u^\ell\sim\mathcal N(0,H^{\ell-1}),\ r^\ell\sim\mathcal N(0,G^{\ell+1}),
+
+:math:`C^\ell=A^{\ell-1}+\eta\Theta H^{\ell-1}\Delta`, :math:`D^\ell=B^\ell+\eta\Theta G^{\ell+1}\Delta`,
+:math:`\Delta=y-f` (Bordelon & Pehlevan (2022), §4.1, App. F, eqs. (68)-(71) with the response
+terms read without :math:`\Delta`), the action is
+
+.. math:: S=-\sum_\ell\big[\hat H^\ell\!\cdot H^\ell+\hat G^\ell\!\cdot G^\ell\big]-\hat f\cdot f
+          -\gamma_0^2\sum_{\ell<L}\mathrm{tr}\,A^\ell B^\ell+\sum_\ell\ln\mathcal Z_\ell,
+
+.. math:: \ln\mathcal Z_\ell=-\ln\det\begin{pmatrix}1&-\gamma_0C^\ell\\-\gamma_0D^\ell&1\end{pmatrix}
+          -\tfrac12\ln\det\big(1-\Sigma_\ell\,\mathcal J_\ell^{-\top}Q_\ell\,\mathcal J_\ell^{-1}\big),
+
+the single-site moment generating function of App. D.5 (eq. (42)) done in closed form: the
+Martin-Siggia-Rose integral over the linear fields gives the Jacobian determinant (which is 1
+for causal :math:`C,D`, so that :math:`\partial\ln\mathcal Z/\partial B` is the response
+:math:`\gamma_0^2A^\top` of App. D.6, eq. (53)), and the Gaussian average of
+:math:`\exp(\tfrac12 v^\top Qv)`, :math:`v=(h,g)=\mathcal J^{-1}(u,r)`, the rest
+(:math:`\Sigma=\mathrm{diag}(H^{\ell-1},G^{\ell+1})`; :math:`Q` holds the conjugates).  Its
+stationary point is exactly the DMFT of :func:`~effth.dmft.solve_deep_linear` (tested:
+:math:`\nabla S=0` there to rounding); its Hessian in all variables :math:`x=(k,\hat k)` gives
+:math:`N\,\mathrm{Cov}(x)=-[\nabla^2S]^{-1}` (App. P.7, the Gaussian integral with the
+conjugates on the imaginary axis).  The blocks are those listed in App. P.7.1: e.g.
+:math:`\partial^2S/\partial\hat H\partial\hat H=\langle hhhh\rangle-HH`,
+:math:`\partial^2S/\partial\hat H\partial H=-1+\partial H/\partial H'`,
+:math:`\partial^2S/\partial H\partial H=0`, and the :math:`A`/:math:`B` blocks of second
+response functions.  Here they are obtained by complex-step differentiation of the exact
+gradient :math:`\nabla S` (analytic, no truncation error), so every block -- including the
+ones App. P.7.1 lists but does not evaluate -- comes from the one closed form.
+
+Limits
+------
+* :math:`\gamma_0\to0`: the kernels are frozen at their initial fluctuations, the four-point
+  vertex of the NNGP (PDLT (4.119) at :math:`\sigma(z)=z`; :func:`effth.pdlt.deep_linear_flow`),
+  and the centred predictions move only through the random initial NTK (tested).
+* :math:`\gamma_0>0`: feature learning couples the kernel fluctuations across layers and times;
+  the signal-to-noise of feature learning grows as :math:`\gamma_0^2\sqrt N` (eq. (175)).
+
+Cost: the Hessian has ``2 n_k + n_AB`` rows (``n_k`` kernel and prediction entries,
+``n_AB`` response entries; at most ``MAX_VARIABLES``), so ``T n`` (grid points times samples)
+and ``L`` must stay small: under a second at ``T = 8, n = 2, L = 2``, about 30 s at
+``T = 12, n = 3, L = 2`` (3912 rows) on one core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from effth._signature import public
+from effth.dmft.grid import TimeGrid, TrainingData, _html_table
+from effth.dmft.result import DMFTResult, check_layer
+from effth.dmft.solvers.deep_linear import solve_deep_linear
+from effth.errors import DomainError
+
+__all__ = ["DMFTFluctuations", "deep_linear_fluctuations", "two_layer_fluctuations"]
+
+#: largest number of variables of the Hessian (memory ~ 8 MAX^2 bytes)
+MAX_VARIABLES = 6000
+_STEP = 1e-30                     # complex step
+
+
+class _Layout:
+    """Where each order parameter sits in the flat vectors ``q`` (kernels, f) and ``rho`` (A, B)."""
+
+    def __init__(self, L: int, T: int, n: int, g_samples: bool = False):
+        self.L, self.T, self.n, self.g_samples = L, T, n, g_samples
+        Tn = T * n
+        mG = Tn if g_samples else T          # g^l sample independent in a linear network
+        self.iuH = np.triu_indices(Tn)
+        self.iuG = np.triu_indices(mG)
+        self.nH, self.nG, self.nf = len(self.iuH[0]), len(self.iuG[0]), Tn
+        self.offH = [ell * self.nH for ell in range(L)]
+        self.offG = [L * self.nH + ell * self.nG for ell in range(L)]
+        self.off_f = L * (self.nH + self.nG)
+        self.nq = self.off_f + self.nf
+        self.nAB = Tn * T
+        self.offA = [2 * ell * self.nAB for ell in range(L - 1)]
+        self.offB = [(2 * ell + 1) * self.nAB for ell in range(L - 1)]
+        self.nr = 2 * (L - 1) * self.nAB
+        # full (i, j) -> unique index, for expanding covariances
+        self.kH = np.zeros((Tn, Tn), dtype=int)
+        self.kH[self.iuH] = np.arange(self.nH)
+        self.kH[self.iuH[1], self.iuH[0]] = np.arange(self.nH)
+        self.kG = np.zeros((mG, mG), dtype=int)
+        self.kG[self.iuG] = np.arange(self.nG)
+        self.kG[self.iuG[1], self.iuG[0]] = np.arange(self.nG)
+
+    @property
+    def size(self) -> int:
+        return 2 * self.nq + self.nr
+
+
+def _sym(vec: np.ndarray, size: int, iu) -> np.ndarray:
+    """(B, m) unique entries -> (B, size, size) symmetric matrices."""
+    out = np.zeros((vec.shape[0], size, size), dtype=vec.dtype)
+    out[:, iu[0], iu[1]] = vec
+    out[:, iu[1], iu[0]] = vec
+    return out
+
+
+def _conjugate(vec: np.ndarray, size: int, iu) -> np.ndarray:
+    """Conjugates of unique entries -> the symmetric ``Q`` of ``1/2 v^T Q v = sum_{i<=j} qhat_ij v_i v_j``."""
+    out = _sym(vec, size, iu)
+    idx = np.arange(size)
+    out[:, idx, idx] *= 2.0
+    return out
+
+
+def _gradient(lay: _Layout, kx, y, P, eta, gamma0, center, xq, xh, xr):
+    """``(dS/dqhat, dS/drho)`` at a batch of points ``(B, .)`` (complex allowed: complex step)."""
+    L, T, n = lay.L, lay.T, lay.n
+    Tn, m = T * n, T * n + T
+    nb = xq.shape[0]
+    dt = np.result_type(xq, xh, xr)
+    H = [_sym(xq[:, o: o + lay.nH], Tn, lay.iuH) for o in lay.offH]
+    G = [_sym(xq[:, o: o + lay.nG], T, lay.iuG) for o in lay.offG]
+    f = xq[:, lay.off_f:].reshape(nb, T, n)
+    Hh = [_conjugate(xh[:, o: o + lay.nH], Tn, lay.iuH) for o in lay.offH]
+    Gh = [_conjugate(xh[:, o: o + lay.nG], T, lay.iuG) for o in lay.offG]
+    fh = xh[:, lay.off_f:].reshape(nb, T, n)
+    A = [xr[:, o: o + lay.nAB].reshape(nb, Tn, T) for o in lay.offA]
+    B = [xr[:, o: o + lay.nAB].reshape(nb, T, Tn) for o in lay.offB]
+    delta = y[None, None, :] - f[:, :, :P]                         # (B, T, P)
+    mask = eta * np.tril(np.ones((T, T)), k=-1)                    # eta Theta(t - s), Theta(0) = 0
+    H0 = np.broadcast_to(np.tile(kx, (T, T)), (nb, Tn, Tn))
+    ones = np.broadcast_to(np.ones((T, T)), (nb, T, T))
+    eye = np.eye(m)
+    out_H, out_G = [None] * L, [None] * L
+    out_f = None
+    dC, dD = [None] * L, [None] * L
+    for ell in range(1, L + 1):
+        Hp = H0 if ell == 1 else H[ell - 2]
+        Gn = ones if ell == L else G[ell]
+        Hp4 = Hp.reshape(nb, T, n, T, n)
+        C = (np.einsum("btmsa,bsa->btms", Hp4[..., :P], delta) * mask[None, :, None, :]
+             ).reshape(nb, Tn, T)
+        Dd = np.zeros((nb, T, T, n), dtype=dt)
+        Dd[..., :P] = Gn[:, :, :, None] * delta[:, None, :, :] * mask[None, :, :, None]
+        D = Dd.reshape(nb, T, Tn)
+        if ell >= 2:
+            C = C + A[ell - 2]
+        if ell <= L - 1:
+            D = D + B[ell - 1]
+        J = np.broadcast_to(eye, (nb, m, m)).astype(dt)
+        J[:, :Tn, Tn:] = -gamma0 * C
+        J[:, Tn:, :Tn] = -gamma0 * D
+        Ji = np.linalg.inv(J)
+        Sig = np.zeros((nb, m, m), dtype=dt)
+        Sig[:, :Tn, :Tn] = Hp
+        Sig[:, Tn:, Tn:] = Gn
+        Q = np.zeros((nb, m, m), dtype=dt)
+        Q[:, :Tn, :Tn] = Hh[ell - 1]
+        Q[:, Tn:, Tn:] = Gh[ell - 1]
+        if ell == L:                     # f_hat couples to gamma0^-1 [h(t) g(t) - c h(0) g(0)]
+            ht = np.arange(T)[:, None] * n + np.arange(n)[None, :]          # (T, n) h index
+            gt = Tn + np.repeat(np.arange(T)[:, None], n, axis=1)           # (T, n) g index
+            cpl = fh / gamma0
+            Q[:, ht, gt] += cpl
+            Q[:, gt, ht] += cpl
+            if center:
+                c0 = cpl.sum(axis=1)                                       # (B, n)
+                Q[:, np.arange(n), Tn] -= c0
+                Q[:, Tn, np.arange(n)] -= c0
+        JiT = np.swapaxes(Ji, 1, 2)
+        V = Ji @ np.linalg.solve(eye - Sig @ (JiT @ Q @ Ji), Sig) @ JiT   # <v v^T>_Q
+        out_H[ell - 1] = V[:, :Tn, :Tn][:, lay.iuH[0], lay.iuH[1]]
+        out_G[ell - 1] = V[:, Tn:, Tn:][:, lay.iuG[0], lay.iuG[1]]
+        if ell == L:
+            hg = V[:, ht, gt]                                              # (B, T, n)
+            out_f = (hg - (hg[:, :1, :] if center else 0.0)) / gamma0
+        W = JiT @ Q @ V
+        dC[ell - 1] = gamma0 * (W[:, :Tn, Tn:] + np.swapaxes(Ji[:, Tn:, :Tn], 1, 2))
+        dD[ell - 1] = gamma0 * (W[:, Tn:, :Tn] + np.swapaxes(Ji[:, :Tn, Tn:], 1, 2))
+    Oq = np.concatenate(out_H + out_G + [out_f.reshape(nb, -1)], axis=1)
+    g_q = Oq - xq
+    parts = []
+    g2 = gamma0 ** 2
+    for ell in range(1, L):              # A^ell enters layer ell+1's C, B^ell layer ell's D
+        gA = -g2 * np.swapaxes(B[ell - 1], 1, 2) + dC[ell]
+        gB = -g2 * np.swapaxes(A[ell - 1], 1, 2) + dD[ell - 1]
+        parts += [gA.reshape(nb, -1), gB.reshape(nb, -1)]
+    g_r = np.concatenate(parts, axis=1) if parts else np.zeros((nb, 0), dtype=dt)
+    return g_q, g_r
+
+
+def _saddle(res: DMFTResult, lay: _Layout):
+    """The DMFT solution as the flat vectors ``q``, ``rho``."""
+    L, T, n = lay.L, lay.T, lay.n
+    Tn = T * n
+    q = np.zeros(lay.nq)
+    for ell in range(L):
+        q[lay.offH[ell]: lay.offH[ell] + lay.nH] = res.phi[ell].reshape(Tn, Tn)[lay.iuH]
+        q[lay.offG[ell]: lay.offG[ell] + lay.nG] = res.g[ell][:, 0, :, 0][lay.iuG]
+    q[lay.off_f:] = res.f.reshape(-1)
+    r = np.zeros(lay.nr)
+    for ell in range(L - 1):
+        r[lay.offA[ell]: lay.offA[ell] + lay.nAB] = res.A[ell].reshape(-1)
+        r[lay.offB[ell]: lay.offB[ell] + lay.nAB] = res.B[ell].reshape(-1)
+    return q, r
+
+
+@public
+@dataclass
+class DMFTFluctuations:
+    """The O(1/N) Gaussian fluctuations of the deep linear DMFT (Bordelon & Pehlevan (2022), App. P.7).
+
+    Attributes
+    ----------
+    dmft : DMFTResult
+        The saddle point (:func:`effth.dmft.solve_deep_linear`, exact closure).
+    center : bool
+        Whether the predictions are the centred ``f - f(theta_0)`` (as
+        :func:`effth.simulation.simulate_training` reports by default).
+    propagator : ndarray, shape (n_k, n_k)
+        ``N Cov(k)`` of the flat order parameters ``k`` (unique entries of ``H^ell``, of
+        ``G^ell``, then ``f``): the kernel-and-prediction block of ``-[grad^2 S]^-1``.
+    gradient_norm : float
+        Max-abs of ``grad S`` at the saddle (``~1e-14``: the solver's DMFT is the stationary
+        point of the action).
+    asymmetry : float
+        Max-abs asymmetry of the numerically assembled Hessian, relative to its largest entry
+        (a consistency check of the blocks; ``~1e-12``).
+
+    Notes
+    -----
+    Read it with :meth:`variance`, :meth:`covariance` and :meth:`std` by the names of
+    :meth:`DMFTResult.value` (``'f'``, ``'delta'``, ``'loss'``, ``'phi'``, ``'g'``, ``'ntk'``);
+    ``widths=N`` divides by ``N`` (default: the width-independent ``N Cov``).  Quantities that
+    are nonlinear in the order parameters (``'loss'``, ``'ntk'``) are linearised at the saddle.
+    """
+
+    dmft: DMFTResult
+    center: bool
+    propagator: np.ndarray
+    gradient_norm: float
+    asymmetry: float
+    _layout: _Layout = None
+
+    _NAMES = ("f", "delta", "loss", "phi", "g", "ntk")
+
+    @property
+    def grid(self) -> TimeGrid:
+        return self.dmft.grid
+
+    @property
+    def data(self) -> TrainingData:
+        return self.dmft.data
+
+    @property
+    def gamma0(self) -> float:
+        return self.dmft.gamma0
+
+    @property
+    def hidden_layers(self) -> int:
+        return self.dmft.hidden_layers
+
+    def _linear_map(self, name: str, layer):
+        """``(shape, M)``: the quantity ``name`` is ``M dq`` to first order (``M`` dense or index)."""
+        lay, res = self._layout, self.dmft
+        T, n, L, P = lay.T, lay.n, lay.L, res.n_train
+        if name not in self._NAMES:
+            raise DomainError(f"unknown quantity name={name!r}; choose from {list(self._NAMES)}")
+        if name in ("phi", "g"):
+            if layer is None:
+                raise DomainError(f"{name!r} is per layer: give layer= one of {list(res.layers)}")
+            ell = check_layer(layer, res.layers, name)
+            if name == "phi":
+                return (T, n, T, n), lay.offH[ell] + lay.kH.reshape(-1)
+            if lay.g_samples:
+                return (T, n, T, n), lay.offG[ell] + lay.kG.reshape(-1)
+            kG = np.broadcast_to(lay.kG[:, None, :, None], (T, n, T, n))
+            return (T, n, T, n), lay.offG[ell] + kG.reshape(-1)
+        if layer is not None:
+            raise DomainError(f"{name!r} has no layer axis; drop layer={layer!r}")
+        f_idx = lay.off_f + np.arange(T * n).reshape(T, n)
+        if name == "f":
+            return (T, n), f_idx.reshape(-1)
+        if name == "delta":
+            M = np.zeros((T * P, lay.nq))
+            M[np.arange(T * P), f_idx[:, :P].reshape(-1)] = -1.0
+            return (T, P), M
+        if name == "loss":                     # d(1/2 sum Delta^2) = -sum Delta df
+            M = np.zeros((T, lay.nq))
+            for t in range(T):
+                M[t, f_idx[t, :P]] = -res.delta[t, :P]
+            return (T,), M
+        # ntk: K(t,t) = sum_{l=0}^{L} G^{l+1}(t,t) H^l(t,t), H^0 = K^x, G^{L+1} = 1
+        M = np.zeros((T, n, n, lay.nq))
+        Hd = res.equal_time("phi")                               # (L, T, n, n)
+        Gd = res.equal_time("g")                                 # (L, T, n, n)
+        for t in range(T):
+            tt = t * n + np.arange(n)
+            for ell in range(L + 1):              # term G^{ell+1} H^ell, layer index ell
+                Hl = res.data.kx if ell == 0 else Hd[ell - 1, t]
+                Gl = np.ones((n, n)) if ell == L else Gd[ell, t]
+                for a in range(n):
+                    for b in range(n):
+                        if ell < L:               # d G^{ell+1}(t, t)_{mu nu}
+                            kg = lay.kG[tt[a], tt[b]] if lay.g_samples else lay.kG[t, t]
+                            M[t, a, b, lay.offG[ell] + kg] += Hl[a, b]
+                        if ell >= 1:              # d H^ell(t, t)_{mu nu}
+                            M[t, a, b, lay.offH[ell - 1] + lay.kH[tt[a], tt[b]]] += Gl[a, b]
+        return (T, n, n), M.reshape(T * n * n, lay.nq)
+
+    def covariance(self, name: str, layer: int | None = None, *, widths: float | None = None) -> np.ndarray:
+        """``Cov(name, name)`` of shape ``value_shape + value_shape`` (``N Cov`` unless ``widths``).
+
+        Parameters
+        ----------
+        name : {'f', 'delta', 'loss', 'phi', 'g', 'ntk'}
+            As :meth:`DMFTResult.value`.
+        layer : int, optional
+            Book layer ``1 .. L`` for ``'phi'``, ``'g'``.
+        widths : float, optional
+            The width ``N``: the covariance at that width, ``propagator / N``.
+        """
+        shape, M = self._linear_map(name, layer)
+        S = self.propagator
+        if M.ndim == 1:
+            cov = S[np.ix_(M, M)]
+        else:
+            cov = M @ S @ M.T
+        return cov.reshape(shape + shape) / _width(widths)
+
+    def variance(self, name: str, layer: int | None = None, *, widths: float | None = None) -> np.ndarray:
+        """``Var`` of every entry of ``name`` (shape of :meth:`DMFTResult.value`); ``N Var``
+        unless ``widths`` is given."""
+        shape, M = self._linear_map(name, layer)
+        S = self.propagator
+        if M.ndim == 1:
+            var = S[M, M]
+        else:
+            var = np.einsum("ij,jk,ik->i", M, S, M)
+        return var.reshape(shape) / _width(widths)
+
+    def std(self, name: str, layer: int | None = None, *, widths: float) -> np.ndarray:
+        """Standard deviation of ``name`` across networks of width ``widths`` (the half-width of
+        a one-sigma error band around :meth:`value`)."""
+        return np.sqrt(np.maximum(self.variance(name, layer, widths=widths), 0.0))
+
+    def value(self, name: str, layer: int | None = None) -> np.ndarray:
+        """The infinite-width prediction (the saddle point), :meth:`DMFTResult.value`."""
+        return self.dmft.value(name, layer)
+
+    def __repr__(self) -> str:
+        return (f"DMFTFluctuations({self.dmft.method}, activation={self.dmft.activation}, hidden_layers={self.hidden_layers}, "
+                f"gamma0={self.gamma0:g}, eta={self.grid.eta:g}, steps={self.grid.steps}, "
+                f"inputs={self.data.n_all}, center={self.center})")
+
+    def _repr_html_(self) -> str:
+        return _html_table("DMFTFluctuations", [
+            ("hidden_layers", self.hidden_layers), ("gamma0", f"{self.gamma0:g}"),
+            ("eta", f"{self.grid.eta:g}"), ("steps T", self.grid.steps),
+            ("inputs n", self.data.n_all), ("center", self.center),
+            ("|grad S| at saddle", f"{self.gradient_norm:.2g}")])
+
+
+def _width(widths) -> float:
+    if widths is None:
+        return 1.0
+    if isinstance(widths, bool) or not isinstance(widths, (int, float, np.integer, np.floating)):
+        raise DomainError(f"widths={widths!r} must be a positive number (the width N)")
+    if not (np.isfinite(widths) and widths > 0):
+        raise DomainError(f"widths={widths!r} must be a positive finite number (the width N)")
+    return float(widths)
+
+
+@public
+def deep_linear_fluctuations(X=None, y=None, *, depth: int | None = None,
+                             hidden_layers: int | None = None, gamma0: float, eta: float,
+                             steps: int, X_test=None, kernel=None, center: bool = True,
+                             chunk: int = 128) -> DMFTFluctuations:
+    r"""O(1/N) covariance of the kernels and predictions of deep linear networks (Bordelon & Pehlevan (2022), App. P.7).
+
+    Solves the DMFT (:func:`effth.dmft.solve_deep_linear`, exact closure), then evaluates the
+    Hessian of the DMFT action at that saddle point in closed form (module docstring) and
+    inverts it: :math:`N\,\mathrm{Cov}=-[\nabla^2S]^{-1}` (eq. (174) and the text after it),
+    non-perturbatively in :math:`\gamma_0`.
+
+    Parameters
+    ----------
+    X, y, X_test, kernel
+        Training data as :func:`effth.dmft.prepare_data` (one output).
+    depth, hidden_layers : int
+        Give exactly one (``hidden_layers = depth - 1 >= 1``).
+    gamma0 : float
+        Feature-learning strength, nonzero (the μP output factor is :math:`1/\gamma_0`; the lazy
+        limit is reached smoothly as :math:`\gamma_0\to0`, results are even in :math:`\gamma_0`).
+    eta, steps
+        The GD grid (:class:`effth.dmft.TimeGrid`).
+    center : bool
+        ``True`` (default): covariance of the centred predictions ``f - f(theta_0)``, as
+        :func:`effth.simulation.simulate_training` reports them by default; ``False``: the raw
+        output, whose initial value :math:`O(1/(\gamma_0\sqrt N))` fluctuates too.
+    chunk : int
+        Directions per batched complex-step evaluation (memory ``~ chunk (T(n+1))^2``).
+
+    Returns
+    -------
+    DMFTFluctuations
+
+    Raises
+    ------
+    DomainError
+        ``gamma0 = 0``, a 2-D ``y``, a problem whose Hessian exceeds ``MAX_VARIABLES`` rows
+        (fewer ``steps`` or inputs), a singular Hessian, and everything
+        :func:`effth.dmft.solve_deep_linear` rejects.
+    """
+    if not isinstance(center, (bool, np.bool_)):
+        raise DomainError(f"center={center!r} must be True or False")
+    try:
+        g0 = float(gamma0)
+    except (TypeError, ValueError):
+        raise DomainError(f"gamma0={gamma0!r} must be a real number") from None
+    if not np.isfinite(g0) or g0 == 0.0:
+        raise DomainError(f"gamma0={gamma0!r} must be finite and nonzero (the output factor "
+                          "1/gamma0); approach the lazy limit with a small gamma0")
+    if y is not None and np.ndim(y) != 1:
+        raise DomainError("deep_linear_fluctuations takes one output: y must be 1-D")
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise DomainError(f"chunk={chunk!r} must be a positive integer")
+    res = solve_deep_linear(X, y, depth=depth, hidden_layers=hidden_layers, gamma0=g0, eta=eta,
+                            steps=steps, X_test=X_test, kernel=kernel, closure="exact")
+    L, T, n, P = res.hidden_layers, res.grid.steps, res.data.n_all, res.n_train
+    lay = _Layout(L, T, n)
+    if lay.size > MAX_VARIABLES:
+        raise DomainError(
+            f"the action's Hessian would have {lay.size} rows (> {MAX_VARIABLES}) for "
+            f"hidden_layers={L}, steps={T}, inputs={n}; use fewer steps (a larger eta) or inputs")
+    q0, r0 = _saddle(res, lay)
+    kx, yv, eta_ = res.data.kx, res.data.y, res.grid.eta
+    args = (lay, kx, yv, P, eta_, g0, bool(center))
+    gq, gr = _gradient(*args, q0[None], np.zeros((1, lay.nq)), r0[None])
+    grad_norm = float(max(np.max(np.abs(gq)), np.max(np.abs(gr)) if gr.size else 0.0))
+    scale = max(1.0, float(np.max(np.abs(q0))))
+    if grad_norm > 1e-7 * scale:
+        raise DomainError(f"the DMFT solution is not stationary for the action (|grad S| = "
+                          f"{grad_norm:.3g}); the grid is too coarse for the solver's accuracy")
+    # Jacobian of (dS/dqhat, dS/drho) by complex steps along every variable (q, qhat, rho)
+    nq, nr, nx = lay.nq, lay.nr, lay.size
+    x0 = np.concatenate([q0, np.zeros(nq), r0])
+    jac = np.zeros((nq + nr, nx))
+    for start in range(0, nx, int(chunk)):
+        idx = np.arange(start, min(nx, start + int(chunk)))
+        X0 = np.repeat(x0[None].astype(complex), idx.size, axis=0)
+        X0[np.arange(idx.size), idx] += 1j * _STEP
+        gq, gr = _gradient(*args, X0[:, :nq], X0[:, nq: 2 * nq], X0[:, 2 * nq:])
+        jac[:, idx] = np.concatenate([gq, gr], axis=1).imag.T / _STEP
+    Hs = np.zeros((nx, nx))
+    Hs[nq:, :] = jac                                   # rows qhat, rho
+    Hs[:nq, nq:] = jac[:, :nq].T                       # rows q: S_qq = 0 (the site is normalised)
+    top = float(np.max(np.abs(Hs)))
+    asym = float(np.max(np.abs(Hs[nq:, nq:] - Hs[nq:, nq:].T))) / top
+    Hs[nq:, nq:] = 0.5 * (Hs[nq:, nq:] + Hs[nq:, nq:].T)
+    rhs = np.zeros((nx, nq))
+    rhs[np.arange(nq), np.arange(nq)] = 1.0
+    try:
+        sol = np.linalg.solve(Hs, rhs)
+    except np.linalg.LinAlgError:
+        raise DomainError("the Hessian of the DMFT action is singular at this saddle point") from None
+    prop = -sol[:nq]
+    prop = 0.5 * (prop + prop.T)
+    if not np.all(np.isfinite(prop)):
+        raise DomainError("the Hessian of the DMFT action is singular at this saddle point")
+    return DMFTFluctuations(dmft=res, center=bool(center), propagator=prop,
+                            gradient_norm=grad_norm, asymmetry=asym, _layout=lay)
+
+
+
+def _two_layer_march(u, r, kx, delta, eta, gamma0, T, fns, center, ddelta=None):
+    """Per-node observables of the two-layer single site on the GD grid (Bordelon & Pehlevan
+    (2022), eqs. (23), (66) in discrete time, App. M): ``phi(h)``, ``g = phi'(h) z`` and
+    ``O_f = gamma0^-1 [z phi(h) - c z(0) phi(h(0))]``, each ``(S, T n)``, with the fields driven
+    by the given error signal ``delta`` ``(T, P)``; with ``ddelta`` also their exact derivatives
+    along that change of the error signal (forward mode, needs ``phi''``)."""
+    phi_f, dphi_f, d2phi_f = fns
+    S, n = u.shape[0], kx.shape[0]
+    P = delta.shape[1]
+    kx_tr = kx[:, :P]
+    tangent = ddelta is not None
+    a, b = np.zeros((S, P)), np.zeros(S)
+    da, db = np.zeros((S, P)), np.zeros(S)
+    out = np.zeros((3, S, T, n))
+    dout = np.zeros((3, S, T, n)) if tangent else None
+    for i in range(T):
+        h = u + gamma0 * eta * a @ kx_tr.T
+        z = r + gamma0 * eta * b
+        ph, d1 = phi_f(h), dphi_f(h)
+        g = d1 * z[:, None]
+        out[0, :, i], out[1, :, i], out[2, :, i] = ph, g, z[:, None] * ph / gamma0
+        if tangent:
+            dh = gamma0 * eta * da @ kx_tr.T
+            dz = gamma0 * eta * db
+            dph = d1 * dh
+            dg = d2phi_f(h) * dh * z[:, None] + d1 * dz[:, None]
+            dout[0, :, i], dout[1, :, i] = dph, dg
+            dout[2, :, i] = (dz[:, None] * ph + z[:, None] * dph) / gamma0
+            da = da + dg[:, :P] * delta[i] + g[:, :P] * ddelta[i]
+            db = db + dph[:, :P] @ delta[i] + ph[:, :P] @ ddelta[i]
+        a = a + g[:, :P] * delta[i]
+        b = b + ph[:, :P] @ delta[i]
+    if center:
+        out[2] -= out[2, :, :1]
+        if tangent:
+            dout[2] -= dout[2, :, :1]
+    out = out.reshape(3, S, T * n)
+    return (out, dout.reshape(3, S, T * n)) if tangent else out
+
+
+@public
+def two_layer_fluctuations(X=None, y=None, *, gamma0: float, eta: float, steps: int,
+                           activation="tanh", X_test=None, kernel=None, center: bool = True,
+                           nodes: int | None = None, max_nodes: int = 64_000) -> DMFTFluctuations:
+    r"""O(1/N) covariance of kernels and predictions of two-layer networks (Bordelon & Pehlevan (2022), App. P.7).
+
+    With one hidden layer there are no responses and the fields depend on the order parameters
+    only through the predictions (eqs. (23), (66)), so the Hessian of App. P.7.1 has the blocks
+    :math:`-\partial^2S/\partial\hat k\partial\hat k=\kappa=\langle OO
+angle-\langle O
+angle
+    \langle O
+angle` (the four-point single-site correlators of :math:`O=(\phi\phi, gg,
+    z\phi/\gamma_0)`), :math:`-\partial^2S/\partial\hat k\partial k=-1+D`,
+    :math:`D=\partial\langle O
+angle/\partial f`, and :math:`\partial^2S/\partial k\partial k=0`;
+    its inverse is the propagator :math:`N\,\mathrm{Cov}(k)=(1-D)^{-1}\kappa(1-D)^{-	op}`.  The
+    Gaussian average over :math:`(u,r)` is the tensor quadrature of
+    :func:`effth.dmft.solve_two_layer` (``nodes``, ``max_nodes`` as there), :math:`D` is
+    the exact derivative of the marched fields (forward mode, exact for the rule).
+
+    Parameters
+    ----------
+    X, y, X_test, kernel
+        Training data (one output).
+    gamma0, eta, steps
+        Nonzero feature-learning strength and the GD grid.
+    activation : str, Activation or sympy.Expr
+        A smooth activation (tanh, erf, linear, ...); kinked ones (ReLU) are rejected
+        (:math:`D` needs :math:`\phi''`).
+    center : bool
+        Centred predictions ``f - f(theta_0)`` (default, as the trainer reports) or the raw output.
+
+    Returns
+    -------
+    DMFTFluctuations
+        ``dmft`` is the :func:`effth.dmft.solve_two_layer` solution with the same rule.
+
+    Raises
+    ------
+    DomainError
+        ``gamma0 = 0``, 2-D ``y``, a kinked activation, a problem too large (``MAX_VARIABLES``),
+        or what :func:`effth.dmft.solve_two_layer` rejects.
+    """
+    from effth.dmft.solvers.lazy import resolve_activation
+    from effth.dmft.solvers.two_layer import _nodes, solve_two_layer
+
+    if not isinstance(center, (bool, np.bool_)):
+        raise DomainError(f"center={center!r} must be True or False")
+    try:
+        g0 = float(gamma0)
+    except (TypeError, ValueError):
+        raise DomainError(f"gamma0={gamma0!r} must be a real number") from None
+    if not np.isfinite(g0) or g0 == 0.0:
+        raise DomainError(f"gamma0={gamma0!r} must be finite and nonzero (the output factor "
+                          "1/gamma0); approach the lazy limit with a small gamma0")
+    if y is not None and np.ndim(y) != 1:
+        raise DomainError("two_layer_fluctuations takes one output: y must be 1-D")
+    res = solve_two_layer(X, y, gamma0=g0, eta=eta, steps=steps, activation=activation,
+                          X_test=X_test, kernel=kernel, method="quadrature", nodes=nodes,
+                          max_nodes=max_nodes, quad_tol=None)
+    act = resolve_activation(activation)
+    if tuple(getattr(act, "kinks", ())):
+        raise DomainError(f"activation {res.activation!r} has kinks at {tuple(act.kinks)}: the "
+                          "response of the fields to the predictions needs phi'' (a delta there); "
+                          "use a smooth activation")
+    fns = (act.numpy(0), act.numpy(1), act.numpy(2))
+    T, n, P = res.grid.steps, res.data.n_all, res.n_train
+    lay = _Layout(1, T, n, g_samples=True)
+    if 2 * lay.nq > MAX_VARIABLES:
+        raise DomainError(f"the action's Hessian would have {2 * lay.nq} rows (> {MAX_VARIABLES}) "
+                          f"for steps={T}, inputs={n}; use fewer steps (a larger eta) or inputs")
+    u, r, w, _, _ = _nodes(res.data.kx, "quadrature", nodes, max_nodes, 0, 0, 1, act, "auto")
+    r = r[:, 0]
+    kx, yv, eta_ = res.data.kx, res.data.y, res.grid.eta
+    delta0 = yv[None, :] - res.f[:, :P]                   # the saddle's error signal
+    iH, jH, iG, jG = lay.iuH[0], lay.iuH[1], lay.iuG[0], lay.iuG[1]
+
+    def observables(ph, g, of):
+        return np.concatenate([ph[:, iH] * ph[:, jH], g[:, iG] * g[:, jG], of], axis=1)
+
+    O = observables(*_two_layer_march(u, r, kx, delta0, eta_, g0, T, fns, bool(center)))
+    mean = w @ O
+    q0 = np.concatenate([res.phi[0].reshape(T * n, T * n)[lay.iuH],
+                         res.g[0].reshape(T * n, T * n)[lay.iuG], res.f.reshape(-1)])
+    grad_norm = float(np.max(np.abs(mean - q0)))
+    dev = O - mean
+    kappa = (dev.T * w) @ dev
+    D = np.zeros((lay.nq, lay.nq))
+    for t in range(T):                    # D = d<O>/df: f enters the fields through Delta = y - f
+        for alpha in range(P):
+            dd = np.zeros((T, P))
+            dd[t, alpha] = -1.0
+            (ph, g, _), (dph, dg, dof) = _two_layer_march(u, r, kx, delta0, eta_, g0, T, fns,
+                                                          bool(center), dd)
+            dO = np.concatenate([dph[:, iH] * ph[:, jH] + ph[:, iH] * dph[:, jH],
+                                 dg[:, iG] * g[:, jG] + g[:, iG] * dg[:, jG], dof], axis=1)
+            D[:, lay.off_f + t * n + alpha] = w @ dO
+    M = np.eye(lay.nq) - D
+    prop = np.linalg.solve(M, np.linalg.solve(M, kappa).T)
+    prop = 0.5 * (prop + prop.T)
+    return DMFTFluctuations(dmft=res, center=bool(center), propagator=prop,
+                            gradient_norm=grad_norm, asymmetry=0.0, _layout=lay)

@@ -1,0 +1,157 @@
+r"""Information at initialization (PDLT app. A): the NLO entropy and mutual information of the
+preactivations of one input, derived by the variational (maximum-entropy) method of §A.3.
+
+One input, :math:`m` neurons of layer :math:`\ell`, :math:`\rho=\sum_iz_i^2`.  The distribution
+:math:`p\propto e^{-\rho/(2G)-S_I}` with
+:math:`S_I=a\rho-\tfrac v8\rho^2+\tfrac u{24}\rho^3` (A.46), (A.55) is fitted so that the exact
+two-point function :math:`G` and four-point function :math:`V/n` hold (A.35)–(A.36):
+:math:`\mathbb E[\rho]=mG`, :math:`\mathbb E[\rho^2]=m(m+2)G^2(1+\epsilon)`,
+:math:`\epsilon\equiv V/(nG^2)`.  Every Gaussian expectation is a moment of :math:`\rho`,
+:math:`\langle\langle\rho^k\rangle\rangle_G=m(m+2)\cdots[m+2(k-1)]G^k` (A.50), so the whole
+computation is exact polynomial algebra in the symbol :math:`m`:
+
+1. expand :math:`\langle\langle e^{-S_I}\rho^k\rangle\rangle` to :math:`\epsilon^{\rm order}`;
+2. solve the two constraints order by order for :math:`a`, :math:`v` (the sextic coupling
+   :math:`u=O(\epsilon^2)` is left free);
+3. :math:`\mathcal S=\log Z+\mathbb E[\rho]/(2G)+\mathbb E[S_I]` (A.31)–(A.32).
+
+:func:`entropy_expansion` returns :math:`\mathcal S-\frac m2\log(2\pi eG)` (to be compared with
+(A.52), (A.66)); :func:`mutual_information_expansion` (A.53), (A.67) and
+:func:`tripartite_information_expansion` (A.75) combine entropies of neuron groups.  The
+sextic coupling drops out (footnote 25): the result checks it.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import sympy as sp
+
+from effth._cache import disk_cached
+from effth._signature import public
+from effth._validate import integer
+from effth.errors import DomainError
+
+__all__ = ["EPSILON_V", "entropy_expansion", "mutual_information_expansion",
+           "tripartite_information_expansion"]
+
+#: :math:`\epsilon_V=V^{(\ell)}/(n_{\ell-1}G^{(\ell)2})`, the expansion parameter of app. A.
+EPSILON_V = sp.Symbol(r"\epsilon_V")
+_M = sp.Symbol("m", positive=True)
+
+
+def _rho_moment(k: int, m) -> sp.Expr:
+    """(A.50) at G = 1."""
+    return sp.Mul(*[m + 2 * j for j in range(k)])
+
+
+def _gauss(poly: sp.Expr, rho: sp.Symbol, m) -> sp.Expr:
+    """<<poly(rho)>> with (A.50)."""
+    p = sp.Poly(sp.expand(poly), rho)
+    return sp.expand(sum(c * _rho_moment(k[0], m) for k, c in p.terms()))
+
+
+def _trunc(expr: sp.Expr, eps: sp.Symbol, order: int) -> sp.Expr:
+    """Drop powers of ``eps`` above ``order`` (``expr`` a polynomial in ``eps``)."""
+    e = sp.expand(expr)
+    return sp.Add(*[t for t in sp.Add.make_args(e) if t.as_coeff_exponent(eps)[1] <= order])
+
+
+def _series_of(x: sp.Expr, coeffs, eps, order: int) -> sp.Expr:
+    """sum_k coeffs[k] x^k truncated, for x = O(eps)."""
+    out, power = sp.S.Zero, sp.S.One
+    for k in range(order + 1):
+        out += coeffs(k) * power
+        power = _trunc(power * x, eps, order)
+    return _trunc(out, eps, order)
+
+
+@lru_cache(maxsize=8)
+@disk_cached
+def _entropy(order: int) -> tuple:
+    eps, m, rho = EPSILON_V, _M, sp.Symbol("rho")
+    a = sp.symbols(f"a1:{order + 1}")
+    v = sp.symbols(f"v1:{order + 1}")
+    u = sp.symbols(f"u2:{order + 1}") if order >= 2 else ()
+    A = sum(c * eps ** (k + 1) for k, c in enumerate(a))
+    Vc = sum(c * eps ** (k + 1) for k, c in enumerate(v))
+    U = sum(c * eps ** (k + 2) for k, c in enumerate(u))
+    S_I = A * rho - Vc / 8 * rho**2 + U / 24 * rho**3
+    # e^{-S_I} to eps^order (S_I = O(eps))
+    boltz = _trunc(sum((-S_I) ** p / sp.factorial(p) for p in range(order + 1)), eps, order)
+
+    def weighted(F):              # <<F e^{-S_I}>>, truncated
+        return _trunc(_gauss(sp.expand(F * boltz), rho, m), eps, order)
+
+    Z = weighted(sp.S.One)                     # Z/Z_G = 1 + O(eps)
+    invZ = _series_of(Z - 1, lambda k: (-1) ** k, eps, order)
+
+    def E(F):
+        return _trunc(weighted(F) * invZ, eps, order)
+
+    e1 = sp.expand(E(rho) - m)
+    e2 = sp.expand(E(rho**2) - m * (m + 2) * (1 + eps))
+    sol: dict = {}
+    for k in range(1, order + 1):           # order by order: linear in (a_k, v_k)
+        eqs = [sp.expand(e.subs(sol)).coeff(eps, k) for e in (e1, e2)]
+        s = sp.solve(eqs, [a[k - 1], v[k - 1]], dict=True)
+        if len(s) != 1:
+            raise AssertionError(f"constraints at order {k} have no unique solution: {s}")
+        sol.update({key: sp.factor(val) for key, val in s[0].items()})
+    logZ = _series_of(sp.expand(Z.subs(sol)) - 1,
+                      lambda k: sp.Rational((-1) ** (k + 1), k) if k else 0, eps, order)
+    S = sp.expand(logZ + E(rho).subs(sol) / 2 + E(S_I).subs(sol) - m / 2)
+    S = _trunc(S, eps, order)
+    if any(S.has(c) for c in u):
+        raise AssertionError("the sextic coupling did not drop out of the entropy")
+    return sp.factor_terms(sp.collect(S, eps)), sol
+
+
+def _order(order) -> int:
+    k = integer(order, "order", minimum=1)
+    if k > 4:
+        raise DomainError(f"order must be 1..4 (the cost grows quickly), got {order!r}")
+    return k
+
+
+@public
+def entropy_expansion(m=None, order: int = 3) -> sp.Expr:
+    r""":math:`\mathcal S[p(z_1..z_m)]-\frac m2\log(2\pi eG)` in powers of :math:`\epsilon_V` (A.52), (A.66).
+
+    Parameters
+    ----------
+    m : int or sympy expression, optional
+        Number of neurons (default: the symbol :math:`m`).
+    order : int
+        Highest power of :math:`\epsilon_V` (1..4); the book gives 2 (A.52) and 3 (A.66).
+
+    Examples
+    --------
+    >>> from effth.pdlt.information import EPSILON_V
+    >>> sp.factor(entropy_expansion(order=2).coeff(EPSILON_V, 2))
+    -m*(m + 2)/16
+    """
+    S, _ = _entropy(_order(order))
+    return sp.expand(S if m is None else S.subs(_M, m))
+
+
+@public
+def mutual_information_expansion(m1=None, m2=None, order: int = 3) -> sp.Expr:
+    r"""NLO mutual information between two disjoint groups of :math:`m_1`, :math:`m_2` neurons,
+    :math:`\mathcal S_{m_1}+\mathcal S_{m_2}-\mathcal S_{m_1+m_2}` (A.53), (A.67)."""
+    m1 = sp.Symbol("m_1", positive=True) if m1 is None else sp.sympify(m1)
+    m2 = sp.Symbol("m_2", positive=True) if m2 is None else sp.sympify(m2)
+    k = _order(order)
+    return sp.expand(entropy_expansion(m1, k) + entropy_expansion(m2, k)
+                     - entropy_expansion(m1 + m2, k))
+
+
+@public
+def tripartite_information_expansion(m1=None, m2=None, m3=None, order: int = 3) -> sp.Expr:
+    r"""Tripartite information :math:`\mathcal I_3` of three disjoint neuron groups (A.24), (A.75)."""
+    ms = [sp.Symbol(f"m_{k}", positive=True) if x is None else sp.sympify(x)
+          for k, x in enumerate((m1, m2, m3), 1)]
+    k = _order(order)
+    S = lambda x: entropy_expansion(x, k)
+    a, b, c = ms
+    return sp.expand(S(a) + S(b) + S(c) - S(a + b) - S(b + c) - S(c + a) + S(a + b + c))

@@ -1,0 +1,262 @@
+r"""Residual MLPs (PDLT app. B) and the optimal aspect ratio (PDLT app. A, §A.4; §B.3).
+
+The recursions themselves are derived by the one pipeline
+(``derive_initialization(statistic, residual=True)``, iterated by :func:`initialization_flow`
+with ``gamma=``, ``xi=``); this module adds what a practitioner asks of them:
+
+* :func:`residual_criticality` -- the critical :math:`C_W(\gamma)` of PDLT (B.20)–(B.21): the
+  derived kernel recursion :math:`K'=\xi^2(C_b+C_W\langle\sigma\sigma\rangle_K)+\gamma^2K` (B.11)
+  shifts both susceptibilities by :math:`\gamma^2` (B.15)–(B.16) and scales the branch by
+  :math:`\xi^2`, so at :math:`C_b=0` criticality is :math:`\xi^2C_W=(1-\gamma^2)C_W^{\rm MLP}`;
+* :func:`residual_nu` -- the depth coefficient :math:`\nu(\gamma)` of
+  :math:`V^{(L)}/(n\,G^{(L)2})=\nu\,L/n` (A.68), measured on the derived single-input flow at
+  criticality.  For activations that are not odd (ReLU) the flow carries the three-point vertex
+  :math:`T` that the book's (B.24) omits: the derived ReLU value is
+  :math:`\nu(\gamma)=(1-\gamma^2)[5-\gamma^2+\tfrac{16}{\pi}\gamma(1+\gamma)]`, larger than the
+  printed (B.29) :math:`(1-\gamma^2)(5-\gamma^2)` for :math:`\gamma>0`; simulations of residual
+  ReLU networks confirm the derived value (``docs/residual.md``);
+* :func:`optimal_aspect_ratio` -- :math:`r^\star=4/[(20+3m_1+3m_2)\nu]` (A.72), (A.73), (B.36);
+  :func:`mutual_information` (A.71); :func:`optimal_gamma` -- :math:`\gamma^\star(r)` solving
+  :math:`r^\star(\gamma)=r` (§B.3);
+* :func:`residual_branch_gain` -- the hybrid rule (B.44)–(B.45) for a general residual block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+from scipy.optimize import brentq
+
+from effth._signature import public
+from effth._validate import integer, real_scalar
+from effth.activations import get_activation
+from effth.errors import DomainError
+
+__all__ = ["ResidualCriticality", "residual_criticality", "residual_nu", "optimal_aspect_ratio",
+           "mutual_information", "optimal_gamma", "residual_branch_gain"]
+
+
+def _gamma(gamma: Any) -> float:
+    g = real_scalar(gamma, "gamma")
+    if not (g == g) or not 0 <= g < 1:
+        raise DomainError(f"gamma must be in [0, 1) for a critical residual MLP (PDLT §B.2: "
+                          f"C_W(gamma) = (1 - gamma^2)/A_2 vanishes at gamma = 1), got {gamma!r}")
+    return g
+
+
+def _xi(xi: Any) -> float:
+    x = real_scalar(xi, "xi")
+    if not (x == x) or not 0 < x < float("inf"):
+        raise DomainError(f"xi must be positive and finite, got {xi!r}")
+    return x
+
+
+@public
+@dataclass(frozen=True)
+class ResidualCriticality:
+    r"""Critical initialization of a residual MLP (PDLT (B.19)–(B.21)).
+
+    Attributes
+    ----------
+    activation : str
+    universality_class : str
+        ``"scale-invariant"`` or ``"K*=0"`` (of the plain MLP, PDLT §5.2–§5.3).
+    gamma, xi : float
+        Skip and branch gains (B.4).
+    c_w, c_b : float
+        :math:`C_W(\gamma)=(1-\gamma^2)C_W^{\rm MLP}/\xi^2`, :math:`C_b=0`.
+    """
+
+    activation: str
+    universality_class: str
+    gamma: float
+    xi: float
+    c_w: float
+    c_b: float
+
+
+@public
+def residual_criticality(activation: Any, gamma: Any, xi: Any = 1.0) -> ResidualCriticality:
+    r"""The critical :math:`(C_W, C_b)` of a residual MLP, PDLT (B.20)–(B.21).
+
+    Parameters
+    ----------
+    activation : str or Activation
+        Of the scale-invariant or the :math:`K^\star=0` class (PDLT §5.2–§5.3).
+    gamma : float in [0, 1)
+    xi : float > 0
+
+    Raises
+    ------
+    DomainError
+        :math:`\gamma\notin[0,1)`, :math:`\xi\le0`, or an activation without such criticality.
+
+    Examples
+    --------
+    >>> residual_criticality("relu", 0.5).c_w
+    1.5
+    """
+    from effth.pdlt.criticality import find_criticality
+
+    g, x = _gamma(gamma), _xi(xi)
+    act = get_activation(activation)
+    crit = find_criticality(act)
+    if crit.universality_class not in ("scale-invariant", "K*=0") or float(crit.c_b) != 0:
+        raise DomainError(f"{act!r} is of the {crit.universality_class!r} class: PDLT (B.20)-(B.21) "
+                          "cover the scale-invariant and the K*=0 classes (C_b = 0)")
+    return ResidualCriticality(repr(act), crit.universality_class, g, x,
+                               (1 - g * g) * float(crit.c_w) / (x * x), 0.0)
+
+
+@public
+def residual_nu(activation: Any, gamma: Any, *, depth: int = 64, K1: float = 1.0) -> float:
+    r"""Depth coefficient :math:`\nu(\gamma)` of the critical residual MLP, from the derived flow.
+
+    Iterates the derived single-input recursions of :math:`K, V, G^{\{1\}}, T` (PDLT (B.4) through
+    the derivation pipeline) at :func:`residual_criticality` and returns
+
+    * scale-invariant class: the per-layer increment :math:`(V^{(L)}-V^{(L-1)})/K^{(L)2}`, which
+      is exactly :math:`\nu` of (B.28)–(B.29) once :math:`T` has reached its fixed point
+      (geometrically in :math:`\gamma^{L}`; :math:`T\equiv0` for linear networks);
+    * :math:`K^\star=0` class: :math:`V^{(L)}/(L\,K^{(L)2})`, which tends to :math:`\nu` of
+      (B.35) with :math:`O(\log L/L)` corrections (deep ``depth`` needed).
+
+    Parameters
+    ----------
+    activation : str or Activation
+    gamma : float in [0, 1)
+    depth : int
+        Layers iterated (>= 3).
+    K1 : float
+        First-layer kernel (scale-invariant: any; :math:`\nu` does not depend on it).
+
+    Returns
+    -------
+    float
+    """
+    from effth.pdlt.initialization.recursions import initialization_flow
+
+    crit = residual_criticality(activation, gamma)
+    L = integer(depth, "depth", minimum=3)
+    k1 = real_scalar(K1, "K1")
+    if not 0 < k1 < float("inf"):
+        raise DomainError(f"K1 must be positive and finite, got {K1!r}")
+    f = initialization_flow(np.array([[k1]]), L, activation, c_w=crit.c_w, c_b=0.0,
+                            gamma=crit.gamma, xi=1.0)
+    K = float(f["K"][-1].ravel()[0])
+    V = [float(v.ravel()[0]) for v in f["V"]]
+    if crit.universality_class == "scale-invariant":
+        return (V[-1] - V[-2]) / K**2
+    return V[-1] / (L * K**2)
+
+
+def _parts(n_out: Any, m1: Any, m2: Any) -> tuple[int, int]:
+    if n_out is not None:
+        if m1 is not None or m2 is not None:
+            raise DomainError("give n_out= (split in halves, (A.73)) or m1= and m2=, not both")
+        n = integer(n_out, "n_out", minimum=2)
+        return n // 2, n - n // 2
+    if m1 is None or m2 is None:
+        raise DomainError("give n_out= or both m1= and m2= (output-neuron groups of (A.72))")
+    return integer(m1, "m1", minimum=1), integer(m2, "m2", minimum=1)
+
+
+def _positive(x: Any, name: str) -> float:
+    v = real_scalar(x, name)
+    if not 0 < v < float("inf"):
+        raise DomainError(f"{name} must be positive and finite, got {x!r}")
+    return v
+
+
+@public
+def optimal_aspect_ratio(nu: Any, n_out: Any = None, *, m1: Any = None, m2: Any = None) -> float:
+    r"""The aspect ratio :math:`r^\star=L/n` that maximizes the NLO mutual information (A.72).
+
+    :math:`r^\star=\frac{4}{20+3m_1+3m_2}\frac1\nu`; with ``n_out`` the output neurons are split
+    in halves :math:`(\lfloor n_L/2\rfloor,\lceil n_L/2\rceil)` (A.73); for a residual MLP pass
+    :math:`\nu(\gamma)` (B.36).
+
+    Examples
+    --------
+    >>> round(optimal_aspect_ratio(5.0, n_out=2), 6)       # ReLU, PDLT (A.73)
+    0.030769
+    """
+    a, b = _parts(n_out, m1, m2)
+    return 4.0 / ((20 + 3 * a + 3 * b) * _positive(nu, "nu"))
+
+
+@public
+def mutual_information(nu_r: Any, n_out: Any = None, *, m1: Any = None, m2: Any = None) -> float:
+    r"""NLO mutual information between two groups of output neurons, PDLT (A.67)/(A.71).
+
+    :math:`\mathcal I=\frac{m_1m_2}8(\nu r)^2-\frac{m_1m_2(20+3m_1+3m_2)}{48}(\nu r)^3`, with
+    ``nu_r`` :math:`=\nu r=V^{(L)}/(n_{L-1}G^{(L)2})` (A.68).
+    """
+    a, b = _parts(n_out, m1, m2)
+    e = real_scalar(nu_r, "nu_r")
+    if not 0 <= e < float("inf"):
+        raise DomainError(f"nu_r must be >= 0 and finite, got {nu_r!r}")
+    return a * b / 8 * e**2 - a * b * (20 + 3 * a + 3 * b) / 48 * e**3
+
+
+@public
+def optimal_gamma(r: Any, nu: Callable[[float], float], n_out: Any = None, *, m1: Any = None,
+                  m2: Any = None, grid: int = 65, tol: float = 1e-12) -> float:
+    r""":math:`\gamma^\star(r)`: the skip gain whose :math:`r^\star(\gamma)` (B.36) equals ``r``.
+
+    Solves :math:`\nu(\gamma)=4/[(20+3m_1+3m_2)\,r]` on :math:`[0,1)` (sign changes on a grid of
+    ``grid`` points, refined by Brent's method) and returns the largest root, 0 if there is none
+    (for a decreasing :math:`\nu`, as in the book's (B.29), (B.35): :math:`r\le r^\star(0)`,
+    where residual connections do not help, §B.3).  The derived ReLU :math:`\nu(\gamma)`
+    (:func:`residual_nu`) first rises with :math:`\gamma`: there a small ``r`` can have two roots,
+    and the larger :math:`\gamma` is returned.
+
+    Parameters
+    ----------
+    r : float > 0
+        Aspect ratio :math:`L/n`.
+    nu : callable
+        :math:`\gamma\mapsto\nu(\gamma)`, e.g. ``lambda g: residual_nu("relu", g)`` or a closed form.
+    n_out, m1, m2 : int
+        Output neurons split in halves, or the two groups of (A.72).
+    """
+    rr = _positive(r, "r")
+    a, b = _parts(n_out, m1, m2)
+    if not callable(nu):
+        raise DomainError("nu must be a callable gamma -> nu(gamma)")
+    n_grid = integer(grid, "grid", minimum=2)
+    target = 4.0 / ((20 + 3 * a + 3 * b) * rr)
+    gs = np.linspace(0.0, 1.0 - 1e-9, n_grid)
+    f = np.array([float(nu(g)) - target for g in gs])
+    if not np.all(np.isfinite(f)):
+        raise DomainError("nu(gamma) is not finite on [0, 1)")
+    roots = [float(brentq(lambda g: float(nu(g)) - target, gs[k], gs[k + 1], xtol=tol))
+             for k in range(n_grid - 1) if f[k] * f[k + 1] < 0]
+    roots += [float(gs[k]) for k in range(n_grid) if f[k] == 0]
+    return max(roots) if roots else 0.0
+
+
+@public
+def residual_branch_gain(gamma: Any, G_zz: Any, G_RR: Any, G_Rz: Any = 0.0) -> float:
+    r"""The branch gain :math:`\xi` that preserves the mean metric of a general residual block.
+
+    PDLT §B.4: with the measured :math:`\bar G_{zz}^{(\ell)}`, :math:`\bar G_{RR}^{(\ell+1)}`
+    (B.42) and :math:`\bar G_{Rz}^{(\ell+0.5)}` (B.43, with its missing :math:`\sum_\delta`), the
+    diagonal recursion (B.44) keeps :math:`\bar G_{zz}` fixed when (B.45)
+    :math:`(1-\gamma^2)\bar G_{zz}=\xi^2\bar G_{RR}+2\gamma\xi\bar G_{Rz}`; the positive root is
+
+    .. math:: \xi=\frac{-\gamma\bar G_{Rz}+\sqrt{\gamma^2\bar G_{Rz}^2+(1-\gamma^2)\bar G_{zz}\bar G_{RR}}}{\bar G_{RR}}.
+
+    Examples
+    --------
+    >>> round(residual_branch_gain(0.5, 1.0, 1.0), 6)
+    0.866025
+    """
+    g = _gamma(gamma)
+    zz, rr = _positive(G_zz, "G_zz"), _positive(G_RR, "G_RR")
+    rz = real_scalar(G_Rz, "G_Rz")
+    if not abs(rz) < float("inf") or rz * rz > zz * rr:
+        raise DomainError(f"G_Rz must satisfy G_Rz^2 <= G_zz G_RR (Cauchy-Schwarz), got {G_Rz!r}")
+    return (-g * rz + np.sqrt(g * g * rz * rz + (1 - g * g) * zz * rr)) / rr
