@@ -4,7 +4,8 @@
 eigen-coordinates of K^x, exact r-moments, the printed time functions w_k -- against (b) the
 two-layer engine (two_layer_series_arrays: truncated power-series arithmetic at the points of its
 own tensor rule, Gauss-Hermite in r) and (c) for phi(z) = z the deep linear engine with one hidden
-layer (the closed matrix equations of Bordelon & Pehlevan (2022), eqs. (68)-(71)).  Tolerance
+layer (the closed matrix equations of Bordelon & Pehlevan (2022), eqs. (68)-(71)); and the
+printed plain text parsed back and evaluated term by term against (b).  Tolerance
 1e-12 relative (both sides converged quadratures, float64); a coefficient changed by 10 % or one
 dropped term misses by orders of magnitude more.
 
@@ -206,12 +207,182 @@ def _two_inputs_gamma0_6(fm6, act):
     assert max(errs.values()) < 1e-12, errs
 
 
-def test_two_inputs_through_gamma0_6_tanh(fm6):
-    """Two inputs, gamma0^6, 121^2 trapezoid points (about 7 s and 0.9 GB)."""
-    _two_inputs_gamma0_6(fm6, "tanh")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("act", ["erf", "gelu"])
-def test_two_inputs_through_gamma0_6_erf_gelu(opt_in_slow, fm6, act):
+@pytest.mark.parametrize("act", ["tanh", "erf", "gelu"])
+def test_two_inputs_through_gamma0_6_equal_the_engine(opt_in_slow, fm6, act):
+    """Two inputs, gamma0^6, 121^2 trapezoid points (about 7 s and 0.9 GB each)."""
     _two_inputs_gamma0_6(fm6, act)
+
+
+# ---------------------------------------------------------------------- the printed text, parsed
+import re  # noqa: E402
+from itertools import product as _product  # noqa: E402
+
+_TOKEN = re.compile(r"sum_\(([^)]*)\)|Kx\((\w+),(\w+)\)|<([^>]*)>|w(\d+)\(([^;]*); t\)")
+_PHI = re.compile(r"phi(?:('+)|\^\((\d+)\))?_(\w+)")
+
+
+def _split_top(rhs):
+    """Top-level terms of a printed right-hand side (``' + '`` outside brackets)."""
+    out, depth, cur, i = [], 0, "", 0
+    while i < len(rhs):
+        ch = rhs[i]
+        depth += ch in "[(<"
+        depth -= ch in "])>"
+        if depth == 0 and rhs.startswith(" + ", i):
+            out.append(cur)
+            cur, i = "", i + 3
+            continue
+        cur += ch
+        i += 1
+    return out + [cur]
+
+
+def _parse_term(s):
+    s = s.strip()
+    m = re.match(r"(\d+(?:/\d+)?) (.*)$", s)
+    coef, body = (Fraction(m.group(1)), m.group(2)) if m else (Fraction(1), s)
+    swap = body.startswith("[") and body.endswith(" + (mu<->nu)]")
+    if swap:
+        body = body[1:-len(" + (mu<->nu)]")]
+    dummies, kfac, atom, wfac = [], [], [], []
+    for t in _TOKEN.finditer(body):
+        if t.group(1) is not None:
+            dummies = t.group(1).split(",")
+        elif t.group(2) is not None:
+            kfac.append((t.group(2), t.group(3)))
+        elif t.group(4) is not None:
+            for d in _PHI.finditer(t.group(4)):
+                k = len(d.group(1)) if d.group(1) else int(d.group(2) or 0)
+                atom.append((k, d.group(3)))
+        else:
+            wfac.append((int(t.group(5)), t.group(6).split(",")))
+    return coef, swap, dummies, kfac, atom, wfac
+
+
+def _parse_text(text):
+    eqs, wdefs = {}, {}
+    for line in text.splitlines():
+        m = re.match(r"(Phi|G)_(\d+)\(mu,nu; t\) = (.*)$", line)
+        if m:
+            eqs[(m.group(1), int(m.group(2)))] = [_parse_term(t) for t in _split_top(m.group(3))]
+            continue
+        m = re.match(r"f_(\d+)\(mu; t\) = (.*)$", line)
+        if m:
+            eqs[("f", int(m.group(1)))] = [_parse_term(t) for t in _split_top(m.group(2))]
+            continue
+        m = re.match(r"w(\d+)\(([^;]*); t_i\) = eta sum_\(j<i\) Delta_(\d+)\(a; t_j\)(.*)$", line)
+        if m:
+            kids = [(int(k), ls.split(",")) for k, ls in re.findall(r"w(\d+)\(([^;]*); t_j\)", m.group(4))]
+            wdefs[int(m.group(1))] = (m.group(2).split(","), int(m.group(3)), kids)
+    return eqs, wdefs
+
+
+def _evaluate_text(text, kx, y, act, eta, T, nodes=161, span=10.0):
+    """Evaluate the *printed text*: each term's sample sums enumerated, each atom a quadrature on
+    a product trapezoid rule of its own (cached per multiset of (derivative, point)), each w_k
+    from its printed definition; Delta_0 = y - f_0, Delta_n = -f_n, marched in time."""
+    from effth.dmft.solvers.lazy import resolve_activation
+
+    eqs, wdefs = _parse_text(text)
+    fn = resolve_activation(act).numpy
+    n, P = kx.shape[0], y.size
+    lam, Q = np.linalg.eigh(kx)
+    keep = lam > 1e-12
+    B = Q[:, keep] * np.sqrt(lam[keep])
+    x = np.linspace(-span, span, nodes)
+    w1 = np.exp(-x ** 2 / 2)
+    w1 /= w1.sum()
+    grids = np.meshgrid(*([x] * B.shape[1]), indexing="ij")
+    ws = np.meshgrid(*([w1] * B.shape[1]), indexing="ij")
+    u = np.stack([g.ravel() for g in grids], 1) @ B.T
+    wq = np.prod(np.stack([g.ravel() for g in ws], 1), axis=1)
+    atoms, deriv = {}, {}
+
+    def atom(key):
+        if key not in atoms:
+            v = wq.copy()
+            for k, pt in key:
+                if (k, pt) not in deriv:
+                    deriv[(k, pt)] = fn(k)(u[:, pt])
+                v = v * deriv[(k, pt)]
+            atoms[key] = float(v.sum())
+        return atoms[key]
+
+    orders = sorted({k[1] for k in eqs})
+    delta = {p: np.zeros((T, P)) for p in range(max(orders) + 1)}
+    out = {("f", m): np.zeros((T, n)) for m in orders}
+    out.update({(nm, m): np.zeros((T, n, n)) for nm in ("Phi", "G") for m in orders})
+    wval = {}                                         # (k, labels) -> value at the current t
+
+    def wfun(k, labs, i):
+        key = (k, labs, i)
+        if key not in wval:
+            formal, p, kids = wdefs[k]
+            env = dict(zip(formal, labs))
+            acc = 0.0
+            for j in range(i):
+                v = eta * delta[p][j, env["a"]]
+                for kk, ls in kids:
+                    v *= wfun(kk, tuple(env[q] for q in ls), j)
+                acc += v
+            wval[key] = acc
+        return wval[key]
+
+    def term_value(term, env0, i):
+        coef, swap, dummies, kfac, atom_, wfac = term
+        tot = 0.0
+        for vals in _product(range(P), repeat=len(dummies)):
+            env = dict(env0, **dict(zip(dummies, vals)))
+            v = float(coef)
+            for a, b in kfac:
+                v *= kx[env[a], env[b]]
+            v *= atom(tuple(sorted((k, env[lab]) for k, lab in atom_)))
+            for k, ls in wfac:
+                v *= wfun(k, tuple(env[q] for q in ls), i)
+            tot += v
+        return tot
+
+    for i in range(T):
+        for m in orders:
+            for mu in range(n):
+                out[("f", m)][i, mu] = sum(term_value(t, {"mu": mu}, i) for t in eqs[("f", m)])
+            for nm in ("Phi", "G"):
+                for mu in range(n):
+                    for nu in range(n):
+                        s = 0.0
+                        for t in eqs[(nm, m)]:
+                            s += term_value(t, {"mu": mu, "nu": nu}, i)
+                            if t[1]:
+                                s += term_value(t, {"mu": nu, "nu": mu}, i)
+                        out[(nm, m)][i, mu, nu] = s
+            delta[m][i] = (y - out[("f", m)][i, :P]) if m == 0 else -out[("f", m)][i, :P]
+    return out
+
+
+@pytest.mark.parametrize("case", ["one input, gamma0^6, tanh", "two inputs, gamma0^4, erf"])
+def test_the_printed_text_parsed_back_equals_the_engine(fm4, fm6, case):
+    """The plain-text formulas themselves, parsed and evaluated term by term (sample sums
+    enumerated, atoms by a separate quadrature), against the engine."""
+    if case.startswith("one"):
+        fm, kx, y, act, order, nodes = fm6, KX1, Y1, "tanh", 6, 200
+    else:
+        fm, kx, y, act, order, nodes = fm4, KX2, Y2, "erf", 4, None
+    T, eta = (3 if order == 6 else 4), 0.1
+    ev = _evaluate_text(fm.text(), kx, y, act, eta, T, nodes=321 if kx.shape[0] == 1 else 141)
+    arr = two_layer_series_arrays(kx, y, activation=act, eta=eta, steps=T, order=order, nodes=nodes)
+    for m in range(0, order + 1, 2):
+        assert _rel(ev[("Phi", m)], arr.phi[m]) < 1e-12, ("phi", m)
+        assert _rel(ev[("G", m)], arr.g[m]) < 1e-12, ("g", m)
+        assert _rel(ev[("f", m)], arr.f[m]) < 1e-12, ("f", m)
+    eqs, _ = _parse_text(fm.text())
+    assert [len(eqs[("G", m)]) for m in range(0, order + 1, 2)] == [
+        fm.term_count("g", m) for m in range(0, order + 1, 2)]
+    if case.startswith("two"):
+        # the printed text with one derivative wrong (the first third derivative in G_4 made a
+        # second one) is rejected
+        lines = fm.text().splitlines()
+        k = next(i for i, ln in enumerate(lines) if ln.startswith("G_4("))
+        lines[k] = lines[k].replace("phi'''", "phi''", 1)
+        bad = _evaluate_text("\n".join(lines), kx, y, act, eta, T, nodes=141)
+        assert _rel(bad[("G", 4)], arr.g[4]) > 1e-6

@@ -332,9 +332,15 @@ class TwoLayerSeriesFormulas:
     activation: str = r"\phi"
     kernels: dict = field(default_factory=dict, repr=False)
     predictions: dict = field(default_factory=dict, repr=False)
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------------ printing
     def _printed(self):
+        if "printed" not in self._memo:
+            self._memo["printed"] = self._layout_all()
+        return self._memo["printed"]
+
+    def _layout_all(self):
         namer = _Namer()
         out = {}
         for n in range(0, self.order + 1, 2):
@@ -385,6 +391,11 @@ class TwoLayerSeriesFormulas:
 
     def lines(self, tex: bool = True) -> list:
         """Every printed line (LaTeX rows or plain text)."""
+        if ("lines", tex) not in self._memo:
+            self._memo[("lines", tex)] = self._lines(tex)
+        return list(self._memo[("lines", tex)])
+
+    def _lines(self, tex: bool) -> list:
         printed, namer = self._printed()
         out = []
         for n in range(0, self.order + 1, 2):
