@@ -386,3 +386,21 @@ def test_the_printed_text_parsed_back_equals_the_engine(fm4, fm6, case):
         lines[k] = lines[k].replace("phi'''", "phi''", 1)
         bad = _evaluate_text("\n".join(lines), kx, y, act, eta, T, nodes=141)
         assert _rel(bad[("G", 4)], arr.g[4]) > 1e-6
+
+
+@pytest.mark.parametrize("act", ["tanh", "erf"])
+def test_order2_equals_the_appendix_p_atom_form(fm4, act):
+    """gamma0^2: the printed trees equal the four-point-atom form of Bordelon & Pehlevan (2022),
+    App. P (two-layer; effth.dmft.series.leading, compiled by effth.codegen) on the discrete lazy
+    time functions v = w_1, v_ab = w_3 (two inputs)."""
+    from effth.dmft.series.leading import (evaluate_two_layer_order2, lazy_time_functions_discrete,
+                                           two_layer_order2_exprs)
+    from effth.dmft.solvers.lazy import lazy_kernels, resolve_activation
+
+    eta, T = 0.1, 5
+    ev = fm4.evaluate(KX2, Y2, activation=act, eta=eta, steps=T)
+    ntk0 = lazy_kernels(KX2, resolve_activation(act), hidden_layers=1)[3]
+    _, v, vv = lazy_time_functions_discrete(ntk0, Y2, eta, T)
+    ex = two_layer_order2_exprs()
+    for name in ("phi", "g"):
+        assert _rel(ev[name][1], evaluate_two_layer_order2(ex[name], KX2, v, vv, act)) < 1e-12
