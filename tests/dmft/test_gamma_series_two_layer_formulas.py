@@ -404,3 +404,13 @@ def test_order2_equals_the_appendix_p_atom_form(fm4, act):
     ex = two_layer_order2_exprs()
     for name in ("phi", "g"):
         assert _rel(ev[name][1], evaluate_two_layer_order2(ex[name], KX2, v, vv, act)) < 1e-12
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not have_pdflatex(), reason="pdflatex not on PATH")
+def test_gamma0_6_document_compiles(opt_in_slow, fm6):
+    """The gamma0^6 system (1.9 MB of LaTeX, split into align* blocks of 40 rows, wide terms
+    broken at factor boundaries) compiles with no overfull box beyond 10 pt."""
+    run = compile_tex(document([dataclasses.replace(fm6, activation="tanh")]))
+    assert run.ok, run.errors
+    assert run.worst_overfull <= 10.0

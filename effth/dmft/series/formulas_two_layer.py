@@ -473,7 +473,16 @@ class TwoLayerSeriesFormulas:
         accepted for :func:`~effth.printing.formula.document` and ignored."""
         from effth.dmft.series.formulas import align_rows
 
-        return align_rows(self.lines(True), width, env)
+        rows = []
+        for row in align_rows(self.lines(True), width, None).split(" \\\\\n"):
+            rows.extend(_split_wide(row, width))
+        if env != "align*":
+            body = " \\\\\n".join(rows)
+            return body if env is None else f"\\begin{{{env}}}\n{body}\n\\end{{{env}}}"
+        # a document: several align* blocks of at most 40 rows (TeX keeps a whole display in
+        # memory; gamma0^6, about 1.9 MB of LaTeX, overflows it in one block)
+        blocks = [rows[i:i + 40] for i in range(0, len(rows), 40)]
+        return "\n".join("\\begin{align*}\n" + " \\\\\n".join(b) + "\n\\end{align*}" for b in blocks)
 
     def text(self) -> str:
         """Plain text, one equation a line, no backslash."""
@@ -606,6 +615,34 @@ class TwoLayerSeriesFormulas:
         out["loss"] = np.stack([sum(d[a] * d[m - a] for a in range(m + 1)).sum(axis=-1) / 2
                                 for m in range(M)])
         return out
+
+
+def _split_wide(row: str, width: float) -> list:
+    """A row wider than ``width`` (one term with many factors) broken at its factor boundaries
+    ``\\,`` outside braces (``\\big[`` and ``\\big]`` may fall on different rows)."""
+    from effth.printing.formula import rendered_width
+
+    if rendered_width(row) <= width:
+        return [row]
+    pieces, depth, cur, i = [], 0, "", 0
+    while i < len(row):
+        if depth == 0 and row.startswith(r"\,", i):
+            pieces.append(cur)
+            cur, i = r"\,", i + 2
+            continue
+        depth += row[i] == "{"
+        depth -= row[i] == "}"
+        cur += row[i]
+        i += 1
+    pieces.append(cur)
+    out, cur = [], ""
+    for pc in pieces:
+        if cur and rendered_width(cur + pc) > width:
+            out.append(cur)
+            cur = r"&\qquad " + pc
+        else:
+            cur += pc
+    return out + [cur]
 
 
 def _nlabels(tf) -> int:
