@@ -414,3 +414,14 @@ def test_gamma0_6_document_compiles(opt_in_slow, fm6):
     run = compile_tex(document([dataclasses.replace(fm6, activation="tanh")]))
     assert run.ok, run.errors
     assert run.worst_overfull <= 10.0
+
+
+def test_series_latex_above_order_2_tabulates_its_own_numbers():
+    from effth.dmft import gamma0_series
+    ser = gamma0_series(kernel=KX1, y=Y1, hidden_layers=2, activation="tanh", eta=0.1, steps=3,
+                        order=4, closure="ntk")
+    tex = ser.latex(4, "f")
+    assert r"\text{the series' own data}" in tex and r"\mathrm{Price}" not in tex
+    c = ser.coefficient(4, "f")[2, 0]
+    from effth.dmft.series.gamma0 import _tex_number
+    assert rf"f_{{4}}={_tex_number(c)}" in tex

@@ -362,13 +362,14 @@ class Gamma0Series(HiddenLayers):
         (two-layer: ``'phi'``, ``'g'``, ``'ntk'`` as Gaussian atoms over :math:`K=K^x`); higher
         orders and other quantities print the system through ``order``
         (:func:`latex_coefficient`: deep linear and two-layer networks as formulas, deep
-        nonlinear ones as formulas to :math:`\gamma_0^2` and numbers above).
+        nonlinear ones as formulas to :math:`\gamma_0^2` and numbers above, here this series'
+        own numbers).
         """
         self._check_order(order)
         return latex_coefficient(order, name, hidden_layers=self.hidden_layers,
                                  activation=self.activation,
                                  layer=layer, gradient_independent=self.gradient_independent,
-                                 closure=self.closure)
+                                 closure=self.closure, _series=self)
 
     def _repr_latex_(self) -> str:
         return "$" + self.latex(min(2, self.order), "ntk") + "$"
@@ -376,7 +377,7 @@ class Gamma0Series(HiddenLayers):
 
 def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layers=None,
                       activation="linear", layer=None, gradient_independent: bool = False,
-                      closure: str = "exact", format: str = "latex") -> str:
+                      closure: str = "exact", format: str = "latex", _series=None) -> str:
     r"""LaTeX of a :math:`\gamma_0`-coefficient (used by the CLI).
 
     ``depth`` (weight layers) or ``hidden_layers`` (``= depth - 1``, the paper's :math:`L`): give
@@ -453,7 +454,7 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layer
     fm = deep_nonlinear_formulas(L, activation=label)
     if order == 2:
         return fm.text() if format == "text" else fm.latex(env="aligned")
-    rows = _numbers_beyond_order2(order, name, L, act, layer, format == "text")
+    rows = _numbers_beyond_order2(order, name, L, act, layer, format == "text", _series)
     if format == "text":
         return fm.text() + "\n" + "\n".join(rows)
     from effth.dmft.series.formulas import align_rows
@@ -471,28 +472,38 @@ def _tex_number(x: float) -> str:
     return m if e == 0 else rf"{m}\times10^{{{e}}}"
 
 
-def _numbers_beyond_order2(order: int, name: str, hidden_layers: int, act, layer, text: bool) -> list:
+def _numbers_beyond_order2(order: int, name: str, hidden_layers: int, act, layer, text: bool,
+                           series=None) -> list:
     r"""The rows that state plainly that the deep nonlinear coefficients above :math:`\gamma_0^2`
     are numbers, and a table of them from :func:`gamma0_series` (NTK closure) on the example
     ``NUMBERS_EXAMPLE`` (one input :math:`K^x=1`, :math:`y=1`, :math:`\eta=0.1`; 6 grid points
     through order 4, 4 at order 6 -- about 45 s at two hidden layers; none above order 6, where the
-    expansion takes hours).  Entries below 1e-13 of their column's largest (round-off of
+    expansion takes hours), or the numbers of ``series`` (a :class:`Gamma0Series`; the first
+    sample's entries when it has several).  Entries below 1e-13 of their column's largest (round-off of
     coefficients that vanish at t = 0) are shown as 0."""
-    top = min(int(order), 6)
-    steps = 6 if top <= 4 else 4
-    ex = NUMBERS_EXAMPLE
+    ex = dict(NUMBERS_EXAMPLE)
+    if series is not None:
+        top, steps = int(order), series.grid.steps
+        ex["eta"] = series.grid.eta
+        ser = series
+        data = ("the series' own data, first sample" if series.data.n_all > 1
+                else "the series' own data")
+    else:
+        top = min(int(order), 6)
+        steps = 6 if top <= 4 else 4
+        ser = gamma0_series(kernel=np.array(ex["kernel"]), y=np.array(ex["y"]),
+                            hidden_layers=hidden_layers, activation=act, eta=ex["eta"],
+                            steps=steps, order=top, closure="ntk")
+        data = None
     what = {"ntk": "K", "f": "f", "delta": "Delta", "loss": "L", "phi": "Phi", "g": "G",
             "A": "K", "B": "K"}[name]
     ell = (layer or hidden_layers) if name in ("phi", "g") else None
-    ser = gamma0_series(kernel=np.array(ex["kernel"]), y=np.array(ex["y"]),
-                        hidden_layers=hidden_layers, activation=act, eta=ex["eta"], steps=steps,
-                        order=top, closure="ntk")
     values = []
     for k in range(0, top + 1, 2):
         c = np.asarray(ser.coefficient(k, "ntk" if name in ("A", "B") else name), dtype=float)
         if name in ("phi", "g"):
             c = np.array([c[ell - 1, i, 0, i, 0] for i in range(steps)])
-        c = c.reshape(steps)
+        c = c.reshape(steps, -1)[:, 0]
         values.append(np.where(np.abs(c) < 1e-13 * max(np.max(np.abs(c)), 1e-300), 0.0, c))
     where = f"layer {ell}, equal times" if ell is not None else "equal times"
     resp = " (the responses A, B: Gamma0Series.lazy_responses)" if name in ("A", "B") else ""
@@ -500,22 +511,24 @@ def _numbers_beyond_order2(order: int, name: str, hidden_layers: int, act, layer
              if order > top else "")
     if text:
         rows = [f"above gamma0^2 the coefficients are given as numbers, not printed formulas: "
-                f"effth.dmft.gamma0_series (NTK closure), hidden layers L = {hidden_layers}, "
-                f"one input Kx = 1, y = 1, eta = 0.1{above}{resp}",
+                f"effth.dmft.gamma0_series ({ser.closure} closure), hidden layers L = {hidden_layers}, "
+                + (data or "one input Kx = 1, y = 1") + f", eta = {ex['eta']:g}{above}{resp}",
                 f"t | " + " | ".join(f"{what}_{k}(t) ({where})" for k in range(0, top + 1, 2))]
         for i in range(steps):
-            rows.append(f"{i * ex['eta']:.1f} | " + " | ".join(f"{v[i]:.10e}" for v in values))
+            rows.append(f"{i * ex['eta']:.4g} | " + " | ".join(f"{v[i]:.10e}" for v in values))
         return rows
     sym = {"K": "K", "f": "f", "Delta": r"\Delta", "L": r"\mathcal{L}", "Phi": r"\Phi^{%d}" % (ell or 0),
            "G": "G^{%d}" % (ell or 0)}[what]
     rows = [r"\text{above }\gamma_0^{2}\text{ the coefficients are given as numbers, not printed "
-            r"formulas (the engine; NTK closure):}",
-            rf"&L={hidden_layers},\ \text{{one input}},\ K^{{x}}=1,\ y=1,\ \eta=0.1"
+            rf"formulas (the engine; {ser.closure} closure):}}",
+            rf"&L={hidden_layers},\ "
+            + (rf"\text{{{data}}}" if data else r"\text{one input},\ K^{x}=1,\ y=1")
+            + rf",\ \eta={ex['eta']:g}"
             + (rf",\ \text{{orders above }}\gamma_0^{{{top}}}\text{{ not tabulated (hours)}}"
                if order > top else "")
             + (r",\ A,B:\ \text{see Gamma0Series.lazy\_responses}" if resp else "")]
     for i in range(steps):
-        t = f"{i * ex['eta']:.1f}"
+        t = f"{i * ex['eta']:.4g}"
         rows.append(rf"&t={t}:\ " + r",\ ".join(
             rf"{sym}_{{{k}}}={_tex_number(v[i])}" for k, v in zip(range(0, top + 1, 2), values)))
     return rows
