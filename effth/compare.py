@@ -77,7 +77,8 @@ def _distinct_mask(*arrays: np.ndarray) -> np.ndarray:
         return np.allclose(a, np.transpose(a, g), rtol=1e-12, atol=1e-14 * scale, equal_nan=True)
 
     gens = [g for g in _generators(a0.ndim)
-            if all(a.shape == a0.shape and same(a, g) for a in arrays)]
+            if tuple(a0.shape[k] for k in g) == a0.shape
+            and all(a.shape == a0.shape and same(a, g) for a in arrays)]
     mask = np.ones(a0.shape, dtype=bool)
     if not gens or a0.size == 0:
         return mask
@@ -227,10 +228,12 @@ class Comparison:
         head = (f"{self.label or self.name}" + (f" at layer {self.layer}" if self.layer else "")
                 + f": max|z| = {self.max_abs_z:.2f}, chi2/dof = {self.chi2:.1f}/{self.dof}, "
                 f"RMS error {self.error:.3g} (noise {self.noise_floor:.2g})")
-        rows = [head, f"{'entry':>14} {'theory':>13} {'measured':>13} {'± stderr':>11} {'z':>7}"]
+        rows = [head, f"{'entry (from 1)':>14} {'theory':>13} {'measured':>13} {'± stderr':>11} "
+                      f"{'z':>7}"]
         for i in order:
             idx = np.unravel_index(i, shape) if shape else ()
-            rows.append(f"{str(tuple(int(k) for k in idx)):>14} {self.theory.ravel()[i]:>13.6g} "
+            # entries numbered from 1, as the book's sample labels and the report's G_11
+            rows.append(f"{str(tuple(int(k) + 1 for k in idx)):>14} {self.theory.ravel()[i]:>13.6g} "
                         f"{self.measured.ravel()[i]:>13.6g} {self.stderr.ravel()[i]:>11.3g} "
                         f"{self.z.ravel()[i]:>7.2f}")
         if d.size > len(order):

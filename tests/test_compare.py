@@ -155,3 +155,10 @@ def test_dof_counts_distinct_entries_of_symmetric_tensors():
 def test_consistent_is_an_attribute_and_within_takes_a_bound():
     c = compare(np.zeros(3), np.array([0.0, 0.2, 0.45]), "f", stderr=np.full(3, 0.1))
     assert c.consistent is True and c.within(4.0) is False and c.within(4.5) is True
+
+
+def test_rectangular_and_time_indexed_arrays_keep_every_entry():
+    a = np.arange(6.0).reshape(3, 2)
+    assert compare(a, a + 0.1, "f", stderr=np.full((3, 2), 0.1)).dof == 6
+    b = np.ones((5, 2, 5, 2))            # (T, n, T, n): a generator that changes the shape is skipped
+    assert compare(b, b, "phi", stderr=np.full(b.shape, 0.1)).dof > 0

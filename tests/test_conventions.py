@@ -137,3 +137,59 @@ def test_every_result_prints_a_short_summary(result):
     }[result]()
     assert len(repr(obj)) < 300 and "\n" not in repr(obj)
     assert "<table" in obj._repr_html_()
+
+
+# ------------------------------------------------------------- the vocabulary of issue items
+def test_widths_is_the_one_spelling_and_width_gets_a_did_you_mean():
+    net = et.MLP("erf", depth=2)
+    p = et.predict(net, X, Y, X[:1] * 0.5, method="gd", widths=32)
+    assert p.value("mean1").shape == p.value("mean").shape
+    with pytest.raises(TypeError, match="widths"):
+        et.predict(net, X, Y, X[:1] * 0.5, method="gd", width=32)
+
+
+def test_networks_is_the_one_ensemble_size_and_size_is_retired():
+    net = et.MLP("tanh", depth=2, widths=8)
+    assert et.simulate_ensemble(net, X, networks=4, seed=0) is not None
+    with pytest.raises(TypeError, match="networks"):
+        et.simulate_ensemble(net, X, size=4, seed=0)
+    for fn in (et.simulate_ensemble, et.simulation.simulate_ntk_ensemble, et.train_ensemble):
+        params = set(inspect.signature(fn).parameters)
+        assert "networks" in params and "size" not in params, fn.__name__
+
+
+def test_steps_counts_grid_points_and_updates_counts_parameter_updates():
+    for fn in (et.dmft.solve_deep_linear, et.dmft.solve_two_layer, et.dmft.solve_monte_carlo,
+               et.simulate_training, et.dmft.gamma0_series):
+        params = set(inspect.signature(fn).parameters)
+        assert "steps" in params and "updates" not in params, fn.__name__
+    for fn in (et.predict, et.train_ensemble):
+        params = set(inspect.signature(fn).parameters)
+        assert "updates" in params and "steps" not in params, fn.__name__
+    with pytest.raises(TypeError, match="updates"):
+        et.predict(et.MLP("relu", depth=2), X, Y, X[:1], method="gd", eta=0.1, steps=3)
+
+
+def test_reprs_say_depth_the_same_way():
+    kw = dict(gamma0=0.5, eta=0.2, steps=3)
+    texts = [repr(et.dmft.solve_deep_linear(X, Y, depth=3, **kw)),
+             repr(et.flow(et.MLP("tanh", depth=3), X)),
+             repr(et.dmft.solve_rule_deep_linear(X, Y, depth=3, rule="gd", **kw))
+             if hasattr(et.dmft, "solve_rule_deep_linear") else "depth=3 (hidden_layers=2)"]
+    for t in texts:
+        assert "depth=3" in t and "L=" not in t, t
+
+
+def test_printed_sample_labels_count_from_one():
+    c = et.compare(np.zeros((2, 2)), np.array([[0.0, 0.0], [0.0, 1.0]]), "G",
+                   stderr=np.full((2, 2), 0.1))
+    assert "(2, 2)" in c.table() and "(1, 1)" in c.table() and "(0," not in c.table()
+
+
+def test_monte_carlo_results_have_errors_for_every_name_they_estimate():
+    r = et.dmft.solve_monte_carlo(X, Y, hidden_layers=1, gamma0=0.5, eta=0.2, steps=3,
+                                  activation="tanh", samples=64, iterations=2, seed=0)
+    for name in ("f", "loss", "phi", "g"):
+        assert r.stderr(name) is not None, name
+    assert et.dmft.solve_deep_linear(X, Y, hidden_layers=1, gamma0=0.5, eta=0.2,
+                                     steps=3).stderr("loss") is None

@@ -168,9 +168,8 @@ def _derivative_atoms(F: sp.Expr, labels: tuple, kernel: KernelMatrix) -> sp.Exp
     return expand_expectations(GaussianExpectation(sp.expand(dF), kernel))
 
 
-class DerivativeExpectation(sp.Expr):
-    r""":math:`\langle\partial_{\beta_1}\cdots\partial_{\beta_r}F\rangle_K`: derivatives of the
-    integrand :math:`F` with respect to :math:`z_{\beta}`, then the Gaussian expectation."""
+class _IndexedExpectation(sp.Expr):
+    """An expectation over ``kernel`` of ``integrand`` carrying dummy sample labels ``betas``."""
 
     is_commutative = True
     is_real = True
@@ -193,6 +192,11 @@ class DerivativeExpectation(sp.Expr):
     @property
     def free_symbols(self):
         return self.args[0].free_symbols | set(self.betas)
+
+
+class DerivativeExpectation(_IndexedExpectation):
+    r""":math:`\langle\partial_{\beta_1}\cdots\partial_{\beta_r}F\rangle_K`: derivatives of the
+    integrand :math:`F` with respect to :math:`z_{\beta}`, then the Gaussian expectation."""
 
     def doit(self, **hints):
         return _derivative_atoms(self.integrand, self.betas, self.kernel)
@@ -224,33 +228,11 @@ def _normal_ordered(betas, kernel) -> sp.Expr:
     return out
 
 
-class HermiteExpectation(sp.Expr):
+class HermiteExpectation(_IndexedExpectation):
     r""":math:`\langle F\,{:}z_{\beta_1}\cdots z_{\beta_r}{:}\rangle_K`, the raised-index form of
     :class:`DerivativeExpectation` by Stein's identity:
     :math:`\langle\partial_{\gamma_1}\cdots\partial_{\gamma_r}F\rangle_K=\sum_\beta
     K^{\gamma_1\beta_1}\cdots K^{\gamma_r\beta_r}\langle F{:}z_{\beta_1}\cdots z_{\beta_r}{:}\rangle_K`."""
-
-    is_commutative = True
-    is_real = True
-
-    def __new__(cls, integrand, betas, kernel):
-        return super().__new__(cls, sp.sympify(integrand), sp.Tuple(*betas), kernel)
-
-    @property
-    def integrand(self) -> sp.Expr:
-        return self.args[0]
-
-    @property
-    def betas(self) -> tuple:
-        return tuple(self.args[1])
-
-    @property
-    def kernel(self) -> KernelMatrix:
-        return self.args[2]
-
-    @property
-    def free_symbols(self):
-        return self.args[0].free_symbols | set(self.betas)
 
     def doit(self, **hints):
         body = sp.expand(_unfold(self.integrand) * _normal_ordered(self.betas, self.kernel))

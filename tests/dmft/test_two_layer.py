@@ -171,3 +171,21 @@ def test_trainable_bias_matches_network():
     assert np.max(np.abs(s.mean("ntk") - r.ntk_diag)) < 0.05
     no_bias = solve_two_layer(X, Y, activation="tanh", gamma0=1.0, eta=0.1, steps=20)
     assert np.max(np.abs(no_bias.f - r.f)) > 0.04
+
+
+def test_defaults_meet_their_own_quadrature_tolerance_or_say_what_to_do():
+    """The default nodes meet the default quad_tol on two training points (three Gaussian
+    dimensions); on four dimensions they do not, and the warning names the nodes to pass."""
+    import warnings
+    from effth.errors import AccuracyWarning
+    KX = np.array([[1.0, 0.5], [0.5, 1.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AccuracyWarning)
+        r = solve_two_layer(kernel=KX, y=np.array([1.0, -0.5]), gamma0=1.0, eta=0.1, steps=30,
+                            activation="tanh")
+    assert r.diagnostics.quadrature_error["f"] < 1e-4
+    rng = np.random.default_rng(0)
+    X, Xt = rng.normal(size=(3, 2)), rng.normal(size=(1, 2))
+    with pytest.warns(AccuracyWarning, match=r"4 Gaussian dimensions\); pass nodes=\d+"):
+        solve_two_layer(X, np.array([1.0, -0.5, 0.3]), X_test=Xt, gamma0=1e-3, eta=0.1, steps=6,
+                        activation="erf", bias=True)
