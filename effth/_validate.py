@@ -133,7 +133,8 @@ def integer(value: Any, name: str, *, minimum: int | None = None) -> int:
     if out is None:
         raise DomainError(f"{name} must be an integer, got {value!r}")
     if minimum is not None and out < minimum:
-        raise DomainError(f"{name} must be an integer >= {minimum}, got {out}")
+        what = "a positive int" if minimum == 1 else f"an integer >= {minimum}"
+        raise DomainError(f"{name} must be {what}, got {out}")
     return out
 
 
