@@ -115,8 +115,9 @@ def _gap(th, run):
 
 @pytest.mark.slow
 def test_width_study_one_over_n(opt_in_slow):
-    """Squared gap vs N = 64, 128, 256 (widths (N, 2N, N/2), 256 networks each): slope -1 within
-    4 SE; the equal-width theory's gap stops falling (its slope is rejected)."""
+    """Squared gap vs N = 64 .. 512 (widths (N, 2N, N/2), 256 networks each): slope -1 within
+    4 SE (measured -0.971 +- 0.040); the equal-width theory's gap stops falling (slope
+    -0.34 +- 0.03, rejected).  About 40 s on one core."""
     widths = [64, 128, 256, 512]
     th, equal = _solve(width_ratios=RATIOS), _solve()
     cmps, cmps_eq = [], []
