@@ -145,3 +145,37 @@ def _widths(widths: Any, depth: int) -> tuple[int, ...]:
     if any(n < 1 for n in values):
         raise DomainError(f"hidden widths must be positive ints, got {values}")
     return values
+
+
+class LayeredNetwork:
+    """What every architecture object answers the same way (a mixin for :class:`~effth.MLP`
+    and :class:`~effth.CNN`; they hold ``depth``, ``widths``, ``c_w``, ``c_b`` and ``_act``)."""
+
+    @property
+    def act(self):
+        """The resolved :class:`~effth.activations.Activation`."""
+        return self._act
+
+    @property
+    def hidden_layers(self) -> int:
+        """Number of hidden layers, ``depth - 1`` (the DMFT papers' :math:`L`)."""
+        return self.depth - 1
+
+    @property
+    def hidden_widths(self):
+        """Hidden widths (channels of a CNN) :math:`(n_1, \\dots, n_{L-1})`, or ``None`` at
+        infinite width."""
+        return self.widths
+
+    def c_w_at(self, layer: int) -> float:
+        """:math:`C_W^{(\\ell)}` for weight layer ``layer`` in 1..L."""
+        return self.c_w[self._check(layer)]
+
+    def c_b_at(self, layer: int) -> float:
+        """:math:`C_b^{(\\ell)}` for weight layer ``layer`` in 1..L."""
+        return self.c_b[self._check(layer)]
+
+    def _check(self, layer: int) -> int:
+        if not 1 <= layer <= self.depth:
+            raise DomainError(f"layer must be in 1..{self.depth}, got {layer}")
+        return layer - 1

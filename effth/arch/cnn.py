@@ -73,7 +73,7 @@ import numpy as np
 from effth._signature import public
 from effth._validate import real_array
 from effth.activations import Activation, get_activation
-from effth.arch._common import _as_int, _is_scalar, _widths, as_real, per_layer
+from effth.arch._common import LayeredNetwork, _as_int, _is_scalar, _widths, as_real, per_layer
 from effth.errors import DomainError
 
 __all__ = ["CNN", "PADDINGS", "READOUTS", "PARAMETERIZATIONS"]
@@ -124,7 +124,7 @@ def _filter_shapes(filter_size: Any, dims: int, convs: int) -> tuple[tuple[int, 
 
 @public
 @dataclass(frozen=True)
-class CNN:
+class CNN(LayeredNetwork):
     r"""A convolutional network of stride 1 with a dense readout (module docstring).
 
     Parameters
@@ -219,34 +219,10 @@ class CNN:
 
     # ------------------------------------------------------------------ description
     @property
-    def act(self) -> Activation:
-        """The resolved :class:`~effth.activations.Activation`."""
-        return self._act
-
-    @property
-    def hidden_layers(self) -> int:
-        """Number of convolutional (hidden) layers, ``depth - 1``."""
-        return self.depth - 1
-
-    @property
-    def hidden_widths(self) -> tuple[int, ...] | None:
-        """Hidden channels :math:`(n_1, \\dots, n_{L-1})`, or ``None`` at infinite width."""
+    def channels(self):
+        """The hidden channels (the same as :attr:`hidden_widths`)."""
         return self.widths
 
-    channels = hidden_widths
-
-    def c_w_at(self, layer: int) -> float:
-        """:math:`C_W^{(\\ell)}` for weight layer ``layer`` in 1..L."""
-        return self.c_w[self._check(layer)]
-
-    def c_b_at(self, layer: int) -> float:
-        """:math:`C_b^{(\\ell)}` for weight layer ``layer`` in 1..L."""
-        return self.c_b[self._check(layer)]
-
-    def _check(self, layer: int) -> int:
-        if not 1 <= layer <= self.depth:
-            raise DomainError(f"layer must be in 1..{self.depth}, got {layer}")
-        return layer - 1
 
     def spatial_shapes(self, image_shape: Sequence[int]) -> tuple[tuple[int, ...], ...]:
         """Spatial shapes of the input and of the hidden layers ``1..L-1``.

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from effth.activations import Activation, get_activation
-from effth.arch._common import _as_int, _widths, per_layer, real_sequence
+from effth.arch._common import LayeredNetwork, _as_int, _widths, per_layer, real_sequence
 from effth.errors import DomainError
 
 __all__ = ["MLP"]
@@ -16,7 +16,7 @@ __all__ = ["MLP"]
 
 @public
 @dataclass(frozen=True)
-class MLP:
+class MLP(LayeredNetwork):
     r"""A fully connected network :math:`z^{(\ell+1)} = b^{(\ell+1)} + W^{(\ell+1)}\sigma(z^{(\ell)})`.
 
     Parameters
@@ -97,34 +97,11 @@ class MLP:
                         f"gamma at layer {k} needs n_{k} = n_{k - 1} (a skip connection adds "
                         f"z^({k - 1}) to z^({k})), got widths {self.widths[k - 2]} and {self.widths[k - 1]}")
 
-    @property
-    def act(self) -> Activation:
-        """The resolved :class:`~effth.activations.Activation`."""
-        return self._act
-
-    @property
-    def hidden_layers(self) -> int:
-        """Number of hidden layers, ``depth - 1`` (the DMFT papers' :math:`L`)."""
-        return self.depth - 1
-
-    @property
-    def hidden_widths(self) -> tuple[int, ...] | None:
-        """:math:`(n_1, \\dots, n_{L-1})`, or ``None`` if symbolic."""
-        return self.widths
-
     def layer_widths(self, n_in: int) -> tuple[int, ...]:
         """:math:`(n_0, n_1, \\dots, n_L)` for input dimension ``n_in``."""
         if self.widths is None:
             raise DomainError("this MLP has symbolic widths; pass widths=... to simulate it")
         return (int(n_in), *self.widths, self.n_out)
-
-    def c_w_at(self, layer: int) -> float:
-        """:math:`C_W^{(\\ell)}` for weight layer ``layer`` in 1..L."""
-        return self.c_w[self._check(layer)]
-
-    def c_b_at(self, layer: int) -> float:
-        """:math:`C_b^{(\\ell)}` for weight layer ``layer`` in 1..L."""
-        return self.c_b[self._check(layer)]
 
     def gamma_at(self, layer: int) -> float:
         """Skip gain :math:`\\gamma^{(\\ell)}` (PDLT (B.4)) of weight layer ``layer`` in 1..L."""
@@ -139,10 +116,6 @@ class MLP:
         """Whether any layer has a skip connection or a branch gain other than 1 (PDLT (B.4))."""
         return any(g != 0 for g in self.gamma) or any(x != 1 for x in self.xi)
 
-    def _check(self, layer: int) -> int:
-        if not 1 <= layer <= self.depth:
-            raise DomainError(f"layer must be in 1..{self.depth}, got {layer}")
-        return layer - 1
 
     def __repr__(self) -> str:
         def short(values: tuple) -> str:
