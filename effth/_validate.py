@@ -26,7 +26,8 @@ import numpy as np
 from .errors import DomainError
 
 __all__ = ["boolean", "check_memory", "finite_array", "format_bytes", "input_matrix", "integer",
-           "kernel_matrix", "label_array", "last_hidden_width", "memory_limit", "nonnegative",
+           "check_keywords", "keyword_rules",
+           "kernel_matrix", "label_array", "last_hidden_width", "memory_limit", "nonnegative", "optional_boolean",
            "positive", "real_array", "real_scalar", "rng", "seed", "seed_sequence",
            "symmetric_matrix", "tolerance"]
 
@@ -289,6 +290,15 @@ def boolean(value: Any, name: str) -> bool:
     raise DomainError(f"{name} must be True or False, got {value!r}")
 
 
+def optional_boolean(value: Any, name: str) -> bool | None:
+    """``None`` (the default: decide automatically) or a real bool, as :func:`boolean`."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise DomainError(f"{name} must be True, False or None, got {value!r}")
+
+
 def tolerance(value: Any, name: str = "rtol") -> float:
     """A relative tolerance: a finite real number with 0 < value < 1."""
     try:
@@ -352,3 +362,42 @@ def check_memory(nbytes: float, what: str, hint: str) -> float:
                           f"{format_bytes(limit)} (half the physical memory, or ${MEMORY_ENV}); "
                           f"{hint}")
     return nbytes
+
+
+# ----------------------------------------------------------------------------- keyword rules
+def keyword_rules(fn: Any) -> dict:
+    """The checks :func:`effth._signature.public` applies to the keywords of ``fn`` a caller
+    passes: ``seed`` (:func:`seed`), ``rtol`` (:func:`tolerance`), ``progress`` and every flag
+    annotated ``bool`` or ``bool | None`` (:func:`boolean`, :func:`optional_boolean`). A ``None``
+    is let through where ``None`` is the default. The values reach ``fn`` unchanged.
+    """
+    import inspect
+    rules = {}
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            continue
+        ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
+        ann = str(ann).replace(" ", "")
+        none_ok = p.default is None
+        if p.name == "seed":
+            rule = seed
+        elif p.name == "rtol":
+            rule = tolerance
+        elif p.name == "progress" or ann in ("bool|None", "None|bool", "Optional[bool]"):
+            rule = optional_boolean
+        elif ann == "bool" or (p.annotation is p.empty and isinstance(p.default, bool)):
+            rule = boolean
+        else:
+            continue
+        rules[p.name] = (rule, none_ok)
+    return rules
+
+
+def check_keywords(rules: dict, kwargs: dict) -> None:
+    """Apply :func:`keyword_rules` to the keywords of one call (raises :class:`DomainError`)."""
+    for name in rules.keys() & kwargs.keys():
+        rule, none_ok = rules[name]
+        value = kwargs[name]
+        if value is None and none_ok:
+            continue
+        rule(value, name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import _validate as _v
 from effth._signature import public
 
 from typing import Any, Sequence
@@ -61,7 +62,7 @@ def mc_expectation(factors: Sequence[tuple], K: np.ndarray, activation: Any, *, 
     >>> abs(float(v) - 2.0) < 5 * float(e)
     True
     """
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rng = _v.rng(seed)
     n = DEFAULT_SAMPLES if n_samples is None else int(n_samples)
     if n < 2:
         raise DomainError(f"n_samples must be >= 2, got {n_samples!r}")
