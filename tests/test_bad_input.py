@@ -89,6 +89,27 @@ def _ntk_ens(net=NET, X_=X, **kw):
     return simulate_ntk_ensemble(net, X_, **kw)
 
 
+RF = dict(depth=2, gamma0=0.5, eta=0.1, steps=3, samples=200, batches=2)
+
+
+def _lin_field(**kw):
+    from effth.simulation import simulate_linear_field
+    args = dict(dim=8, depth=2, nu=1.0, gamma0=0.5, eta=0.1, steps=3, networks=2, seed=0)
+    return simulate_linear_field(**{**args, **kw})
+
+
+def _seeded(width, seed):
+    return float(np.random.default_rng(seed).standard_normal(width).mean())
+
+
+def _cli(*argv):
+    import contextlib
+    import io
+    from effth.cli import main
+    with contextlib.redirect_stderr(io.StringIO()):
+        return main(list(argv))
+
+
 def _crit(*a, **kw):
     from effth.pdlt.criticality import find_criticality
     return find_criticality(*a, **kw)
@@ -361,6 +382,53 @@ CASES: list[Case] = [
     C("derive", "unknown special", lambda: et.derive("V", special="third_layer"), "special"),
     C("derive", "unknown form", lambda: et.derive("V", form="pretty"), "form"),
     C("derive", "net not an MLP", lambda: et.derive("K", net="tanh"), "net"),
+    # --- seed= (one rule for every entry point: int >= 0, ints, SeedSequence, Generator, None)
+    *[C(entry, f"seed {label}", (lambda f=f, s=s: f(s)), r"seed=.*must be an int >= 0")
+      for entry, f in (
+          ("simulate_linear_field", lambda s: _lin_field(seed=s)),
+          ("solve_rule_forward", lambda s: et.dmft.solve_rule_forward(X, Y, **RF, seed=s)),
+          ("solve_rule_two_layer", lambda s: et.dmft.solve_rule_two_layer(
+              X, Y, **{k: v for k, v in RF.items() if k != "depth"}, seed=s)),
+          ("sweep", lambda s: et.sweep(_seeded, {"width": [2, 3]}, seed=s)),
+          ("solve_monte_carlo", lambda s: et.dmft.solve_monte_carlo(X, Y, **MC, seed=s)),
+          ("gaussian_expectation", lambda s: et.gaussian_expectation(GE2, K2, "tanh", method="mc",
+                                                                     n_samples=100, seed=s)),
+          ("simulate_training", lambda s: et.simulate_training(X, Y, **{**TRAIN, "seed": s})),
+          ("train_ensemble", lambda s: et.train_ensemble(LIN, X, Y, eta=0.1, updates=2, networks=4,
+                                                         seed=s)))
+      for label, s in (("string", "abc"), ("negative", -1), ("float", 1.5))],
+    C("sweep", "seed a Generator (accepted)",
+      lambda: et.sweep(_seeded, {"width": [2, 3]}, seed=np.random.default_rng(1)), "seed",
+      ok=lambda sw: len(sw.results) == 2),
+    C("gaussian_expectation", "seed a Generator (accepted)",
+      lambda: et.gaussian_expectation(GE2, K2, "tanh", method="mc", n_samples=100,
+                                      seed=np.random.default_rng(1)), "seed",
+      ok=lambda v: np.isfinite(float(v))),
+    C("effth report", "--seed -1", lambda: _cli("report", "--quick", "--seed", "-1", "--out", ""),
+      "seed", ok=lambda rc: rc == 2),
+    # --- booleans: a real bool only ("no" is truthy)
+    C("simulate_training", "bias string", lambda: et.simulate_training(X, Y, **TRAIN, bias="no"), "bias"),
+    C("simulate_training", "record_kernels string",
+      lambda: et.simulate_training(X, Y, **TRAIN, record_kernels="no"), "record_kernels"),
+    C("simulate_training", "progress string", lambda: et.simulate_training(X, Y, **TRAIN, progress="yes"),
+      "progress"),
+    C("solve_two_layer", "two_time string", lambda: et.dmft.solve_two_layer(X, Y, **TL, two_time="x"),
+      "two_time"),
+    C("simulate_ensemble", "keep_samples string",
+      lambda: et.simulate_ensemble(NET, X, networks=10, seed=0, keep_samples="no"), "keep_samples"),
+    C("gamma0_series", "exact string", lambda: et.dmft.gamma0_series(X, Y, **SER, exact="no"), "exact"),
+    C("simulate_linear_field", "centering string", lambda: _lin_field(centering="no"), "centering"),
+    C("solve_monte_carlo", "progress string", lambda: et.dmft.solve_monte_carlo(X, Y, **MC, progress="yes"),
+      "progress"),
+    C("sweep", "progress int", lambda: et.sweep(_seeded, {"width": [2]}, seed=0, progress=1), "progress"),
+    # --- rtol: finite, 0 < rtol < 1
+    *[C(entry, f"rtol {label}", (lambda f=f, r=r: f(r)), "rtol")
+      for entry, f in (
+          ("predict", lambda r: et.predict(NET, X, Y, X[:1], rtol=r)),
+          ("log_evidence", lambda r: et.log_evidence(NET, X, Y, rtol=r)),
+          ("flow", lambda r: et.flow(NET, X, rtol=r)),
+          ("gaussian_expectation", lambda r: et.gaussian_expectation(GE2, K2, "tanh", rtol=r)))
+      for label, r in (("string", "a"), ("NaN", float("nan")), ("1", 1.0), ("0", 0.0))],
 ]
 
 # Extra "what happens today" notes by case id (most are given inline as ``today=``).
