@@ -40,7 +40,7 @@ from effth import _validate as _v
 from .._display import activation_text, depth_text, html_table
 from .._progress import progress_bar
 from .._results import HiddenLayers
-from .._validate import integer, real_array, real_scalar
+from .._validate import check_memory, integer, real_array, real_scalar
 from ..activations import get_activation
 from effth.arch import resolve_depth
 from ..errors import DomainError
@@ -371,6 +371,15 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
             or not np.isfinite(steps) or int(steps) != steps or steps < 1):
         raise DomainError(f"steps={steps!r} must be a positive integer")
     seeds = _resolve_seeds(seed, networks)
+    T_, n_, C_, N_ = float(steps), float(X.shape[0]), float(Y.shape[1]), float(width)
+    work = (L * T_ * n_ * N_ * (1 + C_ + bool(record_preactivations)) + (L - 1) * N_ * N_
+            + N_ * X.shape[1])
+    kept = L * T_ * T_ * n_ * n_ * (1 + C_ * C_) + T_ * n_ * (C_ + 1)
+    check_memory(8.0 * (work + 2 * len(seeds) * kept),
+                 f"{len(seeds)} network(s) of width {width} trained for {int(steps)} steps "
+                 f"(two-time kernels Phi, G of shape ({L}, T, {int(n_)}, T, {int(n_)}) with "
+                 f"T = {int(steps)})", "lower steps (the kernels grow as steps**2), widths or "
+                 "networks")
     runs = []
     with progress_bar(len(seeds), "training networks", progress=progress, unit="net") as bar:
         for s in seeds:
