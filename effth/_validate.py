@@ -26,7 +26,7 @@ import numpy as np
 from .errors import DomainError
 
 __all__ = ["boolean", "check_memory", "finite_array", "format_bytes", "input_matrix", "integer",
-           "check_keywords", "keyword_rules",
+           "check_keywords", "check_work", "format_seconds", "keyword_rules",
            "kernel_matrix", "label_array", "last_hidden_width", "memory_limit", "nonnegative", "optional_boolean",
            "positive", "real_array", "real_scalar", "rng", "seed", "seed_sequence",
            "symmetric_matrix", "tolerance"]
@@ -362,6 +362,40 @@ def check_memory(nbytes: float, what: str, hint: str) -> float:
                           f"{format_bytes(limit)} (half the physical memory, or ${MEMORY_ENV}); "
                           f"{hint}")
     return nbytes
+
+
+WORK_ENV = "EFFTH_MAX_SECONDS"
+_WORK_SECONDS = 1800.0
+
+
+def format_seconds(seconds: float) -> str:
+    """``3.2 h``-style duration."""
+    s = float(seconds)
+    for unit, size in (("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if s >= size:
+            return f"{s / size:.3g} {unit}"
+    return f"{s:.3g} s"
+
+
+def check_work(seconds: float, what: str, hint: str) -> float:
+    """Refuse, before starting, a loop whose *optimistic* run-time estimate ``seconds`` exceeds
+    ``$EFFTH_MAX_SECONDS`` (default 1800 s): a call that cannot finish is an error, not a hang.
+
+    Callers estimate ``seconds`` from lower bounds on the cost per item (so nothing feasible is
+    refused); raise the bound with the environment variable to run longer studies.
+    """
+    env = os.environ.get(WORK_ENV)
+    limit = _WORK_SECONDS
+    if env:
+        try:
+            limit = float(env)
+        except ValueError:
+            raise DomainError(f"{WORK_ENV}={env!r} must be a number of seconds") from None
+    seconds = float(seconds)
+    if not (seconds <= limit):
+        raise DomainError(f"{what} would run for at least {format_seconds(seconds)} (estimate), "
+                          f"above the work bound of {format_seconds(limit)} (${WORK_ENV}); {hint}")
+    return seconds
 
 
 # ----------------------------------------------------------------------------- keyword rules

@@ -71,6 +71,9 @@ def mc_expectation(factors: Sequence[tuple], K: np.ndarray, activation: Any, *, 
     batch, k = K.shape[:-2], K.shape[-1]
     Kf = K.reshape((-1, k, k))
     B = Kf.shape[0]
+    _v.check_work(2e-8 * float(n) * B * max(k, 1),        # >= 20 ns per draw and slot (measured 70)
+                  f"a Monte-Carlo estimate with n_samples={n} over {B} covariance(s) of size {k}",
+                  "lower n_samples (the error falls as 1/sqrt(n_samples)) or use method='auto'")
     mf = np.zeros((B, k)) if mean is None else np.asarray(mean, dtype=np.float64).reshape((-1, k))
     A = _factor(Kf)
     by_slot = group_factors(factors, k)
