@@ -63,3 +63,14 @@ def test_long_time_small_step_is_gradient_flow():
     # eta t (1 - (t - 1) eta lambda / 2) = tau (1 - 5 lambda) for phi, of the wrong sign
     wrong = THETA[P:, :P] @ (U * (tau * (1 - 0.5 * (10**10 - 1) * 1e-9 * w))) @ U.T @ Y
     assert np.max(np.abs(wrong - flow)) > 1e3 * diff
+
+
+@pytest.mark.parametrize("updates", [30, 10**10])
+def test_newton_after_many_gd_steps_is_the_converged_prediction(updates):
+    """Algorithm independence (PDLT (10.35)): GD steps then one Newton step land on the converged
+    GD mean, however many steps came first; 10**10 steps answer at once (closed form), 30 steps
+    run one by one (10.33) — the two routes agree with the converged mean."""
+    conv = et.predict(K=K, Theta=THETA, y_train=Y, n_train=P).mean_
+    newt = et.predict(K=K, Theta=THETA, y_train=Y, n_train=P, method="newton", eta=1e-9 if
+                      updates > 100 else 0.1, updates=updates).mean_
+    np.testing.assert_allclose(newt, conv, rtol=1e-10, atol=1e-12)

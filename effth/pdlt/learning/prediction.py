@@ -118,6 +118,10 @@ def output_kernels(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0
 
 
 # ======================================================================= linear algebra core
+#: Newton's GD phase runs step by step (10.33) up to this many updates, in closed form beyond
+_STEPWISE_UPDATES = 10_000
+
+
 def _gd_factor(lam: np.ndarray, eta: float | None, updates: int | None) -> np.ndarray:
     r""":math:`\varphi_t(\lambda)=[1-(1-\eta\lambda)^t]/\lambda` (:math:`1/\lambda` when converged),
     with its limit :math:`\eta t` at :math:`\lambda\to0`.
@@ -829,7 +833,13 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
             Lc = np.linalg.cholesky(Tj)
             newton = _solve_tri(Lc, TBA.T, transpose=True)   # Theta~^{-1} Theta_AB
             Pn = newton.T                                     # Theta_BA Theta~^{-1}
-            if updates:
+            if updates and updates > _STEPWISE_UPDATES:
+                # the same sums in closed form (a loop of 1e10 steps would not end):
+                # eta sum_s (1 - eta Theta~)^s = Theta~^{-1} [1 - (1 - eta Theta~)^t]
+                Pg = (TBA @ U) * _gd_factor(lam, eta, updates) @ U.T
+                S = (U * _decay(lam, eta, updates)) @ U.T
+                Pm = Pg + Pn @ S
+            elif updates:
                 S = np.eye(P)
                 step = np.eye(P) - eta * Tj
                 Pg = np.zeros((Q, P))
