@@ -96,7 +96,9 @@ def public(obj: Any) -> Any:
         return obj
     name = obj.__qualname__.removesuffix(".__init__")
     from ._validate import check_keywords, keyword_rules
-    rules = keyword_rules(obj)         # seed=, rtol=, progress= and bool flags: effth._validate
+    # seed=, rtol=, progress= and bool flags (effth._validate); functions only: the fields of
+    # result classes (a run's seed=(SeedSequence, ...), its converged=) are not user input
+    rules = {} if obj.__name__ == "__init__" else keyword_rules(obj)
 
     @functools.wraps(obj)
     def checked(*args, **kwargs):

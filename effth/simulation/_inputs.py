@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import _validate
-from .._validate import input_matrix
+
+from .._validate import input_matrix, rng as _rng
 from effth.arch import MLP
 from ..errors import DomainError
 
@@ -20,7 +20,7 @@ def as_generator(seed: Any) -> np.random.Generator:
     ``seed`` may be an int >= 0, a ``numpy.random.SeedSequence``, a ``numpy.random.Generator``
     or ``None`` (fresh entropy).
     """
-    return _validate.rng(seed)
+    return _rng(seed)
 
 
 def check_inputs(X: Any) -> np.ndarray:

@@ -35,12 +35,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from effth import _validate as _v
 
 from .._display import activation_text, depth_text, html_table
 from .._progress import progress_bar
 from .._results import HiddenLayers
 from .._validate import check_memory, integer, real_array, real_scalar
+from .._validate import seed as _check_seed
 from ..activations import get_activation
 from effth.arch import resolve_depth
 from ..errors import DomainError
@@ -214,7 +214,7 @@ def _real_scalar(v, name: str) -> float:
 def _resolve_seeds(seed, networks=None) -> tuple:
     """One entry per network: ints, a sequence of ints, a SeedSequence, a Generator, or None;
     with ``networks=k``, ``k`` independent children of ``seed`` (``SeedSequence.spawn``)."""
-    s = _v.seed(seed)
+    s = _check_seed(seed)
     if networks is not None:
         k = integer(networks, "networks", minimum=1)
         if isinstance(s, (np.random.SeedSequence, np.random.Generator)):
