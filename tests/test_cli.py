@@ -123,7 +123,8 @@ def test_gamma0_bad_input_exits_2(capsys):
     assert "effth:" in capsys.readouterr().err
     code, text = run("gamma0", "--order", "4", "--hidden-layers", "3", "--activation", "tanh",
                      "--quantity", "phi")
-    assert code == 0 and r"B_jB_j^\top=\Phi^{\ell-1}_{2j}" in text and "Price" in text
+    assert code == 0 and "Price" not in text and r"\cdots" not in text
+    assert r"\Phi^{\ell}_{2}(t,s)&=" in text and "given as numbers" in text
     code, text = run("gamma0", "--order", "2", "--depth", "4", "--activation", "tanh",
                      "--quantity", "phi")
     assert code == 0 and r"\Phi^{\ell-1}_{2,ab}" in text

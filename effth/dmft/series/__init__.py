@@ -7,9 +7,10 @@ parameters expanded around the lazy process to any order.
   coefficients of deep linear (exact), two-layer (any smooth :math:`\sigma`) and deep nonlinear
   networks;
 * :mod:`.leading` -- the :math:`O(\gamma_0^2)` coefficients in closed form (symbolic);
-* :mod:`.formulas`, :mod:`.formulas_nonlinear` -- the coefficients as printed equations (deep linear,
-  every order; deep nonlinear at :math:`\gamma_0^2` in Gaussian moments) with evaluators of the
-  printed equations;
+* :mod:`.formulas`, :mod:`.formulas_two_layer`, :mod:`.formulas_nonlinear` -- the coefficients as
+  printed equations (deep linear, every order; two-layer, any smooth activation, every order in
+  Gaussian atoms times time functions of the errors; deep nonlinear at :math:`\gamma_0^2` in
+  Gaussian moments) with evaluators of the printed equations;
 * :mod:`.arith` -- truncated power-series arithmetic;
 * :mod:`.compare` -- static NTK, gradient independence, the series and the full DMFT side by side.
 """

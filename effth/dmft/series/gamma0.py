@@ -360,13 +360,16 @@ class Gamma0Series(HiddenLayers):
         Order 0 prints the lazy value, order 2 the closed form of Bordelon & Pehlevan (2022), eqs. (144)-(147), corrected here (deep linear:
         ``'phi'``, ``'g'``, ``'ntk'``; ``layer`` selects :math:`\ell`, default symbolic) or §4.4
         (two-layer: ``'phi'``, ``'g'``, ``'ntk'`` as Gaussian atoms over :math:`K=K^x`); higher
-        orders and other quantities print the defining order-by-order recursion.
+        orders and other quantities print the system through ``order``
+        (:func:`latex_coefficient`: deep linear and two-layer networks as formulas, deep
+        nonlinear ones as formulas to :math:`\gamma_0^2` and numbers above, here this series'
+        own numbers).
         """
         self._check_order(order)
         return latex_coefficient(order, name, hidden_layers=self.hidden_layers,
                                  activation=self.activation,
                                  layer=layer, gradient_independent=self.gradient_independent,
-                                 closure=self.closure)
+                                 closure=self.closure, _series=self)
 
     def _repr_latex_(self) -> str:
         return "$" + self.latex(min(2, self.order), "ntk") + "$"
@@ -374,14 +377,24 @@ class Gamma0Series(HiddenLayers):
 
 def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layers=None,
                       activation="linear", layer=None, gradient_independent: bool = False,
-                      closure: str = "exact", format: str = "latex") -> str:
-    r"""LaTeX of a :math:`\gamma_0`-coefficient without computing any numbers (used by the CLI).
+                      closure: str = "exact", format: str = "latex", _series=None) -> str:
+    r"""LaTeX of a :math:`\gamma_0`-coefficient (used by the CLI).
 
     ``depth`` (weight layers) or ``hidden_layers`` (``= depth - 1``, the paper's :math:`L`): give
-    at most one; neither keeps the depth symbolic (deep linear).  See :meth:`Gamma0Series.latex`.
-    Deep linear networks above order 2: the equations of every order through ``order``
-    (:func:`effth.dmft.series.formulas.deep_linear_formulas`, with the predictions of ``closure``)
-    in an ``aligned`` block, or as plain text with ``format='text'``.
+    at most one; neither keeps the depth symbolic (deep linear; two-layer for an activation).  See
+    :meth:`Gamma0Series.latex`.  Above order 2 (and for the predictions and loss of a two-layer
+    network at order 2) the whole system through ``order`` is printed, in an ``aligned`` block or
+    as plain text with ``format='text'``:
+
+    * deep linear networks: the equations of every order
+      (:func:`effth.dmft.series.formulas.deep_linear_formulas`, predictions of ``closure``);
+    * two-layer networks, any smooth activation, ``closure='exact'``: every coefficient in Gaussian
+      atoms times time functions (:func:`effth.dmft.series.formulas_two_layer.two_layer_formulas`);
+    * deep nonlinear networks (and two-layer ones with ``closure='ntk'``): the printed
+      :math:`O(\gamma_0^2)` system (:func:`effth.dmft.series.formulas_nonlinear.deep_nonlinear_formulas`),
+      then the statement that the higher orders are numbers and a table of them computed here by
+      :func:`gamma0_series` on one input (``NUMBERS_EXAMPLE``; seconds at order 4, about a
+      minute at order 6).
     """
     if depth is not None or hidden_layers is not None:
         hidden_layers = hidden_layer_count(depth, hidden_layers)
@@ -393,7 +406,6 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layer
     linear = is_linear(act)
     if not linear and order >= 2 and order % 2 == 0:
         require_smooth(act, "the gamma0-series")
-    deep_nonlinear = not linear and hidden_layers not in (1, None)
     sym = _SYMBOLS[name]
     if order % 2:
         return rf"[{sym}]_{{\gamma_0^{{{order}}}}} = 0"
@@ -404,12 +416,14 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layer
                 "A": r"A^{\ell}_0=C^{\ell}_0" if not gradient_independent else "0",
                 "B": r"B^{\ell}_0=D^{\ell+1}_0" if not gradient_independent else "0"}[name]
         return rf"[{sym}]_{{\gamma_0^{{0}}}} = {lazy}"
-    if order == 2 and deep_nonlinear and name in ("phi", "g", "ntk", "A", "B", "f", "delta"):
-        from effth.dmft.series.formulas_nonlinear import deep_nonlinear_formulas
+    label = "linear" if linear else activation_label(act)
+    two_layer = not linear and hidden_layers in (1, None)
+    if two_layer and closure == "exact" and (order >= 4 or name in ("f", "delta", "loss")):
+        from effth.dmft.series.formulas_two_layer import two_layer_formulas
 
-        fm = deep_nonlinear_formulas(hidden_layers, activation=activation_label(act))
+        fm = two_layer_formulas(order, activation=label)
         return fm.text() if format == "text" else fm.latex(env="aligned")
-    if order == 2 and name in ("phi", "g", "ntk"):
+    if order == 2 and name in ("phi", "g", "ntk") and (linear or two_layer):
         if linear:
             key = {"phi": "H", "g": "G", "ntk": "ntk"}[name]
             expr = deep_linear_order2_exprs(hidden_layers, layer, gradient_independent)[key]
@@ -422,42 +436,102 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layer
             lhs = {"phi": r"\Phi_{2,\mu\nu}(t,t)", "g": r"G_{2,\mu\nu}(t,t)",
                    "ntk": r"K_{2,\mu\nu}(t,t)"}[name]
         return f"{lhs} = {_latex(expr)}"
-    if name in ("delta", "f") and order == 2:
+    if name in ("delta", "f") and order == 2 and (linear or two_layer):
         return (r"\Delta_2(t_{i+1}) = (1-\eta K_0)\Delta_2(t_i) - \eta K_2(t_i,t_i)\Delta^0(t_i),"
                 r"\quad f_2=-\Delta_2 \quad(\text{NTK closure; the exact closure adds the }"
                 r"O(\eta)\text{ single-site correction})")
-    k = order // 2
-    if deep_nonlinear:
-        return _deep_nonlinear_recursion(sym, order, name)
     if linear:
         from effth.dmft.series.formulas import deep_linear_formulas
 
         fm = deep_linear_formulas(order, hidden_layers=hidden_layers, closure=closure,
                                   gradient_independent=gradient_independent)
         return fm.text() if format == "text" else fm.latex(env="aligned")
-    return (rf"[{sym}]_{{\gamma_0^{{{order}}}}} = \sum_{{m}} \big\langle \phi^{{(a_1)}}(u)\cdots"
-            rf"\phi^{{(a_m)}}(u)\, r^{{p}} \big\rangle_{{u\sim\mathcal N(0,K^x),\,r\sim\mathcal N(0,1)}}"
-            rf"\times(\text{{iterated sums of }}\Delta^0,\Delta_2,\dots)\ \text{{(order }}{order})")
+    # deep nonlinear networks (or the NTK closure of two-layer ones): the printed O(gamma0^2)
+    # system, and above it the engine's numbers
+    from effth.dmft.series.formulas_nonlinear import deep_nonlinear_formulas
+
+    L = 1 if hidden_layers is None else int(hidden_layers)
+    fm = deep_nonlinear_formulas(L, activation=label)
+    if order == 2:
+        return fm.text() if format == "text" else fm.latex(env="aligned")
+    rows = _numbers_beyond_order2(order, name, L, act, layer, format == "text", _series)
+    if format == "text":
+        return fm.text() + "\n" + "\n".join(rows)
+    from effth.dmft.series.formulas import align_rows
+
+    return align_rows(fm.lines(True) + rows, env="aligned")
 
 
-def _deep_nonlinear_recursion(sym: str, order: int, name: str) -> str:
-    k = order // 2
-    if name in ("ntk", "f", "delta", "loss"):
-        return {"ntk": rf"K_{{{order}}}(t,t) = \sum_{{i+j={order}}}\sum_{{\ell=0}}^{{L}}"
-                       rf"G^{{\ell+1}}_{{i}}(t,t)\odot\Phi^{{\ell}}_{{j}}(t,t)",
-                "loss": rf"\mathcal L_{{{order}}} = \tfrac12\sum_{{i+j={order}}}\Delta_i\cdot\Delta_j"
-                }.get(name, rf"\Delta_{{{order}}}(t_{{i+1}}) = \Delta_{{{order}}}(t_i) - \eta"
-                            rf"\sum_{{j=0}}^{{{k}}}K_{{2j}}(t_i,t_i)\Delta_{{{order}-2j}}(t_i),\quad "
-                            rf"f_{{{order}}} = -\Delta_{{{order}}}\ (\text{{NTK closure}})")
-    avg = {"phi": r"\phi(h)\phi(h)^\top", "g": r"g\,g^\top",
-           "A": r"\gamma_0^{-1}\partial\phi(h)/\partial r", "B": r"\gamma_0^{-1}\partial g/\partial u"}[name]
-    return (rf"[{sym}]_{{\gamma_0^{{{order}}}}} = \Big[\big\langle {avg}\big\rangle_{{u_0,r_0,"
-            rf"\zeta}}\Big]_{{\gamma_0^{{{order}}}}}\Big|_{{h=u+C^\ell g,\ z=r+D^\ell\phi(h),\ "
-            rf"g=\dot\phi(h)z,\ u=u_0+\sum_{{j<{k}}}\gamma_0^jB_j\zeta_j,\ B_jB_j^\top="
-            rf"\Phi^{{\ell-1}}_{{2j}}\ (r\text{{ alike with }}G^{{\ell+1}}_{{2j}})}}"
-            rf" + \mathrm{{Price}}\big(\Phi^{{\ell-1}}_{{{order}}},G^{{\ell+1}}_{{{order}}}\big),"
-            rf"\quad u_0\sim\mathcal N(0,\Phi^{{\ell-1}}_0),\ r_0\sim\mathcal N(0,"
-            rf"G^{{\ell+1}}_0),\ \zeta\sim\mathcal N(0,I)")
+NUMBERS_EXAMPLE = {"kernel": [[1.0]], "y": [1.0], "eta": 0.1}
+
+
+def _tex_number(x: float) -> str:
+    m, _, e = f"{x:.10e}".partition("e")
+    m = m.rstrip("0").rstrip(".")
+    e = int(e)
+    return m if e == 0 else rf"{m}\times10^{{{e}}}"
+
+
+def _numbers_beyond_order2(order: int, name: str, hidden_layers: int, act, layer, text: bool,
+                           series=None) -> list:
+    r"""The rows that state plainly that the deep nonlinear coefficients above :math:`\gamma_0^2`
+    are numbers, and a table of them from :func:`gamma0_series` (NTK closure) on the example
+    ``NUMBERS_EXAMPLE`` (one input :math:`K^x=1`, :math:`y=1`, :math:`\eta=0.1`; 6 grid points
+    through order 4, 4 at order 6 -- about 45 s at two hidden layers; none above order 6, where the
+    expansion takes hours), or the numbers of ``series`` (a :class:`Gamma0Series`; the first
+    sample's entries when it has several).  Entries below 1e-13 of their column's largest (round-off of
+    coefficients that vanish at t = 0) are shown as 0."""
+    ex = dict(NUMBERS_EXAMPLE)
+    if series is not None:
+        top, steps = int(order), series.grid.steps
+        ex["eta"] = series.grid.eta
+        ser = series
+        data = ("the series' own data, first sample" if series.data.n_all > 1
+                else "the series' own data")
+    else:
+        top = min(int(order), 6)
+        steps = 6 if top <= 4 else 4
+        ser = gamma0_series(kernel=np.array(ex["kernel"]), y=np.array(ex["y"]),
+                            hidden_layers=hidden_layers, activation=act, eta=ex["eta"],
+                            steps=steps, order=top, closure="ntk")
+        data = None
+    what = {"ntk": "K", "f": "f", "delta": "Delta", "loss": "L", "phi": "Phi", "g": "G",
+            "A": "K", "B": "K"}[name]
+    ell = (layer or hidden_layers) if name in ("phi", "g") else None
+    values = []
+    for k in range(0, top + 1, 2):
+        c = np.asarray(ser.coefficient(k, "ntk" if name in ("A", "B") else name), dtype=float)
+        if name in ("phi", "g"):
+            c = np.array([c[ell - 1, i, 0, i, 0] for i in range(steps)])
+        c = c.reshape(steps, -1)[:, 0]
+        values.append(np.where(np.abs(c) < 1e-13 * max(np.max(np.abs(c)), 1e-300), 0.0, c))
+    where = f"layer {ell}, equal times" if ell is not None else "equal times"
+    resp = " (the responses A, B: Gamma0Series.lazy_responses)" if name in ("A", "B") else ""
+    above = (f"; the orders above gamma0^{top} take hours and are not tabulated"
+             if order > top else "")
+    if text:
+        rows = [f"above gamma0^2 the coefficients are given as numbers, not printed formulas: "
+                f"effth.dmft.gamma0_series ({ser.closure} closure), hidden layers L = {hidden_layers}, "
+                + (data or "one input Kx = 1, y = 1") + f", eta = {ex['eta']:g}{above}{resp}",
+                f"t | " + " | ".join(f"{what}_{k}(t) ({where})" for k in range(0, top + 1, 2))]
+        for i in range(steps):
+            rows.append(f"{i * ex['eta']:.4g} | " + " | ".join(f"{v[i]:.10e}" for v in values))
+        return rows
+    sym = {"K": "K", "f": "f", "Delta": r"\Delta", "L": r"\mathcal{L}", "Phi": r"\Phi^{%d}" % (ell or 0),
+           "G": "G^{%d}" % (ell or 0)}[what]
+    rows = [r"\text{above }\gamma_0^{2}\text{ the coefficients are given as numbers, not printed "
+            rf"formulas (the engine; {ser.closure} closure):}}",
+            rf"&L={hidden_layers},\ "
+            + (rf"\text{{{data}}}" if data else r"\text{one input},\ K^{x}=1,\ y=1")
+            + rf",\ \eta={ex['eta']:g}"
+            + (rf",\ \text{{orders above }}\gamma_0^{{{top}}}\text{{ not tabulated (hours)}}"
+               if order > top else "")
+            + (r",\ A,B:\ \text{see Gamma0Series.lazy\_responses}" if resp else "")]
+    for i in range(steps):
+        t = f"{i * ex['eta']:.4g}"
+        rows.append(rf"&t={t}:\ " + r",\ ".join(
+            rf"{sym}_{{{k}}}={_tex_number(v[i])}" for k, v in zip(range(0, top + 1, 2), values)))
+    return rows
 
 
 # ---------------------------------------------------------------------- construction
