@@ -380,9 +380,10 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
             or not np.isfinite(steps) or int(steps) != steps or steps < 1):
         raise DomainError(f"steps={steps!r} must be a positive integer")
     seeds = _resolve_seeds(seed, networks)
-    T_, n_, C_, N_ = float(steps), float(X.shape[0]), float(Y.shape[1]), float(width)
-    work = (L * T_ * n_ * N_ * (1 + C_ + bool(record_preactivations)) + (L - 1) * N_ * N_
-            + N_ * X.shape[1])
+    Ns = (width,) * L if np.ndim(width) == 0 else tuple(width)
+    T_, n_, C_, N_ = float(steps), float(X.shape[0]), float(Y.shape[1]), float(max(Ns))
+    work = (L * T_ * n_ * N_ * (1 + C_ + bool(record_preactivations))
+            + sum(float(Ns[k]) * Ns[k + 1] for k in range(L - 1)) + Ns[0] * X.shape[1])
     kept = L * T_ * T_ * n_ * n_ * (1 + C_ * C_) + T_ * n_ * (C_ + 1)
     check_memory(8.0 * (work + 2 * len(seeds) * kept),
                  f"{len(seeds)} network(s) of width {width} trained for {int(steps)} steps "
