@@ -452,6 +452,8 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     for s in wanted:
         if s not in NTK_STATISTICS:
             raise DomainError(f"unknown statistic {s!r}; expected some of {NTK_STATISTICS}")
+    if net is not None and X is not None:
+        X = input_matrix(X, "X")          # bad inputs refused before the (symbolic) closure
     stats = _closure(wanted)
     # the kernel sector: what the NTK steps read (V, G1), K always
     kstats = ("K",) + tuple(sorted({r for s in stats for r in ntk_layer_step(s).reads} & {"V", "G1"}))
