@@ -455,7 +455,8 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     if net is not None and X is not None:   # bad inputs refused before the (symbolic) closure
         X = input_matrix(X, "X")
     elif net is None and K1 is not None:
-        resolve_depth(depth, hidden_layers, minimum=1)
+        L0 = resolve_depth(depth, hidden_layers, minimum=1)
+        _per_layer(lambda_b, L0, "lambda_b"), _per_layer(lambda_w, L0, "lambda_w")
         n_k1 = kernel_matrix(K1, "K1").shape[0]
         if Theta1 is not None:
             _check_theta(kernel_matrix(Theta1, "Theta1"), n_k1)
