@@ -24,6 +24,10 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator
 
+import numpy as np
+
+from .errors import DomainError
+
 __all__ = ["progress_bar", "progress_enabled"]
 
 
@@ -54,8 +58,8 @@ def _in_notebook() -> bool:
 def progress_enabled(progress: bool | None = None) -> bool:
     """Whether a long run should draw a progress bar (see the module docstring)."""
     if progress is not None:
-        if not isinstance(progress, (bool, int)):
-            raise TypeError(f"progress must be True, False or None, got {progress!r}")
+        if not isinstance(progress, (bool, np.bool_)):
+            raise DomainError(f"progress must be True, False or None, got {progress!r}")
         return bool(progress)
     env = os.environ.get("EFFTH_PROGRESS")
     if env is not None:

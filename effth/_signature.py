@@ -6,7 +6,8 @@ signature before the call and, for an unknown one, names the closest accepted ke
 keyword that replaced a retired one (``docs/conventions.md``: one spelling per meaning).
 
 The check costs one set comparison per call; calls with correct keywords run the function
-unchanged.
+unchanged. The keywords with one meaning everywhere (``seed=``, ``rtol=``, ``progress=`` and the
+flags annotated ``bool``) are checked here too, by :func:`effth._validate.keyword_rules`.
 
 Examples
 --------
@@ -94,6 +95,10 @@ def public(obj: Any) -> Any:
         obj.__effth_public__ = True
         return obj
     name = obj.__qualname__.removesuffix(".__init__")
+    from ._validate import check_keywords, keyword_rules
+    # seed=, rtol=, progress= and bool flags (effth._validate); functions only: the fields of
+    # result classes (a run's seed=(SeedSequence, ...), its converged=) are not user input
+    rules = {} if obj.__name__ == "__init__" else keyword_rules(obj)
 
     @functools.wraps(obj)
     def checked(*args, **kwargs):
@@ -101,6 +106,8 @@ def public(obj: Any) -> Any:
             bad = next(k for k in kwargs if k not in accepted)
             raise TypeError(f"{name}() got an unexpected keyword argument {bad!r}"
                             + suggest(bad, accepted - {"self"})) from None
+        if rules and kwargs:
+            check_keywords(rules, kwargs)
         return obj(*args, **kwargs)
 
     checked.__effth_public__ = True

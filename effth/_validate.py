@@ -17,6 +17,7 @@ effth.errors.DomainError: X must be real, got a complex array (pass X.real if th
 from __future__ import annotations
 
 import math
+import os
 import numbers
 from typing import Any
 
@@ -24,9 +25,11 @@ import numpy as np
 
 from .errors import DomainError
 
-__all__ = ["finite_array", "input_matrix", "integer", "kernel_matrix", "label_array",
-           "last_hidden_width", "nonnegative", "positive", "real_array", "real_scalar",
-           "symmetric_matrix"]
+__all__ = ["boolean", "check_memory", "finite_array", "format_bytes", "input_matrix", "integer",
+           "check_keywords", "check_work", "format_seconds", "keyword_rules",
+           "kernel_matrix", "label_array", "last_hidden_width", "memory_limit", "nonnegative", "optional_boolean",
+           "positive", "real_array", "real_scalar", "rng", "seed", "seed_sequence",
+           "symmetric_matrix", "tolerance", "width_ratio_values"]
 
 
 def real_scalar(value: Any, name: str) -> float:
@@ -200,6 +203,239 @@ def last_hidden_width(widths: Any, name: str = "widths", *, equal: bool = False)
         raise DomainError(f"{name}={tuple(out)}: this O(1/n) theory takes equal hidden widths; give "
                           "one int")
     return out[-1]
+
+
+# ----------------------------------------------------------------------------- seeds, flags, tolerances
+_SEED_KINDS = "an int >= 0, a sequence of ints >= 0, a numpy SeedSequence, a numpy Generator or None"
+
+
+def seed(value: Any, name: str = "seed", *, generator: bool = True, sequence: bool = True) -> Any:
+    """A seed NumPy accepts, checked once for every entry point: ``None``, an int >= 0, a
+    sequence of ints >= 0 (returned as a tuple), a ``numpy.random.SeedSequence`` or (if
+    ``generator``) a ``numpy.random.Generator``, returned unchanged. Strings, floats, bools and
+    negative ints raise :class:`DomainError` with one message.
+
+    >>> seed(3), seed([1, 2])
+    (3, (1, 2))
+    >>> seed(-1)
+    Traceback (most recent call last):
+    ...
+    effth.errors.DomainError: seed=-1 must be an int >= 0, a sequence of ints >= 0, a numpy SeedSequence, a numpy Generator or None
+    """
+    kinds = _SEED_KINDS if generator else _SEED_KINDS.replace(", a numpy Generator", "")
+    if not sequence:
+        kinds = kinds.replace(", a sequence of ints >= 0", "")
+    if value is None or isinstance(value, np.random.SeedSequence):
+        return value
+    if isinstance(value, np.random.Generator):
+        if generator:
+            return value
+        raise DomainError(f"{name} is a numpy Generator; here {name} must be {kinds} (pass "
+                          f"{name}=np.random.SeedSequence(...) or an int)")
+
+    def _int(v):
+        if isinstance(v, (bool, np.bool_)):
+            return None
+        if (isinstance(v, (numbers.Integral, np.integer))
+                or (getattr(getattr(v, "dtype", None), "kind", "") in "iu" and np.ndim(v) == 0
+                    and hasattr(v, "dtype"))) and int(v) >= 0:
+            return int(v)
+        return None
+
+    if np.ndim(value) == 0 and not isinstance(value, (str, bytes)):
+        out = _int(value)
+        if out is None:
+            raise DomainError(f"{name}={value!r} must be {kinds}")
+        return out
+    if sequence and not isinstance(value, (str, bytes)):
+        try:
+            items = list(np.asarray(value, dtype=object).ravel()) if np.ndim(value) else []
+        except Exception:   # noqa: BLE001 - ragged
+            items = []
+        ints = [_int(v) for v in items]
+        if items and all(v is not None for v in ints):
+            return tuple(ints)
+    raise DomainError(f"{name}={value!r} must be {kinds}")
+
+
+def rng(value: Any, name: str = "seed") -> np.random.Generator:
+    """``numpy.random.default_rng(seed)`` after :func:`seed` (a Generator is used as is)."""
+    s = seed(value, name)
+    return s if isinstance(s, np.random.Generator) else np.random.default_rng(s)
+
+
+def seed_sequence(value: Any, name: str = "seed") -> np.random.SeedSequence:
+    """A ``SeedSequence`` to spawn children from (a Generator's own sequence is used; it spawns
+    the same children as ``Generator.spawn``)."""
+    s = seed(value, name)
+    if isinstance(s, np.random.SeedSequence):
+        return s
+    if isinstance(s, np.random.Generator):
+        return s.bit_generator.seed_seq
+    return np.random.SeedSequence(s)
+
+
+def boolean(value: Any, name: str) -> bool:
+    """A real ``bool`` (NumPy bools included); strings, ints and None raise :class:`DomainError`
+    (``"no"`` is truthy, so accepting it would silently mean True).
+
+    >>> boolean(np.True_, "center")
+    True
+    >>> boolean("no", "bias")
+    Traceback (most recent call last):
+    ...
+    effth.errors.DomainError: bias must be True or False, got 'no'
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise DomainError(f"{name} must be True or False, got {value!r}")
+
+
+def optional_boolean(value: Any, name: str) -> bool | None:
+    """``None`` (the default: decide automatically) or a real bool, as :func:`boolean`."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise DomainError(f"{name} must be True, False or None, got {value!r}")
+
+
+def tolerance(value: Any, name: str = "rtol") -> float:
+    """A relative tolerance: a finite real number with 0 < value < 1."""
+    try:
+        v = real_scalar(value, name)
+    except DomainError:
+        raise DomainError(f"{name} must be a real number with 0 < {name} < 1, got {value!r}") from None
+    if not (math.isfinite(v) and 0.0 < v < 1.0):
+        raise DomainError(f"{name}={value!r} must be finite with 0 < {name} < 1 (a relative "
+                          "tolerance)")
+    return v
+
+
+# ----------------------------------------------------------------------------- memory bound
+MEMORY_ENV = "EFFTH_MAX_BYTES"
+_MEMORY_FRACTION = 0.5
+
+
+def _physical_memory() -> float:
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):   # pragma: no cover - non-POSIX
+        return 8.0 * 2**30
+
+
+def memory_limit() -> float:
+    """Bytes one effth allocation may take: ``$EFFTH_MAX_BYTES`` if set (a number of bytes,
+    e.g. ``4e9``), else half the machine's physical memory."""
+    env = os.environ.get(MEMORY_ENV)
+    if env:
+        try:
+            v = float(env)
+        except ValueError:
+            raise DomainError(f"{MEMORY_ENV}={env!r} must be a number of bytes (e.g. 4e9)") from None
+        if not (v > 0):
+            raise DomainError(f"{MEMORY_ENV}={env!r} must be a positive number of bytes")
+        return v
+    return _MEMORY_FRACTION * _physical_memory()
+
+
+def format_bytes(nbytes: float) -> str:
+    """``7.3 TiB``-style size."""
+    v = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if abs(v) < 1024 or unit == "EiB":
+            return f"{v:.3g} {unit}" if unit != "B" else f"{v:.0f} B"
+        v /= 1024
+    return f"{v:.3g} EiB"   # pragma: no cover
+
+
+def check_memory(nbytes: float, what: str, hint: str) -> float:
+    """Refuse, before allocating, an allocation of ``nbytes`` above :func:`memory_limit`.
+
+    ``what`` names the array(s) ("the (10^6 x 10^6) weight matrices"), ``hint`` the knob to turn
+    ("lower widths"). Raises :class:`DomainError` "needs 7.3 TiB for ...; ..."; returns
+    ``nbytes`` otherwise. Callers compute ``nbytes`` in floating point (never by allocating).
+    """
+    nbytes = float(nbytes)
+    limit = memory_limit()
+    if not (nbytes <= limit):
+        raise DomainError(f"needs {format_bytes(nbytes)} for {what}, above the memory bound of "
+                          f"{format_bytes(limit)} (half the physical memory, or ${MEMORY_ENV}); "
+                          f"{hint}")
+    return nbytes
+
+
+WORK_ENV = "EFFTH_MAX_SECONDS"
+_WORK_SECONDS = 1800.0
+
+
+def format_seconds(seconds: float) -> str:
+    """``3.2 h``-style duration."""
+    s = float(seconds)
+    for unit, size in (("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if s >= size:
+            return f"{s / size:.3g} {unit}"
+    return f"{s:.3g} s"
+
+
+def check_work(seconds: float, what: str, hint: str) -> float:
+    """Refuse, before starting, a loop whose *optimistic* run-time estimate ``seconds`` exceeds
+    ``$EFFTH_MAX_SECONDS`` (default 1800 s): a call that cannot finish is an error, not a hang.
+
+    Callers estimate ``seconds`` from lower bounds on the cost per item (so nothing feasible is
+    refused); raise the bound with the environment variable to run longer studies.
+    """
+    env = os.environ.get(WORK_ENV)
+    limit = _WORK_SECONDS
+    if env:
+        try:
+            limit = float(env)
+        except ValueError:
+            raise DomainError(f"{WORK_ENV}={env!r} must be a number of seconds") from None
+    seconds = float(seconds)
+    if not (seconds <= limit):
+        raise DomainError(f"{what} would run for at least {format_seconds(seconds)} (estimate), "
+                          f"above the work bound of {format_seconds(limit)} (${WORK_ENV}); {hint}")
+    return seconds
+
+
+# ----------------------------------------------------------------------------- keyword rules
+def keyword_rules(fn: Any) -> dict:
+    """The checks :func:`effth._signature.public` applies to the keywords of ``fn`` a caller
+    passes: ``seed`` (:func:`seed`), ``rtol`` (:func:`tolerance`), ``progress`` and every flag
+    annotated ``bool`` or ``bool | None`` (:func:`boolean`, :func:`optional_boolean`). A ``None``
+    is let through where ``None`` is the default. The values reach ``fn`` unchanged.
+    """
+    import inspect
+    rules = {}
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            continue
+        ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
+        ann = str(ann).replace(" ", "")
+        none_ok = p.default is None
+        if p.name == "seed":
+            rule = seed
+        elif p.name == "rtol":
+            rule = tolerance
+        elif p.name == "progress" or ann in ("bool|None", "None|bool", "Optional[bool]"):
+            rule = optional_boolean
+        elif ann == "bool" or (p.annotation is p.empty and isinstance(p.default, bool)):
+            rule = boolean
+        else:
+            continue
+        rules[p.name] = (rule, none_ok)
+    return rules
+
+
+def check_keywords(rules: dict, kwargs: dict) -> None:
+    """Apply :func:`keyword_rules` to the keywords of one call (raises :class:`DomainError`)."""
+    for name in rules.keys() & kwargs.keys():
+        rule, none_ok = rules[name]
+        value = kwargs[name]
+        if value is None and none_ok:
+            continue
+        rule(value, name)
 
 
 def width_ratio_values(width_ratios: Any, hidden_layers: int,

@@ -40,6 +40,7 @@ Examples
 
 from __future__ import annotations
 
+from . import _validate as _v
 from effth._signature import public
 
 import io
@@ -401,6 +402,9 @@ def run_report(*, activation: Any = "tanh", depth: int | None = None, widths: An
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
     act = get_activation(activation)
+    seed = _v.seed(seed)
+    quick, plots = _v.boolean(quick, "quick"), _v.boolean(plots, "plots")
+    progress = _v.optional_boolean(progress, "progress")
     d = _DEFAULTS[bool(quick)]
     depth = d["depth"] if depth is None else depth
     widths = _ladder(d["widths"] if widths is None else widths)
@@ -431,7 +435,8 @@ def run_report(*, activation: Any = "tanh", depth: int | None = None, widths: An
     timings["evaluate"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    root = np.random.SeedSequence(seed) if isinstance(seed, (int, np.integer)) else seed
+    root = (seed if isinstance(seed, (np.random.SeedSequence, np.random.Generator))
+            else np.random.SeedSequence(seed))
     children = (root.spawn(len(widths)) if isinstance(root, np.random.SeedSequence)
                 else [root] * len(widths))
     measurements = {}

@@ -29,6 +29,7 @@ True
 
 from __future__ import annotations
 
+from . import _validate as _v
 from effth._signature import public
 
 import itertools
@@ -172,7 +173,7 @@ def sweep(func: Callable, grid: Any, *, seed: Any = None, client: Any = None,
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise DomainError(f"workers must be a positive int, got {workers!r}")
     if seed is not None:
-        root = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+        root = _v.seed_sequence(seed)
         seeds = root.spawn(len(points))
         calls = [dict(p, seed=s) for p, s in zip(points, seeds)]
     else:

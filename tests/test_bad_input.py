@@ -89,6 +89,27 @@ def _ntk_ens(net=NET, X_=X, **kw):
     return simulate_ntk_ensemble(net, X_, **kw)
 
 
+RF = dict(depth=2, gamma0=0.5, eta=0.1, steps=3, samples=200, batches=2)
+
+
+def _lin_field(**kw):
+    from effth.simulation import simulate_linear_field
+    args = dict(dim=8, depth=2, nu=1.0, gamma0=0.5, eta=0.1, steps=3, networks=2, seed=0)
+    return simulate_linear_field(**{**args, **kw})
+
+
+def _seeded(width, seed):
+    return float(np.random.default_rng(seed).standard_normal(width).mean())
+
+
+def _cli(*argv):
+    import contextlib
+    import io
+    from effth.cli import main
+    with contextlib.redirect_stderr(io.StringIO()):
+        return main(list(argv))
+
+
 def _crit(*a, **kw):
     from effth.pdlt.criticality import find_criticality
     return find_criticality(*a, **kw)
@@ -361,6 +382,76 @@ CASES: list[Case] = [
     C("derive", "unknown special", lambda: et.derive("V", special="third_layer"), "special"),
     C("derive", "unknown form", lambda: et.derive("V", form="pretty"), "form"),
     C("derive", "net not an MLP", lambda: et.derive("K", net="tanh"), "net"),
+    # --- seed= (one rule for every entry point: int >= 0, ints, SeedSequence, Generator, None)
+    *[C(entry, f"seed {label}", (lambda f=f, s=s: f(s)), r"seed=.*must be an int >= 0")
+      for entry, f in (
+          ("simulate_linear_field", lambda s: _lin_field(seed=s)),
+          ("solve_rule_forward", lambda s: et.dmft.solve_rule_forward(X, Y, **RF, seed=s)),
+          ("solve_rule_two_layer", lambda s: et.dmft.solve_rule_two_layer(
+              X, Y, **{k: v for k, v in RF.items() if k != "depth"}, seed=s)),
+          ("sweep", lambda s: et.sweep(_seeded, {"width": [2, 3]}, seed=s)),
+          ("solve_monte_carlo", lambda s: et.dmft.solve_monte_carlo(X, Y, **MC, seed=s)),
+          ("gaussian_expectation", lambda s: et.gaussian_expectation(GE2, K2, "tanh", method="mc",
+                                                                     n_samples=100, seed=s)),
+          ("simulate_training", lambda s: et.simulate_training(X, Y, **{**TRAIN, "seed": s})),
+          ("train_ensemble", lambda s: et.train_ensemble(LIN, X, Y, eta=0.1, updates=2, networks=4,
+                                                         seed=s)))
+      for label, s in (("string", "abc"), ("negative", -1), ("float", 1.5))],
+    C("sweep", "seed a Generator (accepted)",
+      lambda: et.sweep(_seeded, {"width": [2, 3]}, seed=np.random.default_rng(1)), "seed",
+      ok=lambda sw: len(sw.results) == 2),
+    C("gaussian_expectation", "seed a Generator (accepted)",
+      lambda: et.gaussian_expectation(GE2, K2, "tanh", method="mc", n_samples=100,
+                                      seed=np.random.default_rng(1)), "seed",
+      ok=lambda v: np.isfinite(float(v))),
+    C("effth report", "--seed -1", lambda: _cli("report", "--quick", "--seed", "-1", "--out", ""),
+      "seed", ok=lambda rc: rc == 2),
+    # --- booleans: a real bool only ("no" is truthy)
+    C("simulate_training", "bias string", lambda: et.simulate_training(X, Y, **TRAIN, bias="no"), "bias"),
+    C("simulate_training", "record_kernels string",
+      lambda: et.simulate_training(X, Y, **TRAIN, record_kernels="no"), "record_kernels"),
+    C("simulate_training", "progress string", lambda: et.simulate_training(X, Y, **TRAIN, progress="yes"),
+      "progress"),
+    C("solve_two_layer", "two_time string", lambda: et.dmft.solve_two_layer(X, Y, **TL, two_time="x"),
+      "two_time"),
+    C("simulate_ensemble", "keep_samples string",
+      lambda: et.simulate_ensemble(NET, X, networks=10, seed=0, keep_samples="no"), "keep_samples"),
+    C("gamma0_series", "exact string", lambda: et.dmft.gamma0_series(X, Y, **SER, exact="no"), "exact"),
+    C("simulate_linear_field", "centering string", lambda: _lin_field(centering="no"), "centering"),
+    C("solve_monte_carlo", "progress string", lambda: et.dmft.solve_monte_carlo(X, Y, **MC, progress="yes"),
+      "progress"),
+    C("sweep", "progress int", lambda: et.sweep(_seeded, {"width": [2]}, seed=0, progress=1), "progress"),
+    # --- sizes that cannot fit: refused with the estimate before anything is allocated
+    C("train_ensemble", "widths 10**6 (TiB of weights)",
+      lambda: et.train_ensemble(et.MLP("linear", depth=3, widths=10**6), X, Y, eta=0.1, updates=2,
+                                networks=4, seed=0), r"needs [\d.]+ TiB for one network's weights.*widths"),
+    C("train_ensemble", "networks 10**9", lambda: et.train_ensemble(LIN, X, Y, eta=0.1, updates=2,
+                                                                    networks=10**9, seed=0),
+      r"needs [\d.]+ GiB for the records.*lower networks"),
+    C("simulate_training", "steps 10**6, record_kernels",
+      lambda: et.simulate_training(X, Y, **{**TRAIN, "steps": 10**6}, record_kernels=True),
+      r"needs [\d.]+ TiB.*lower steps"),
+    C("solve_deep_linear", "steps 10**5", lambda: et.dmft.solve_deep_linear(X, Y, **{**DL, "steps": 10**5}),
+      r"needs [\d.]+ TiB.*lower steps"),
+    C("solve_random_data", "steps 10**6",
+      lambda: et.dmft.solve_random_data(depth=2, gamma0=0.5, eta=0.1, steps=10**6), r"needs [\d.]+ TiB.*lower steps"),
+    C("MLP", "depth 10**9", lambda: et.MLP("tanh", depth=10**9, widths=8), r"needs [\d.]+ GiB.*lower depth"),
+    C("simulate_ensemble", "networks 10**10",
+      lambda: et.simulate_ensemble(NET, X, networks=10**10, seed=0), r"would run for.*lower networks"),
+    C("simulate_ensemble", "keep_samples, networks 10**9",
+      lambda: et.simulate_ensemble(NET, X, networks=10**9, seed=0, keep_samples=True),
+      r"needs [\d.]+ GiB for the kept samples"),
+    C("gaussian_expectation", "method mc, n_samples 10**11",
+      lambda: et.gaussian_expectation(GE2, K2, "tanh", method="mc", n_samples=10**11),
+      r"would run for.*lower n_samples"),
+    # --- rtol: finite, 0 < rtol < 1
+    *[C(entry, f"rtol {label}", (lambda f=f, r=r: f(r)), "rtol")
+      for entry, f in (
+          ("predict", lambda r: et.predict(NET, X, Y, X[:1], rtol=r)),
+          ("log_evidence", lambda r: et.log_evidence(NET, X, Y, rtol=r)),
+          ("flow", lambda r: et.flow(NET, X, rtol=r)),
+          ("gaussian_expectation", lambda r: et.gaussian_expectation(GE2, K2, "tanh", rtol=r)))
+      for label, r in (("string", "a"), ("NaN", float("nan")), ("1", 1.0), ("0", 0.0))],
 ]
 
 # Extra "what happens today" notes by case id (most are given inline as ``today=``).
@@ -458,6 +549,22 @@ def markdown() -> str:
         "where each row is one test that runs under a 20 s alarm; `test_docs_table_in_sync` keeps",
         "this page and the tests the same. Rows marked **open** are known defects: the test is a strict",
         "`xfail` describing what happens instead, and flips as soon as the source is fixed.",
+        "",
+        "Keywords with one meaning everywhere are checked by one rule each (`effth._validate`),",
+        "applied to every public function by its `@public` decorator before the call:",
+        "",
+        "- `seed=`: an int >= 0, a sequence of ints >= 0, a `numpy.random.SeedSequence`, a",
+        "  `numpy.random.Generator` (used as is) or `None`; strings, floats, bools and negative ints",
+        "  are refused with one message.",
+        "- `progress=` and every flag annotated `bool`: `True` or `False` (NumPy bools too) — a",
+        "  string such as `\"no\"` is truthy and is refused, as is `1`.",
+        "- `rtol=`: a finite real number with `0 < rtol < 1`.",
+        "",
+        "Sizes that cannot fit are refused before anything is allocated, with the estimate and the",
+        "knob to turn (\"needs 21.8 TiB for one network's weights ...; lower widths\"). The bound is",
+        "half the physical memory, or `$EFFTH_MAX_BYTES` (bytes); loops whose optimistic run-time",
+        "estimate exceeds `$EFFTH_MAX_SECONDS` (default 1800 s) are refused the same way (raise it",
+        "for long studies).",
         "",
         "| entry point | bad input | raises | message matches (regex) | status |",
         "|---|---|---|---|---|",

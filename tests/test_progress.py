@@ -15,8 +15,10 @@ def test_off_by_environment_and_explicit_flags_win(monkeypatch):
     assert progress_enabled(True) and not progress_enabled(False)
     monkeypatch.setenv("EFFTH_PROGRESS", "1")
     assert progress_enabled(None)
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="progress"):      # effth.DomainError
         progress_enabled("yes")
+    with pytest.raises(ValueError, match="progress"):
+        progress_enabled(1)
 
 
 def test_a_bar_draws_when_asked(monkeypatch):

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 from effth.activations import Activation, get_activation
 from effth.arch._common import LayeredNetwork, _as_int, _widths, per_layer, real_sequence
 from effth.errors import DomainError
+from effth._validate import check_memory, check_work
 
 __all__ = ["MLP"]
 
@@ -73,6 +74,9 @@ class MLP(LayeredNetwork):
         depth = _as_int(self.depth, "depth")
         if depth < 1:
             raise DomainError(f"depth must be an int >= 1 (number of weight layers), got {self.depth!r}")
+        check_memory(160.0 * depth, f"the per-layer settings of depth={depth} (widths, c_w, c_b, "
+                     "gamma, xi: about 160 bytes a layer)", "lower depth")
+        check_work(2e-6 * depth, f"MLP(depth={depth}) (per-layer settings)", "lower depth")
         object.__setattr__(self, "depth", depth)
         if self.widths is not None:
             object.__setattr__(self, "widths", _widths(self.widths, depth))

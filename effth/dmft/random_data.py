@@ -58,7 +58,7 @@ from effth._display import depth_text, html_table, short
 from effth._progress import progress_bar
 from effth._results import HiddenLayers
 from effth._threads import blas_threads
-from effth._validate import integer, positive, real_array, real_scalar
+from effth._validate import check_memory, integer, positive, real_array, real_scalar
 from effth.arch import resolve_depth
 from effth.arch._common import resolve_branch_scale
 from effth.errors import ConvergenceError, DomainError
@@ -112,6 +112,10 @@ def _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, 
     nu = positive(nu, "nu", allow_inf=True)
     eta = positive(eta, "eta")
     T = integer(steps, "steps", minimum=1)
+    check_memory(8.0 * (4 * (L + 2) ** 2 + 16) * float(T) ** 2,
+                 f"the two-time order parameters of {L} hidden layer(s) on {T} steps "
+                 f"(about {4 * (L + 2) ** 2 + 16} ({T} x {T}) arrays)",
+                 "lower steps (memory grows as steps**2, work as steps**3)")
     sigma = real_scalar(sigma, "sigma")
     if not (math.isfinite(sigma) and sigma >= 0):
         raise DomainError(f"sigma={sigma!r} (label-noise scale) must be finite and >= 0")

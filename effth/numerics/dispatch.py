@@ -9,6 +9,7 @@ Carlo.
 
 from __future__ import annotations
 
+from .. import _validate as _v
 from effth._signature import public
 
 import math
@@ -446,7 +447,7 @@ def gaussian_expectation(factors: Sequence[tuple], K: Any, activation: Any = Non
     mf = None if m is None else m.reshape((-1, k))
     rng = None
     if method == "mc":
-        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        rng = _v.rng(seed)
     backend = _Backend(method, act, float(rtol), rng, n_samples, dps)
     Kf, rescale = _homogeneous_rescale(factors, Kf, mf, act, method)
     ex = _Expander(act, backend, Kf, mf)

@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import input_matrix
+
+from .._validate import input_matrix, rng as _rng
 from effth.arch import MLP
 from ..errors import DomainError
 
@@ -19,15 +20,7 @@ def as_generator(seed: Any) -> np.random.Generator:
     ``seed`` may be an int >= 0, a ``numpy.random.SeedSequence``, a ``numpy.random.Generator``
     or ``None`` (fresh entropy).
     """
-    if isinstance(seed, np.random.Generator):
-        return seed
-    if isinstance(seed, (bool, np.bool_)):
-        raise DomainError(f"seed must be an int, a SeedSequence, a Generator or None, got {seed!r}")
-    try:
-        return np.random.default_rng(seed)
-    except (TypeError, ValueError) as exc:
-        raise DomainError(f"seed must be an int >= 0, a SeedSequence, a Generator or None, "
-                          f"got {seed!r} ({exc})") from None
+    return _rng(seed)
 
 
 def check_inputs(X: Any) -> np.ndarray:

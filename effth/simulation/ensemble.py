@@ -48,6 +48,7 @@ from effth.arch import MLP
 from ..errors import DomainError
 from .._display import html_table, short
 from .._results import WeightLayers
+from .._validate import check_memory, check_work
 from ._inputs import as_generator, check_ensemble
 from ._jackknife import group_units
 from ._estimators import layer_estimates
@@ -369,6 +370,14 @@ def simulate_ensemble(net: MLP, X: Any, *, networks: int,
     plan = Plan(widths=widths, c_w=c_w, c_b=c_b, sigma=sigma, X=Xa, G1=G1, last=last,
                 layers=frozenset(lay), method=method, keep=bool(keep_samples), gamma=gamma, xi=xi)
     bsz = int(batch) if batch is not None else _default_batch(widths, last, N)
+    flops = 2.0 * N * sum(float(widths[k - 1]) * widths[k] for k in range(1, last + 1))
+    check_work(size * (1e-6 + flops / 2e9),               # >= 1 us per network, <= 2 GFLOP/s
+               f"simulating {size} networks (widths {tuple(widths[:last + 1])}, {N} inputs)",
+               "lower networks or widths")
+    if keep_samples:
+        check_memory(8.0 * size * N * sum(widths[k] + N for k in lay),
+                     f"the kept samples of {size} networks (keep_samples=True)",
+                     "lower networks or pass keep_samples=False")
     K, units = group_units(size, bsz)
     rng = as_generator(seed)
     children = _spawn(rng, len(units))

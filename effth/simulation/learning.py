@@ -38,7 +38,7 @@ from scipy.special import log_softmax
 from .._display import activation_text, depth_text, html_table, short
 from .._progress import progress_bar
 from .._threads import blas_threads
-from .._validate import integer
+from .._validate import check_memory, integer
 from effth.arch import MLP
 from effth.arch._common import as_real
 from ..errors import DomainError
@@ -549,6 +549,17 @@ def train_ensemble(net: MLP, X: Any, y: Any, *, eta: float, updates: int,
             raise DomainError("networks= (the number of networks) is required unless params= is "
                               "given")
         size = integer(networks, "networks", minimum=1)
+    n_rec = updates // record_every + 1 + (updates % record_every != 0)
+    n_out_all = (P + (0 if Xt is None else Xt.shape[0])) * C
+    weights = sum(float(widths[ell]) * widths[ell + 1] for ell in range(L))
+    check_memory(8.0 * 3 * weights, f"one network's weights and gradients ({weights:.3g} "
+                 f"parameters, widths {tuple(widths)})", "lower widths")
+    check_memory(8.0 * size * n_rec * n_out_all * (2 + (n_out_all if record_ntk else 0)),
+                 f"the records of {size} networks at {n_rec} times (outputs"
+                 + (" and NTKs)" if record_ntk else ")"),
+                 "lower networks, or raise record_every" + (", or record_ntk=False"
+                                                             if record_ntk else ""))
+    if params is None:
         gens = as_generator(0 if seed is _UNSET else seed).spawn(size)
     rec = sorted(set(range(0, updates + 1, record_every)) | {updates})
 

@@ -26,6 +26,7 @@ a leading axis.
 
 from __future__ import annotations
 
+from .._validate import rng as _rng
 from effth._signature import public
 
 import math
@@ -188,10 +189,7 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
         P = None
     else:
         P = None if math.isinf(alpha) else max(1, int(round(alpha * D)))
-    if isinstance(seed, np.random.Generator):
-        rng = seed
-    else:
-        rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     # chunks of networks so that the weights stay below ~ 3e7 floats
     per_net = N * D + (L - 1) * N * N + (P or 0) * D
     chunk = max(1, min(n_net, int(3e7 // max(per_net, 1))))
@@ -294,7 +292,7 @@ def simulate_power_law(*, width: int, depth: int | None = None, hidden_layers: i
     if not (math.isfinite(sigma) and sigma >= 0):
         raise DomainError(f"sigma={sigma!r} must be finite and >= 0")
     B = None if batch is None else integer(batch, "batch", minimum=1)
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rng = _rng(seed)
     k = np.arange(1, M + 1, dtype=float)
     lam = k ** (-a)
     ws = np.sqrt(k ** (-a * b - 1 + a))

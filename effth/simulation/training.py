@@ -35,10 +35,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+
 from .._display import activation_text, depth_text, html_table
 from .._progress import progress_bar
 from .._results import HiddenLayers
-from .._validate import integer, real_array, real_scalar
+from .._validate import check_memory, integer, real_array, real_scalar
+from .._validate import seed as _check_seed
 from ..activations import get_activation
 from effth.arch import resolve_depth
 from ..errors import DomainError
@@ -212,41 +214,22 @@ def _real_scalar(v, name: str) -> float:
 def _resolve_seeds(seed, networks=None) -> tuple:
     """One entry per network: ints, a sequence of ints, a SeedSequence, a Generator, or None;
     with ``networks=k``, ``k`` independent children of ``seed`` (``SeedSequence.spawn``)."""
+    s = _check_seed(seed)
     if networks is not None:
         k = integer(networks, "networks", minimum=1)
-        if isinstance(seed, (np.random.SeedSequence, np.random.Generator)):
-            return tuple(seed.spawn(k))
-        if seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_))):
-            if seed is not None and seed < 0:
-                raise DomainError(f"seed={seed!r} must be a non-negative int")
-            return tuple(np.random.SeedSequence(None if seed is None else int(seed)).spawn(k))
-        seeds = _resolve_seeds(seed, networks)
-        if len(seeds) != k:
-            raise DomainError(f"networks={k} but seed lists {len(seeds)} seeds (one per network): "
+        if isinstance(s, (np.random.SeedSequence, np.random.Generator)):
+            return tuple(s.spawn(k))
+        if s is None or isinstance(s, int):
+            return tuple(np.random.SeedSequence(s).spawn(k))
+        if len(s) != k:
+            raise DomainError(f"networks={k} but seed lists {len(s)} seeds (one per network): "
                               "give one of them")
-        return seeds
-    if seed is None:
+        return s
+    if s is None:
         return (np.random.SeedSequence(),)
-    if isinstance(seed, (np.random.SeedSequence, np.random.Generator)):
-        return (seed,)
-    if isinstance(seed, (bool, np.bool_)):
-        raise DomainError(f"seed must be an int, a sequence of ints, a SeedSequence or a Generator, "
-                          f"got {seed!r}")
-    if isinstance(seed, (int, np.integer)):
-        if seed < 0:
-            raise DomainError(f"seed={seed!r} must be a non-negative int")
-        return (int(seed),)
-    try:
-        seeds = tuple(seed)
-    except TypeError:
-        raise DomainError(f"seed must be an int, a sequence of ints, a SeedSequence or a "
-                          f"Generator, got {seed!r}") from None
-    if not seeds or any(isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer))
-                        for s in seeds):
-        raise DomainError(f"seed as a sequence needs one int per network, got {seed!r}")
-    if any(s < 0 for s in seeds):
-        raise DomainError(f"seed={seed!r}: every seed must be a non-negative int")
-    return tuple(int(s) for s in seeds)
+    if isinstance(s, (np.random.SeedSequence, np.random.Generator, int)):
+        return (s,)
+    return s
 
 
 def _resolve_widths(widths, hidden_layers: int) -> tuple:
@@ -397,6 +380,16 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
             or not np.isfinite(steps) or int(steps) != steps or steps < 1):
         raise DomainError(f"steps={steps!r} must be a positive integer")
     seeds = _resolve_seeds(seed, networks)
+    Ns = (width,) * L if np.ndim(width) == 0 else tuple(width)
+    T_, n_, C_, N_ = float(steps), float(X.shape[0]), float(Y.shape[1]), float(max(Ns))
+    work = (L * T_ * n_ * N_ * (1 + C_ + bool(record_preactivations))
+            + sum(float(Ns[k]) * Ns[k + 1] for k in range(L - 1)) + Ns[0] * X.shape[1])
+    kept = L * T_ * T_ * n_ * n_ * (1 + C_ * C_) + T_ * n_ * (C_ + 1)
+    check_memory(8.0 * (work + 2 * len(seeds) * kept),
+                 f"{len(seeds)} network(s) of width {width} trained for {int(steps)} steps "
+                 f"(two-time kernels Phi, G of shape ({L}, T, {int(n_)}, T, {int(n_)}) with "
+                 f"T = {int(steps)})", "lower steps (the kernels grow as steps**2), widths or "
+                 "networks")
     runs = []
     with progress_bar(len(seeds), "training networks", progress=progress, unit="net") as bar:
         for s in seeds:

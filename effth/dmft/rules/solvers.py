@@ -42,6 +42,7 @@ index the pseudo-gradient in the ``Φ Δ`` and ``C`` terms by ``μ``; the correc
 
 from __future__ import annotations
 
+from effth import _validate as _v
 from effth._signature import public
 
 import time
@@ -775,7 +776,7 @@ def solve_rule_two_layer(X=None, y=None, *, rule="gd", rho=None, gamma0, eta, st
                                                          batches)
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)
     P, n = data.n_train, data.n_all
-    rng = np.random.default_rng(seed)
+    rng = _v.rng(seed)
     w_, V = np.linalg.eigh(data.kx)
     root = V * np.sqrt(np.clip(w_, 0, None))
     h = rng.standard_normal((S, n)) @ root.T
@@ -938,7 +939,7 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
                                                          batches)
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)
     P, n = data.n_train, data.n_all
-    rng = np.random.default_rng(seed)
+    rng = _v.rng(seed)
     if r.name == "gln":
         from effth.dmft.rules.feedback_alignment import march_gln
         f, f_se, D, Phi, Phi_se, G, G_se, K, K_se, sec = march_gln(data, L, g0, eta, T, dfn, S,

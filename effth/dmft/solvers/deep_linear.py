@@ -91,6 +91,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from effth._validate import check_memory
+
 from effth.errors import ConvergenceError, DomainError
 from effth._validate import width_ratio_values
 from effth.dmft.grid import (TimeGrid, causal_mask, decay_factor, langevin_settings, parameter_filter,
@@ -293,6 +295,11 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
     gamma0, eta = real_scalar(gamma0, "gamma0"), real_scalar(eta, "eta")
     grid = TimeGrid(eta, steps)
     L, T, n, P, C = n_hidden, grid.steps, data.n_all, data.n_train, Y.shape[1]
+    TnC = float(T) * n * max(C, 1)
+    check_memory(8.0 * 12 * L * TnC ** 2,
+                 f"the two-time fields of {L} hidden layer(s) on {T} steps x {n} inputs x {C} "
+                 f"output(s) (about {12 * L} ({int(TnC)} x {int(TnC)}) matrices)",
+                 "lower steps (memory grows as steps**2) or the number of inputs")
     rho, temperature, momentum = langevin_settings(grid.eta, weight_decay, temperature, momentum)
     lam = float(weight_decay)
     if (temperature > 0 or momentum > 0) and closure != "exact":

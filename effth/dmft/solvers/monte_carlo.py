@@ -83,6 +83,7 @@ estimates, with standard errors from their spread.
 
 from __future__ import annotations
 
+from effth import _validate as _v
 from effth._signature import public
 
 import time
@@ -304,7 +305,7 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
     phi_f, dphi_f, ddphi_f = act.numpy(0), act.numpy(1), act.numpy(2)
     phi0, _, g0, ntk0 = lazy_kernels(data.kx, act, hidden_layers=L, bias=bool(bias))
     check_stability(ntk0[:P, :P], grid.eta)
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rng = _v.rng(seed)
     S = int(samples) + int(samples) % 2
     gam = float(gamma0)
     one = 1.0 if bias else 0.0
@@ -416,6 +417,7 @@ def _replicated(kwargs, R, seed, progress):
     their spread (the error of the whole alternating solve)."""
     S = int(kwargs["samples"])
     kwargs["samples"] = -(-S // R)
+    seed = _v.seed(seed)
     if isinstance(seed, np.random.Generator):
         children = seed.spawn(R)
     else:

@@ -21,6 +21,7 @@ antithetic Monte Carlo.
 
 from __future__ import annotations
 
+from effth import _validate as _v
 from effth._signature import public
 
 import time
@@ -179,8 +180,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     if noisy:
         sigma = float(np.sqrt(filt.noise))
         root = covariance_root(data.kx)
-        nrng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(
-            None if seed is None else [int(seed), 104729])
+        nrng = _noise_rng(seed)
         nu, nz = np.zeros((S, n)), np.zeros((S, C))          # Langevin noise parts of h, z
         half = S // 2
     if two_time:
@@ -276,6 +276,17 @@ def _two_layer_eq_ntk(v, kx, act):
     return v * dphi1[0] * kx + phi1[0]
 
 
+def _noise_rng(seed):
+    """The Langevin-noise stream: a Generator as given, else one distinct from the node draws."""
+    s = _v.seed(seed)
+    if s is None or isinstance(s, np.random.Generator):
+        return np.random.default_rng(s) if s is None else s
+    if isinstance(s, np.random.SeedSequence):
+        return np.random.default_rng(np.random.SeedSequence(s.entropy,
+                                                            spawn_key=s.spawn_key + (104729,)))
+    return np.random.default_rng([*(s if isinstance(s, tuple) else (s,)), 104729])
+
+
 def _nodes(kx, method, nodes, max_nodes, samples, seed, C=1, act=None, rule="auto"):
     """Points ``u`` (S, n), ``r`` (S, C) and weights ``w`` (S,) of the Gaussian average over
     ``(u, r)``, the nodes per dimension and the rule in ``u`` (``None`` for Monte Carlo)."""
@@ -284,7 +295,7 @@ def _nodes(kx, method, nodes, max_nodes, samples, seed, C=1, act=None, rule="aut
     if method == "monte_carlo":
         if int(samples) < 2:
             raise DomainError(f"samples={samples!r} must be >= 2")
-        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        rng = _v.rng(seed)
         half = (int(samples) + 1) // 2
         xi = rng.standard_normal((half, k))
         rr = rng.standard_normal((half, C))

@@ -118,26 +118,40 @@ def output_kernels(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0
 
 
 # ======================================================================= linear algebra core
+#: Newton's GD phase runs step by step (10.33) up to this many updates, in closed form beyond
+_STEPWISE_UPDATES = 10_000
+
+
 def _gd_factor(lam: np.ndarray, eta: float | None, updates: int | None) -> np.ndarray:
     r""":math:`\varphi_t(\lambda)=[1-(1-\eta\lambda)^t]/\lambda` (:math:`1/\lambda` when converged),
-    with its limit :math:`\eta t` at :math:`\lambda\to0`."""
+    with its limit :math:`\eta t` at :math:`\lambda\to0`.
+
+    For :math:`|\eta\lambda|<1` in log space, :math:`-\mathrm{expm1}(t\,\mathrm{log1p}(-\eta\lambda))
+    /\lambda`: exact to rounding at any :math:`t` (no truncated series, no :math:`(1-\eta\lambda)^t`
+    that loses the digits of :math:`\eta\lambda\ll1`)."""
     if updates is None:
         return 1.0 / lam
+    lam = np.asarray(lam, dtype=float)
     out = np.empty_like(lam)
+    t = float(updates)
     e = eta * lam
-    small = e < 1e-8
-    mid = ~small & (e < 1.0)
+    zero = e == 0.0
+    mid = ~zero & (np.abs(e) < 1.0)
     big = e >= 1.0                                      # 1 <= eta lam < 2: (1 - e)^t alternates
-    out[mid] = -np.expm1(updates * np.log1p(-e[mid])) / lam[mid]
+    out[mid] = -np.expm1(t * np.log1p(-e[mid])) / lam[mid]
     out[big] = (1.0 - np.power(1.0 - e[big], updates)) / lam[big]
-    # series of [1 - (1 - e)^t]/lam in e = eta lam: eta t [1 - (t-1) e / 2 + ...]
-    out[small] = eta * updates * (1.0 - 0.5 * (updates - 1) * e[small])
+    out[zero] = eta * t
     return out
 
 
 def _decay(lam: np.ndarray, eta: float, updates: int) -> np.ndarray:
-    """(1 - eta lam)^t, sign-correct for 1 < eta lam < 2."""
-    return np.power(1.0 - eta * lam, updates)
+    """(1 - eta lam)^t: ``exp(t log1p(-eta lam))`` for |eta lam| < 1 (exact at any t), the
+    power (sign-correct) for 1 <= eta lam < 2."""
+    e = eta * np.asarray(lam, dtype=float)
+    out = np.power(1.0 - e, updates)
+    mid = np.abs(e) < 1.0
+    out[mid] = np.exp(float(updates) * np.log1p(-e[mid]))
+    return out
 
 
 def _covariance(Pm: np.ndarray, K: np.ndarray, P: int) -> np.ndarray:
@@ -853,7 +867,13 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
                 Lc = np.linalg.cholesky(Tj)
                 newton = _solve_tri(Lc, TBA.T, transpose=True)   # Theta~^{-1} Theta_AB
                 Pn = newton.T                                     # Theta_BA Theta~^{-1}
-                if updates:
+                if updates and updates > _STEPWISE_UPDATES:
+                    # the same sums in closed form (a loop of 1e10 steps would not end):
+                    # eta sum_s (1 - eta Theta~)^s = Theta~^{-1} [1 - (1 - eta Theta~)^t]
+                    Pg = (TBA @ U) * _gd_factor(lam, eta, updates) @ U.T
+                    S = (U * _decay(lam, eta, updates)) @ U.T
+                    Pm = Pg + Pn @ S
+                elif updates:
                     S = np.eye(P)
                     step = np.eye(P) - eta * Tj
                     Pg = np.zeros((Q, P))

@@ -452,6 +452,14 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     for s in wanted:
         if s not in NTK_STATISTICS:
             raise DomainError(f"unknown statistic {s!r}; expected some of {NTK_STATISTICS}")
+    if net is not None and X is not None:   # bad inputs refused before the (symbolic) closure
+        X = input_matrix(X, "X")
+    elif net is None and K1 is not None:
+        L0 = resolve_depth(depth, hidden_layers, minimum=1)
+        _per_layer(lambda_b, L0, "lambda_b"), _per_layer(lambda_w, L0, "lambda_w")
+        n_k1 = kernel_matrix(K1, "K1").shape[0]
+        if Theta1 is not None:
+            _check_theta(kernel_matrix(Theta1, "Theta1"), n_k1)
     stats = _closure(wanted)
     # the kernel sector: what the NTK steps read (V, G1), K always
     kstats = ("K",) + tuple(sorted({r for s in stats for r in ntk_layer_step(s).reads} & {"V", "G1"}))
