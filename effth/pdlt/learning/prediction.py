@@ -571,7 +571,29 @@ def prediction_latex(method: str, *, noise: bool = False, updates: int | None = 
 
 
 # ============================================================================= the entry point
-def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lambda_b, lambda_w, rtol):
+def _check_duplicates(Xa: np.ndarray, y: np.ndarray) -> None:
+    """Refuse repeated training inputs, naming the rows: with different targets no function fits
+    them, with equal ones the training block is singular (an infinite-width kernel evaluated by
+    quadrature only hides that behind round-off, ~1e-11)."""
+    _, first, inverse = np.unique(Xa, axis=0, return_index=True, return_inverse=True)
+    inverse = np.ravel(inverse)
+    if len(first) == len(Xa):
+        return
+    groups = [np.flatnonzero(inverse == g) for g in range(len(first))]
+    dup = [g for g in groups if len(g) > 1]
+    rows = "; ".join(", ".join(str(int(k) + 1) for k in g) for g in dup[:5])
+    yy = y.reshape(len(Xa), -1)
+    conflict = [g for g in dup if not np.all(yy[g] == yy[g[0]])]
+    if conflict:
+        raise DomainError(f"training inputs repeat with different targets (rows {rows}, numbered "
+                          "from 1): no function fits both; average their targets into one row, or "
+                          "pass noise= (Bayes) for noisy labels")
+    raise DomainError(f"training inputs repeat (rows {rows}, numbered from 1): the training block "
+                      "is singular; keep one row of each")
+
+
+def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lambda_b, lambda_w, rtol,
+                  regularized=False):
     """(K full, Theta full or None, P, y, lambda_b, lambda_w) from either calling convention."""
     if net is not None:
         if K is not None or Theta is not None or n_train is not None:
@@ -588,6 +610,8 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
         if Xa.shape[0] == 0 or Xb.shape[0] == 0:
             raise DomainError("X_train and X_test need at least one input each")
         y = label_array(y_train, Xa.shape[0])
+        if not regularized:
+            _check_duplicates(Xa, y)
         C = 1 if y.ndim == 1 else y.shape[1]
         if getattr(net, "n_out", C) != C:
             raise DomainError(f"y_train has {C} output components but the network has "
@@ -749,7 +773,10 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
             raise DomainError("eta must be > 0")
     width = None if widths is None else _width(widths, net, updates, jitter, method)
     Kf, Tf, P, y, lb, lw = _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method,
-                                         lambda_b, lambda_w, rtol)
+                                         lambda_b, lambda_w, rtol,
+                                         # finite-time GD and a regularized block need no inverse
+                                         regularized=bool(noise) or bool(jitter) or
+                                         (method == "gd" and updates is not None))
     N = Kf.shape[0]
     Q = N - P
     yt = None
