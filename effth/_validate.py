@@ -133,7 +133,8 @@ def integer(value: Any, name: str, *, minimum: int | None = None) -> int:
     if out is None:
         raise DomainError(f"{name} must be an integer, got {value!r}")
     if minimum is not None and out < minimum:
-        raise DomainError(f"{name} must be an integer >= {minimum}, got {out}")
+        what = "a positive int" if minimum == 1 else f"an integer >= {minimum}"
+        raise DomainError(f"{name} must be {what}, got {out}")
     return out
 
 
@@ -199,3 +200,29 @@ def last_hidden_width(widths: Any, name: str = "widths", *, equal: bool = False)
         raise DomainError(f"{name}={tuple(out)}: this O(1/n) theory takes equal hidden widths; give "
                           "one int")
     return out[-1]
+
+
+def width_ratio_values(width_ratios: Any, hidden_layers: int,
+                       name: str = "width_ratios") -> tuple | None:
+    """Validated hidden-layer width ratios ``a_l = N_l / N`` (Bordelon & Pehlevan (2022),
+    App. D.8): ``None`` when not given or all equal to 1 (equal widths), else a tuple of
+    ``hidden_layers`` positive finite floats; :class:`DomainError` otherwise."""
+    if width_ratios is None:
+        return None
+    if isinstance(width_ratios, (str, bytes, bool, np.bool_)) or np.ndim(width_ratios) != 1:
+        raise DomainError(f"{name}={width_ratios!r} must be a sequence of {hidden_layers} "
+                          "positive numbers a_l = N_l / N, one per hidden layer")
+    try:
+        a = np.asarray(width_ratios, dtype=float)
+    except (TypeError, ValueError):
+        raise DomainError(f"{name}={width_ratios!r} must be a sequence of {hidden_layers} "
+                          "positive numbers a_l = N_l / N, one per hidden layer") from None
+    if a.size != hidden_layers:
+        raise DomainError(f"{name} needs one ratio a_l = N_l / N per hidden layer "
+                          f"({hidden_layers}), got {a.size}: {width_ratios!r}")
+    if not np.all(np.isfinite(a)) or np.any(a <= 0):
+        raise DomainError(f"{name}={width_ratios!r}: every ratio a_l = N_l / N must be a finite "
+                          "number > 0")
+    if np.all(a == 1.0):
+        return None
+    return tuple(float(v) for v in a)

@@ -121,6 +121,10 @@ class TextPrinter(StrPrinter):
         X, Y = (self._integrand(a) for a in expr.args[:2])
         return f"[⟨{X} {Y}⟩ - ⟨{X}⟩⟨{Y}⟩]"
 
+    def _print_DerivedBlock(self, expr):
+        d = "".join(f"∂_{_label(x)} " for x in expr.derivative_labels)
+        return d + self._print(expr.base)
+
     def _print_BlockFunction(self, expr):
         return f"{_tex_to_text(expr.name)}_{''.join(_label(a) for a in expr.labels)}"
 

@@ -249,12 +249,12 @@ def _resolve_seeds(seed, networks=None) -> tuple:
     return tuple(int(s) for s in seeds)
 
 
-def _resolve_widths(widths, hidden_layers: int) -> int:
-    """The one hidden width ``N`` from an int or a sequence of equal ints."""
+def _resolve_widths(widths, hidden_layers: int) -> tuple:
+    """One hidden width per hidden layer ``(N_1, .., N_L)`` from an int or a sequence of ints."""
     if isinstance(widths, (bool, np.bool_)):
         raise DomainError(f"widths must be a positive int, got {widths!r}")
     if np.ndim(widths) == 0:
-        w = [widths]
+        w = [widths] * hidden_layers
     else:
         w = list(np.asarray(widths).ravel())
         if len(w) != hidden_layers:
@@ -266,10 +266,7 @@ def _resolve_widths(widths, hidden_layers: int) -> int:
         raise DomainError(f"widths must be positive integers, got {widths!r}") from None
     if any(v != x or v < 1 for v, x in zip(vals, w)):
         raise DomainError(f"widths must be positive integers, got {widths!r}")
-    if len(set(vals)) > 1:
-        raise DomainError(f"widths={widths!r}: unequal hidden widths are not supported by the "
-                          "trainer (the DMFT network has one width N); give one int")
-    return vals[0]
+    return tuple(vals)
 
 
 @public
@@ -293,7 +290,15 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
         Give exactly one: ``depth`` weight layers (output included, ``>= 2``) or
         ``hidden_layers = depth - 1`` (the paper's ``L``).
     widths : int or sequence of int
-        The hidden width ``N``; a sequence (one per hidden layer) must have equal entries.
+        The hidden width ``N``, or one width ``N_l`` per hidden layer (Bordelon & Pehlevan
+        (2022), App. D.8).  With unequal widths the reference width is the last one,
+        ``N = N_L`` (the paper's choice), ``gamma = gamma0 sqrt(N_L)``, the learning rates stay
+        ``eta gamma^2`` (mean field), each layer's multiplier is ``1 / sqrt(fan-in)``
+        (``'mup'``: hidden weight ``W^l ~ N(0, 1 / N_l)`` with learning rate
+        ``eta gamma^2 / N_l``), ``g^l = gamma sqrt(N_l) df/dh^l`` and the kernels are normalized by
+        their own width, ``Phi^l = phi(h^l) . phi(h^l) / N_l``.  The DMFT counterpart is
+        ``width_ratios = (N_1 / N_L, .., 1)`` (:func:`effth.dmft.solve_deep_linear`): layer ``l``
+        feels ``gamma0 / sqrt(a_l)``.  ``record_preactivations`` needs equal widths.
     gamma0 : float
         Feature-learning strength (``gamma = gamma0 sqrt(N)``); must be nonzero.
     eta : float
@@ -355,7 +360,11 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
     TrainingRun
     """
     L = resolve_depth(depth, hidden_layers, minimum=2) - 1       # hidden layers from here on
-    width = _resolve_widths(widths, L)
+    Ns = _resolve_widths(widths, L)
+    width = Ns[0] if len(set(Ns)) == 1 else Ns
+    if record_preactivations and len(set(Ns)) > 1:
+        raise DomainError("record_preactivations=True needs equal hidden widths (the array "
+                          "(S, L, T, n, N) has one N); give one int for widths")
     act_label, fns = _resolve_callables(activation)
     if parameterization not in ("mean_field", "mup"):
         raise DomainError(f"parameterization={parameterization!r}: use 'mean_field' or 'mup'")
@@ -391,7 +400,7 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
     runs = []
     with progress_bar(len(seeds), "training networks", progress=progress, unit="net") as bar:
         for s in seeds:
-            runs.append(_train_one(X, Y, L, width, float(gamma0), float(eta), int(steps),
+            runs.append(_train_one(X, Y, L, Ns, float(gamma0), float(eta), int(steps),
                                    fns, s, parameterization, center, record_kernels,
                                    float(weight_decay), bool(bias), bool(record_preactivations),
                                    temperature, momentum))
@@ -424,15 +433,17 @@ class _Diverged(Exception):
         self.step, self.loss, self.ref = step, loss, ref
 
 
-def _lazy_bound(phis, es, X, P, C, N, gamma0, bias):
+def _lazy_bound(phis, es, X, P, C, Ns, gamma0, bias):
     """``2 / lambda_max`` of the network's NTK on the training points at initialization (the
     stability edge of GD on a frozen NTK), from the recorded features and backprop signals."""
     D = X.shape[1]
     one = 1.0 if bias else 0.0
     kx = X[:P] @ X[:P].T / D
-    gs = [gamma0 * N * e[:P] for e in es]                              # g^l, (P, N, C)
-    G = [np.einsum("aic,bid->acbd", g, g) / N for g in gs]              # (P, C, P, C)
-    Ph = [ph[:P] @ ph[:P].T / N for ph in phis]
+    Ns = (Ns,) * len(es) if np.ndim(Ns) == 0 else tuple(Ns)
+    N = Ns[-1]
+    gs = [gamma0 * np.sqrt(N * Nk) * e[:P] for e, Nk in zip(es, Ns)]     # g^l, (P, N_l, C)
+    G = [np.einsum("aic,bid->acbd", g, g) / Nk for g, Nk in zip(gs, Ns)]  # (P, C, P, C)
+    Ph = [ph[:P] @ ph[:P].T / Nk for ph, Nk in zip(phis, Ns)]
     K = G[0] * (kx + one)[:, None, :, None]
     for ell in range(1, len(G)):
         K = K + G[ell] * (Ph[ell - 1] + one)[:, None, :, None]
@@ -506,31 +517,34 @@ class _Optimizer:
         return theta + v
 
 
-def _train_one(X, Y, L, N, gamma0, eta, T, fns, seed, parameterization, center, record,
+def _train_one(X, Y, L, Ns, gamma0, eta, T, fns, seed, parameterization, center, record,
                weight_decay=0.0, bias=False, keep_h=False, temperature=0.0, momentum=0.0):
     act, dact = fns
     n, D = X.shape
     P, C = Y.shape
+    Ns = (Ns,) * L if np.ndim(Ns) == 0 else tuple(Ns)
+    N = Ns[-1]                                           # reference width (App. D.8: N = N_L)
     rng = np.random.default_rng(seed)
     mf = parameterization == "mean_field"
     # weights drawn identically in both parameterizations (so trajectories can be compared)
-    W0 = rng.standard_normal((N, D))
-    Ws = [rng.standard_normal((N, N)) for _ in range(L - 1)]
+    W0 = rng.standard_normal((Ns[0], D))
+    Ws = [rng.standard_normal((Ns[k + 1], Ns[k])) for k in range(L - 1)]
     w = rng.standard_normal(N) if C == 1 else rng.standard_normal((N, C))
     w = w.reshape(N, C)
-    bs = [rng.standard_normal(N) if bias else np.zeros(N) for _ in range(L)]
-    m = 1.0 / np.sqrt(N) if mf else 1.0
+    bs = [rng.standard_normal(Ns[k]) if bias else np.zeros(Ns[k]) for k in range(L)]
+    # per-layer multipliers 1/sqrt(fan-in) (mean field) or 1 (mup, weights N(0, 1/fan-in))
+    ms = [1.0 / np.sqrt(Nk) if mf else 1.0 for Nk in Ns]
     if not mf:
-        Ws = [W / np.sqrt(N) for W in Ws]
+        Ws = [W / np.sqrt(Ns[k]) for k, W in enumerate(Ws)]
         w = w / np.sqrt(N)
-    lr = eta * gamma0 ** 2 * N if mf else eta * gamma0 ** 2
     lr0 = eta * gamma0 ** 2 * N
+    lrs = [lr0 if mf else eta * gamma0 ** 2 * (N / Nk) for Nk in Ns]   # hidden W^l and readout
     inv_gamma = 1.0 / (gamma0 * np.sqrt(N))
     opt = _Optimizer(eta, weight_decay, temperature, momentum, rng)
-    cs = 1.0 if mf else 1.0 / np.sqrt(N)                 # scale of the hidden and readout weights
-    feats = np.zeros((L, T, n, N))
+    css = [1.0 if mf else 1.0 / np.sqrt(Nk) for Nk in Ns]   # scale of hidden and readout weights
+    feats = [np.zeros((T, n, Nk)) for Nk in Ns]
     pre = np.zeros((L, T, n, N)) if keep_h else None
-    grads = np.zeros((L, T, n, N, C))
+    grads = [np.zeros((T, n, Nk, C)) for Nk in Ns]
     f_rec = np.zeros((T, n, C))
     f0 = None
     t, bound = 0, None
@@ -541,7 +555,7 @@ def _train_one(X, Y, L, N, gamma0, eta, T, fns, seed, parameterization, center, 
                 # 1/sqrt(D), m (hidden), m / gamma (readout, no bias)
                 layers = [W0[None]] + [W[None] for W in Ws] + [w.T[None]]
                 fp = _mlp.forward(layers, [b[None] for b in bs] + [None], X, act, dact,
-                                  scales=(1.0 / np.sqrt(D),) + (m,) * (L - 1) + (m * inv_gamma,))
+                                  scales=(1.0 / np.sqrt(D),) + tuple(ms[:-1]) + (ms[-1] * inv_gamma,))
                 hs = [z[0] for z in fp.z[:-1]]
                 phis = [a[0] for a in fp.s[1:]]
                 f = fp.out[0]                                                     # (n, C)
@@ -555,14 +569,16 @@ def _train_one(X, Y, L, N, gamma0, eta, T, fns, seed, parameterization, center, 
                 loss_t = 0.5 * float(np.sum((Y - f[:P]) ** 2))
                 if t == 0:
                     loss_ref = max(loss_t, 0.5 * float(np.sum(Y ** 2))) or 1.0
-                    bound = _lazy_bound(phis, es, X, P, C, N, gamma0, bias)
+                    bound = _lazy_bound(phis, es, X, P, C, Ns, gamma0, bias)
                 if not (np.all(np.isfinite(f)) and loss_t <= _RUNAWAY * loss_ref):
                     raise _Diverged(t, loss_t, loss_ref)
                 for ell in range(L):
-                    feats[ell, t] = phis[ell]
+                    feats[ell][t] = phis[ell]
                     if keep_h:
                         pre[ell, t] = hs[ell]
-                    grads[ell, t] = gamma0 * N * es[ell]
+                    # g^l = gamma sqrt(N_l) df/dh^l (= gamma0 N df/dh^l at equal widths)
+                    grads[ell][t] = (gamma0 * N * es[ell] if Ns[ell] == N else
+                                     gamma0 * np.sqrt(N) * np.sqrt(Ns[ell]) * es[ell])
                 if t == T - 1:
                     break
                 delta = np.zeros((n, C))
@@ -570,9 +586,11 @@ def _train_one(X, Y, L, N, gamma0, eta, T, fns, seed, parameterization, center, 
                 # GD: theta <- rho theta + lr * sum_mu,c Delta_mu,c df_mu,c/dtheta  (rho = 1 - eta lambda),
                 # with momentum and Langevin noise around it (_Optimizer)
                 back = [np.einsum("mjc,mc->mj", e, delta) for e in es]           # sum_c Delta_c e_c
-                w = opt.step("w", w, lr * (m * inv_gamma) * (phis[-1].T @ delta), cs)
+                w = opt.step("w", w, lrs[-1] * (ms[-1] * inv_gamma) * (phis[-1].T @ delta),
+                             css[-1])
                 for ell in range(L - 1):
-                    Ws[ell] = opt.step(("W", ell), Ws[ell], lr * m * back[ell + 1].T @ phis[ell], cs)
+                    Ws[ell] = opt.step(("W", ell), Ws[ell],
+                                       lrs[ell] * ms[ell] * back[ell + 1].T @ phis[ell], css[ell])
                 W0 = opt.step("W0", W0, lr0 * back[0].T @ X / np.sqrt(D))
                 if bias:
                     bs = [opt.step(("b", k), b, lr0 * bk.sum(axis=0))
@@ -582,13 +600,18 @@ def _train_one(X, Y, L, N, gamma0, eta, T, fns, seed, parameterization, center, 
     except _Diverged as exc:
         raise _diverged_error(exc.step, exc.loss, exc.ref, eta, bound) from None
     loss = 0.5 * np.sum((Y[None] - f_rec[:, :P]) ** 2, axis=(1, 2))
+    # kernels normalized by each layer's own width (App. D.8, eq. (55))
     if record:
-        phi = np.einsum("ltan,lsbn->ltasb", feats, feats, optimize=True) / N
-        g = np.einsum("ltanc,lsbnd->ltasbcd", grads, grads, optimize=True) / N
+        phi = np.stack([np.einsum("tan,sbn->tasb", fe, fe, optimize=True) / Nk
+                        for fe, Nk in zip(feats, Ns)])
+        g = np.stack([np.einsum("tanc,sbnd->tasbcd", gr, gr, optimize=True) / Nk
+                      for gr, Nk in zip(grads, Ns)])
     else:
         phi = np.zeros((L, T, n, T, n))
         g = np.zeros((L, T, n, T, n, C, C))
         idx = np.arange(T)
-        phi[:, idx, :, idx, :] = np.einsum("ltan,ltbn->tlab", feats, feats) / N
-        g[:, idx, :, idx, :] = np.einsum("ltanc,ltbnd->tlabcd", grads, grads) / N
+        for ell in range(L):
+            phi[ell, idx, :, idx, :] = np.einsum("tan,tbn->tab", feats[ell], feats[ell]) / Ns[ell]
+            g[ell, idx, :, idx, :] = np.einsum("tanc,tbnd->tabcd", grads[ell],
+                                               grads[ell]) / Ns[ell]
     return f_rec, loss, phi, g, pre

@@ -488,3 +488,20 @@ def test_cross_entropy_bias_variance_10_53_to_10_55():
         et.predict(K=K, Theta=T, y_train=yA, n_train=4, y_test=p * 2, test_loss="cross_entropy")
     with pytest.raises(DomainError, match="test_loss"):
         et.predict(K=K, Theta=T, y_train=yA, n_train=4, y_test=p, test_loss="hinge")
+
+
+def test_repeated_training_inputs_are_refused_naming_the_rows():
+    """Repeated inputs: conflicting targets have no interpolant, equal ones a singular block (for
+    tanh the quadrature kernel only hides it behind round-off); a regularized block or finite-time
+    GD is fine."""
+    import effth as et
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    net = et.MLP("tanh", depth=3)
+    with pytest.raises(et.DomainError, match=r"different targets \(rows 1, 3"):
+        et.predict(net, X, np.array([1.0, 0.0, 2.0]), X[:1] * 0.3, method="gd")
+    with pytest.raises(et.DomainError, match=r"repeat \(rows 1, 3"):
+        et.predict(net, X, np.array([1.0, 0.0, 1.0]), X[:1] * 0.3, method="bayes")
+    p = et.predict(net, X, np.array([1.0, 0.0, 2.0]), X[:1] * 0.3, method="bayes", noise=0.1)
+    assert np.all(np.isfinite(p.value("mean")))
+    p = et.predict(net, X, np.array([1.0, 0.0, 2.0]), X[:1] * 0.3, method="gd", eta=0.1, updates=5)
+    assert np.all(np.isfinite(p.value("mean")))

@@ -197,6 +197,9 @@ def test_a_longer_print_fails_the_bar():
 
 # ----------------------------------------------------------------------------------- layout
 def test_aligned_lines_fit_the_width_and_text_has_no_latex():
+    for name in OBJECTS:
+        txt = _rec(name).formula().text()
+        assert not re.search(r"\\|[A-Z][a-z]+[A-Z][a-zA-Z]*\(", txt), (name, txt)   # no class names
     for name in ("V", "A", "T"):
         f = _rec(name).formula()
         tex = f.latex(env="align")

@@ -92,6 +92,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from effth.errors import ConvergenceError, DomainError
+from effth._validate import width_ratio_values
 from effth.dmft.grid import (TimeGrid, causal_mask, decay_factor, langevin_settings, parameter_filter,
                              prepare_targets, real_scalar)
 from effth.dmft.solvers.lazy import check_langevin_step, check_stability_along, check_stability, hidden_layer_count, lazy_kernels, static_ntk_dynamics
@@ -114,6 +115,12 @@ class _Model:
     gi: bool                # gradient independence: A = B = 0
     temperature: float = 0.0  # Langevin temperature 1/beta (App. K)
     momentum: float = 0.0     # heavy-ball coefficient mu (App. L)
+    ratios: tuple | None = None  # width ratios a_l = N_l / N (App. D.8); None: equal widths
+
+    def g2_at(self, ell: int) -> float:
+        """``gamma_l^2 = gamma0^2 / a_l``: the squared feature strength of hidden layer ``ell``
+        (``1 .. L``; Bordelon & Pehlevan (2022), App. D.8, eq. (58))."""
+        return self.g2 if self.ratios is None else self.g2 / self.ratios[ell - 1]
 
     @property
     def C(self) -> int:
@@ -154,7 +161,7 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
                       gradient_independent: bool = False, window: int | None = None,
                       method: str = "march", weight_decay: float = 0.0,
                       bias: bool = False, temperature: float = 0.0,
-                      momentum: float = 0.0) -> DMFTResult:
+                      momentum: float = 0.0, width_ratios=None) -> DMFTResult:
     """Solve the deep linear DMFT of Bordelon & Pehlevan (2022) on the discrete-GD grid.
 
     Parameters
@@ -240,6 +247,20 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         (``1 - mu^{t-s}`` without decay, eq. (123)) in place of ``rho^{t-1-s}``.  ``mu = 0`` is GD
         (``tau -> 0``).  The step must satisfy ``eta lambda_max(K_0) < 2 (1 + mu) / (1 - mu)``.
         Not with ``temperature > 0``; ``closure='exact'`` only.
+    width_ratios : sequence of float, optional
+        ``a_1 .. a_L > 0``: hidden layer ``l`` has width ``N_l = a_l N`` (Bordelon & Pehlevan
+        (2022), App. D.8), with ``gamma = gamma0 sqrt(N)`` and every kernel normalized by its own
+        width, ``Phi^l = phi(h^l) . phi(h^l) / N_l``.  Layer ``l`` then feels the feature strength
+        ``gamma_l = gamma0 / sqrt(a_l)`` (eq. (58)): its fields are
+        ``h^l = u^l + gamma_l C^l g^l``, ``g^l = r^l + gamma_l D^l h^l`` with ``A^l``, ``B^{l-1}``
+        scaled by the layer's own ``gamma_l`` -- the factors ``sqrt(a_{l-1} / a_l)``,
+        ``sqrt(a_{l+1} / a_l)`` of the responses in eqs. (60), (63) cancel against the change of
+        ``gamma`` between layers, so every equation above holds layer by layer with ``gamma0``
+        replaced by ``gamma_l`` -- and ``f = gamma_L^{-1} <h^L g^L>``.  Only the ratio
+        ``gamma0^2 / a_l`` matters (``(gamma0, a)`` and ``(c gamma0, c^2 a)`` are the same
+        network).  ``None`` or all ones: equal widths (the equations unchanged, bit for bit).
+        The trainer's counterpart: :func:`effth.simulation.simulate_training` with one width
+        per hidden layer.  Initial weight variances ``sigma_l^2`` other than 1 are not supported.
 
     Returns
     -------
@@ -290,9 +311,10 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
     if method == "sweep" and (lam > 0 or bias or multi or temperature > 0 or momentum > 0):
         raise DomainError("method='sweep' solves the plain equations only (no weight_decay, "
                           "bias, 2-D y, temperature or momentum); use method='march'")
+    ratios = width_ratio_values(width_ratios, L)
     model = _Model(eta=grid.eta, g2=float(gamma0) ** 2, rho=rho, lam=lam, b=float(bool(bias)),
                    Y=Y, closure=closure, gi=bool(gradient_independent), temperature=temperature,
-                   momentum=momentum)
+                   momentum=momentum, ratios=ratios)
     ntk0 = lazy_kernels(data.kx, hidden_layers=L, bias=bool(bias))[3][:P, :P]
     edge = 2.0 * (1.0 + momentum) / (1.0 - momentum)
     check_stability(ntk0, grid.eta, edge=edge)
@@ -554,7 +576,7 @@ def _march(data, model, L, T, rule=None):
     if rule is not None and rule.kind == "gd":
         rule = None                                   # the plain equations are GD's
     if rule is not None:
-        if not model.plain or C != 1 or model.gi:
+        if not model.plain or C != 1 or model.gi or model.ratios is not None:
             raise DomainError("the learning-rule hook marches the plain equations (one output, "
                               "no weight decay, bias or gradient independence)")
         rule.allocate(L, T, n, delta[..., 0])
@@ -589,7 +611,7 @@ def _march(data, model, L, T, rule=None):
                         + 0.5 * G[ell - 1][:tc, :tc] @ c[rt, :tc].T
                     cy_row = c[rt, :tc] @ Yl[:tc, :m]                 # (C Y)[t, s <= t]
                     cy_col = c[:m, :tc] @ Yl[:tc, rt]                 # (C Y)[s <= t, t]
-                    Hrow = S[rt, :m] + g2 * (cy_row + cy_col.T)
+                    Hrow = S[rt, :m] + model.g2_at(ell) * (cy_row + cy_col.T)
                 else:
                     Hrow = S[rt, :m].copy()
                 Hl = H[ell - 1]
@@ -632,6 +654,7 @@ def _march(data, model, L, T, rule=None):
                     resp = MD[ell][gt, :m]
                     d[gt, :m] += resp * kn[t, :m] if decayed else resp
                 mg = Mg[ell - 1]
+                g2 = model.g2_at(ell)
                 mg[gt, :mc] = g2 * d[gt, :m] @ Af[ell - 1][:m, :mc]
                 mg[gt, gt] += eye
                 MD[ell - 1][gt, :m] = mg[gt, :mc] @ d[:mc, :m]
@@ -729,6 +752,7 @@ def _iterate(state, data, model, L, T, damping, tol, max_iter, diag, stepwise):
         order = range(1, L + 1) if it % 2 else range(L, 0, -1)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             for ell in order:
+                g2 = model.g2_at(ell)
                 Hb = H0 if ell == 1 else (H[ell - 2] + b if b else H[ell - 2])
                 Gnext = Gtop if ell == L else G[ell]
                 Cm = (np.einsum("tmsa,sac->tmsc", Hb.reshape(T, n, T, n), delta) * W

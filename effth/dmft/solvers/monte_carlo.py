@@ -91,6 +91,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from effth._validate import width_ratio_values
 from effth.errors import ConvergenceError, DomainError
 from effth.dmft.grid import TimeGrid, causal_mask, decay_factor, prepare_targets, real_scalar
 from effth.dmft.solvers.lazy import (activation_label, check_stability, check_stability_along,
@@ -111,7 +112,7 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
                       bias: bool = False, stein_cut: float = 2.0, windows: int = 1,
                       average: int = 1, keep_fields: bool = False,
                       gradient_independent: bool = False, replicas: int = 8,
-                      progress: bool | None = None) -> DMFTResult:
+                      progress: bool | None = None, width_ratios=None) -> DMFTResult:
     """Solve the nonlinear DMFT by alternating Monte Carlo (Bordelon & Pehlevan (2022), Algorithm 1).
 
     Parameters
@@ -238,6 +239,14 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         individual entries need not be.  ``stderr`` holds ``'phi'``, ``'g'`` and, for the exact
         closure or with ``average``, ``'f'``.
 
+    width_ratios : sequence of float, optional
+        ``a_1 .. a_L > 0``: hidden widths ``N_l = a_l N`` (Bordelon & Pehlevan (2022), App. D.8;
+        the conventions of :func:`effth.dmft.solve_deep_linear`).  Layer ``l``'s drifts carry
+        ``gamma_l = gamma0 / sqrt(a_l)`` (eq. (58)), the responses enter the next (previous)
+        layer's field with ``sqrt(a_{l-1} / a_l)`` (``sqrt(a_{l+1} / a_l)``, eqs. (60), (63)), the
+        readout response with ``1 / gamma_L``; the returned ``A^l``, ``B^{l-1}`` are divided by
+        their own layer's ``gamma_l``.  ``None`` or all ones: equal widths, bit for bit.
+
     Raises
     ------
     DomainError
@@ -268,6 +277,8 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         raise DomainError(f"replicas={replicas!r} must be a positive integer")
     if not (np.isfinite(tol) and tol >= 0):
         raise DomainError(f"tol={tol!r} must be a finite number >= 0")
+    ratios = width_ratio_values(width_ratios, n_hidden)
+    kwargs["width_ratios"] = ratios
     R = min(int(replicas), max(1, int(samples) // 32))
     if R > 1 and gamma0 != 0:
         return _replicated(dict(kwargs, replicas=1, progress=False), R, seed, progress)
@@ -298,7 +309,10 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
     gam = float(gamma0)
     one = 1.0 if bias else 0.0
     t0 = time.perf_counter()
-    ctx = dict(L=L, n=n, C=C, S=S, gam=gam, eta=grid.eta, one=one, rng=rng, stein_cut=stein_cut,
+    # per-layer feature strengths gamma_l = gamma0 / sqrt(a_l) (App. D.8, eq. (58))
+    gams = [gam] * L if ratios is None else [gam / np.sqrt(a) for a in ratios]
+    ctx = dict(L=L, n=n, C=C, S=S, gam=gam, gams=gams, ratios=ratios, eta=grid.eta, one=one,
+               rng=rng, stein_cut=stein_cut,
                responses=responses, fns=(phi_f, dphi_f, ddphi_f),
                fields=[None] * L if keep_fields else None, gi=bool(gradient_independent))
     T_all = T
@@ -334,8 +348,8 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
                         f"magnitude {size:.3g}); lower gamma0 or eta, raise samples, damp more, or use "
                         "more windows")
                 if closure == "exact":
-                    f = _exact_closure(Phin[-1], w.rt[:, None, None] * ro.mean(axis=0) / gam, Y,
-                                       grid.eta, rho)
+                    f = _exact_closure(Phin[-1], w.rt[:, None, None] * ro.mean(axis=0) / gams[-1],
+                                       Y, grid.eta, rho)
                 else:
                     f = _ntk_euler(data.kx, Phin, Gn, Y, grid.eta, one)
                 delta_new = Y[None] - f[:, :P]
@@ -349,7 +363,7 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
                 Phi, G, Ab, Bb = mix(Phi, Phin), mix(G, Gn), mix(Ab, Abn), mix(Bb, Bbn)
                 delta = (1 - damping) * delta + damping * delta_new
                 if last:
-                    stderr = _batch_stderr(bat, ro, closure, w, Y, gam, grid.eta, rho, batches)
+                    stderr = _batch_stderr(bat, ro, closure, w, Y, gams[-1], grid.eta, rho, batches)
                 if tol > 0 and res < tol:
                     diag.converged = T == T_all
                     break
@@ -365,9 +379,10 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
     if closure == "ntk":
         f = _ntk_euler(data.kx, Phi, G, Y, grid.eta, one)
     gg = np.stack([x.reshape(T, n, C, T, n, C).transpose(0, 1, 3, 4, 2, 5) for x in G])
-    A = (np.stack([x.reshape(T, n, T, n, C) / gam for x in Ab]) if L > 1
+    A = (np.stack([x.reshape(T, n, T, n, C) / gams[k] for k, x in enumerate(Ab)]) if L > 1
          else np.zeros((0, T, n, T, n, C)))
-    B = (np.stack([x.reshape(T, n, C, T, n).transpose(0, 1, 3, 4, 2) / gam for x in Bb])
+    B = (np.stack([x.reshape(T, n, C, T, n).transpose(0, 1, 3, 4, 2) / gams[k + 1]
+                   for k, x in enumerate(Bb)])
          if L > 1 else np.zeros((0, T, n, T, n, C)))
     delta_out = Y[None] - f[:, :P]
     if not multi:
@@ -481,13 +496,17 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
         for ell in range(1, L + 1):
             Pprev = w.K0 if ell == 1 else Phi[ell - 2] + one
             Gnext = w.g_top if ell == L else G[ell]
+            gam = ctx["gams"][ell - 1]
             Cm = ((gam * eta * w.strict_r * Pprev)[:, :, None] * dl[None]).reshape(Tn, TnC)
             Dm = (gam * eta * np.einsum("acbd,bd->acb", Gnext.reshape(Tn, C, Tn, C), dl)
                   * w.strict_r[:, None, :]).reshape(TnC, Tn)
-            if ell >= 2:
-                Cm = Cm + w.dr_n[:, None] * Ab[ell - 2]
-            if ell <= L - 1:
-                Dm = Dm + w.dr_nc[:, None] * Bb[ell - 1]
+            a = ctx["ratios"]
+            if ell >= 2:      # raw response of layer l-1, times sqrt(a_{l-1} / a_l) (eq. (60))
+                resp = w.dr_n[:, None] * Ab[ell - 2]
+                Cm = Cm + (resp if a is None else np.sqrt(a[ell - 2] / a[ell - 1]) * resp)
+            if ell <= L - 1:  # raw response of layer l+1, times sqrt(a_{l+1} / a_l) (eq. (63))
+                resp = w.dr_nc[:, None] * Bb[ell - 1]
+                Dm = Dm + (resp if a is None else np.sqrt(a[ell] / a[ell - 1]) * resp)
             uh = _sample(ctx["rng"], Pprev, S // 2)
             rh = _sample(ctx["rng"], Gnext, S // 2)
             uh = np.concatenate([uh, uh])                               # antithetic (u, r), (u, -r)

@@ -44,7 +44,7 @@ from effth._results import TrainTestSplit
 from effth.errors import AccuracyWarning, DomainError
 from effth._validate import (finite_array, label_array, last_hidden_width, nonnegative,
                              symmetric_matrix)
-from effth.pdlt.learning._linalg import training_spectrum
+from effth.pdlt.learning._linalg import training_cholesky, training_spectrum
 
 from effth.pdlt.learning.finite_width import (_MAX_TRAIN_COV, COVARIANCE_PARTS as _COV_PARTS,
                                     MEAN_PARTS as _MEAN_PARTS, finite_width_covariance,
@@ -571,7 +571,29 @@ def prediction_latex(method: str, *, noise: bool = False, updates: int | None = 
 
 
 # ============================================================================= the entry point
-def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lambda_b, lambda_w, rtol):
+def _check_duplicates(Xa: np.ndarray, y: np.ndarray) -> None:
+    """Refuse repeated training inputs, naming the rows: with different targets no function fits
+    them, with equal ones the training block is singular (an infinite-width kernel evaluated by
+    quadrature only hides that behind round-off, ~1e-11)."""
+    _, first, inverse = np.unique(Xa, axis=0, return_index=True, return_inverse=True)
+    inverse = np.ravel(inverse)
+    if len(first) == len(Xa):
+        return
+    groups = [np.flatnonzero(inverse == g) for g in range(len(first))]
+    dup = [g for g in groups if len(g) > 1]
+    rows = "; ".join(", ".join(str(int(k) + 1) for k in g) for g in dup[:5])
+    yy = y.reshape(len(Xa), -1)
+    conflict = [g for g in dup if not np.all(yy[g] == yy[g[0]])]
+    if conflict:
+        raise DomainError(f"training inputs repeat with different targets (rows {rows}, numbered "
+                          "from 1): no function fits both; average their targets into one row, or "
+                          "pass noise= (Bayes) for noisy labels")
+    raise DomainError(f"training inputs repeat (rows {rows}, numbered from 1): the training block "
+                      "is singular; keep one row of each")
+
+
+def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lambda_b, lambda_w, rtol,
+                  regularized=False):
     """(K full, Theta full or None, P, y, lambda_b, lambda_w) from either calling convention."""
     if net is not None:
         if K is not None or Theta is not None or n_train is not None:
@@ -588,6 +610,8 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
         if Xa.shape[0] == 0 or Xb.shape[0] == 0:
             raise DomainError("X_train and X_test need at least one input each")
         y = label_array(y_train, Xa.shape[0])
+        if not regularized:
+            _check_duplicates(Xa, y)
         C = 1 if y.ndim == 1 else y.shape[1]
         if getattr(net, "n_out", C) != C:
             raise DomainError(f"y_train has {C} output components but the network has "
@@ -749,7 +773,10 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
             raise DomainError("eta must be > 0")
     width = None if widths is None else _width(widths, net, updates, jitter, method)
     Kf, Tf, P, y, lb, lw = _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method,
-                                         lambda_b, lambda_w, rtol)
+                                         lambda_b, lambda_w, rtol,
+                                         # finite-time GD and a regularized block need no inverse
+                                         regularized=bool(noise) or bool(jitter) or
+                                         (method == "gd" and updates is not None))
     N = Kf.shape[0]
     Q = N - P
     yt = None
@@ -778,9 +805,8 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
     log_ev = None
     if method == "bayes":
         Kt = KAA + (noise + jitter) * np.eye(P)
-        training_spectrum(Kt, "K (plus noise)" if noise else "K", need_invertible=True, jitter=0.0,
-                  bound_hint=" (a noise variance noise=s2 > 0 regularizes it too)")
-        Lc = np.linalg.cholesky(Kt)
+        Lc = training_cholesky(Kt, "K (plus noise)" if noise else "K", jitter=0.0,
+                               bound_hint=" (a noise variance noise=s2 > 0 regularizes it too)")
         W = _solve_tri(Lc, Kf[:P, P:])                  # L^{-1} K_AB
         v = _solve_tri(Lc, y)                           # L^{-1} y
         mean = W.T @ v
@@ -795,43 +821,51 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
     else:
         TAA = Tf[:P, :P]
         converged = updates is None
-        lam, U = training_spectrum(TAA, "Theta", need_invertible=converged or method == "newton",
-                           jitter=jitter)
-        if eta is not None:
-            bound = 2.0 / lam[-1]
-            if eta >= bound:
-                raise DomainError(f"eta={eta:g} is not below 2/lambda_max(Theta_train) = {bound:.6g} "
-                                  f"(lambda_max = {lam[-1]:.6g}): gradient descent does not "
-                                  "converge (PDLT §∞.2, footnote 16)")
-        TBA = Tf[P:, :P]
-        if method == "gd":
-            phi = _gd_factor(lam, eta, updates)
-            Pm = (TBA @ U) * phi @ U.T                   # Theta_BA Theta~^{-1}[1 - (1 - eta Theta~)^t]
-            if converged:
-                train_mean, train_cov = y.copy(), np.zeros((P, P))
-            else:
-                S = (U * _decay(lam, eta, updates)) @ U.T    # (1 - eta Theta~)^t
-                train_mean = y - S @ y
-                train_cov = S @ KAA @ S.T
-                train_cov = 0.5 * (train_cov + train_cov.T)
-        else:  # Newton: GD steps (if any), then the Newton step (10.34), by a Cholesky solve
-            Tj = TAA + jitter * np.eye(P)
-            Lc = np.linalg.cholesky(Tj)
-            newton = _solve_tri(Lc, TBA.T, transpose=True)   # Theta~^{-1} Theta_AB
-            Pn = newton.T                                     # Theta_BA Theta~^{-1}
-            if updates:
-                S = np.eye(P)
-                step = np.eye(P) - eta * Tj
-                Pg = np.zeros((Q, P))
-                for _ in range(updates):                        # the steps one by one (10.33)
-                    Pg = Pg + eta * TBA @ S
-                    S = step @ S
-                Pm = Pg + Pn @ S                              # z_B(T) = z_B - Pm (z_A - y)
-            else:
-                Pm = Pn
+        if method == "gd" and converged and eta is None:
+            # converged GD (10.39)-(10.41): Theta_BA Theta~^{-1} by a Cholesky solve, no eigh
+            Lt = training_cholesky(TAA, "Theta", jitter=jitter)
+            Pm = _solve_tri(Lt, Tf[P:, :P].T, transpose=True).T
+            mean = Pm @ y
+            cov = _covariance(Pm, Kf, P)
             train_mean, train_cov = y.copy(), np.zeros((P, P))
-        mean = Pm @ y
-        cov = _covariance(Pm, Kf, P)
+        else:
+            lam, U = training_spectrum(TAA, "Theta", need_invertible=converged or method == "newton",
+                                       jitter=jitter)
+            if eta is not None:
+                bound = 2.0 / lam[-1]
+                if eta >= bound:
+                    raise DomainError(f"eta={eta:g} is not below 2/lambda_max(Theta_train) = {bound:.6g} "
+                                      f"(lambda_max = {lam[-1]:.6g}): gradient descent does not "
+                                      "converge (PDLT §∞.2, footnote 16)")
+            TBA = Tf[P:, :P]
+            if method == "gd":
+                phi = _gd_factor(lam, eta, updates)
+                Pm = (TBA @ U) * phi @ U.T                   # Theta_BA Theta~^{-1}[1 - (1 - eta Theta~)^t]
+                if converged:
+                    train_mean, train_cov = y.copy(), np.zeros((P, P))
+                else:
+                    S = (U * _decay(lam, eta, updates)) @ U.T    # (1 - eta Theta~)^t
+                    train_mean = y - S @ y
+                    train_cov = S @ KAA @ S.T
+                    train_cov = 0.5 * (train_cov + train_cov.T)
+            else:  # Newton: GD steps (if any), then the Newton step (10.34), by a Cholesky solve
+                Tj = TAA + jitter * np.eye(P)
+                Lc = np.linalg.cholesky(Tj)
+                newton = _solve_tri(Lc, TBA.T, transpose=True)   # Theta~^{-1} Theta_AB
+                Pn = newton.T                                     # Theta_BA Theta~^{-1}
+                if updates:
+                    S = np.eye(P)
+                    step = np.eye(P) - eta * Tj
+                    Pg = np.zeros((Q, P))
+                    for _ in range(updates):                        # the steps one by one (10.33)
+                        Pg = Pg + eta * TBA @ S
+                        S = step @ S
+                    Pm = Pg + Pn @ S                              # z_B(T) = z_B - Pm (z_A - y)
+                else:
+                    Pm = Pn
+                train_mean, train_cov = y.copy(), np.zeros((P, P))
+            mean = Pm @ y
+            cov = _covariance(Pm, Kf, P)
     for what, arr in (("mean", mean), ("covariance", cov)):
         if not np.all(np.isfinite(arr)):
             raise DomainError(f"the {what} is not finite: the training block is too ill-conditioned "
@@ -975,9 +1009,7 @@ def log_evidence(net: Any = None, X_train: Any = None, y_train: Any = None, *, n
         warnings.warn(f"jitter={jitter:g} added to the training kernel: the evidence is that of a "
                       "ridge-regularized kernel", AccuracyWarning, stacklevel=2)
     Kt = Kt + (noise + jitter) * np.eye(P)
-    training_spectrum(Kt, "K", need_invertible=True, jitter=0.0,
-              bound_hint=" and the evidence is a delta function there")
-    Lc = np.linalg.cholesky(Kt)
+    Lc = training_cholesky(Kt, "K", jitter=0.0, bound_hint=" and the evidence is a delta function there")
     v = _solve_tri(Lc, y)
     C = 1 if y.ndim == 1 else y.shape[1]
     return float(-0.5 * C * (P * math.log(2 * math.pi) + 2 * np.sum(np.log(np.diag(Lc))))
