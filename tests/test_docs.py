@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import doctest
 import io
-import os
 import pathlib
 import re
 import traceback

@@ -9,7 +9,6 @@ approaching 1 at the subleading rate; a law with its coefficient scaled by 0.9 f
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest

@@ -21,7 +21,7 @@ from effth.algebra.indices import alpha, c_b, c_w, ell
 from effth.algebra.tensors import Kernel, KernelMatrix, ThreePointVertex
 from effth.arch import MLP
 from effth.errors import DomainError
-from effth.pdlt import derive_initialization, initialization_flow, mlp_flow
+from effth.pdlt import derive_initialization, mlp_flow
 from effth.pdlt.derivation.pipeline import GAMMA, XI
 from effth.pdlt.residual import (mutual_information, optimal_aspect_ratio, optimal_gamma,
                                  residual_branch_gain, residual_criticality, residual_nu)

@@ -30,7 +30,6 @@ def test_linked_two_neurons_is_the_cross_vertex():
     a = alpha(1)
     f = sigma(a) ** 2
     got = linked_cumulant([(0, f), (1, f)], 1)
-    dd = 2 * sp.Symbol("S")                       # <(σ²)''> = 2<σ'² + σσ''>
     from effth.algebra.expectation import GaussianExpectation
     S = GaussianExpectation(sigma(a, 1) ** 2, KMAT) + GaussianExpectation(sigma(a) * sigma(a, 2), KMAT)
     want = FourPointVertex(a, a, a, a, ell) / (4 * N_PREV) * (2 * S) ** 2

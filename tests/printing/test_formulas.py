@@ -25,7 +25,7 @@ import sympy as sp
 from effth.activations import Z, get_activation
 from effth.algebra.tensors import Kernel, SampleTensor
 from effth.pdlt.derivation.formulas import evaluate_formula
-from effth.pdlt.initialization import derive_initialization, single_input
+from effth.pdlt.initialization import single_input
 from effth.pdlt.ntk import derive_ntk
 from effth.printing.formula import FORMS, Formula, document, rendered_width
 from effth.printing.simplify import Structured

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from itertools import product as _iproduct
 
 import numpy as np
 import sympy as sp
@@ -365,7 +364,7 @@ class SeriesFormulas:
                     r"A^{\ell}_{0}=C^{\ell}_{0},\quad B^{\ell-1}_{0}=D^{\ell}_{0}",
                     rf"C^{{\ell}}_{{0}}={c0},\quad D^{{\ell}}_{{0}}={d0}",
                     r"Y^{\ell}_{0}=D^{\ell}_{0}\,K^{x}+\tfrac12\,\mathbf{1}\,{C^{\ell}_{0}}^{\top}",
-                    rf"\Delta_{{0}}(t_{{i+1}})=(1-\eta K_{{0}})\Delta_{{0}}(t_{{i}}),\quad "
+                    r"\Delta_{0}(t_{i+1})=(1-\eta K_{0})\Delta_{0}(t_{i}),\quad "
                     r"\Delta_{0}(t_{0})=y,\quad K_{0}=" + self._k0(True)]
         c0 = "Cdrive[Kx, Delta_0]" if gi else "l Cdrive[Kx, Delta_0]"
         d0 = "Ddrive[1, Delta_0]" if gi else "(L+1-l) Ddrive[1, Delta_0]"

@@ -513,7 +513,7 @@ def _numbers_beyond_order2(order: int, name: str, hidden_layers: int, act, layer
         rows = [f"above gamma0^2 the coefficients are given as numbers, not printed formulas: "
                 f"effth.dmft.gamma0_series ({ser.closure} closure), hidden layers L = {hidden_layers}, "
                 + (data or "one input Kx = 1, y = 1") + f", eta = {ex['eta']:g}{above}{resp}",
-                f"t | " + " | ".join(f"{what}_{k}(t) ({where})" for k in range(0, top + 1, 2))]
+                "t | " + " | ".join(f"{what}_{k}(t) ({where})" for k in range(0, top + 1, 2))]
         for i in range(steps):
             rows.append(f"{i * ex['eta']:.4g} | " + " | ".join(f"{v[i]:.10e}" for v in values))
         return rows

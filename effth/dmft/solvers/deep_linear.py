@@ -95,7 +95,7 @@ from effth._validate import check_memory
 
 from effth.errors import ConvergenceError, DomainError
 from effth._validate import width_ratio_values
-from effth.dmft.grid import (TimeGrid, causal_mask, decay_factor, langevin_settings, parameter_filter,
+from effth.dmft.grid import (TimeGrid, causal_mask, langevin_settings, parameter_filter,
                              prepare_targets, real_scalar)
 from effth.dmft.solvers.lazy import check_langevin_step, check_stability_along, check_stability, hidden_layer_count, lazy_kernels, static_ntk_dynamics
 from effth.dmft.result import Diagnostics, DMFTResult
