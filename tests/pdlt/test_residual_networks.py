@@ -87,7 +87,6 @@ def test_same_neuron_four_point_is_three_channels(measured):
     _, out = measured
     n = WIDTHS[-1]
     st, f = out[n]
-    Vt = f["V"][3]
     k, ke = n * st.value("kappa4_same", 4), n * st.stderr("kappa4_same", 4)
     meas_V, meas_Ve = st.value("V", 4), st.stderr("V", 4)
     # compare with the measured V's channels, so that the shared O(1/n) correction cancels
