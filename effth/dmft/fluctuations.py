@@ -394,6 +394,23 @@ def _width(widths) -> float:
     return float(widths)
 
 
+def _common_arguments(center, gamma0, y, who: str) -> float:
+    """The checks both fluctuation theories make: ``center`` a bool, ``gamma0`` finite and
+    nonzero (returned as a float), one output."""
+    if not isinstance(center, (bool, np.bool_)):
+        raise DomainError(f"center={center!r} must be True or False")
+    try:
+        g0 = float(gamma0)
+    except (TypeError, ValueError):
+        raise DomainError(f"gamma0={gamma0!r} must be a real number") from None
+    if not np.isfinite(g0) or g0 == 0.0:
+        raise DomainError(f"gamma0={gamma0!r} must be finite and nonzero (the output factor "
+                          "1/gamma0); approach the lazy limit with a small gamma0")
+    if y is not None and np.ndim(y) != 1:
+        raise DomainError(f"{who} takes one output: y must be 1-D")
+    return g0
+
+
 @public
 def deep_linear_fluctuations(X=None, y=None, *, depth: int | None = None,
                              hidden_layers: int | None = None, gamma0: float, eta: float,
@@ -435,17 +452,7 @@ def deep_linear_fluctuations(X=None, y=None, *, depth: int | None = None,
         (fewer ``steps`` or inputs), a singular Hessian, and everything
         :func:`effth.dmft.solve_deep_linear` rejects.
     """
-    if not isinstance(center, (bool, np.bool_)):
-        raise DomainError(f"center={center!r} must be True or False")
-    try:
-        g0 = float(gamma0)
-    except (TypeError, ValueError):
-        raise DomainError(f"gamma0={gamma0!r} must be a real number") from None
-    if not np.isfinite(g0) or g0 == 0.0:
-        raise DomainError(f"gamma0={gamma0!r} must be finite and nonzero (the output factor "
-                          "1/gamma0); approach the lazy limit with a small gamma0")
-    if y is not None and np.ndim(y) != 1:
-        raise DomainError("deep_linear_fluctuations takes one output: y must be 1-D")
+    g0 = _common_arguments(center, gamma0, y, "deep_linear_fluctuations")
     if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
         raise DomainError(f"chunk={chunk!r} must be a positive integer")
     res = solve_deep_linear(X, y, depth=depth, hidden_layers=hidden_layers, gamma0=g0, eta=eta,
@@ -583,17 +590,7 @@ angle/\partial f`, and :math:`\partial^2S/\partial k\partial k=0`;
     from effth.dmft.solvers.lazy import resolve_activation
     from effth.dmft.solvers.two_layer import _nodes, solve_two_layer
 
-    if not isinstance(center, (bool, np.bool_)):
-        raise DomainError(f"center={center!r} must be True or False")
-    try:
-        g0 = float(gamma0)
-    except (TypeError, ValueError):
-        raise DomainError(f"gamma0={gamma0!r} must be a real number") from None
-    if not np.isfinite(g0) or g0 == 0.0:
-        raise DomainError(f"gamma0={gamma0!r} must be finite and nonzero (the output factor "
-                          "1/gamma0); approach the lazy limit with a small gamma0")
-    if y is not None and np.ndim(y) != 1:
-        raise DomainError("two_layer_fluctuations takes one output: y must be 1-D")
+    g0 = _common_arguments(center, gamma0, y, "two_layer_fluctuations")
     res = solve_two_layer(X, y, gamma0=g0, eta=eta, steps=steps, activation=activation,
                           X_test=X_test, kernel=kernel, method="quadrature", nodes=nodes,
                           max_nodes=max_nodes, quad_tol=None)
