@@ -462,3 +462,25 @@ def width_ratio_values(width_ratios: Any, hidden_layers: int,
     if np.all(a == 1.0):
         return None
     return tuple(float(v) for v in a)
+
+
+def langevin_momentum(temperature: Any, momentum: Any) -> tuple[float, float]:
+    """Validated Langevin temperature :math:`1/\\beta` (finite, >= 0) and heavy-ball coefficient
+    :math:`\\mu=e^{-\\eta/\\tau}` in [0, 1), not both nonzero (Bordelon & Pehlevan 2022 apps. K, L):
+    one check for the DMFT solvers and the trainer."""
+    vals = []
+    for v, name in ((temperature, "temperature"), (momentum, "momentum")):
+        if isinstance(v, (bool, np.bool_)):
+            raise DomainError(f"{name}={v!r} must be a number")
+        vals.append(real_scalar(v, name))
+    temperature, momentum = vals
+    if not (np.isfinite(temperature) and temperature >= 0):
+        raise DomainError(f"temperature={temperature!r} must be a finite number >= 0 (the Langevin "
+                          "temperature 1/beta; 0 is gradient descent)")
+    if not (np.isfinite(momentum) and 0.0 <= momentum < 1.0):
+        raise DomainError(f"momentum={momentum!r} must lie in [0, 1) (the heavy-ball coefficient mu "
+                          "= exp(-eta / tau); 0 is gradient descent)")
+    if temperature > 0 and momentum > 0:
+        raise DomainError("temperature > 0 together with momentum > 0 is not supported (the "
+                          "Langevin noise is defined for the first-order dynamics); set one to 0")
+    return float(temperature), float(momentum)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from effth._display import html_table
-from effth._validate import integer, real_array, real_scalar  # noqa: F401  (re-exported)
+from effth._validate import integer, langevin_momentum, real_array, real_scalar  # noqa: F401  (re-exported)
 from effth.errors import DomainError
 
 __all__ = ["TimeGrid", "TrainingData", "ParameterFilter", "causal_mask", "parameter_filter", "prepare_data"]
@@ -266,20 +266,7 @@ def langevin_settings(eta: float, weight_decay: float = 0.0, temperature: float 
                       momentum: float = 0.0) -> tuple[float, float, float]:
     """Validated ``(rho, temperature, momentum)`` (:class:`DomainError` with what to do)."""
     rho = decay_factor(eta, weight_decay)
-    for v, name in ((temperature, "temperature"), (momentum, "momentum")):
-        if isinstance(v, (bool, np.bool_)):
-            raise DomainError(f"{name}={v!r} must be a number")
-        real_scalar(v, name)
-    temperature, momentum = float(temperature), float(momentum)
-    if not (np.isfinite(temperature) and temperature >= 0):
-        raise DomainError(f"temperature={temperature!r} must be a finite number >= 0 (the Langevin "
-                          "temperature 1/beta; 0 is gradient descent)")
-    if not (np.isfinite(momentum) and 0.0 <= momentum < 1.0):
-        raise DomainError(f"momentum={momentum!r} must lie in [0, 1) (the heavy-ball coefficient mu "
-                          "= exp(-eta / tau); 0 is gradient descent)")
-    if temperature > 0 and momentum > 0:
-        raise DomainError("temperature > 0 together with momentum > 0 is not supported (the "
-                          "Langevin noise is defined for the first-order dynamics); set one to 0")
+    temperature, momentum = langevin_momentum(temperature, momentum)
     return rho, temperature, momentum
 
 

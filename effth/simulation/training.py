@@ -39,7 +39,7 @@ import numpy as np
 from .._display import activation_text, depth_text, html_table
 from .._progress import progress_bar
 from .._results import HiddenLayers
-from .._validate import check_memory, integer, real_array, real_scalar
+from .._validate import check_memory, integer, langevin_momentum, real_array, real_scalar
 from .._validate import seed as _check_seed
 from ..activations import get_activation
 from effth.arch import resolve_depth
@@ -459,21 +459,7 @@ def _diverged_error(step, loss, ref, eta, bound) -> DomainError:
 
 def _optimizer_settings(temperature, momentum) -> tuple[float, float]:
     """Validated Langevin temperature and heavy-ball coefficient (:class:`DomainError`)."""
-    vals = []
-    for v, name in ((temperature, "temperature"), (momentum, "momentum")):
-        if isinstance(v, (bool, np.bool_)):
-            raise DomainError(f"{name}={v!r} must be a number")
-        vals.append(_real_scalar(v, name))
-    temperature, momentum = vals
-    if not (np.isfinite(temperature) and temperature >= 0):
-        raise DomainError(f"temperature={temperature!r} must be a finite number >= 0 (the Langevin "
-                          "temperature 1/beta; 0 is gradient descent)")
-    if not (np.isfinite(momentum) and 0.0 <= momentum < 1.0):
-        raise DomainError(f"momentum={momentum!r} must lie in [0, 1) (the heavy-ball coefficient; "
-                          "0 is gradient descent)")
-    if temperature > 0 and momentum > 0:
-        raise DomainError("temperature > 0 together with momentum > 0 is not supported; set one to 0")
-    return float(temperature), float(momentum)
+    return langevin_momentum(temperature, momentum)
 
 
 class _Optimizer:
