@@ -177,9 +177,13 @@ class SingleInputFormula(Formula):
     ``form="edgeworth"`` (and ``"book"``, which coincides with it for one input) keeps the layer
     labels; ``form="compact"`` drops them as for the general recursions."""
 
-    label: sp.Symbol = None
+    @property
+    def label(self) -> sp.Symbol:
+        """The one sample label (dropped when printed)."""
+        return self.structured.samples[0]
 
     def _shadow(self, form: str) -> Formula:
+        """The formula with the label blanked (and the layer labels dropped for ``compact``)."""
         from effth.printing.simplify import Structured
 
         rhs = self.structured.rhs
@@ -189,19 +193,20 @@ class SingleInputFormula(Formula):
         st = Structured(rhs=rhs.xreplace(blank), original=self.structured.original.xreplace(blank),
                         samples=(_BLANK,))
         lhs = compact(self.lhs) if form == "compact" else self.lhs
-        return Formula(lhs.xreplace(blank), st, self.provenance, self.conventions, {})
+        # the compact shadow is already compact: its transform is the identity, so the base
+        # printer states the conventions as it does for every compact form
+        return Formula(lhs.xreplace(blank), st, self.provenance, self.conventions,
+                       {"compact": lambda e: e})
 
     def rhs(self, form: str = "edgeworth") -> sp.Expr:
-        if form not in ("edgeworth", "book", "compact"):
-            return super().rhs(form)
-        return compact(self.structured.rhs) if form == "compact" else self.structured.rhs
+        if form == "compact":
+            return compact(self.structured.rhs)
+        return super().rhs("edgeworth" if form == "book" else form)
 
-    def latex(self, form: str = "edgeworth", *, conventions: bool = True, **kw) -> str:
+    def latex(self, form: str = "edgeworth", **kw) -> str:
         self.rhs(form)  # validates form
-        tex = self._shadow(form).latex("edgeworth", **kw)
-        if form == "compact" and conventions and kw.get("definitions", True):
-            tex = tex if kw.get("env") else tex + r",\ " + r",\ ".join(self.conventions[:1])
-        return _drop_empty_subscripts(tex)
+        shadow_form = "compact" if form == "compact" else "edgeworth"
+        return _drop_empty_subscripts(self._shadow(form).latex(shadow_form, **kw))
 
     def text(self, form: str = "edgeworth") -> str:
         import re
@@ -219,9 +224,7 @@ def single_input_formula(lhs: sp.Expr, expr: sp.Expr, label, provenance: str = "
 
     best, _ = in_helpers(expr, _single_input_helpers(label), lambda e: len(latex(e)))
     st = Structured(rhs=best, original=sp.expand(expr), samples=(label,))
-    f = SingleInputFormula(lhs, st, provenance, CONVENTIONS[:1], {})
-    f.label = label
-    return f
+    return SingleInputFormula(lhs, st, provenance, CONVENTIONS, {})
 
 
 # ================================================================================= the forms
