@@ -454,9 +454,9 @@ def _plain_sum(d: sp.Expr, p) -> str:
         outer = sp.Mul(*[f for f in common.args if not f.is_Add])
         inner = sp.Mul(*[f for f in common.args if f.is_Add])
         if inner.is_Add:
-            s, chunks = _term_chunks(outer * sp.Symbol("_INNER"), p)
-            body = " ".join(chunks).replace("_INNER", rf"\big({_plain_sum(inner, p)}\big)")
-            return ("- " if s == "-" else "") + body
+            s, chunks = _term_chunks(outer, p)
+            chunks = [c for c in chunks if c != "1"] + [rf"\big({_plain_sum(inner, p)}\big)"]
+            return ("- " if s == "-" else "") + " ".join(chunks)
     terms = sorted(sp.Add.make_args(d), key=lambda t: t.could_extract_minus_sign())
     for k, t in enumerate(terms):
         s, chunks = _term_chunks(t, p)
