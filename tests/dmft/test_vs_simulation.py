@@ -64,7 +64,8 @@ def test_deep_linear_L3_quick():
 
 
 @pytest.mark.slow
-def test_deep_linear_L3_width_scaling():
+def test_deep_linear_L3_width_scaling(opt_in_slow):
+    """Widths 250..2000, 48 seeds (about 40 s): the default run has test_deep_linear_L3_quick."""
     kw = dict(hidden_layers=3, gamma0=1.0, eta=0.05, steps=21)
     theory = solve_deep_linear(X, Y, **kw)
     fit, run = width_study(theory, [250, 500, 1000, 2000], seed=range(48), activation="linear",

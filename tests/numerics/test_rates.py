@@ -47,7 +47,9 @@ TWO_SLOT = ([(0, "sigma", 1), (1, "sigma", 0), (1, "z", 1)], K2)
      pytest.param("tanh", TWO_SLOT, marks=pytest.mark.slow),
      pytest.param("softplus", TWO_SLOT, marks=pytest.mark.slow)],
 )
-def test_quadrature_meets_each_requested_rtol(name, case):
+def test_quadrature_meets_each_requested_rtol(name, case, request):
+    if case is TWO_SLOT:   # the mpmath reference of two slots takes ~20 s (test_reference has the fast bar)
+        request.getfixturevalue("opt_in_slow")
     factors, K = case
     ref = float(gaussian_expectation(factors, K, name, method="mpmath"))
     errors = []

@@ -212,15 +212,6 @@ def test_branch_gain_is_redundant_for_an_mlp_block():
     np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
-@pytest.mark.slow
-def test_docs_page_code_runs():
-    import pathlib
-    import re
-    page = pathlib.Path(__file__).resolve().parents[2] / "docs" / "residual.md"
-    for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S):
-        exec(compile(block, str(page), "exec"), {})
-
-
 def test_bad_input():
     with pytest.raises(DomainError, match="Cauchy"):
         residual_branch_gain(0.5, 1.0, 1.0, 2.0)
