@@ -1,0 +1,173 @@
+"""Finite-time gradient descent at finite width (PDLT §∞.2.2): the per-network solution after t
+steps against iterating the difference equations (∞.81)-(∞.83), the ensemble mean's free part
+against direct matrix powers, the limit t -> infinity, and exactness at huge t with tiny eta."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from effth.errors import DomainError
+from effth.pdlt.learning.finite_time import (divided_power, finite_time_projectors, phi_divided,
+                                             power_t)
+from effth.pdlt.learning.finite_width import MEAN_PARTS, finite_width_mean, trained_output
+
+from ._trained_reference import difference_equations, symmetric_statistics
+from .test_finite_width_learning import _synthetic_instance
+
+
+@pytest.mark.parametrize("eta_frac", [0.1, 0.6])
+def test_finite_time_solution_matches_the_difference_equations(eta_frac):
+    """After t = 1, 5, 30 steps the O(1/n) solution misses the iterated (∞.81)-(∞.83) at second
+    order in the differentials (slope 2) while the effect is first order; with slow training
+    the converged differential terms (a wrong time) miss at first order."""
+    rng = np.random.default_rng(7)
+    m, N, P = 2, 5, 3
+    y = rng.standard_normal((P, m))
+    for steps in (1, 5, 30):
+        errs, effects, wrong = [], [], []
+        for eps in (4e-4, 2e-4, 1e-4):
+            inst, H = _synthetic_instance(np.random.default_rng(7), m, N, eps)
+            eta = eta_frac * 2 / np.linalg.eigvalsh(H[:P, :P]).max()
+            zs = difference_equations(inst.z, H, inst.dH, inst.ddIH, inst.ddIIH, y, P, eta, steps)
+            out = trained_output(inst, y, n_train=P, eta=eta, H=H, updates=steps)
+            conv = trained_output(inst, y, n_train=P, eta=eta, H=H)
+            free = out.value("free")
+            errs.append(abs(zs.T - out.value("z")).max())
+            effects.append(abs(zs.T - free).max())
+            wrong.append(abs(zs.T - free - (conv.value("z") - conv.value("free"))).max())
+        if steps == 1:                # one step: the O(eps) update is exact, no remainder
+            assert errs[-1] < 1e-9 * effects[-1], (errs, effects)
+            continue
+        s_err = np.polyfit(np.log([4, 2, 1]), np.log(errs), 1)[0]
+        s_eff = np.polyfit(np.log([4, 2, 1]), np.log(effects), 1)[0]
+        assert 1.8 < s_err < 2.2 and 0.9 < s_eff < 1.1, (steps, s_err, s_eff)
+        assert errs[-1] < 0.02 * effects[-1], (steps, errs, effects)
+        if eta_frac == 0.1:           # slow training: the converged projectors (a wrong time) miss
+            assert wrong[-1] > 0.1 * effects[-1], (steps, wrong, effects)
+
+
+def test_finite_time_tends_to_the_converged_result():
+    """t -> infinity equals the converged (∞.141) and (∞.155)-(∞.160) to round-off."""
+    inst, H = _synthetic_instance(np.random.default_rng(7), 2, 5, 1e-3)
+    y = np.random.default_rng(1).standard_normal((3, 2))
+    eta = 0.6 / np.linalg.eigvalsh(H[:3, :3]).max()
+    a = trained_output(inst, y, n_train=3, eta=eta, H=H)
+    b = trained_output(inst, y, n_train=3, eta=eta, H=H, updates=10 ** 7)
+    for k in a.names:
+        np.testing.assert_allclose(b.value(k), a.value(k), rtol=0, atol=1e-13 * abs(a.value(k)).max())
+    T = symmetric_statistics(5, np.random.default_rng(3))
+    eta = 0.74 / np.linalg.eigvalsh(T["Theta"][:3, :3]).max()
+    a = finite_width_mean(T, y, n_train=3, eta=eta, widths=10)
+    b = finite_width_mean(T, y, n_train=3, eta=eta, widths=10, updates=10 ** 8)
+    for k in a.names:
+        scale = abs(a.value(k)).max()
+        assert scale > 1e-3, k
+        np.testing.assert_allclose(b.value(k), a.value(k), rtol=0, atol=1e-13 * scale, err_msg=k)
+    c = finite_width_mean(T, y, n_train=3, eta=eta, widths=10, updates=5)
+    assert abs(c.value("mean1") - a.value("mean1")).max() > 0.05 * abs(a.value("mean1")).max()
+
+
+def _phi_dense(H, eta, t):
+    """phi_t(H) = H^{-1} [1 - (1 - eta H)^t] by a matrix power (independent of the code)."""
+    n = len(H)
+    return np.linalg.solve(H, np.eye(n) - np.linalg.matrix_power(np.eye(n) - eta * H, t))
+
+
+def test_finite_time_free_part_against_matrix_powers():
+    """The free part of the mean, E[Hhat_{d a} phi_t(Hhat~)] y, at second order in Delta H: with
+    Delta H = sum_k xi_k M_k (xi = +-1) its statistic is A = sum_k M_k (x) M_k, and the
+    symmetric difference of direct matrix powers gives the same O(eps^2) term; the NTK-mean shift
+    H1 is the derivative in the direction H1."""
+    rng = np.random.default_rng(5)
+    N, P, t = 5, 3, 9
+    T = symmetric_statistics(N, rng)
+    Ms = [rng.standard_normal((N, N)) for _ in range(3)]
+    Ms = [M + M.T for M in Ms]
+    T["A"] = sum(np.einsum("ab,cd->abcd", M, M) for M in Ms)
+    T["B"] = np.zeros((N,) * 4)
+    for k in "PQRSTU":
+        T[k] = np.zeros((N,) * 4)
+    y = rng.standard_normal((P, 1))
+    H = T["Theta"]
+    eta = 0.8 / np.linalg.eigvalsh(H[:P, :P]).max()
+    got = finite_width_mean(T, y, n_train=P, eta=eta, updates=t)
+
+    def f(Hx):
+        return Hx[:, :P] @ _phi_dense(Hx[:P, :P], eta, t) @ y
+
+    np.testing.assert_allclose(got.value("mean"), f(H), rtol=1e-12)
+    est = []
+    for h in (1e-2, 5e-3):
+        est.append(sum((f(H + h * M) + f(H - h * M) - 2 * f(H)) / (2 * h * h) for M in Ms))
+    fd = (4 * est[1] - est[0]) / 3                             # Richardson: O(h^4)
+    np.testing.assert_allclose(got.value("delta_ntk"), fd, rtol=1e-6, atol=1e-8 * abs(fd).max())
+    h = 1e-4
+    fd1 = (f(H + h * T["H1"]) - f(H - h * T["H1"])) / (2 * h)
+    np.testing.assert_allclose(got.value("H1"), fd1, rtol=1e-6, atol=1e-8 * abs(fd1).max())
+    assert abs(got.value("delta_ntk")).max() > 1e-2
+    for k in ("dntk", "ddntk_I", "ddntk_II"):
+        assert abs(got.value(k)).max() == 0.0
+
+
+def test_divided_differences_are_exact_at_huge_t_and_tiny_eta():
+    """(1 - eta lam)^t and the divided differences of u^t in log space: t = 10^10 steps of
+    eta = 1e-9 (tau = eta t = 10) agree with the gradient-flow limit e^{-tau lam} to O(eta);
+    coinciding eigenvalues give the derivative t u^{t-1}, and the second divided differences at
+    nearly coinciding points equal u^t''/2 (a recursion would lose every digit there)."""
+    lam = np.array([0.3, 0.7, 1.1])
+    ut = power_t(lam, 1e-9, 10 ** 10)
+    np.testing.assert_allclose(ut, np.exp(-10 * lam), rtol=1e-8)
+    d = divided_power(lam, lam, 1e-9, 10 ** 10)
+    np.testing.assert_allclose(d, 10 ** 10 * np.exp(-10 * lam), rtol=1e-8)
+    d2 = divided_power(lam, lam * (1 + 1e-12), 1e-9, 10 ** 10)
+    np.testing.assert_allclose(d2, d, rtol=1e-7)
+    phi, phi1, phi2 = phi_divided(np.array([0.5, 0.5 * (1 + 1e-13), 2.0]), 1e-9, 10 ** 10)
+    tau = 10.0                                           # gradient flow: phi = (1 - e^{-tau l}) / l
+    l0 = 0.5
+    dphi = tau * np.exp(-tau * l0) / l0 - (1 - np.exp(-tau * l0)) / l0 ** 2
+    np.testing.assert_allclose(phi1[0, 1], dphi, rtol=1e-7)
+    d2phi = (-tau ** 2 * np.exp(-tau * l0) / l0 - 2 * tau * np.exp(-tau * l0) / l0 ** 2
+             + 2 * (1 - np.exp(-tau * l0)) / l0 ** 3) / 2
+    np.testing.assert_allclose(phi2[0, 1, 0], d2phi, rtol=1e-6)
+    np.testing.assert_allclose(phi2[0, 0, 1], d2phi, rtol=1e-6)
+    Z = finite_time_projectors(lam, np.eye(3), 1e-9, 10 ** 10)
+    Zb = finite_time_projectors(lam, np.eye(3), 1e-8, 10 ** 9)    # the same tau
+    for k, v in Z.coefficients.items():
+        assert np.all(np.isfinite(v))
+        np.testing.assert_allclose(v, Zb.coefficients[k], rtol=1e-6, atol=1e-7 * abs(v).max())
+
+
+def test_training_part_contraction():
+    """The training-set part of the mean contracts like the bracketed part with the output slot
+    in the eigenbasis: coefficients that do not depend on the output eigen-index give the
+    bracketed part's training rows, rotated."""
+    import effth.pdlt.learning.finite_width as fw
+    rng = np.random.default_rng(2)
+    T = symmetric_statistics(5, rng)
+    y = rng.standard_normal((3, 2))
+    eta = 0.5 / np.linalg.eigvalsh(T["Theta"][:3, :3]).max()
+    Z = fw._setup(T, fw._TENSORS, y, 3, "gd", eta, None, None, 1, 4)[-1]
+    for proj, sup in (("A", "abdc"), ("IB", "bcaefd"), ("IIA", "abcfde")):
+        z = Z.coefficients[proj]
+        X = fw._slots(T["R"], "1D23", 3)
+        Xh = Z.to_eigenbasis(X, (1, 2, 3))
+        rhs = rng.standard_normal((2,) + (3,) * (len(sup) - 3))
+        full = fw._contract(Xh, z, sup, rhs)
+        lead = fw._contract(Z.to_eigenbasis(Xh[:3], (0,)), np.broadcast_to(z, (3,) + z.shape), sup,
+                            rhs, lead=True)
+        np.testing.assert_allclose(lead, Z.eigenvectors.T @ full[:3], atol=1e-12)
+
+
+def test_finite_time_rejects_bad_input():
+    T = symmetric_statistics(4, np.random.default_rng(0))
+    y = np.ones(2)
+    with pytest.raises(DomainError, match="updates"):
+        finite_width_mean(T, y, n_train=2, eta=0.1, updates=-1)
+    with pytest.raises(DomainError, match="updates"):
+        finite_width_mean(T, y, n_train=2, eta=0.1, updates=2.5)
+    with pytest.raises(DomainError, match="algorithm='gd'"):
+        finite_width_mean(T, y, n_train=2, algorithm="gradient_flow", updates=3)
+    out = finite_width_mean(T, y, n_train=2, eta=0.1, updates=0)       # no step: nothing moved
+    for k in ("mean",) + MEAN_PARTS:
+        assert abs(out.value(k)).max() == 0.0, k
