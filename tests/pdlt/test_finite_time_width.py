@@ -171,3 +171,75 @@ def test_finite_time_rejects_bad_input():
     out = finite_width_mean(T, y, n_train=2, eta=0.1, updates=0)       # no step: nothing moved
     for k in ("mean",) + MEAN_PARTS:
         assert abs(out.value(k)).max() == 0.0, k
+
+
+def test_predict_with_width_and_updates():
+    """predict(widths=n, updates=t, eta=) reads the finite-time O(1/n) mean; its covariance is
+    refused with the reason; Newton with updates= and widths= is refused."""
+    import effth as et
+    X = np.array([(1, 0.3, -0.5), (-0.6, 1.1, 0.2), (0.5, 0.5, 0.9)], float)
+    net = et.MLP("tanh", depth=2, c_w=1.0, c_b=0.0)
+    y = [0.8, -0.6]
+    p = et.predict(net, X[:2], y, X[2:], eta=0.2, updates=7, widths=32, rtol=1e-9)
+    nf = et.ntk_flow(net, X, n_train=2, max_test=1, rtol=1e-8)
+    ref = finite_width_mean(nf, y, n_train=2, eta=0.2, updates=7, widths=32)
+    np.testing.assert_allclose(p.value("mean1"), ref.value("mean1")[2:, 0], rtol=1e-12)
+    np.testing.assert_allclose(p.value("mean"), ref.value("mean")[2:, 0], rtol=1e-12)
+    conv = finite_width_mean(nf, y, n_train=2, eta=0.2, widths=32)
+    assert abs(p.value("mean1") - conv.value("mean1")[2:, 0]).max() > 1e-3
+    with pytest.raises(DomainError, match="finite number of steps"):
+        p.value("covariance1")
+    with pytest.raises(DomainError, match="Newton"):
+        et.predict(net, X[:2], y, X[2:], method="newton", eta=0.2, updates=3, widths=32)
+
+
+# ----------------------------------------------------------------------------- measured mean
+def test_finite_time_mean_of_trained_networks_width_study(opt_in_slow):
+    """GD-trained tanh MLPs (L = 3) after t = 10 and 16 steps, 32 000 networks per width at
+    n = 16, 32, 64, 128: n (E[z(t)] - m_inf(t)) = a + b/n + c/n^2 has its intercept a within 5 SE
+    of the finite-time O(1/n) theory and the fit with the theory's intercept is good; the lazy
+    theory (no dNTK, no ddNTKs) is rejected by more than 5 SE at n = 16 and 32; and
+    E[z(t)] - m_inf(t) falls like 1/n (fitted slope within 4 SE of -1).  About 10 minutes."""
+    from effth.simulation import train_ensemble
+    import effth as et
+    from .test_finite_width_learning import _LB, _X3, _Y3, _fit_remainder
+    nf = et.ntk_flow(et.MLP(depth=3, activation="tanh", c_w=1.0, c_b=0.0), _X3, lambda_b=_LB)
+    Th = nf.value("Theta", layer=3)
+    lam, U = np.linalg.eigh(Th[:2, :2])
+    eta = 0.5 / lam.max()
+    widths, size, chunk = (16, 32, 64, 128), 32000, 8000
+    for t in (10, 16):
+        th = finite_width_mean(nf, _Y3, n_train=2, eta=eta, updates=t)
+        full = th.value("mean1")[2, 0]
+        lazy = th.value("H1")[2, 0] + th.value("delta_ntk")[2, 0]
+        M = Th[2, :2] @ U @ np.diag((1 - power_t(lam, eta, t)) / lam) @ U.T
+        meas = []
+        for n in widths:
+            net = et.MLP(depth=3, activation="tanh", widths=n, c_w=1.0, c_b=0.0)
+            ds = []
+            for rep in range(size // chunk):
+                tr = train_ensemble(net, _X3[:2], _Y3, eta=eta, updates=t, networks=chunk,
+                                    seed=1000 * n + 11 * t + rep, lambda_b=_LB, X_test=_X3[2:],
+                                    record_every=t)
+                z0 = np.concatenate([tr.f_train[:, 0], tr.f_test[:, 0]], axis=1)
+                # control variate: the infinite-width free solution's dependence on z(0), mean 0
+                c = z0[:, 2] - z0[:, :2] @ M
+                ds.append(tr.f_test[:, -1, 0] - c - th.value("mean")[2, 0])
+            d = np.concatenate(ds)
+            meas.append((n * d.mean(), n * d.std(ddof=1) / np.sqrt(len(d))))
+        meas = np.array(meas)
+        coef, se0, _ = _fit_remainder(widths, meas)
+        _, _, chi_right = _fit_remainder(widths, meas, fixed=full)
+        # the rate: log |E - m_inf| against log n
+        x, yv = np.log(widths), np.log(meas[:, 0] / np.asarray(widths))
+        w = (meas[:, 0] / meas[:, 1]) ** 2
+        A = np.stack([np.ones(4), x], 1) * np.sqrt(w)[:, None]
+        sl, *_ = np.linalg.lstsq(A, yv * np.sqrt(w), rcond=None)
+        se_sl = float(np.sqrt(np.linalg.inv(A.T @ A)[1, 1]))
+        print(f"\nt={t}: measured {meas.round(4).tolist()}; intercept {coef[0]:.4f} +- {se0:.4f}, "
+              f"theory {full:.4f} (chi2 {chi_right:.2f}), lazy {lazy:.4f}; "
+              f"slope {sl[1]:.3f} +- {se_sl:.3f}")
+        assert abs(coef[0] - full) < 5 * se0
+        assert chi_right < 13.8
+        assert np.all(np.abs(meas[:2, 0] - lazy) > 5 * meas[:2, 1]), (meas, lazy)
+        assert abs(sl[1] + 1) < 4 * se_sl

@@ -356,6 +356,11 @@ class Prediction(TrainTestSplit):
             name.startswith(("mean1_", "covariance1_"))
         if finite and self.finite_width is None:
             raise DomainError(f"{name!r} is the O(1/n) correction: pass widths= (n_(L-1)) to predict")
+        if finite and self.method != "bayes" and name.startswith("cov") and self.finite_width[1] is None \
+                and self.updates is not None:
+            raise DomainError(f"{name!r}: the O(1/n) covariance after a finite number of steps is "
+                              "not implemented (the mean is: 'mean1'); drop updates= for the "
+                              "covariance of networks trained to convergence")
         if finite and self.method != "bayes" and name.startswith("cov") and self.finite_width[1] is None:
             raise DomainError(f"{name!r}: the O(1/n) covariance is computed for at most "
                               f"{_MAX_TRAIN_COV} training inputs (it holds the N_A^4 projectors "
@@ -731,6 +736,9 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
           ``"mean1_H1"``, ``"mean1_delta_ntk"``, ``"mean1_dntk"``, ``"mean1_ddntk_I"``,
           ``"mean1_ddntk_II"``) and the covariance (derived;
           :func:`~effth.pdlt.learning.finite_width.finite_width_covariance`).  With
+          ``updates=`` (and ``eta``) the mean after that many steps (PDLT §∞.2.2, the
+          finite-time projectors of :mod:`effth.pdlt.learning.finite_time`); the covariance
+          is then not available.  With
           ``eta`` the projectors of GD (∞.142)–(∞.147), without it gradient flow
           (∞.149)–(∞.153); ``method="newton"`` is the two-step Newton algorithm (∞.148).  A
           smooth activation is required: for kinked ones (ReLU) the :math:`1/n` expansion of the
@@ -753,7 +761,7 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         Mismatched shapes, NaN/inf/complex input, non-symmetric or non-PSD kernels, a singular
         training block (without ``jitter``), :math:`\eta\ge2/\lambda_{\max}(\widetilde\Theta)`
         (the bound is in the message), ``updates`` without ``eta``, an unknown method;
-        ``widths=`` without a network, with a kinked activation, with ``updates``, noise or jitter.
+        ``widths=`` without a network, with a kinked activation, with ``updates`` for Newton, noise or jitter.
 
     Examples
     --------
@@ -895,7 +903,8 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         from effth.pdlt.learning.bayes_finite import bayes_posterior
         finite = bayes_posterior(net, X_train, y_train, X_test, widths=widths, noise=noise, rtol=rtol)
     elif width is not None:
-        finite = _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol)
+        finite = _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol,
+                               updates)
     return Prediction(method=method, K=Kf, Theta=Tf, n_train=P, mean_=mean, covariance_=cov,
                       train_mean_=train_mean, train_covariance_=train_cov, y_train=y, y_test=yt,
                       test_loss_kind=test_loss,
@@ -910,9 +919,10 @@ def _width(widths: Any, net: Any, updates: Any, jitter: float, method: str) -> i
     if net is None:
         raise DomainError("widths= needs the network, predict(net, X_train, y_train, X_test, "
                           "widths=n): the O(1/n) mean needs its NTK hierarchy, not only K and Theta")
-    if updates is not None:
-        raise DomainError("widths= is the fully trained network (PDLT (∞.141)); finite-time "
-                          "training at finite width is not implemented: drop updates=")
+    if updates is not None and method != "gd":
+        raise DomainError("widths= with updates= is finite-time gradient descent (PDLT §∞.2.2, "
+                          "method='gd'); Newton at finite width is the converged two-step "
+                          "algorithm (∞.148): drop updates=")
     if jitter:
         raise DomainError("widths= does not combine with jitter= (a ridge changes the solution)")
     act = getattr(net, "act", None)
@@ -923,13 +933,18 @@ def _width(widths: Any, net: Any, updates: Any, jitter: float, method: str) -> i
     return int(width)
 
 
-def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol):
-    """The O(1/n) mean of trained networks (PDLT (∞.155)) on train-then-test inputs, and their
-    covariance as a :class:`_PendingCovariance` (``None`` past 64 training inputs)."""
+def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol, updates=None):
+    """The O(1/n) mean of trained networks (PDLT (∞.155); after ``updates`` steps, §∞.2.2) on
+    train-then-test inputs, and their covariance as a :class:`_PendingCovariance` (``None`` past
+    64 training inputs or at finite time)."""
     X = np.vstack([finite_array(X_train, "X_train", (2,)), finite_array(X_test, "X_test", (2,))])
     algorithm = "two_step" if method == "newton" else ("gd" if eta is not None else "gradient_flow")
     kw = dict(n_train=len(y), algorithm=algorithm, eta=eta if algorithm == "gd" else None, widths=width)
-    flow_kw = dict(lambda_b=lambda_b, lambda_w=lambda_w, rtol=min(rtol * 100, 1e-8), n_train=len(y))
+    if updates is not None:
+        mean = finite_width_mean(ntk_flow(net, X, max_test=1, **_flow_kw(lambda_b, lambda_w, rtol, y)),
+                                 y, updates=updates, **kw)
+        return mean, None
+    flow_kw = _flow_kw(lambda_b, lambda_w, rtol, y)
     # the mean reads the entries with at most one test input; the covariance, which reads those
     # with two, is computed when first read, reusing the subsets of samples the mean's flow
     # integrated (14 + 14 tanh inputs: 17.8 s after a 16.0 s mean, 32.2 s without the reuse)
@@ -942,6 +957,11 @@ def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_
 
 
 _ATOM_CACHE_BYTES = 1 << 30    # the mean's atoms kept for the covariance up to this size
+
+
+def _flow_kw(lambda_b, lambda_w, rtol, y) -> dict:
+    """The restricted NTK flow's settings of :func:`_finite_width`."""
+    return dict(lambda_b=lambda_b, lambda_w=lambda_w, rtol=min(rtol * 100, 1e-8), n_train=len(y))
 
 
 class _PendingCovariance:
