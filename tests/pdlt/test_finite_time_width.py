@@ -243,3 +243,34 @@ def test_finite_time_mean_of_trained_networks_width_study(opt_in_slow):
         assert chi_right < 13.8
         assert np.all(np.abs(meas[:2, 0] - lazy) > 5 * meas[:2, 1]), (meas, lazy)
         assert abs(sl[1] + 1) < 4 * se_sl
+
+
+# ----------------------------------------------------------------------------- memory and chunks
+def test_predict_width_mean_in_test_chunks(monkeypatch):
+    """Above the flow budget the O(1/n) mean is computed over the test inputs in chunks (one
+    restricted flow on the training inputs plus each chunk): the same numbers as one flow on all
+    inputs (the mean at a test input reads only the entries with that input); above the memory
+    bound even for one test input it is refused before allocating, with the estimate."""
+    import effth as et
+    import effth.pdlt.learning.prediction as pred
+    X = np.array([(1, 0.3, -0.5), (-0.6, 1.1, 0.2), (0.5, 0.5, 0.9), (0.1, -0.7, 0.4),
+                  (-0.3, 0.2, 1.0)], float)
+    net = et.MLP("tanh", depth=2, c_w=1.0, c_b=0.0)
+    y = [0.8, -0.6]
+    whole = et.predict(net, X[:2], y, X[2:], eta=0.2, widths=32, progress=False)
+    calls = []
+    real = pred.ntk_flow
+
+    def spy(net_, X_, **kw):
+        calls.append(len(X_))
+        return real(net_, X_, **kw)
+
+    monkeypatch.setattr(pred, "ntk_flow", spy)
+    monkeypatch.setattr(pred, "_flow_budget", lambda: pred.flow_bytes(4, 2))
+    chunked = et.predict(net, X[:2], y, X[2:], eta=0.2, widths=32, progress=False)
+    assert [c for c in calls if c < 5] == [4, 3], calls      # 2 training + (2, 1) test inputs
+    for k in ("mean1", "mean", "mean1_dntk", "mean1_ddntk_II", "mean_at_width"):
+        np.testing.assert_allclose(chunked.value(k), whole.value(k), rtol=1e-12, atol=1e-15)
+    monkeypatch.setenv("EFFTH_MAX_BYTES", "1000")
+    with pytest.raises(DomainError, match="needs .* for the O\\(1/n\\) mean's NTK hierarchy"):
+        et.predict(net, X[:2], y, X[2:], eta=0.2, widths=32, progress=False)

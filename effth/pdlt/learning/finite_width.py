@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from effth._validate import kernel_matrix, last_hidden_width, real_array
+from effth._validate import check_memory, kernel_matrix, last_hidden_width, real_array
 from effth.errors import DomainError
 from effth.numerics.sample_blocks import SampleRestriction
 from effth.pdlt.learning.projectors import AlgorithmProjectors, algorithm_projectors
@@ -648,7 +648,13 @@ def _decomposition(X: np.ndarray, m: int, pattern: str) -> np.ndarray:
 
 #: Parts of :math:`n_{L-1}(\mathrm{Cov}-\mathrm{Cov}^\infty)`, see :func:`finite_width_covariance`.
 COVARIANCE_PARTS = ("metric", "ntk_fluctuation", "dntk", "ddntk")
-_MAX_TRAIN_COV = 64
+
+
+def covariance_bytes(N: int, P: int, m: int) -> float:
+    """Estimated peak bytes of :func:`finite_width_covariance` on ``N`` inputs (``P`` training,
+    ``m`` outputs): five output-index decompositions of ``m^4 N^4`` entries and their restricted
+    copies, the dense :math:`Z_A, Z_B` (``P^4``) and the third moments (``m^4 N P^3``)."""
+    return 8.0 * (10.0 * m ** 4 * float(N) ** 4 + 2.0 * float(P) ** 4 + 2.0 * m ** 4 * N * float(P) ** 3)
 
 
 @public
@@ -714,19 +720,19 @@ def finite_width_covariance(tensors: Any, y_train: Any, *, n_train: int, algorit
     -----
     The ddNTK projectors stay in the eigenbasis of the training NTK (:math:`N_\mathcal A^3`
     coefficients, never :math:`N_\mathcal A^6` tensors); :math:`Z_A, Z_B` are held densely
-    (:math:`N_\mathcal A^4`) and the output indices are explicit, so this is for training sets
-    up to 64 inputs and few outputs.  The statistics are read at entries with at most two test
+    (:math:`N_\mathcal A^4`) and the output indices are explicit (:math:`n_L^4N^4` entries), so
+    it is refused before allocating above the memory bound (:func:`covariance_bytes`).  The statistics are read at entries with at most two test
     inputs (``ntk_flow(..., n_train=, max_test=2)``).
     """
     T, y, P, width, Th, Z = _setup(tensors, _TENSORS + ("G1", "D", "F"), y_train, n_train,
                                    algorithm, eta, widths, layer, 2)
-    if P > _MAX_TRAIN_COV:
-        raise DomainError(f"finite_width_covariance holds the NTK-variance projectors Z_A, Z_B "
-                          f"densely (N_A^4 entries): at most {_MAX_TRAIN_COV} training inputs, "
-                          f"got {P}")
     m = y.shape[1]
-    K = T["K"]
     N = Th.shape[0]
+    check_memory(covariance_bytes(N, P, m), f"the O(1/n) covariance's output-index decompositions "
+                 f"and projectors ({N} inputs, {P} training, {m} outputs)",
+                 "use fewer test inputs (the covariance of a subset is that subset's block) or "
+                 "fewer training inputs")
+    K = T["K"]
     Hi = Z.inverse()
     EA = np.zeros((P, N))
     EA[:, :P] = np.eye(P)

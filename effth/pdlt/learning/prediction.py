@@ -46,7 +46,7 @@ from effth._validate import (finite_array, label_array, last_hidden_width, nonne
                              symmetric_matrix)
 from effth.pdlt.learning._linalg import training_cholesky, training_spectrum
 
-from effth.pdlt.learning.finite_width import (_MAX_TRAIN_COV, COVARIANCE_PARTS as _COV_PARTS,
+from effth.pdlt.learning.finite_width import (COVARIANCE_PARTS as _COV_PARTS,
                                     MEAN_PARTS as _MEAN_PARTS, finite_width_covariance,
                                     finite_width_mean)
 from effth.pdlt.initialization.kernel_flow import flow
@@ -192,7 +192,7 @@ class Prediction(TrainTestSplit):
       shape as ``"mean"``; its parts ``"mean1_H1"`` (the NTK-mean shift :math:`H^{\{1\}}`),
       ``"mean1_delta_ntk"`` (∞.157), ``"mean1_dntk"`` (∞.158), ``"mean1_ddntk_I"`` (∞.159),
       ``"mean1_ddntk_II"`` (∞.160); ``"mean_at_width"``: :math:`m^\infty+\text{mean1}/n_{L-1}`;
-    * ``"covariance1"`` (with ``widths=``, at most 64 training inputs): :math:`n_{L-1}` times the
+    * ``"covariance1"`` (with ``widths=``, converged training): :math:`n_{L-1}` times the
       :math:`O(1/n)` covariance of the trained outputs (:func:`~effth.pdlt.
       finite_width_learning.finite_width_covariance`, derived here, not printed in the book),
       ``(Q, Q)`` for one output and ``(Q, Q, C, C)`` (:math:`[\dot\beta_1,\dot\beta_2,i_1,i_2]`,
@@ -361,10 +361,6 @@ class Prediction(TrainTestSplit):
             raise DomainError(f"{name!r}: the O(1/n) covariance after a finite number of steps is "
                               "not implemented (the mean is: 'mean1'); drop updates= for the "
                               "covariance of networks trained to convergence")
-        if finite and self.method != "bayes" and name.startswith("cov") and self.finite_width[1] is None:
-            raise DomainError(f"{name!r}: the O(1/n) covariance is computed for at most "
-                              f"{_MAX_TRAIN_COV} training inputs (it holds the N_A^4 projectors "
-                              "Z_A, Z_B); the mean is available")
         if name not in self.names:
             if name in ("bias", "variance", "test_loss"):
                 raise DomainError(f"{name!r} needs the test targets: pass y_test= to predict")
@@ -667,7 +663,7 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
             lambda_b: Any = 1.0,
             lambda_w: Any = 1.0, eta: Any = None, updates: Any = None, K: Any = None,
             Theta: Any = None, n_train: Any = None, jitter: Any = None, widths: Any = None,
-            rtol: float = 1e-10) -> Prediction:
+            rtol: float = 1e-10, progress: bool | None = None) -> Prediction:
     r"""Prediction after learning: ensemble mean and covariance of the test outputs, at infinite
     width and (``widths=``) with the :math:`O(1/n)` corrections.
 
@@ -750,6 +746,14 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
     rtol : float
         Relative accuracy of the Gaussian expectations of the kernels; with ``widths=``, the NTK
         hierarchy of the :math:`O(1/n)` terms is computed at ``min(100 * rtol, 1e-8)``.
+    progress : bool or None
+        A progress bar for the :math:`O(1/n)` NTK hierarchy (``widths=``), the loop that can run
+        for minutes (``None``: follow ``$EFFTH_PROGRESS`` / a terminal, see
+        :mod:`effth._progress`).  When the flow on all inputs would need more than 2 GiB (its
+        estimate, :func:`~effth.pdlt.learning.prediction.flow_bytes`), the mean is computed
+        over the test inputs in chunks (its value at a test input needs only that input), with
+        a bar over the chunks; above the memory bound (``$EFFTH_MAX_BYTES``, default half the
+        physical memory) even for one test input it is refused before allocating.
 
     Returns
     -------
@@ -904,7 +908,7 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         finite = bayes_posterior(net, X_train, y_train, X_test, widths=widths, noise=noise, rtol=rtol)
     elif width is not None:
         finite = _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol,
-                               updates)
+                               updates, progress)
     return Prediction(method=method, K=Kf, Theta=Tf, n_train=P, mean_=mean, covariance_=cov,
                       train_mean_=train_mean, train_covariance_=train_cov, y_train=y, y_test=yt,
                       test_loss_kind=test_loss,
@@ -933,27 +937,97 @@ def _width(widths: Any, net: Any, updates: Any, jitter: float, method: str) -> i
     return int(width)
 
 
-def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol, updates=None):
+def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol, updates=None,
+                  progress=None):
     """The O(1/n) mean of trained networks (PDLT (∞.155); after ``updates`` steps, §∞.2.2) on
-    train-then-test inputs, and their covariance as a :class:`_PendingCovariance` (``None`` past
-    64 training inputs or at finite time)."""
+    train-then-test inputs, and their covariance as a :class:`_PendingCovariance` (``None`` at
+    finite time).
+
+    The mean at a test input reads only the entries of the NTK hierarchy with that one test input
+    (``ntk_flow(..., max_test=1)``), so when the flow on all inputs would need more than
+    :func:`_flow_budget` the test inputs are taken in chunks, one flow on the training inputs
+    plus each chunk (the training-only entries are then recomputed per chunk)."""
     X = np.vstack([finite_array(X_train, "X_train", (2,)), finite_array(X_test, "X_test", (2,))])
     algorithm = "two_step" if method == "newton" else ("gd" if eta is not None else "gradient_flow")
-    kw = dict(n_train=len(y), algorithm=algorithm, eta=eta if algorithm == "gd" else None, widths=width)
-    if updates is not None:
-        mean = finite_width_mean(ntk_flow(net, X, max_test=1, **_flow_kw(lambda_b, lambda_w, rtol, y)),
-                                 y, updates=updates, **kw)
-        return mean, None
+    kw = dict(n_train=len(y), algorithm=algorithm, eta=eta if algorithm == "gd" else None, widths=width,
+              updates=updates)
     flow_kw = _flow_kw(lambda_b, lambda_w, rtol, y)
-    # the mean reads the entries with at most one test input; the covariance, which reads those
-    # with two, is computed when first read, reusing the subsets of samples the mean's flow
-    # integrated (14 + 14 tanh inputs: 17.8 s after a 16.0 s mean, 32.2 s without the reuse)
-    cache: list | None = [] if len(y) <= _MAX_TRAIN_COV else None
-    mean = finite_width_mean(ntk_flow(net, X, max_test=1, atom_cache=cache, **flow_kw), y, **kw)
-    if cache and sum(s["nbytes"] for s in cache if s is not None) > _ATOM_CACHE_BYTES:
-        cache.clear()             # too large to hold until the covariance is read: recomputed
-    cov = _PendingCovariance(net, X, y, flow_kw, kw, cache) if cache is not None else None
-    return mean, cov
+    P, N = len(y), X.shape[0]
+    L = int(net.depth)
+    chunk = _test_chunk(P, N - P, L)
+    if chunk < N - P:
+        mean = _chunked_mean(net, X, y, flow_kw, kw, chunk, progress)
+    else:
+        # the mean reads the entries with at most one test input; the covariance, which reads
+        # those with two, is computed when first read, reusing the subsets of samples the mean's
+        # flow integrated (14 + 14 tanh inputs: 17.8 s after a 16.0 s mean, 32.2 s without)
+        cache: list | None = [] if updates is None else None
+        mean = finite_width_mean(ntk_flow(net, X, max_test=1, atom_cache=cache, progress=progress,
+                                          **flow_kw), y, **kw)
+        if cache and sum(s["nbytes"] for s in cache if s is not None) > _ATOM_CACHE_BYTES:
+            cache.clear()             # too large to hold until the covariance is read: recomputed
+    if updates is not None:
+        return mean, None
+    kw.pop("updates")
+    return mean, _PendingCovariance(net, X, y, flow_kw, kw, None if chunk < N - P else cache, progress)
+
+
+#: rank-4 arrays of the restricted flow, per layer: A, B, D, F, P, Q, R, S, T, U of ntk_flow
+#: and V of the kernel flow; the working memory of a layer step measured at about 4x their size
+_FLOW_RANK4 = 11
+_FLOW_OVERHEAD = 4.0
+#: the flow's memory above which the test inputs are taken in chunks (soft; the hard bound is
+#: effth._validate.memory_limit)
+_FLOW_BUDGET = 2.0 * 2 ** 30
+
+
+def flow_bytes(N: int, L: int, max_test: int = 1) -> float:
+    """Estimated peak bytes of ``ntk_flow(..., n_train=, max_test=)`` on ``N`` inputs and ``L``
+    layers (every statistic): ``L`` layers of eleven ``(N,)*4`` float64 arrays and the working
+    memory of the layer steps."""
+    return 8.0 * float(N) ** 4 * (L * _FLOW_RANK4 + _FLOW_OVERHEAD * _FLOW_RANK4)
+
+
+def _flow_budget() -> float:
+    from effth._validate import memory_limit
+    return min(_FLOW_BUDGET, memory_limit())
+
+
+def _test_chunk(P: int, Q: int, L: int) -> int:
+    """Test inputs per restricted flow: all of them when the flow fits :func:`_flow_budget`,
+    else the most that fit (at least one; refused when one does not fit the memory bound)."""
+    from effth._validate import check_memory
+    budget = _flow_budget()
+    if flow_bytes(P + Q, L) <= budget:
+        return Q
+    check_memory(flow_bytes(P + 1, L), f"the O(1/n) mean's NTK hierarchy on {P} training inputs "
+                 f"and one test input (depth {L}: {L} layers of {_FLOW_RANK4} arrays of "
+                 f"{P + 1}^4 entries)", "use fewer training inputs or a shallower network")
+    c = 1
+    while c < Q and flow_bytes(P + c + 1, L) <= budget:
+        c += 1
+    n_chunks = -(-Q // c)
+    return -(-Q // n_chunks)                     # balanced chunks
+
+
+def _chunked_mean(net, X, y, flow_kw, kw, chunk, progress):
+    """:func:`finite_width_mean` on the training inputs and the test inputs in chunks (one
+    restricted flow per chunk), assembled into one result on all inputs."""
+    from effth._progress import progress_bar
+    P, Q = len(y), X.shape[0] - len(y)
+    pieces = []
+    with progress_bar(-(-Q // chunk), "finite-width mean: test chunks", progress=progress,
+                      unit="chunk") as bar:
+        for start in range(0, Q, chunk):
+            rows = np.r_[0:P, P + start:P + min(start + chunk, Q)]
+            nf = ntk_flow(net, X[rows], max_test=1, progress=False, **flow_kw)
+            pieces.append(finite_width_mean(nf, y, **kw))
+            bar.update()
+    first = pieces[0]
+    parts = {k: np.concatenate([first.parts[k][:P]] + [m.parts[k][P:] for m in pieces])
+             for k in first.parts}
+    infinite = np.concatenate([first.infinite[:P]] + [m.infinite[P:] for m in pieces])
+    return type(first)(parts, infinite, P, first.width, first.projectors)
 
 
 _ATOM_CACHE_BYTES = 1 << 30    # the mean's atoms kept for the covariance up to this size
@@ -968,15 +1042,25 @@ class _PendingCovariance:
     """The O(1/n) covariance of :func:`_finite_width`, computed on first use (its flow reads the
     entries with two test inputs, which the mean does not need)."""
 
-    def __init__(self, net, X, y, flow_kw: dict, kw: dict, cache: list) -> None:
-        self._args = (net, X, y, flow_kw, kw)
+    def __init__(self, net, X, y, flow_kw: dict, kw: dict, cache: list | None,
+                 progress: Any = None) -> None:
+        self._args = (net, X, y, flow_kw, kw, progress)
         self._cache = cache          # the mean's atoms, per layer (ntk_flow's atom_cache)
 
     def __call__(self):
-        net, X, y, flow_kw, kw = self._args
+        from effth._validate import check_memory
+        from effth.pdlt.learning.finite_width import covariance_bytes
+        net, X, y, flow_kw, kw, progress = self._args
+        N, P = X.shape[0], len(y)
+        m = 1 if y.ndim == 1 else y.shape[1]
+        check_memory(flow_bytes(N, int(net.depth), 2) + covariance_bytes(N, P, m),
+                     f"the O(1/n) covariance on {P} training and {N - P} test inputs (the NTK "
+                     f"hierarchy on all {N} inputs and the output-index decompositions)",
+                     "read the covariance for fewer test inputs (another predict call), or use "
+                     "fewer training inputs")
         cache, self._cache = self._cache, None       # computed once: the snapshots go with it
-        return finite_width_covariance(ntk_flow(net, X, max_test=2, atom_cache=cache, **flow_kw),
-                                       y, **kw)
+        return finite_width_covariance(ntk_flow(net, X, max_test=2, atom_cache=cache,
+                                                progress=progress, **flow_kw), y, **kw)
 
 
 def _solve_tri(Lc: np.ndarray, B: np.ndarray, transpose: bool = False) -> np.ndarray:
