@@ -111,10 +111,11 @@ def output_kernels(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0
         # what is asked for, not a warning about its growth with depth
         warnings.simplefilter("ignore", KernelScaleWarning)
         if not ntk:
-            return flow(net, X, statistics=("K",), rtol=rtol, progress=False).K[-1], None
+            return flow(net, X, statistics=("K",), rtol=rtol, progress=False).K[-1].copy(), None
         nf = ntk_flow(net, X, lambda_b=lambda_b, lambda_w=lambda_w, statistics=("Theta",),
                       rtol=rtol, progress=False)
-    return nf.kernel.K[-1], nf.tensors["Theta"][-1]
+    # copies: a view would keep every layer's (L, N, N) arrays alive with the prediction
+    return nf.kernel.K[-1].copy(), nf.tensors["Theta"][-1].copy()
 
 
 # ======================================================================= linear algebra core
@@ -283,9 +284,9 @@ class Prediction(TrainTestSplit):
         if name == "mean":
             return self.mean_.copy()
         if name == "covariance":
-            return self.covariance_.copy()
+            return self._get("covariance_").copy()
         if name == "std":
-            return np.sqrt(np.clip(np.diag(self.covariance_), 0.0, None))
+            return np.sqrt(np.clip(np.diag(self._get("covariance_")), 0.0, None))
         if name == "bias":
             if self.test_loss_kind == "cross_entropy":
                 # (7.3): -sum_b sum_i p_i;b log softmax(m_b)_i
@@ -296,14 +297,14 @@ class Prediction(TrainTestSplit):
                 # (10.53)-(10.55): 1/2 sum_b sum_ij d2L/dz_i dz_j Cov[z_i;b, z_j;b], with the
                 # Hessian diag(q) - q q^T of the softmax cross-entropy and Cov[z_i, z_j] = delta_ij Cov
                 q = softmax(self.mean_, axis=1)
-                return 0.5 * float(np.sum(np.diag(self.covariance_) * np.sum(q * (1.0 - q), axis=1)))
-            return 0.5 * C * float(np.trace(self.covariance_))
+                return 0.5 * float(np.sum(np.diag(self._get("covariance_")) * np.sum(q * (1.0 - q), axis=1)))
+            return 0.5 * C * float(np.trace(self._get("covariance_")))
         if name == "test_loss":
             return self.value("bias") + self.value("variance")
         if name == "train_mean":
-            return self.train_mean_.copy()
+            return self._get("train_mean_").copy()
         if name == "train_covariance":
-            return self.train_covariance_.copy()
+            return self._get("train_covariance_").copy()
         if name == "log_evidence":
             return float(self.log_evidence_)
         if name == "K":
@@ -322,6 +323,15 @@ class Prediction(TrainTestSplit):
             out = self._finite_covariance().value(key)[P:, P:]
             return out[:, :, 0, 0] if self.y_train.ndim == 1 else out
         raise AssertionError(name)   # pragma: no cover
+
+    def _get(self, field_name: str) -> np.ndarray:
+        """A field computed when first read (the covariance and the Bayesian training-set
+        posterior: a callable until then)."""
+        val = getattr(self, field_name)
+        if callable(val):
+            val = val()
+            setattr(self, field_name, val)
+        return val
 
     def _finite_covariance(self) -> Any:
         """The O(1/n) covariance, computed on first use (:func:`_finite_width`)."""
@@ -749,7 +759,7 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
     progress : bool or None
         A progress bar for the :math:`O(1/n)` NTK hierarchy (``widths=``), the loop that can run
         for minutes (``None``: follow ``$EFFTH_PROGRESS`` / a terminal, see
-        :mod:`effth._progress`).  When the flow on all inputs would need more than 2 GiB (its
+        :mod:`effth._progress`).  When the flow on all inputs would need more than 3 GiB (its
         estimate, :func:`~effth.pdlt.learning.prediction.flow_bytes`), the mean is computed
         over the test inputs in chunks (its value at a test input needs only that input), with
         a bar over the chunks; above the memory bound (``$EFFTH_MAX_BYTES``, default half the
@@ -833,59 +843,63 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         Kt = KAA + (noise + jitter) * np.eye(P)
         Lc = training_cholesky(Kt, "K (plus noise)" if noise else "K", jitter=0.0,
                                bound_hint=" (a noise variance noise=s2 > 0 regularizes it too)")
-        W = _solve_tri(Lc, Kf[:P, P:])                  # L^{-1} K_AB
         v = _solve_tri(Lc, y)                           # L^{-1} y
-        mean = W.T @ v
-        cov = Kf[P:, P:] - W.T @ W
-        cov = 0.5 * (cov + cov.T)
-        Wa = _solve_tri(Lc, KAA)                        # posterior of the latent training outputs
-        train_mean = Wa.T @ v
-        train_cov = KAA - Wa.T @ Wa
-        train_cov = 0.5 * (train_cov + train_cov.T)
+        alpha = _solve_tri(Lc.T, v, upper=True)         # K~^{-1} y (a Cholesky solve)
+        mean = Kf[P:, :P] @ alpha
+        KAB, KBB = Kf[:P, P:], Kf[P:, P:]
+
+        def cov():                                      # (6.57), when first read
+            W = _solve_tri(Lc, KAB)                     # L^{-1} K_AB
+            c = KBB - W.T @ W
+            return _finite_or_raise("covariance", 0.5 * (c + c.T))
+
+        def train_mean():                               # posterior of the latent training outputs
+            return KAA @ alpha
+
+        def train_cov():
+            Wa = _solve_tri(Lc, KAA)
+            c = KAA - Wa.T @ Wa
+            return 0.5 * (c + c.T)
+
         log_ev = float(-0.5 * C * (P * math.log(2 * math.pi) + 2 * np.sum(np.log(np.diag(Lc))))
                        - 0.5 * np.sum(v * v))
     else:
         TAA = Tf[:P, :P]
         converged = updates is None
-        if method == "gd" and converged and eta is None:
-            # converged GD (10.39)-(10.41): Theta_BA Theta~^{-1} by a Cholesky solve, no eigh
+        if method in ("gd", "newton") and (converged if method == "gd" else not updates):
+            # converged GD (10.39)-(10.41) and Newton without GD steps (10.34): Theta_BA
+            # Theta~^{-1} by a Cholesky solve, no eigendecomposition; a learning rate is checked
+            # by a second Cholesky factorization, of 2/eta - Theta~ (definite iff eta lambda_max < 2)
             Lt = training_cholesky(TAA, "Theta", jitter=jitter)
+            if eta is not None:
+                _check_stable(TAA + jitter * np.eye(P), eta)
             Pm = _solve_tri(Lt, Tf[P:, :P].T, transpose=True).T
-            mean = Pm @ y
-            cov = _covariance(Pm, Kf, P)
             train_mean, train_cov = y.copy(), np.zeros((P, P))
         else:
             lam, U = training_spectrum(TAA, "Theta", need_invertible=converged or method == "newton",
                                        jitter=jitter)
             if eta is not None:
-                bound = 2.0 / lam[-1]
-                if eta >= bound:
-                    raise DomainError(f"eta={eta:g} is not below 2/lambda_max(Theta_train) = {bound:.6g} "
-                                      f"(lambda_max = {lam[-1]:.6g}): gradient descent does not "
-                                      "converge (PDLT §∞.2, footnote 16)")
+                _check_stable(None, eta, lam[-1])
             TBA = Tf[P:, :P]
             if method == "gd":
                 phi = _gd_factor(lam, eta, updates)
                 Pm = (TBA @ U) * phi @ U.T                   # Theta_BA Theta~^{-1}[1 - (1 - eta Theta~)^t]
-                if converged:
-                    train_mean, train_cov = y.copy(), np.zeros((P, P))
-                else:
-                    S = (U * _decay(lam, eta, updates)) @ U.T    # (1 - eta Theta~)^t
-                    train_mean = y - S @ y
-                    train_cov = S @ KAA @ S.T
-                    train_cov = 0.5 * (train_cov + train_cov.T)
-            else:  # Newton: GD steps (if any), then the Newton step (10.34), by a Cholesky solve
+                S = (U * _decay(lam, eta, updates)) @ U.T    # (1 - eta Theta~)^t
+                train_mean = y - S @ y
+                train_cov = S @ KAA @ S.T
+                train_cov = 0.5 * (train_cov + train_cov.T)
+            else:  # Newton: GD steps, then the Newton step (10.34), by a Cholesky solve
                 Tj = TAA + jitter * np.eye(P)
                 Lc = np.linalg.cholesky(Tj)
                 newton = _solve_tri(Lc, TBA.T, transpose=True)   # Theta~^{-1} Theta_AB
                 Pn = newton.T                                     # Theta_BA Theta~^{-1}
-                if updates and updates > _STEPWISE_UPDATES:
+                if updates > _STEPWISE_UPDATES:
                     # the same sums in closed form (a loop of 1e10 steps would not end):
                     # eta sum_s (1 - eta Theta~)^s = Theta~^{-1} [1 - (1 - eta Theta~)^t]
                     Pg = (TBA @ U) * _gd_factor(lam, eta, updates) @ U.T
                     S = (U * _decay(lam, eta, updates)) @ U.T
                     Pm = Pg + Pn @ S
-                elif updates:
+                else:
                     S = np.eye(P)
                     step = np.eye(P) - eta * Tj
                     Pg = np.zeros((Q, P))
@@ -893,15 +907,12 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
                         Pg = Pg + eta * TBA @ S
                         S = step @ S
                     Pm = Pg + Pn @ S                              # z_B(T) = z_B - Pm (z_A - y)
-                else:
-                    Pm = Pn
                 train_mean, train_cov = y.copy(), np.zeros((P, P))
-            mean = Pm @ y
-            cov = _covariance(Pm, Kf, P)
-    for what, arr in (("mean", mean), ("covariance", cov)):
-        if not np.all(np.isfinite(arr)):
-            raise DomainError(f"the {what} is not finite: the training block is too ill-conditioned "
-                              "for double precision (pass jitter=)")
+        mean = Pm @ y
+
+        def cov():                                      # (10.41), when first read
+            return _finite_or_raise("covariance", _covariance(Pm, Kf, P))
+    _finite_or_raise("mean", mean)
     finite = None
     if width is not None and method == "bayes":
         from effth.pdlt.learning.bayes_finite import bayes_posterior
@@ -973,12 +984,14 @@ def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_
 
 
 #: rank-4 arrays of the restricted flow, per layer: A, B, D, F, P, Q, R, S, T, U of ntk_flow
-#: and V of the kernel flow; the working memory of a layer step measured at about 4x their size
+#: and V of the kernel flow; the working memory of the layer steps, measured (peak RSS of tanh,
+#: depth 3, 12 + 12 and 20 + 12 inputs), is about six layers' worth more
 _FLOW_RANK4 = 11
-_FLOW_OVERHEAD = 4.0
+_FLOW_OVERHEAD = 6.0
 #: the flow's memory above which the test inputs are taken in chunks (soft; the hard bound is
-#: effth._validate.memory_limit)
-_FLOW_BUDGET = 2.0 * 2 ** 30
+#: effth._validate.memory_limit): 40 training + 40 test inputs at depth 3 run as ten flows
+#: of 40 + 4 inputs, each about 3 GB
+_FLOW_BUDGET = 3.0 * 2 ** 30
 
 
 def flow_bytes(N: int, L: int, max_test: int = 1) -> float:
@@ -1063,11 +1076,36 @@ class _PendingCovariance:
                                                 progress=progress, **flow_kw), y, **kw)
 
 
-def _solve_tri(Lc: np.ndarray, B: np.ndarray, transpose: bool = False) -> np.ndarray:
-    """L^{-1} B, or (L L^T)^{-1} B with ``transpose`` (a Cholesky solve)."""
+def _finite_or_raise(what: str, arr: np.ndarray) -> np.ndarray:
+    if not np.all(np.isfinite(arr)):
+        raise DomainError(f"the {what} is not finite: the training block is too ill-conditioned "
+                          "for double precision (pass jitter=)")
+    return arr
+
+
+def _check_stable(TAA: np.ndarray | None, eta: float, lam_max: float | None = None) -> None:
+    """``eta * lambda_max(Theta~) < 2`` (PDLT §∞.2, footnote 16): from ``lam_max``, or without an
+    eigendecomposition by a Cholesky factorization of ``2/eta - Theta~``; the eigenvalue is
+    computed only to say by how much a failing rate misses."""
+    if lam_max is None:
+        try:
+            np.linalg.cholesky((2.0 / eta) * np.eye(len(TAA)) - TAA)
+            return
+        except np.linalg.LinAlgError:
+            lam_max = float(np.linalg.eigvalsh(TAA)[-1])
+    bound = 2.0 / lam_max
+    if eta >= bound:
+        raise DomainError(f"eta={eta:g} is not below 2/lambda_max(Theta_train) = {bound:.6g} "
+                          f"(lambda_max = {lam_max:.6g}): gradient descent does not "
+                          "converge (PDLT §∞.2, footnote 16)")
+
+
+def _solve_tri(Lc: np.ndarray, B: np.ndarray, transpose: bool = False, upper: bool = False) -> np.ndarray:
+    """L^{-1} B (``upper``: for an upper-triangular factor), or (L L^T)^{-1} B with
+    ``transpose`` (a Cholesky solve)."""
     from scipy.linalg import solve_triangular
 
-    X = solve_triangular(Lc, B, lower=True, check_finite=False)
+    X = solve_triangular(Lc, B, lower=not upper, check_finite=False)
     if transpose:
         X = solve_triangular(Lc.T, X, lower=False, check_finite=False)
     return X
