@@ -86,7 +86,7 @@ def main() -> int:
                 def ntp():
                     fn = nt.predict.gradient_descent_mse(kt["ntk"], y) if method == "gd" else None
                     if method == "gd":
-                        return fn(None, None, None, Th[P:, :P])[1]
+                        return fn(None, 0.0, 0.0, Th[P:, :P])[1]
                     pf = nt.predict.gp_inference(K[:P, :P], y, diag_reg=0.0)
                     return pf("nngp", K[P:, :P])
                 t_n, m_n = _best(ntp, args.repeat)
