@@ -264,8 +264,9 @@ def _slots(T: np.ndarray, order: str, P: int) -> np.ndarray:
     """``T`` with its axes labelled by ``order`` (``'D'`` the free sample, ``'1'..'3'`` training
     slots) as ``X[D, a1, a2, a3]``, training slots restricted to the first ``P`` inputs."""
     letters = {"D": "D", "1": "a", "2": "b", "3": "c"}
-    X = np.einsum("".join(letters[c] for c in order) + "->Dabc", T)
-    return X[:, :P, :P, :P]
+    # restrict first (an N P^3 view), then reorder: no copy of the whole N^4 tensor
+    T = T[tuple(slice(None) if c == "D" else slice(0, P) for c in order)]
+    return np.einsum("".join(letters[c] for c in order) + "->Dabc", T)
 
 
 def _contract(T_hat: np.ndarray, z: np.ndarray, sup: str, rhs: np.ndarray, lead: bool = False) -> np.ndarray:
