@@ -264,7 +264,8 @@ def divided_power(lam_a, lam_b, eta: float, t: int) -> np.ndarray:
 def _divided_power2(l1, l2, l3, eta: float, t: int) -> np.ndarray:
     r"""Second divided difference of :math:`u^t` at three points :math:`u_k=1-\eta\lambda_k`:
     the recursion where the points are apart, a Taylor series around the middle one where
-    they are within :math:`10^{-3}u/t` (the recursion would lose the digits there)."""
+    they are within :math:`10^{-3}|u|/t` (the recursion would lose the digits there), for either
+    sign of :math:`u` (:math:`1<\eta\lambda<2` gives :math:`u<0`)."""
     L = np.sort(np.stack(np.broadcast_arrays(l1, l2, l3)), axis=0)   # lambda ascending: u descending
     la, lb, lc = L
     u2 = 1.0 - eta * lb
@@ -272,11 +273,11 @@ def _divided_power2(l1, l2, l3, eta: float, t: int) -> np.ndarray:
     rec = (divided_power(la, lb, eta, t) - divided_power(lb, lc, eta, t))
     with np.errstate(invalid="ignore", divide="ignore"):
         rec = rec / spread
-    near = (spread * t <= 1e-3 * np.abs(u2)) & (u2 > 0)
+    near = (spread * t <= 1e-3 * np.abs(u2)) & (u2 != 0)
     if np.any(near):
         alpha = eta * (lb - la)           # u1 - u2
         gamma = -eta * (lc - lb)          # u3 - u2
-        _, lg = _log_u(lb, eta)
+        sg, lg = _log_u(lb, eta)
         tay = np.zeros_like(u2)
         binom = t * (t - 1) / 2.0                      # C(t, k) from k = 2
         for k in range(2, 8):
@@ -284,10 +285,11 @@ def _divided_power2(l1, l2, l3, eta: float, t: int) -> np.ndarray:
                 break
             j = k - 2
             hj = sum(alpha ** i * gamma ** (j - i) for i in range(j + 1))
-            tay = tay + binom * np.exp((t - k) * lg) * hj
+            tay = tay + binom * _signed_power(sg, lg, t - k) * hj
             binom = binom * (t - k) / (k + 1)
         rec = np.where(near, tay, rec)
-    return rec
+    # u = 0 exactly (eta lambda = 1) at three coinciding points: C(t, 2) 0^{t-2}
+    return np.where((spread == 0) & (u2 == 0), float(t == 2), rec)
 
 
 def phi_divided(lam: np.ndarray, eta: float, t: int) -> tuple:
