@@ -788,6 +788,9 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
     """
     if method not in METHODS:
         raise DomainError(f"method must be one of {METHODS}, got {method!r}")
+    if progress is not None:
+        from effth._progress import progress_enabled
+        progress_enabled(progress)                   # True, False or None, checked up front
     noise = nonnegative(noise, "noise")
     if noise and method != "bayes":
         raise DomainError("noise= is the output-noise variance of the Bayesian likelihood (6.10); "
@@ -916,7 +919,8 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
     finite = None
     if width is not None and method == "bayes":
         from effth.pdlt.learning.bayes_finite import bayes_posterior
-        finite = bayes_posterior(net, X_train, y_train, X_test, widths=widths, noise=noise, rtol=rtol)
+        finite = bayes_posterior(net, X_train, y_train, X_test, widths=widths, noise=noise, rtol=rtol,
+                                 progress=progress)
     elif width is not None:
         finite = _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol,
                                updates, progress)
