@@ -203,7 +203,7 @@ def test_finite_time_mean_of_trained_networks_width_study(opt_in_slow):
     n = 16, 32, 64, 128: n (E[z(t)] - m_inf(t)) = a + b/n + c/n^2 has its intercept a within 5 SE
     of the finite-time O(1/n) theory and the fit with the theory's intercept is good; the lazy
     theory (no dNTK, no ddNTKs) is rejected by more than 5 SE at n = 16 and 32; and
-    E[z(t)] - m_inf(t) falls like 1/n (fitted slope within 4 SE of -1).  About 10 minutes."""
+    E[z(t)] - m_inf(t) falls like 1/n (fitted slope within 4 SE of -1).  About 18 minutes on the loaded 2-core machine."""
     from effth.simulation import train_ensemble
     import effth as et
     from .test_finite_width_learning import _LB, _X3, _Y3, _fit_remainder
