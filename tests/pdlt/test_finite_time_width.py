@@ -278,3 +278,19 @@ def test_predict_width_mean_in_test_chunks(monkeypatch):
     monkeypatch.setenv("EFFTH_MAX_BYTES", "1000")
     with pytest.raises(DomainError, match="needs .* for the O\\(1/n\\) mean's NTK hierarchy"):
         et.predict(net, X[:2], y, X[2:], eta=0.2, widths=32, progress=False)
+
+
+def test_covariance_memory_bound_instead_of_an_input_cap(monkeypatch):
+    """The O(1/n) covariance is refused before allocating when its estimate exceeds the memory
+    bound (the knob named), not at a fixed number of training inputs."""
+    from effth.pdlt.learning.finite_width import covariance_bytes, finite_width_covariance
+    T = symmetric_statistics(5, np.random.default_rng(0))
+    for k in ("G1", "D", "F"):
+        T[k] = T["K"] if k == "G1" else T["A"]
+    y = np.ones(3)
+    ok = finite_width_covariance(T, y, n_train=3, eta=0.1)
+    assert ok.value("covariance1").shape == (5, 5, 1, 1)
+    assert covariance_bytes(66, 65, 1) < 4e9                  # 65 training inputs fit a laptop
+    monkeypatch.setenv("EFFTH_MAX_BYTES", str(covariance_bytes(5, 3, 1) / 2))
+    with pytest.raises(DomainError, match="needs .*covariance.*fewer test inputs"):
+        finite_width_covariance(T, y, n_train=3, eta=0.1)
