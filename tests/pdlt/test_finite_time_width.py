@@ -294,3 +294,43 @@ def test_covariance_memory_bound_instead_of_an_input_cap(monkeypatch):
     monkeypatch.setenv("EFFTH_MAX_BYTES", str(covariance_bytes(5, 3, 1) / 2))
     with pytest.raises(DomainError, match="needs .*covariance.*fewer test inputs"):
         finite_width_covariance(T, y, n_train=3, eta=0.1)
+
+
+def test_finite_time_solution_of_real_trained_networks():
+    """After t = 6 steps of GD, the per-network O(1/n) solution on each tanh MLP's own NTK, dNTK
+    and ddNTKs predicts its test output: the error falls like 1/n^2 while the finite-width
+    effect falls like 1/n, and dropping the dNTK or the ddNTK-I terms, or using the converged
+    solution (a wrong time), leaves an error of the effect's order."""
+    import effth as et
+    from effth.simulation import empirical_ntk, init_params, train_ensemble
+    X = np.array([(1, 0.3, -0.5, 0.8), (-0.6, 1.1, 0.2, -0.4), (0.5, 0.5, 0.9, 0.1)], float)
+    X = X / np.sqrt((X ** 2).mean(1, keepdims=True))
+    y = np.array([0.4, -0.3])
+    lb = [1, 1 / 2, 1 / 3]
+    ns, t = (32, 64, 128, 256), 6
+    med = []
+    for n in ns:
+        rows = []
+        for s in range(12):
+            net = et.MLP(depth=3, activation="tanh", widths=n, c_w=1.0, c_b=0.0)
+            p = init_params(net, 4, seed=s)
+            inst = empirical_ntk(p, X, "tanh", lambda_b=lb, order=3, outputs=[0])
+            eta = 0.5 / np.linalg.eigvalsh(inst.H[0, 0, :2, :2]).max()
+            tr = train_ensemble(net, X[:2], y, eta=eta, updates=t, params=p, lambda_b=lb,
+                                X_test=X[2:], record_every=t)
+            zT = tr.f_test[0, -1][0]
+            out = trained_output(inst, y, n_train=2, eta=eta, updates=t)
+            conv = trained_output(inst, y, n_train=2, eta=eta)
+            v = {k: out.value(k)[2, 0] for k in out.names}
+            cz = conv.value("z")[2, 0] - conv.value("free")[2, 0]
+            rows.append([zT - v["free"], zT - v["z"], zT - v["z"] + v["dntk"],
+                         zT - v["z"] + v["ddntk_I"], zT - v["free"] - cz])
+        med.append(np.median(np.abs(rows), axis=0))
+    med = np.array(med)
+    slope = [np.polyfit(np.log(ns), np.log(med[:, k]), 1)[0] for k in range(med.shape[1])]
+    print(f"\nmedians at n = {ns}: {med.round(7).tolist()}; slopes {np.round(slope, 2).tolist()}")
+    assert -1.3 < slope[0] < -0.7, slope                 # the effect: 1/n
+    assert slope[1] < -1.5, slope                        # the residual: 1/n^2
+    assert med[-1, 1] < 0.1 * med[-1, 0], med[-1]
+    for k in (2, 3, 4):                                   # each piece is needed, and the time
+        assert med[-1, k] > 5 * med[-1, 1], (k, med[-1])
