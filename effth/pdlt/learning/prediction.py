@@ -1039,6 +1039,7 @@ def _chunked_mean(net, X, y, flow_kw, kw, chunk, progress):
             rows = np.r_[0:P, P + start:P + min(start + chunk, Q)]
             nf = ntk_flow(net, X[rows], max_test=1, progress=False, **flow_kw)
             pieces.append(finite_width_mean(nf, y, **kw))
+            del nf                # freed before the next chunk's flow allocates its arrays
             bar.update()
     first = pieces[0]
     parts = {k: np.concatenate([first.parts[k][:P]] + [m.parts[k][P:] for m in pieces])
