@@ -759,7 +759,7 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
     progress : bool or None
         A progress bar for the :math:`O(1/n)` NTK hierarchy (``widths=``), the loop that can run
         for minutes (``None``: follow ``$EFFTH_PROGRESS`` / a terminal, see
-        :mod:`effth._progress`).  When the flow on all inputs would need more than 3 GiB (its
+        :mod:`effth._progress`).  When the flow on all inputs would need more than 3.5 GiB (its
         estimate, :func:`~effth.pdlt.learning.prediction.flow_bytes`), the mean is computed
         over the test inputs in chunks (its value at a test input needs only that input), with
         a bar over the chunks; above the memory bound (``$EFFTH_MAX_BYTES``, default half the
@@ -989,13 +989,14 @@ def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_
 
 #: rank-4 arrays of the restricted flow, per layer: A, B, D, F, P, Q, R, S, T, U of ntk_flow
 #: and V of the kernel flow; the working memory of the layer steps, measured (peak RSS of tanh,
-#: depth 3, 12 + 12 and 20 + 12 inputs), is about six layers' worth more
+#: depth 3: 20 + 12 inputs 0.84 GB above the interpreter, 40 + 4 inputs about 3.5 GB), is about
+#: 8.5 layers' worth more
 _FLOW_RANK4 = 11
-_FLOW_OVERHEAD = 6.0
+_FLOW_OVERHEAD = 8.5
 #: the flow's memory above which the test inputs are taken in chunks (soft; the hard bound is
-#: effth._validate.memory_limit): 40 training + 40 test inputs at depth 3 run as ten flows
-#: of 40 + 4 inputs, each about 3 GB
-_FLOW_BUDGET = 3.0 * 2 ** 30
+#: effth._validate.memory_limit): 40 training + 40 test inputs at depth 3 run as 14 flows
+#: of 40 + 3 inputs, each about 3.5 GB
+_FLOW_BUDGET = 3.5 * 2 ** 30
 
 
 def flow_bytes(N: int, L: int, max_test: int = 1) -> float:
