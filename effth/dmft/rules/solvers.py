@@ -64,6 +64,7 @@ from effth.dmft.solvers.lazy import (
     lazy_kernels,
     resolve_activation,
 )
+from effth.dmft._batches import batch_gram
 from effth.dmft.metrics import target_alignment
 
 __all__ = [
@@ -823,8 +824,7 @@ def solve_rule_two_layer(X=None, y=None, *, rule="gd", rho=None, gamma0, eta, st
                 if record_kernels:
                     A[t], Gs[t], Gt[t] = a, g, gt
                 for key, (x1, x2) in (("phi", (a, a)), ("g", (g, g)), ("gtilde", (g, gt))):
-                    per = np.einsum("bsi,bsj->bij", x1.reshape(nb, S // nb, n),
-                                    x2.reshape(nb, S // nb, n)) / (S // nb)
+                    per = batch_gram(x1, x2, nb)
                     eq[key][t] = per.mean(axis=0)
                     if key != "g":
                         eq[key + "_se"][t] = per.std(axis=0, ddof=1) / np.sqrt(nb)
@@ -837,8 +837,7 @@ def solve_rule_two_layer(X=None, y=None, *, rule="gd", rho=None, gamma0, eta, st
     def two_time(x, y_):
         xf, yf = x.transpose(1, 0, 2).reshape(S, T * n), y_.transpose(1, 0, 2).reshape(S, T * n)
         full = xf.T @ yf / S
-        bx, by = xf.reshape(nb, S // nb, T * n), yf.reshape(nb, S // nb, T * n)
-        per = np.einsum("bsi,bsj->bij", bx, by) / (S // nb)
+        per = batch_gram(xf, yf, nb)
         return full.reshape(T, n, T, n), (per.std(axis=0, ddof=1) / np.sqrt(nb)).reshape(T, n, T, n)
 
     idx = np.arange(T)
@@ -1009,9 +1008,7 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
                     blk = A[l][:, rs].T @ A[l][:, :stop] / S
                     Phi[l][rs, :stop] = blk
                     Phi[l][:stop, rs] = blk.T
-                    ab = A[l][:, rs].reshape(nb, S // nb, n)
-                    af = A[l][:, :stop].reshape(nb, S // nb, stop)
-                    bb = np.einsum("bsi,bsj->bij", ab, af) / (S // nb)
+                    bb = batch_gram(A[l][:, rs], A[l][:, :stop], nb)
                     PhiB[l][:, rs, :stop] = bb
                     PhiB[l][:, :stop, rs] = bb.transpose(0, 2, 1)
                 # f(t) = eta sum_{s<t} Phi^L(t, s) Delta(s)  (exact closure, <r phi(h^L)> = 0)
