@@ -568,10 +568,11 @@ _KINKED_OK = ("Theta", "H1", "B", "D", "F", "A")
 _ROW_ENTRIES = 1 << 16     # entries of one row block of the fused K/Theta step (cache-sized)
 
 
-def _row_args(inputs: list, rows: slice, blocks: dict, ones: dict, tensors: dict) -> list | None:
-    """The arguments of a compiled two-label step on the rows ``rows`` (all columns): two-sample
-    atoms from ``blocks`` (``(p, q) -> (rows, N)``), one-sample atoms from ``ones`` (``(p, q) ->
-    (N,)``), tensors by rows; ``None`` when an input is of another kind (no fused path)."""
+def _row_args(inputs: list, rows: slice, blocks: dict, ones: dict, tensors: dict,
+              cols: slice = slice(None)) -> list | None:
+    """The arguments of a compiled two-label step on the block ``rows`` x ``cols``: two-sample
+    atoms from ``blocks`` (``(p, q) -> (rows, cols)``), one-sample atoms from ``ones`` (``(p, q) ->
+    (N,)``), tensors by block; ``None`` when an input is of another kind (no fused path)."""
     args = []
     for _, key in inputs:
         if isinstance(key, tuple) and key and key[0] == "atom":          # NTKLayerStep
@@ -585,9 +586,9 @@ def _row_args(inputs: list, rows: slice, blocks: dict, ones: dict, tensors: dict
             T = tensors.get(name)
             if T is None or len(labs) != 2:
                 return None
-            args.append(T[rows] if tuple(labs) == (0, 1) else
-                        T[:, rows].T if tuple(labs) == (1, 0) else
-                        np.diagonal(T)[rows, None] if tuple(labs) == (0, 0) else np.diagonal(T)[None, :])
+            args.append(T[rows, cols] if tuple(labs) == (0, 1) else
+                        T[cols, rows].T if tuple(labs) == (1, 0) else
+                        np.diagonal(T)[rows, None] if tuple(labs) == (0, 0) else np.diagonal(T)[None, cols])
             continue
         elif getattr(key, "kind", None) == "pair":                      # LayerStep (kernel)
             labs, orders = key.labels, key.orders
@@ -601,7 +602,7 @@ def _row_args(inputs: list, rows: slice, blocks: dict, ones: dict, tensors: dict
         elif labs == (0, 0):
             args.append(ones[orders][rows, None])
         elif labs == (1, 1):
-            args.append(ones[orders][None, :])
+            args.append(ones[orders][None, cols])
         else:
             return None
     return args
@@ -611,9 +612,10 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
                         progress: Any) -> NTKFlow | None:
     r""":math:`K` and :math:`\Theta` through every layer (PDLT (4.118), (9.5)) when every two-point
     atom of the two steps has a direct closed form (erf, sin/cos, the arc-cosine family; exactly
-    symmetric, so each block computes whole rows and no mirror is needed): per layer, each block of rows is one fused pass
-    (closed forms, then the compiled K and Theta steps on the block, the one-sample values on its
-    diagonal), the blocks on :func:`effth._threads.thread_map`'s threads.  ``None`` (the general
+    symmetric): per layer, each block of rows is one fused pass over its columns on and above the
+    diagonal (closed forms, then the compiled K and Theta steps on the block, the one-sample
+    values on its diagonal) and its mirror below the diagonal, the blocks on
+    :func:`effth._threads.thread_map`'s threads (half the transcendental work; exactly symmetric).  ``None`` (the general
     path then runs) when an atom has no closed form, a layer's closed forms do not apply (kinked
     activation at a zero-variance input or an extreme scale) or give a non-finite value."""
     from effth._progress import progress_bar
@@ -636,7 +638,6 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
     Ks[0], Ths[0] = K1, Th1
     scale0 = float(np.max(np.abs(np.diag(K1))))
     warned = False
-    step = max(1, _ROW_ENTRIES // max(N, 1))
     with blas_threads(), progress_bar(L - 1, "ntk_flow: layers", progress=progress, unit="layer") as bar:
         for layer in range(1, L):
             K, T = Ks[layer - 1], Ths[layer - 1]
@@ -650,24 +651,31 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
             tv = [np.float64(x) for x in (cws[layer], cbs[layer], lb[layer], lw[layer], rats[layer - 1])]
 
             def block(i0: int, K=K, T=T, d=d, plans=plans, ones=ones, kv=kv, tv=tv, layer=layer) -> bool:
-                rows = slice(i0, min(N, i0 + step))
+                rows, cols = slice(i0, stops[i0]), slice(i0, N)
                 r = np.arange(rows.stop - i0)
                 with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                    da, db, kr = d[rows, None], d[None, :], K[rows]
+                    da, db, kr = d[rows, None], d[None, cols], K[rows, cols]
                     blocks = joint(da, db, kr) if joint is not None else {}
                     blocks.update({o: plans[o][0](da, db, kr) for o in plans if o not in blocks})
                     for o, B in blocks.items():
-                        B[r, i0 + r] = ones[o][rows]          # the one-sample values, as the tables
-                    shape = (len(r), N)
-                    ka = _row_args(ks._inputs, rows, blocks, ones, {})
-                    ta = _row_args(ts._inputs, rows, blocks, ones, {"Theta": T})
+                        B[r, r] = ones[o][rows]               # the one-sample values, as the tables
+                    shape = (len(r), N - i0)
+                    ka = _row_args(ks._inputs, rows, blocks, ones, {}, cols)
+                    ta = _row_args(ts._inputs, rows, blocks, ones, {"Theta": T}, cols)
                     if ka is None or ta is None:
                         return False
-                    kb = evaluate_terms(ks._terms, ka, kv, shape, Ks[layer, rows])
-                    tb = evaluate_terms(ts._terms, ta, tv, shape, Ths[layer, rows])
+                    kb = evaluate_terms(ks._terms, ka, kv, shape, Ks[layer, rows, cols])
+                    tb = evaluate_terms(ts._terms, ta, tv, shape, Ths[layer, rows, cols])
+                    Ks[layer, cols, rows] = kb.T                # the mirror (its own columns)
+                    Ths[layer, cols, rows] = tb.T
                 return bool(np.isfinite(kb).all() and np.isfinite(tb).all())
 
-            if not all(thread_map(block, range(0, N, step))):
+            # row blocks of about _ROW_ENTRIES entries of the upper triangle
+            stops, i0 = {}, 0                                  # start -> stop of each row block
+            while i0 < N:
+                stops[i0] = min(N, i0 + max(1, _ROW_ENTRIES // (N - i0)))
+                i0 = stops[i0]
+            if not all(thread_map(block, list(stops))):
                 return None                                    # the general path says why
             _check_layer(Ks[layer], layer + 1, scale0, warned)
             warned = warned or _scale_off(Ks[layer], scale0)
