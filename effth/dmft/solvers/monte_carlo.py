@@ -250,13 +250,35 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         layer's field with ``sqrt(a_{l-1} / a_l)`` (``sqrt(a_{l+1} / a_l)``, eqs. (60), (63)), the
         readout response with ``1 / gamma_L``; the returned ``A^l``, ``B^{l-1}`` are divided by
         their own layer's ``gamma_l``.  ``None`` or all ones: equal widths, bit for bit.
+    temperature : float
+        Langevin temperature ``1/beta >= 0`` (Bordelon & Pehlevan (2022), App. K, eq. (100); the
+        meaning of :func:`~effth.dmft.solve_deep_linear`'s and the trainer's keyword): noise of
+        variance ``temperature (1 - rho^2) / weight_decay`` per step on every parameter
+        (:class:`~effth.dmft.grid.ParameterFilter`).  The Gaussian sources are then sampled with
+        covariances ``kappa * Phit^{l-1}``, ``kappa * G^{l+1}`` (the noise kernel ``kappa(t, s)``,
+        the discrete ``e^{-lambda (t+s)/beta} + C_{lambda,beta}(t, s)`` of eqs. (105)-(112)), the
+        responses (returned ``A``, ``B``) are those to the total sources and enter the fields as
+        ``kappa * A``, ``kappa * B``, and the readout source is a process ``r^L(t)``: the exact
+        closure's readout term is ``gamma_L^-1 sum_{s<t} kappa(t, s) <d phi(h^L(t)) / d r^L(s)>``.
+        The step must satisfy ``eta (lambda_max(K_eq) + weight_decay) < 2`` with ``K_eq`` the lazy
+        NTK at weight variance ``max(1, temperature / weight_decay)``.  Long runs approach the
+        Bayesian posterior (App. K.3), up to the discrete chain's ``O(eta)`` bias.
+    momentum : float
+        Heavy-ball coefficient ``mu`` in ``[0, 1)`` (Bordelon & Pehlevan (2022), App. L,
+        ``mu = exp(-eta / tau)``; the trainer's update ``v <- mu v + (1 - mu)(eta G - eta lambda
+        theta)``, ``theta <- theta + v``): the drifts carry the memory kernel ``k(t-1-s)`` (eq.
+        (123)) and the initial parts ``a(t)`` of the filter; stability edge ``eta
+        lambda_max(K_0) < 2 (1 + mu) / (1 - mu)``.  Not with ``temperature > 0``; both need
+        ``closure='exact'``.  ``temperature = momentum = 0`` is the GD solver bit for bit.
 
     Raises
     ------
     DomainError
         Bad data or hyperparameters (``eta lambda`` outside ``[0, 1)``, ``y`` not ``(P,)`` or
         ``(P, C)``, non-finite values), ``eta lambda_max(K_NTK) >= 2``, ``gamma0 = 0`` with
-        weight decay or several outputs, ``closure='ntk'`` with weight decay.
+        weight decay or several outputs, ``closure='ntk'`` with weight decay, negative
+        ``temperature``, ``momentum`` outside ``[0, 1)`` or both nonzero, ``closure='ntk'`` or
+        ``gamma0 = 0`` with either, a Langevin step past its stable bound.
     ConvergenceError
         A kernel entry exceeds ``diverge_at`` (or is not finite).
     """
