@@ -50,11 +50,12 @@ def test_two_layer_bad_ratios(bad, match):
 
 
 def _mc(**kw):
+    args = dict(hidden_layers=2, activation="tanh", gamma0=1.0, eta=0.2, steps=20,
+                responses="stein", samples=2000, iterations=30, seed=1)
+    args.update(kw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return solve_monte_carlo(X, Y, hidden_layers=2, activation="tanh", gamma0=1.0, eta=0.2,
-                                 steps=20, responses="stein", samples=2000, iterations=30, seed=1,
-                                 **kw)
+        return solve_monte_carlo(X, Y, **args)
 
 
 def _z(run, res, tt):
