@@ -56,6 +56,15 @@ def test_zero_temperature_and_momentum_are_the_gd_solver_bit_for_bit(kw):
         assert np.array_equal(getattr(a, name), getattr(b, name)), name
 
 
+def test_momentum_tau_to_zero_is_gd():
+    """mu = exp(-eta / tau) at tau = eta / 40 (below 1e-16): the momentum path equals GD."""
+    mu = float(np.exp(-40.0))
+    args = dict(KW, steps=6, samples=128, iterations=3, seed=4, replicas=1)
+    gd, mom = solve_monte_carlo(X, Y, **args), solve_monte_carlo(X, Y, momentum=mu, **args)
+    for name in ("f", "phi", "g", "A", "B"):
+        np.testing.assert_allclose(getattr(mom, name), getattr(gd, name), rtol=0, atol=1e-14)
+
+
 # ----------------------------------------------------------------- (b) deep linear
 
 @pytest.mark.parametrize("responses", ["stein", "jacobian"])
