@@ -109,18 +109,19 @@ def _posterior(activation, temperature, weight_decay):
 def test_near_lazy_langevin_kernels_reach_the_prior_nngp_kernels(activation):
     """gamma0 -> 0: decay plus noise leave the prior N(0, T / lambda) invariant, so the late
     equal-time kernels are the NNGP kernels at weight variance T / lambda for every step size;
-    beta x 0.9 (variance / 0.9) is rejected."""
+    beta x 0.9 (variance / 0.9) is rejected
+    (measured max |z| 0.9 and 0.8 for the prior, 18 and 17 for the wrong variance)."""
     temp, wd = 1.0, 2.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mc = _mc(activation, gamma0=0.02, steps=25, temperature=temp, weight_decay=wd, X_test=XT,
-                 samples=4000, iterations=6)
+                 samples=8000, iterations=12)   # 6 sweeps from the cold start leave a 5 % bias
     xs = np.vstack([X, XT])
     for v, ok in ((temp / wd, True), (temp / 0.9 / wd, False)):
         net = et.MLP(activation, depth=L + 1, c_w=v, c_b=0.0)
         K = et.output_kernels(net, xs, ntk=False)[0] / v     # Phi^L = K^(L+1) / C_W
         z = _z(mc.phi[-1, -1, :, -1], mc.mc_stderr["phi"][-1, -1, :, -1], K)
-        assert (np.max(np.abs(z)) < 5) if ok else (np.max(np.abs(z)) > 8), (v, z)
+        assert (np.max(np.abs(z)) < 5) if ok else (np.max(np.abs(z)) > 7), (v, z)
 
 
 @pytest.mark.slow
@@ -136,7 +137,7 @@ def test_long_langevin_f_approaches_the_bayesian_posterior(opt_in_slow):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             r = _mc("tanh", gamma0=0.02, eta=eta, steps=int(round(5 / eta)), temperature=temp,
-                    weight_decay=wd, X_test=XT, samples=4000, iterations=10, seed=3)
+                    weight_decay=wd, X_test=XT, samples=4000, iterations=15, seed=3)
         fs.append(r.f[-1])
         ses.append(r.mc_stderr["f"][-1])
     ratio = (fs[0] - post) / (fs[1] - post)
