@@ -25,7 +25,8 @@ import numpy as np
 
 from .errors import DomainError
 
-__all__ = ["boolean", "check_memory", "finite_array", "format_bytes", "input_matrix", "integer",
+__all__ = ["boolean", "callable_value", "check_memory", "check_positional", "count",
+           "domain_error_from", "names_tuple", "network", "real_number", "text", "finite_array", "format_bytes", "input_matrix", "integer",
            "check_keywords", "check_work", "format_seconds", "keyword_rules",
            "kernel_matrix", "label_array", "last_hidden_width", "memory_limit", "nonnegative", "optional_boolean",
            "positive", "real_array", "real_scalar", "rng", "seed", "seed_sequence",
@@ -400,28 +401,96 @@ def check_work(seconds: float, what: str, hint: str) -> float:
 
 
 # ----------------------------------------------------------------------------- keyword rules
+def _annotation(p: Any) -> str:
+    ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
+    return str(ann).replace(" ", "").replace("Optional[", "").rstrip("]") if ann else ""
+
+
+def real_number(value: Any, name: str) -> float:
+    """A real number (:func:`real_scalar`) that is not NaN; infinities pass (``alpha=inf`` is a
+    limit). The rule for parameters annotated ``float``."""
+    v = real_scalar(value, name)
+    if v != v:
+        raise DomainError(f"{name}=nan must be a real number, not NaN")
+    return v
+
+
+def count(value: Any, name: str) -> int:
+    """An exact integer (:func:`integer`): the rule for parameters annotated ``int``."""
+    return integer(value, name)
+
+
+def text(value: Any, name: str) -> str:
+    """A ``str``: the rule for parameters annotated ``str`` (a method name, a rule name ...)."""
+    if not isinstance(value, str):
+        raise DomainError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def names_tuple(value: Any, name: str) -> Any:
+    """A sequence of names, never a bare string (``statistics="KV"`` would be read letter by
+    letter as ``("K", "V")``)."""
+    if isinstance(value, (str, bytes)):
+        raise DomainError(f"{name}={value!r} is a string; {name} takes a tuple of names, e.g. "
+                          f"{name}=({value!r},)")
+    return value
+
+
+def callable_value(value: Any, name: str) -> Any:
+    """A callable (the function a sweep or a solver calls)."""
+    if not callable(value):
+        raise DomainError(f"{name} must be a callable, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def network(value: Any, name: str = "net") -> Any:
+    """An architecture object (:class:`effth.MLP` or :class:`effth.CNN`), not a name or a dict."""
+    from .arch._common import LayeredNetwork
+    if not isinstance(value, LayeredNetwork):
+        hint = (f" (build one: effth.MLP({value!r}, depth=...))" if isinstance(value, str) else "")
+        raise DomainError(f"{name} must be an effth.MLP or effth.CNN, got {type(value).__name__} "
+                          f"{value!r:.60}{hint}")
+    return value
+
+
 def keyword_rules(fn: Any) -> dict:
-    """The checks :func:`effth._signature.public` applies to the keywords of ``fn`` a caller
-    passes: ``seed`` (:func:`seed`), ``rtol`` (:func:`tolerance`), ``progress`` and every flag
-    annotated ``bool`` or ``bool | None`` (:func:`boolean`, :func:`optional_boolean`). A ``None``
-    is let through where ``None`` is the default. The values reach ``fn`` unchanged.
+    """The checks :func:`effth._signature.public` applies to the arguments of ``fn`` a caller
+    passes: by name, ``seed`` (:func:`seed`), ``rtol`` (:func:`tolerance`), ``progress``
+    (:func:`optional_boolean`), ``net`` (:func:`network`), ``statistics`` (:func:`names_tuple`);
+    by annotation, ``bool`` / ``bool | None`` (:func:`boolean`, :func:`optional_boolean`),
+    ``int`` (:func:`count`), ``float`` (:func:`real_number`), ``str`` (:func:`text`) and
+    ``Callable`` (:func:`callable_value`). A ``None`` is let through where ``None`` is the
+    default or the annotation allows it. The values reach ``fn`` unchanged.
     """
     import inspect
     rules = {}
     for p in inspect.signature(fn).parameters.values():
         if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
             continue
-        ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
-        ann = str(ann).replace(" ", "")
-        none_ok = p.default is None
+        ann = _annotation(p)
+        parts = set(ann.split("|")) if ann else set()
+        none_ok = p.default is None or "None" in parts
+        core = parts - {"None"}
         if p.name == "seed":
             rule = seed
         elif p.name == "rtol":
             rule = tolerance
-        elif p.name == "progress" or ann in ("bool|None", "None|bool", "Optional[bool]"):
+        elif p.name == "progress" or core == {"bool"} and "None" in parts:
             rule = optional_boolean
-        elif ann == "bool" or (p.annotation is p.empty and isinstance(p.default, bool)):
+        elif core == {"bool"} or (p.annotation is p.empty and isinstance(p.default, bool)):
             rule = boolean
+        elif p.name == "net" and core <= {"Any", "MLP", "CNN", ""}:
+            rule = network
+        elif p.name == "statistics":
+            rule = names_tuple
+        elif core == {"int"}:
+            rule = count
+        elif core == {"float"}:
+            rule = real_number
+        elif core == {"str"} and p.name not in ("activation", "rule", "kernel"):
+            rule = text
+        elif core == {"Callable"}:
+            rule = callable_value
         else:
             continue
         rules[p.name] = (rule, none_ok)
@@ -436,6 +505,59 @@ def check_keywords(rules: dict, kwargs: dict) -> None:
         if value is None and none_ok:
             continue
         rule(value, name)
+
+
+def check_positional(rules: dict, names: tuple, args: tuple) -> None:
+    """:func:`check_keywords` for the positional arguments of one call (``names`` are the
+    parameters in order)."""
+    for name, value in zip(names, args):
+        entry = rules.get(name)
+        if entry is None or (value is None and entry[1]):
+            continue
+        entry[0](value, name)
+
+
+def _extreme_arguments(args: tuple, kwargs: dict, names: tuple) -> list:
+    """``name=value`` of the arguments of one call whose size could overflow float64 or memory:
+    numbers above 1e6 or below 1e-100 in magnitude, arrays with such entries."""
+    out = []
+    for name, value in list(zip(names, args)) + list(kwargs.items()):
+        if isinstance(value, (bool, np.bool_, str)):
+            continue
+        try:
+            a = np.asarray(value, dtype=float) if np.ndim(value) <= 3 else None
+        except (TypeError, ValueError):
+            continue
+        if a is None or a.size == 0 or a.size > 10**6:
+            continue
+        with np.errstate(all="ignore"):
+            m = float(np.nanmax(np.abs(a))) if np.isfinite(a).any() else 0.0
+            nz = np.abs(a[(a != 0) & np.isfinite(a)])
+        if m > 1e6 or (nz.size and float(nz.min()) < 1e-100):
+            out.append(f"{name}={value!r:.40}" if a.ndim == 0 else f"{name} (entries up to {m:.3g})")
+    return out
+
+
+def domain_error_from(exc: BaseException, where: str, args: tuple, kwargs: dict,
+                      names: tuple) -> DomainError | None:
+    """The :class:`DomainError` that replaces a raw ``MemoryError``, ``OverflowError`` or SymPy
+    ``SympifyError`` escaping a public function ``where`` (``None`` for other exceptions): it
+    names the arguments whose size is the likely cause (the knob to turn)."""
+    kind = type(exc).__name__
+    if isinstance(exc, MemoryError):
+        what = "ran out of memory"
+    elif isinstance(exc, OverflowError):
+        what = "overflowed float64"
+    elif kind == "SympifyError":
+        return DomainError(f"{where}(): an argument is not a number or expression SymPy can read "
+                           f"({exc})")
+    else:
+        return None
+    knobs = _extreme_arguments(args, kwargs, names)
+    hint = (f"lower {', '.join(knobs)}" if knobs else
+            "lower the sizes (counts, steps, widths) or the scale of the inputs")
+    detail = str(exc).strip()
+    return DomainError(f"{where}() {what}" + (f" ({detail})" if detail else "") + f"; {hint}")
 
 
 def width_ratio_values(width_ratios: Any, hidden_layers: int,
