@@ -26,10 +26,10 @@ import numpy as np
 from .errors import DomainError
 
 __all__ = ["boolean", "callable_value", "check_memory", "check_positional", "count",
-           "domain_error_from", "names_tuple", "network", "real_number", "text", "finite_array", "format_bytes", "input_matrix", "integer",
-           "check_keywords", "check_work", "format_seconds", "keyword_rules",
+           "domain_error_from", "network", "real_number", "text", "finite_array", "format_bytes", "input_matrix", "integer",
+           "check_keywords", "check_underflow", "restriction_arguments", "check_work", "duplicate_rows", "expand_samples", "format_seconds", "keyword_rules",
            "kernel_matrix", "label_array", "last_hidden_width", "memory_limit", "nonnegative", "optional_boolean",
-           "positive", "real_array", "real_scalar", "rng", "seed", "seed_sequence",
+           "positive", "psd_kernel", "real_array", "real_scalar", "rng", "seed", "seed_sequence",
            "symmetric_matrix", "tolerance", "width_ratio_values"]
 
 
@@ -415,24 +415,21 @@ def real_number(value: Any, name: str) -> float:
     return v
 
 
+#: parameters annotated ``int`` that count something of which at least one is needed
+POSITIVE_COUNTS = frozenset({"max_iter", "nodes", "max_nodes", "samples", "n_samples", "networks",
+                             "iterations", "replicas", "n_grid", "workers", "max_test_inputs"})
+
+
 def count(value: Any, name: str) -> int:
-    """An exact integer (:func:`integer`): the rule for parameters annotated ``int``."""
-    return integer(value, name)
+    """An exact integer (:func:`integer`): the rule for parameters annotated ``int``; at least 1
+    for the counts of :data:`POSITIVE_COUNTS` (iterations, nodes, samples, networks ...)."""
+    return integer(value, name, minimum=1 if name in POSITIVE_COUNTS else None)
 
 
 def text(value: Any, name: str) -> str:
     """A ``str``: the rule for parameters annotated ``str`` (a method name, a rule name ...)."""
     if not isinstance(value, str):
         raise DomainError(f"{name} must be a string, got {value!r}")
-    return value
-
-
-def names_tuple(value: Any, name: str) -> Any:
-    """A sequence of names, never a bare string (``statistics="KV"`` would be read letter by
-    letter as ``("K", "V")``)."""
-    if isinstance(value, (str, bytes)):
-        raise DomainError(f"{name}={value!r} is a string; {name} takes a tuple of names, e.g. "
-                          f"{name}=({value!r},)")
     return value
 
 
@@ -456,7 +453,7 @@ def network(value: Any, name: str = "net") -> Any:
 def keyword_rules(fn: Any) -> dict:
     """The checks :func:`effth._signature.public` applies to the arguments of ``fn`` a caller
     passes: by name, ``seed`` (:func:`seed`), ``rtol`` (:func:`tolerance`), ``progress``
-    (:func:`optional_boolean`), ``net`` (:func:`network`), ``statistics`` (:func:`names_tuple`);
+    (:func:`optional_boolean`), ``net`` (:func:`network`);
     by annotation, ``bool`` / ``bool | None`` (:func:`boolean`, :func:`optional_boolean`),
     ``int`` (:func:`count`), ``float`` (:func:`real_number`), ``str`` (:func:`text`) and
     ``Callable`` (:func:`callable_value`). A ``None`` is let through where ``None`` is the
@@ -481,8 +478,6 @@ def keyword_rules(fn: Any) -> dict:
             rule = boolean
         elif p.name == "net" and core <= {"Any", "MLP", "CNN", ""}:
             rule = network
-        elif p.name == "statistics":
-            rule = names_tuple
         elif core == {"int"}:
             rule = count
         elif core == {"float"}:
@@ -556,7 +551,7 @@ def domain_error_from(exc: BaseException, where: str, args: tuple, kwargs: dict,
     knobs = _extreme_arguments(args, kwargs, names)
     hint = (f"lower {', '.join(knobs)}" if knobs else
             "lower the sizes (counts, steps, widths) or the scale of the inputs")
-    detail = str(exc).strip()
+    detail = str(exc.args[-1] if exc.args and isinstance(exc.args[-1], str) else exc).strip()
     return DomainError(f"{where}() {what}" + (f" ({detail})" if detail else "") + f"; {hint}")
 
 
@@ -606,3 +601,89 @@ def langevin_momentum(temperature: Any, momentum: Any) -> tuple[float, float]:
         raise DomainError("temperature > 0 together with momentum > 0 is not supported (the "
                           "Langevin noise is defined for the first-order dynamics); set one to 0")
     return float(temperature), float(momentum)
+
+
+# ----------------------------------------------------------------------------- kernels, duplicates
+def psd_kernel(K: Any, name: str = "K", *, n_train: int | None = None) -> np.ndarray:
+    """A finite, non-empty, symmetric (to 1e-10 of its scale), positive semi-definite (N, N)
+    kernel, returned symmetrized. Every block a formula reads is checked, the test blocks too:
+    with ``n_train`` the message says whether the training block, the test block or only the
+    coupling between them breaks positivity (a covariance of the joint outputs must be PSD).
+    """
+    Ka = real_array(K, name)
+    if Ka.ndim != 2 or Ka.shape[0] != Ka.shape[1] or Ka.shape[0] < 1:
+        raise DomainError(f"{name} must be a square (N, N) matrix with N >= 1, got shape {Ka.shape}")
+    if not np.isfinite(Ka).all():
+        raise DomainError(f"{name} has NaN or infinite entries (overflow upstream?)")
+    Ka = symmetric_matrix(Ka, name)
+    scale = float(np.max(np.abs(Ka))) or 1.0
+
+    def smallest(M):
+        return float(np.min(np.linalg.eigvalsh(M))) if M.size else 0.0
+
+    lam = smallest(Ka)
+    if lam < -1e-10 * scale:
+        where = ""
+        if n_train is not None and 0 < n_train < Ka.shape[0]:
+            lt, lb = smallest(Ka[:n_train, :n_train]), smallest(Ka[n_train:, n_train:])
+            where = (" in its training block" if lt < -1e-10 * scale else
+                     " in its test block" if lb < -1e-10 * scale else
+                     " (both blocks are PSD: the train-test block is too large for them)")
+        raise DomainError(f"{name} is not positive semi-definite{where} (smallest eigenvalue "
+                          f"{lam:.3g}); a kernel is a covariance of the outputs")
+    return Ka
+
+
+def duplicate_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(first, index)`` when some rows of ``X`` repeat exactly: ``X[first]`` are the distinct
+    rows (in order of first appearance) and ``X[first][index] == X``; ``None`` when all rows
+    differ. A function of the inputs evaluated on ``X[first]`` and expanded with ``index``
+    gives identical rows for identical inputs, as the mathematics does."""
+    X = np.asarray(X)
+    if X.ndim != 2 or X.shape[0] < 2:
+        return None
+    _, first, inverse = np.unique(X, axis=0, return_index=True, return_inverse=True)
+    if first.size == X.shape[0]:
+        return None
+    order = np.argsort(first)                 # distinct rows in order of first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return first[order], rank[np.asarray(inverse).ravel()]
+
+
+def expand_samples(a: np.ndarray, index: np.ndarray, axes: tuple) -> np.ndarray:
+    """``a`` with each axis in ``axes`` (sample axes) re-indexed by ``index``
+    (:func:`duplicate_rows`)."""
+    for ax in axes:
+        a = np.take(a, index, axis=ax)
+    return a
+
+
+def check_underflow(values: np.ndarray, what: str, hint: str, *, first_layer: int = 1) -> None:
+    """Refuse a stack of per-layer arrays ``values[l]`` whose scale falls below the smallest
+    normal float64 (2.2e-308) while the first layer's does not: the digits are gone (a ReLU
+    kernel halves per layer at ``C_W = 1``). The message names the first such layer."""
+    v = np.asarray(values, dtype=float)
+    if v.ndim < 1 or v.shape[0] == 0:
+        return
+    scale = np.max(np.abs(v.reshape(v.shape[0], -1)), axis=1)
+    tiny = np.finfo(float).tiny
+    if not scale[0] > tiny:
+        return
+    low = np.nonzero(scale < tiny)[0]
+    if low.size:
+        ell = int(low[0]) + first_layer
+        raise DomainError(f"{what} underflows double precision at layer {ell} (scale "
+                          f"{scale[low[0]]:.3g}, layer {first_layer}: {scale[0]:.3g}); {hint}")
+
+
+def restriction_arguments(n_train: Any, max_test: Any) -> None:
+    """``n_train`` (None, or an int >= 1: the first inputs are training inputs) and ``max_test``
+    (an int >= 0 that restricts only together with ``n_train``) of a restricted flow."""
+    m = integer(max_test, "max_test", minimum=0)
+    if n_train is None:
+        if m != 1:
+            raise DomainError(f"max_test={m} restricts the entries by their test inputs, which "
+                              "needs n_train= (inputs 0..n_train-1 are the training inputs)")
+        return
+    integer(n_train, "n_train", minimum=1)

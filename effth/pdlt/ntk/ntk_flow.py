@@ -447,6 +447,8 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         H^{\{1\}}, A, B, D, F` are evaluated), collinear inputs with a kinked activation, bad inputs
         or learning rates, overflow (the layer is named).
     """
+    from effth._validate import restriction_arguments
+    restriction_arguments(n_train, max_test)
     wanted = tuple(NTK_STATISTICS) if statistics is None else (
         (statistics,) if isinstance(statistics, str) else tuple(statistics))
     for s in wanted:
@@ -458,6 +460,8 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         L0 = resolve_depth(depth, hidden_layers, minimum=1)
         _per_layer(lambda_b, L0, "lambda_b"), _per_layer(lambda_w, L0, "lambda_w")
         n_k1 = kernel_matrix(K1, "K1").shape[0]
+        from effth.pdlt.initialization.kernel_flow import _resolve      # C_W, C_b, ratios too
+        _resolve(None, None, K1, depth, hidden_layers, activation, c_w, c_b, ratios)
         if Theta1 is not None:
             _check_theta(kernel_matrix(Theta1, "Theta1"), n_k1)
     stats = _closure(wanted)
