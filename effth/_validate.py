@@ -27,7 +27,7 @@ from .errors import DomainError
 
 __all__ = ["boolean", "callable_value", "check_memory", "check_positional", "count",
            "domain_error_from", "network", "real_number", "text", "finite_array", "format_bytes", "input_matrix", "integer",
-           "check_keywords", "check_underflow", "restriction_arguments", "check_work", "duplicate_rows", "expand_samples", "format_seconds", "keyword_rules",
+           "check_keywords", "check_networks", "check_target_scale", "check_underflow", "output_directory", "restriction_arguments", "check_work", "duplicate_rows", "expand_samples", "format_seconds", "keyword_rules",
            "kernel_matrix", "label_array", "last_hidden_width", "memory_limit", "nonnegative", "optional_boolean",
            "positive", "psd_kernel", "real_array", "real_scalar", "rng", "seed", "seed_sequence",
            "symmetric_matrix", "tolerance", "width_ratio_values"]
@@ -687,3 +687,46 @@ def restriction_arguments(n_train: Any, max_test: Any) -> None:
                               "needs n_train= (inputs 0..n_train-1 are the training inputs)")
         return
     integer(n_train, "n_train", minimum=1)
+
+
+def output_directory(out: Any, name: str = "out") -> Any:
+    """A directory results can be written to, created now (before any work) so that an
+    unwritable path or an existing file is refused at once; ``None`` passes (write nothing)."""
+    if out is None:
+        return None
+    from pathlib import Path
+    if not isinstance(out, (str, os.PathLike)) or isinstance(out, bytes):
+        raise DomainError(f"{name} must be a directory path (str or Path) or None, got {out!r}")
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise DomainError(f"{name}={str(p)!r} is an existing file, not a directory; give a new or "
+                          "existing directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DomainError(f"{name}={str(p)!r} cannot be created ({exc.strerror or exc}); give a "
+                          "writable directory") from None
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise DomainError(f"{name}={str(p)!r} is not writable; give a writable directory")
+    return p
+
+
+def check_networks(networks: int, flops: float, what: str) -> None:
+    """Refuse, before any seed is spawned or network drawn, an ensemble whose optimistic run
+    time (>= 1 us and ``flops`` at <= 2 GFLOP/s per network) or whose per-network seeds
+    (a ``SeedSequence`` each, about 200 bytes) exceed the bounds of :func:`check_work` and
+    :func:`check_memory`."""
+    n = float(networks)
+    check_work(n * (1e-6 + float(flops) / 2e9), f"{what} with {networks} networks",
+               "lower networks")
+    check_memory(200.0 * n, f"the seeds of {networks} networks", "lower networks")
+
+
+def check_target_scale(y: Any, power: int, what: str, name: str = "y") -> None:
+    """Refuse targets whose ``power``-th power overflows float64 (a loss ``sum Delta^2 / 2`` is
+    ``power = 2``; a gamma0-series coefficient of order ``k`` in the loss grows as
+    ``|y|^(k + 2)``): a clear error instead of an ``inf``/NaN result."""
+    m = float(np.max(np.abs(np.asarray(y, dtype=float)))) if np.size(y) else 0.0
+    if m > 0 and power * math.log10(m) > 300:
+        raise DomainError(f"{name} has entries up to {m:.3g}: {what} grows as |{name}|^{power} and "
+                          f"overflows float64; rescale {name} (e.g. divide by {m:.3g})")

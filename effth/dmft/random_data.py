@@ -610,8 +610,11 @@ class LearningRateSweep:
 
     @property
     def optimal_eta(self) -> np.ndarray:
-        """Per width ratio, the grid ``eta`` with the smallest final test loss."""
-        return self.etas[np.argmin(self.final_loss, axis=1)]
+        """Per width ratio, the grid ``eta`` with the smallest final test loss (``nan`` where
+        every ``eta`` diverged: no optimum on the grid)."""
+        out = self.etas[np.argmin(self.final_loss, axis=1)].astype(float)
+        out[~np.isfinite(self.final_loss).any(axis=1)] = np.nan
+        return out
 
     @property
     def best_loss(self) -> np.ndarray:
@@ -673,6 +676,9 @@ def learning_rate_sweep(etas, nus, *, depth: int | None = None, hidden_layers: i
     value within ``steps``) is recorded as ``inf``.  Other arguments as in
     :func:`solve_random_data`.
     """
+    for arg, name in ((etas, "etas"), (nus, "nus")):
+        if np.ndim(arg) > 1:
+            raise DomainError(f"{name} must be a number or a 1-D grid, got shape {np.shape(arg)}")
     E = real_array(etas, "etas", finite=True).ravel()
     Nu = real_array(nus, "nus").ravel()
     if E.size == 0 or Nu.size == 0:
@@ -720,6 +726,9 @@ def max_stable_learning_rate(*, depth: int | None = None, hidden_layers: int | N
         Initial guess (default ``2 / (L + 1)``).
     """
     tol = positive(tol, "tol")
+    if tol < 1e-14:
+        raise DomainError(f"tol={tol:g} is below the 1e-14 a bisection in float64 can resolve "
+                          "(the bracket cannot shrink further); pass tol >= 1e-14")
 
     def stable(eta):
         p = _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, centering,

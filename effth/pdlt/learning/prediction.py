@@ -911,6 +911,11 @@ def _width(widths: Any, net: Any, updates: Any, jitter: float, method: str) -> i
     if net is None:
         raise DomainError("widths= needs the network, predict(net, X_train, y_train, X_test, "
                           "widths=n): the O(1/n) mean needs its NTK hierarchy, not only K and Theta")
+    held = getattr(net, "widths", None)
+    if held is not None and all(isinstance(w, numbers.Integral) for w in held) \
+            and int(held[-1]) != int(width):
+        raise DomainError(f"the widths are given twice and differ: the network has widths="
+                          f"{tuple(int(w) for w in held)}, predict widths={widths!r}; give them once")
     if updates is not None:
         raise DomainError("widths= is the fully trained network (PDLT (∞.141)); finite-time "
                           "training at finite width is not implemented: drop updates=")

@@ -234,6 +234,15 @@ class NTKFlow(WeightLayers):
     table_error: np.ndarray = field(default_factory=lambda: np.zeros(0))
     restrict: SampleRestriction | None = None
 
+    def expanded(self, index: np.ndarray) -> "NTKFlow":
+        """This flow of distinct inputs re-indexed to the inputs ``index`` maps them to."""
+        from effth._validate import expand_samples
+        from effth.pdlt.initialization.kernel_flow import expand_flow
+        return NTKFlow(expand_flow(self.kernel, index),
+                       {k: expand_samples(v, index, tuple(range(1, v.ndim)))
+                        for k, v in self.tensors.items()},
+                       self.lambda_b, self.lambda_w, self.layers, self.table_error, self.restrict)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(int(x) for x in np.asarray(self.layers).ravel()))
 
@@ -449,6 +458,16 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     """
     from effth._validate import restriction_arguments
     restriction_arguments(n_train, max_test)
+    if n_train is None:       # repeated inputs evaluated once: their rows are identical
+        from effth.pdlt.initialization.kernel_flow import distinct_inputs
+        dup = distinct_inputs(net, X, K1, Theta1)
+        if dup is not None:
+            index, Xd, K1d, T1d = dup
+            nf = ntk_flow(net, Xd, K1=K1d, Theta1=T1d, depth=depth, hidden_layers=hidden_layers,
+                          activation=activation, c_w=c_w, c_b=c_b, ratios=ratios,
+                          lambda_b=lambda_b, lambda_w=lambda_w, statistics=statistics, rtol=rtol,
+                          progress=progress)
+            return nf.expanded(index)
     wanted = tuple(NTK_STATISTICS) if statistics is None else (
         (statistics,) if isinstance(statistics, str) else tuple(statistics))
     for s in wanted:
@@ -505,6 +524,11 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
                 "Theta(0)), so the dNTK and ddNTK statistics are singular (PDLT §∞.1: kinks change "
                 f"the scaling). Available for kinked activations: {list(_KINKED_OK)}.")
     N = Th.shape[0]
+    if any(s not in ("Theta", "H1") for s in stats):     # (N, N, N, N) tensors: refuse up front
+        from effth._validate import check_memory
+        check_memory(_PEAK_COPIES * L * float(N) ** 4 * 8.0,
+                     f"the four-index NTK statistics of {N} inputs through {L} layers",
+                     "use fewer inputs (the memory grows as N^4), or statistics=('Theta',)")
     if atom_cache is not None and (n_train is None or not isinstance(atom_cache, list)):
         raise DomainError("atom_cache= is a list shared by flows restricted with n_train= (got "
                           + (f"{type(atom_cache).__name__})" if n_train is not None else
@@ -566,6 +590,10 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         atom_cache[:] = snaps
     return NTKFlow(kern, out, lb, lw, np.arange(1, L + 1), np.asarray(errs), restrict)
 
+
+#: peak memory of a full ntk_flow in (N, N, N, N) float64 tensors per layer (measured: tanh,
+#: depth 3, 49 inputs restricted to one test input held 4.9 GB)
+_PEAK_COPIES = 36
 
 #: statistics evaluated for kinked activations (with their dependencies Theta and B)
 _KINKED_OK = ("Theta", "H1", "B", "D", "F", "A")
