@@ -119,7 +119,7 @@ def public(obj: Any) -> Any:
                 check_positional(rules, names, args)
         try:
             return obj(*args, **kwargs)
-        except (MemoryError, OverflowError, ValueError) as exc:
+        except (MemoryError, OverflowError, ValueError, TypeError, AttributeError) as exc:
             # a raw allocation failure or float overflow below: the DomainError naming the sizes
             mapped = None if isinstance(exc, _EffthError) else domain_error_from(
                 exc, name, args, kwargs, names)

@@ -415,6 +415,10 @@ def real_number(value: Any, name: str) -> float:
     return v
 
 
+#: real parameters that are finite and >= 0 by their meaning (tolerances, variances, ridges)
+NONNEGATIVE_REALS = frozenset({"tol", "quad_tol", "noise", "ridge", "jitter", "weight_decay",
+                               "temperature"})
+
 #: parameters annotated ``int`` that count something of which at least one is needed
 POSITIVE_COUNTS = frozenset({"max_iter", "nodes", "max_nodes", "samples", "n_samples", "networks",
                              "iterations", "replicas", "n_grid", "workers", "max_test_inputs"})
@@ -478,6 +482,8 @@ def keyword_rules(fn: Any) -> dict:
             rule = boolean
         elif p.name == "net" and core <= {"Any", "MLP", "CNN", ""}:
             rule = network
+        elif p.name in NONNEGATIVE_REALS:
+            rule = nonnegative
         elif core == {"int"}:
             rule = count
         elif core == {"float"}:
@@ -533,6 +539,28 @@ def _extreme_arguments(args: tuple, kwargs: dict, names: tuple) -> list:
     return out
 
 
+_TYPE_NAMES = {"NoneType": type(None), "str": str, "float": float, "int": int, "bool": bool,
+               "complex": complex, "numpy.ndarray": np.ndarray, "list": list, "tuple": tuple,
+               "dict": dict, "set": set, "bytes": bytes}
+
+
+def _wrong_type_argument(message: str, args: tuple, kwargs: dict, names: tuple) -> str | None:
+    """``name=value`` of the argument whose built-in type a raw ``TypeError`` / ``AttributeError``
+    names ("'str' object has no attribute ...", "'NoneType' object is not iterable",
+    "unhashable type: 'numpy.ndarray'"), or ``None`` when no argument has that type (an error
+    of effth's own, not of the input)."""
+    import re
+    m = re.search(r"'(NoneType|str|float|int|bool|complex|numpy\.ndarray|list|tuple|dict|set|bytes)'"
+                  r"|<class '(NoneType|str|float|int|bool|complex|list|tuple|dict)'>", message)
+    if not m:
+        return None
+    kind = _TYPE_NAMES[m.group(1) or m.group(2)]
+    for name, value in list(zip(names, args)) + list(kwargs.items()):
+        if type(value) is kind or (kind is float and isinstance(value, np.floating)):
+            return f"{name}={value!r:.40}"
+    return None
+
+
 def domain_error_from(exc: BaseException, where: str, args: tuple, kwargs: dict,
                       names: tuple) -> DomainError | None:
     """The :class:`DomainError` that replaces a raw ``MemoryError``, ``OverflowError`` or SymPy
@@ -543,6 +571,15 @@ def domain_error_from(exc: BaseException, where: str, args: tuple, kwargs: dict,
         what = "ran out of memory"
     elif isinstance(exc, OverflowError):
         what = "overflowed float64"
+    elif isinstance(exc, (TypeError, AttributeError)) and type(exc) in (TypeError, AttributeError):
+        culprit = _wrong_type_argument(str(exc), args, kwargs, names)
+        if culprit is None:
+            return None
+        return DomainError(f"{where}(): {culprit} has the wrong type ({exc}); see help({where})")
+    elif type(exc) is ValueError:
+        # a plain ValueError of NumPy / Python on an argument (DomainError is a ValueError too,
+        # so code catching ValueError still does)
+        return DomainError(f"{where}(): {exc}")
     elif kind == "SympifyError":
         return DomainError(f"{where}(): an argument is not a number or expression SymPy can read "
                            f"({exc})")

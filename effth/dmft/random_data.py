@@ -120,6 +120,15 @@ def _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, 
     if not (math.isfinite(sigma) and sigma >= 0):
         raise DomainError(f"sigma={sigma!r} (label-noise scale) must be finite and >= 0")
     S = positive(signal, "signal")
+    # the order parameters hold sigma^2, signal^2 and 1/nu: beyond float64 the run "diverges"
+    # for a reason that is not the learning rate
+    for v, name in ((sigma, "sigma"), (S, "signal")):
+        if v > 1e150:
+            raise DomainError(f"{name}={v:g} squared overflows float64 (the loss holds {name}^2); "
+                              f"rescale: the dynamics are homogeneous in the target scale")
+    if nu < 1e-150:
+        raise DomainError(f"nu={nu:g} is too small: 1/nu (the finite-width variance) overflows "
+                          "float64; nu = N/D is a width ratio, give nu >= 1e-150")
     if not isinstance(centering, (bool, np.bool_)):
         raise DomainError(f"centering={centering!r} must be a bool")
     g = real_scalar(gamma0, "gamma0")

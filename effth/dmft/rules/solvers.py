@@ -740,6 +740,8 @@ def _sampled_arguments(activation, gamma0, eta, steps, samples, batches) -> tupl
     nb = integer(batches, "batches", minimum=2)
     if S % nb:
         raise DomainError(f"samples={S} must be a multiple of batches={nb}")
+    _v.check_memory(8.0 * S * T, f"the sampled fields of samples={S} over steps={T}",
+                    "lower samples or steps")
     return act, act.numpy(0), act.numpy(1), g0, eta, T, S, nb
 
 

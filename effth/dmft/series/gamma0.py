@@ -543,6 +543,10 @@ def _validate(order, closure):
         raise DomainError(f"closure={closure!r} must be 'exact' or 'ntk'")
 
 
+#: highest gamma0 order of :func:`gamma0_series` (the CLI's ``effth gamma0 --order`` bound)
+_MAX_ORDER = 64
+
+
 @public
 def gamma0_series(X=None, y=None, *, depth: int | None = None, hidden_layers: int | None = None,
                   eta: float, steps: int, order: int = 2, activation="linear", X_test=None,
@@ -625,6 +629,9 @@ def gamma0_series(X=None, y=None, *, depth: int | None = None, hidden_layers: in
     linear = is_linear(act)
     if not linear:
         require_smooth(act, "the gamma0-series")
+    if not 0 <= int(order) <= _MAX_ORDER:
+        raise DomainError(f"order={order!r} must be an integer in 0..{_MAX_ORDER} (the number of "
+                          "coefficients and their cost grow with the order)")
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)
     from effth._validate import check_target_scale
     check_target_scale(data.y, 2 * (int(order) // 2) + 2,

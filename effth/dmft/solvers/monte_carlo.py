@@ -269,6 +269,8 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
                           "standard error needs two batches)")
     _v.check_memory(8.0 * float(samples) * float(steps),   # >= one float per sample and time
                     f"the sampled fields of samples={samples} over steps={steps}", "lower samples")
+    _v.check_work(1e-9 * float(iterations) * float(samples) * float(steps),   # >= 1 ns per draw
+                  f"solve_monte_carlo with iterations={iterations}", "lower iterations or samples")
     if not np.isfinite(gamma0):
         raise DomainError(f"gamma0={gamma0!r} must be finite")
     if int(windows) != windows or windows < 1:

@@ -458,6 +458,8 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     """
     from effth._validate import restriction_arguments
     restriction_arguments(n_train, max_test)
+    if net is None and K1 is None:            # before the symbolic closure
+        raise DomainError("ntk_flow needs (net, X) or K1= with Theta1=, depth= and activation=")
     if n_train is None:       # repeated inputs evaluated once: their rows are identical
         from effth.pdlt.initialization.kernel_flow import distinct_inputs
         dup = distinct_inputs(net, X, K1, Theta1)
@@ -483,6 +485,13 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         _resolve(None, None, K1, depth, hidden_layers, activation, c_w, c_b, ratios)
         if Theta1 is not None:
             _check_theta(kernel_matrix(Theta1, "Theta1"), n_k1)
+    n_in = X.shape[0] if net is not None and X is not None else kernel_matrix(K1, "K1").shape[0]
+    L_in = net.depth if net is not None else resolve_depth(depth, hidden_layers, minimum=1)
+    if any(s not in ("Theta", "H1") for s in wanted):    # (N, N, N, N) tensors: refuse up front
+        from effth._validate import check_memory
+        check_memory(_PEAK_COPIES * L_in * float(n_in) ** 4 * 8.0,
+                     f"the four-index NTK statistics of {n_in} inputs through {L_in} layers",
+                     "use fewer inputs (the memory grows as N^4), or statistics=('Theta',)")
     stats = _closure(wanted)
     # the kernel sector: what the NTK steps read (V, G1), K always
     kstats = ("K",) + tuple(sorted({r for s in stats for r in ntk_layer_step(s).reads} & {"V", "G1"}))
@@ -496,7 +505,11 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         L = net.depth
         lb = _per_layer(lambda_b, L, "lambda_b")
         lw = _per_layer(lambda_w, L, "lambda_w")
-        Th = lb[0] + lw[0] * (X @ X.T) / X.shape[1]
+        with np.errstate(over="ignore", invalid="ignore"):
+            Th = lb[0] + lw[0] * (X @ X.T) / X.shape[1]
+        if not np.isfinite(Th).all():
+            raise DomainError(f"X overflows: inputs up to {float(np.max(np.abs(X))):.3g} make the "
+                              "first-layer kernels lambda_b + lambda_W X X^T / n_0 infinite; rescale X")
         _check_theta(Th, X.shape[0])     # lambda_b + lambda_W X X^T/n_0: PSD by construction
         from effth.arch._common import require_plain
         require_plain(net, "ntk_flow")
@@ -524,11 +537,6 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
                 "Theta(0)), so the dNTK and ddNTK statistics are singular (PDLT §∞.1: kinks change "
                 f"the scaling). Available for kinked activations: {list(_KINKED_OK)}.")
     N = Th.shape[0]
-    if any(s not in ("Theta", "H1") for s in stats):     # (N, N, N, N) tensors: refuse up front
-        from effth._validate import check_memory
-        check_memory(_PEAK_COPIES * L * float(N) ** 4 * 8.0,
-                     f"the four-index NTK statistics of {N} inputs through {L} layers",
-                     "use fewer inputs (the memory grows as N^4), or statistics=('Theta',)")
     if atom_cache is not None and (n_train is None or not isinstance(atom_cache, list)):
         raise DomainError("atom_cache= is a list shared by flows restricted with n_train= (got "
                           + (f"{type(atom_cache).__name__})" if n_train is not None else
