@@ -330,7 +330,7 @@ def known(case: tuple) -> bool:
 
 
 # ----------------------------------------------------------------------------- tests
-FUZZ = settings(max_examples=3, derandomize=True, deadline=None, database=None,
+FUZZ = settings(max_examples=8, derandomize=True, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
 _BASE_BY_KEY: dict[str, list] = {}
 for _c in base_cases():

@@ -922,7 +922,10 @@ def solve_power_law(*, depth: int | None = None, hidden_layers: int | None = Non
 def power_law_exponent(result, t_min: float, t_max: float | None = None, sigma: float = 0.0) -> float:
     r"""Exponent ``p`` of ``L(t) - sigma^2 ~ t^-p`` by least squares in ``log t`` over
     ``t_min <= t < t_max`` (grid steps)."""
-    loss = np.asarray(result.value("test_loss") if hasattr(result, "value") else result, float)
+    loss = real_array(result.value("test_loss") if hasattr(result, "value") else result, "result")
+    if loss.ndim != 1 or loss.size < 3:
+        raise DomainError(f"result must be a run with a test loss or a 1-D loss curve of >= 3 "
+                          f"steps, got shape {loss.shape}")
     t = np.arange(loss.size, dtype=float)
     hi = loss.size if t_max is None else real_scalar(t_max, "t_max")
     lo = real_scalar(t_min, "t_min")
