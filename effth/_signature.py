@@ -120,7 +120,9 @@ def public(obj: Any) -> Any:
         try:
             return obj(*args, **kwargs)
         except (MemoryError, OverflowError, ValueError, TypeError, AttributeError) as exc:
-            # a raw allocation failure or float overflow below: the DomainError naming the sizes
+            # a raw allocation failure, float overflow, plain ValueError or an argument of the
+            # wrong built-in type below: the DomainError naming the argument (or the sizes);
+            # effth's own bugs (no argument of the named type) propagate unchanged
             mapped = None if isinstance(exc, _EffthError) else domain_error_from(
                 exc, name, args, kwargs, names)
             if mapped is None:

@@ -485,9 +485,11 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         _resolve(None, None, K1, depth, hidden_layers, activation, c_w, c_b, ratios)
         if Theta1 is not None:
             _check_theta(kernel_matrix(Theta1, "Theta1"), n_k1)
-    n_in = X.shape[0] if net is not None and X is not None else kernel_matrix(K1, "K1").shape[0]
-    L_in = net.depth if net is not None else resolve_depth(depth, hidden_layers, minimum=1)
-    if any(s not in ("Theta", "H1") for s in wanted):    # (N, N, N, N) tensors: refuse up front
+    if net is not None:
+        n_in, L_in = (None if X is None else X.shape[0]), net.depth
+    else:
+        n_in, L_in = kernel_matrix(K1, "K1").shape[0], resolve_depth(depth, hidden_layers, minimum=1)
+    if n_in is not None and any(s not in ("Theta", "H1") for s in wanted):   # N^4: refuse up front
         from effth._validate import check_memory
         check_memory(_PEAK_COPIES * L_in * float(n_in) ** 4 * 8.0,
                      f"the four-index NTK statistics of {n_in} inputs through {L_in} layers",
