@@ -603,6 +603,13 @@ CASES += [
               X, Y, depth=2, widths=8, gamma0=0.5, eta=0.1, steps=3, networks=10**12)))],
     C("solve_monte_carlo", "samples 10**12", lambda: et.dmft.solve_monte_carlo(X, Y, **{**MC, "samples": 10**12}),
       r"needs [\d.]+ TiB.*lower samples"),
+    *[C(entry, "method nonsense", f, "method") for entry, f in (
+        ("compile_expression", lambda: et.compile_expression(
+            et.Kernel(0, 1, et.ell), kernel=et.KernelMatrix(et.Kernel, et.ell), activation="tanh",
+            method="nonsense")),
+        ("compile_step", lambda: et.compile_step(
+            {"K": et.Kernel(0, 1, et.ell)}, {et.KernelMatrix(et.Kernel, et.ell): "K"}, activation="tanh",
+            method="nonsense")))],
     C("max_stable_learning_rate", "tol 1e-300",
       lambda: et.dmft.max_stable_learning_rate(depth=2, gamma0=0.5, steps=10, tol=1e-300), "tol"),
     # --- misleading errors
