@@ -871,13 +871,21 @@ def main(argv: Sequence[str] | None = None, out=None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:              # --help (0) or a usage error (2), already printed
         return exc.code if isinstance(exc.code, int) else 2
+    import warnings
     try:
-        return _COMMANDS[args.command](args, out)
+        with warnings.catch_warnings():
+            # NumPy's overflow/invalid RuntimeWarnings would precede the one-line error (effth
+            # checks the results for NaN and overflow itself and says what to change)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return _COMMANDS[args.command](args, out)
     except UsageError as exc:
         print(f"effth: error: {exc}", file=sys.stderr)
         return 2
     except EffthError as exc:              # bad values found below the command line
         print(f"effth: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except OSError as exc:                 # an output file that cannot be written
+        print(f"effth: error: {exc}", file=sys.stderr)
         return 2
 
 

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import check_networks
 from .._threads import blas_threads
 from .._progress import progress_bar
 from ..activations import get_activation
@@ -929,6 +930,7 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
     per_net = max(max(widths[k] * widths[k - 1] for k in range(1, L + 1)), M * N * nmax,
                   (M * M * N * nmax if order >= 3 else 0), (M * M * nmax if do_II else 0),
                   (M ** 4 if order >= 3 or do_II else M ** 3))
+    check_networks(size, per_net, "an NTK ensemble")
     bsz = int(batch) if batch is not None else max(1, _CHUNK_ELEMENTS // per_net)
     K, units = group_units(size, bsz)
     rng = as_generator(seed)

@@ -226,6 +226,12 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
     if not np.isfinite(eta) or eta < 0:
         raise DomainError(f"eta={eta!r} must be finite and >= 0")
     T = integer(steps, "steps", minimum=1)
+    from effth._validate import check_memory
+    n_all, d_in = float(Xall.shape[0]), float(Xall.shape[1])
+    check_memory(8.0 * (3 * L * float(N) * N + N * d_in + (2 * L * T * T * n_all * n_all
+                                                          if record_kernels is True else 0)),
+                 f"one network of width {N} with {L} hidden layers over {T} steps",
+                 "lower widths or steps (record_kernels=False drops the two-time kernels)")
     _, (act, dact) = _resolve_callables(activation)
     seeds = _resolve_seeds(seed, networks)
     out = []

@@ -543,6 +543,10 @@ def _validate(order, closure):
         raise DomainError(f"closure={closure!r} must be 'exact' or 'ntk'")
 
 
+#: highest gamma0 order of :func:`gamma0_series` (the CLI's ``effth gamma0 --order`` bound)
+_MAX_ORDER = 64
+
+
 @public
 def gamma0_series(X=None, y=None, *, depth: int | None = None, hidden_layers: int | None = None,
                   eta: float, steps: int, order: int = 2, activation="linear", X_test=None,
@@ -625,7 +629,13 @@ def gamma0_series(X=None, y=None, *, depth: int | None = None, hidden_layers: in
     linear = is_linear(act)
     if not linear:
         require_smooth(act, "the gamma0-series")
+    if not 0 <= int(order) <= _MAX_ORDER:
+        raise DomainError(f"order={order!r} must be an integer in 0..{_MAX_ORDER} (the number of "
+                          "coefficients and their cost grow with the order)")
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)
+    from effth._validate import check_target_scale
+    check_target_scale(data.y, 2 * (int(order) // 2) + 2,
+                       f"the order-{2 * (int(order) // 2)} coefficient of the loss")
     grid = TimeGrid(eta, steps)
     P = data.n_train
     _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=L)
@@ -647,6 +657,20 @@ def gamma0_series(X=None, y=None, *, depth: int | None = None, hidden_layers: in
                                         gradient_independent=gradient_independent, exact=exact)
         coeffs = {"f": arr.f, "delta": arr.delta, "ntk": arr.ntk, "phi": arr.H, "g": arr.G,
                   "A": arr.A, "B": arr.B}
+    elif K == 0:
+        if exact or gradient_independent:
+            raise NotDerivedError("nonlinear series: exact=False and no gradient independence "
+                                  "(that ansatz is expanded for deep linear networks)")
+        # order 0 is the lazy limit gamma0 -> 0 itself: the static-kernel solution, exactly
+        from effth.dmft.solvers.lazy import static_ntk_solve
+        st = static_ntk_solve(data, grid, activation=act, hidden_layers=L)
+        phi, g = st.phi, st.g
+        if L == 1 and closure != "ntk":                 # the two-layer coefficients: equal times
+            idx = np.arange(grid.steps)
+            phi = phi[:, idx, :, idx, :].transpose(1, 0, 2, 3)
+            g = g[:, idx, :, idx, :].transpose(1, 0, 2, 3)
+        coeffs = {"f": st.f[None], "delta": st.delta[None], "ntk": st.ntk[None],
+                  "phi": phi[None], "g": g[None]}
     elif L > 1 or closure == "ntk":
         if exact or gradient_independent:
             raise NotDerivedError("deep nonlinear / NTK-closure series: exact=False and no "

@@ -415,12 +415,24 @@ def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: st
                               "(kinked activations have no dNTK/ddNTK statistics, PDLT §∞.1)")
         T = {k: np.asarray(tensors.value(k, layer=lay), float) for k in names}
     else:
+        from collections.abc import Mapping
+        if not isinstance(tensors, Mapping):
+            raise DomainError(f"tensors must be an NTKFlow or a mapping of the statistics {names}, "
+                              f"got {type(tensors).__name__}")
         try:
             T = {k: np.asarray(tensors[k], float) for k in names}
         except KeyError as exc:
             raise DomainError(f"tensors lacks {exc.args[0]!r}; needs {names}") from None
+        except (TypeError, ValueError) as exc:
+            raise DomainError(f"tensors must hold real numeric arrays: {exc}") from None
+    if T["Theta"].ndim != 2:
+        raise DomainError(f"Theta must be an (N, N) matrix, got shape {T['Theta'].shape}")
     N = T["Theta"].shape[0]
     P = _n_train(n_train, N)
+    held = getattr(getattr(tensors, "restrict", None), "n_train", None)
+    if held is not None and held != P:
+        raise DomainError(f"the flow was computed with n_train={held} (ntk_flow(..., n_train=)) "
+                          f"but n_train={P} here; the training inputs must be the same")
     need = SampleRestriction(P, max_test)
     for k in names:
         want = (N, N) if k in ("Theta", "H1", "K", "G1") else (N,) * 4

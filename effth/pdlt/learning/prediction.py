@@ -42,7 +42,7 @@ from scipy.special import log_softmax, softmax
 from effth.algebra.tensors import SampleSum, SampleTensor
 from effth._results import TrainTestSplit
 from effth.errors import AccuracyWarning, DomainError
-from effth._validate import (finite_array, label_array, last_hidden_width, nonnegative,
+from effth._validate import (finite_array, psd_kernel, label_array, last_hidden_width, nonnegative,
                              symmetric_matrix)
 from effth.pdlt.learning._linalg import training_cholesky, training_spectrum
 
@@ -645,9 +645,10 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
     if isinstance(n_train, bool) or not isinstance(n_train, (numbers.Integral,)) or not 0 < n_train < Kf.shape[0]:
         raise DomainError(f"n_train must be an int with 0 < n_train < N = {Kf.shape[0]} (training "
                           f"inputs first, then at least one test input), got {n_train!r}")
+    Kf = psd_kernel(Kf, "K", n_train=int(n_train))          # the test blocks too
     Tf = None
     if Theta is not None:
-        Tf = symmetric_matrix(finite_array(Theta, "Theta", (2,)), "Theta")
+        Tf = psd_kernel(finite_array(Theta, "Theta", (2,)), "Theta", n_train=int(n_train))
         if Tf.shape != Kf.shape:
             raise DomainError(f"Theta has shape {Tf.shape} but K has {Kf.shape}")
     elif method != "bayes":
@@ -910,6 +911,11 @@ def _width(widths: Any, net: Any, updates: Any, jitter: float, method: str) -> i
     if net is None:
         raise DomainError("widths= needs the network, predict(net, X_train, y_train, X_test, "
                           "widths=n): the O(1/n) mean needs its NTK hierarchy, not only K and Theta")
+    held = getattr(net, "widths", None)
+    if held is not None and all(isinstance(w, numbers.Integral) for w in held) \
+            and int(held[-1]) != int(width):
+        raise DomainError(f"the widths are given twice and differ: the network has widths="
+                          f"{tuple(int(w) for w in held)}, predict widths={widths!r}; give them once")
     if updates is not None:
         raise DomainError("widths= is the fully trained network (PDLT (∞.141)); finite-time "
                           "training at finite width is not implemented: drop updates=")
@@ -1019,7 +1025,7 @@ def log_evidence(net: Any = None, X_train: Any = None, y_train: Any = None, *, n
     else:
         if K is None or y_train is None:
             raise DomainError("log_evidence needs (net, X_train, y_train) or K= and y_train=")
-        Kt = symmetric_matrix(finite_array(K, "K", (2,)), "K")
+        Kt = psd_kernel(finite_array(K, "K", (2,)), "K")
     P = Kt.shape[0]
     y = label_array(y_train, P)
     if net is not None and getattr(net, "n_out", None) not in (None, 1 if y.ndim == 1 else y.shape[1]):

@@ -234,6 +234,15 @@ class NTKFlow(WeightLayers):
     table_error: np.ndarray = field(default_factory=lambda: np.zeros(0))
     restrict: SampleRestriction | None = None
 
+    def expanded(self, index: np.ndarray) -> "NTKFlow":
+        """This flow of distinct inputs re-indexed to the inputs ``index`` maps them to."""
+        from effth._validate import expand_samples
+        from effth.pdlt.initialization.kernel_flow import expand_flow
+        return NTKFlow(expand_flow(self.kernel, index),
+                       {k: expand_samples(v, index, tuple(range(1, v.ndim)))
+                        for k, v in self.tensors.items()},
+                       self.lambda_b, self.lambda_w, self.layers, self.table_error, self.restrict)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(int(x) for x in np.asarray(self.layers).ravel()))
 
@@ -447,6 +456,20 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         H^{\{1\}}, A, B, D, F` are evaluated), collinear inputs with a kinked activation, bad inputs
         or learning rates, overflow (the layer is named).
     """
+    from effth._validate import restriction_arguments
+    restriction_arguments(n_train, max_test)
+    if net is None and K1 is None:            # before the symbolic closure
+        raise DomainError("ntk_flow needs (net, X) or K1= with Theta1=, depth= and activation=")
+    if n_train is None:       # repeated inputs evaluated once: their rows are identical
+        from effth.pdlt.initialization.kernel_flow import distinct_inputs
+        dup = distinct_inputs(net, X, K1, Theta1)
+        if dup is not None:
+            index, Xd, K1d, T1d = dup
+            nf = ntk_flow(net, Xd, K1=K1d, Theta1=T1d, depth=depth, hidden_layers=hidden_layers,
+                          activation=activation, c_w=c_w, c_b=c_b, ratios=ratios,
+                          lambda_b=lambda_b, lambda_w=lambda_w, statistics=statistics, rtol=rtol,
+                          progress=progress)
+            return nf.expanded(index)
     wanted = tuple(NTK_STATISTICS) if statistics is None else (
         (statistics,) if isinstance(statistics, str) else tuple(statistics))
     for s in wanted:
@@ -458,8 +481,19 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         L0 = resolve_depth(depth, hidden_layers, minimum=1)
         _per_layer(lambda_b, L0, "lambda_b"), _per_layer(lambda_w, L0, "lambda_w")
         n_k1 = kernel_matrix(K1, "K1").shape[0]
+        from effth.pdlt.initialization.kernel_flow import _resolve      # C_W, C_b, ratios too
+        _resolve(None, None, K1, depth, hidden_layers, activation, c_w, c_b, ratios)
         if Theta1 is not None:
             _check_theta(kernel_matrix(Theta1, "Theta1"), n_k1)
+    if net is not None:
+        n_in, L_in = (None if X is None else X.shape[0]), net.depth
+    else:
+        n_in, L_in = kernel_matrix(K1, "K1").shape[0], resolve_depth(depth, hidden_layers, minimum=1)
+    if n_in is not None and any(s not in ("Theta", "H1") for s in wanted):   # N^4: refuse up front
+        from effth._validate import check_memory
+        check_memory(_PEAK_COPIES * L_in * float(n_in) ** 4 * 8.0,
+                     f"the four-index NTK statistics of {n_in} inputs through {L_in} layers",
+                     "use fewer inputs (the memory grows as N^4), or statistics=('Theta',)")
     stats = _closure(wanted)
     # the kernel sector: what the NTK steps read (V, G1), K always
     kstats = ("K",) + tuple(sorted({r for s in stats for r in ntk_layer_step(s).reads} & {"V", "G1"}))
@@ -473,7 +507,11 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         L = net.depth
         lb = _per_layer(lambda_b, L, "lambda_b")
         lw = _per_layer(lambda_w, L, "lambda_w")
-        Th = lb[0] + lw[0] * (X @ X.T) / X.shape[1]
+        with np.errstate(over="ignore", invalid="ignore"):
+            Th = lb[0] + lw[0] * (X @ X.T) / X.shape[1]
+        if not np.isfinite(Th).all():
+            raise DomainError(f"X overflows: inputs up to {float(np.max(np.abs(X))):.3g} make the "
+                              "first-layer kernels lambda_b + lambda_W X X^T / n_0 infinite; rescale X")
         _check_theta(Th, X.shape[0])     # lambda_b + lambda_W X X^T/n_0: PSD by construction
         from effth.arch._common import require_plain
         require_plain(net, "ntk_flow")
@@ -562,6 +600,10 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         atom_cache[:] = snaps
     return NTKFlow(kern, out, lb, lw, np.arange(1, L + 1), np.asarray(errs), restrict)
 
+
+#: peak memory of a full ntk_flow in (N, N, N, N) float64 tensors per layer (measured: tanh,
+#: depth 3, 49 inputs restricted to one test input held 4.9 GB)
+_PEAK_COPIES = 36
 
 #: statistics evaluated for kinked activations (with their dependencies Theta and B)
 _KINKED_OK = ("Theta", "H1", "B", "D", "F", "A")
