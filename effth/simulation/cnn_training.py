@@ -180,6 +180,9 @@ def train_cnn(net: CNN, X: Any, y: Any, *, eta: float, updates: int, networks: i
     per_net = max(int(np.prod(s)) * int(np.prod(f)) * c
                   for s, f, c in zip(shapes[:-1], net.filter_shapes, chans)) * n
     per_net = max(per_net, T * n * C * (1 + (n if record_ntk else 0)))
+    if record_ntk:                              # the per-image filter Jacobians of the NTK
+        per_net = max(per_net, n * max(int(np.prod(f)) * c * w for f, c, w in
+                                       zip(net.filter_shapes, chans, net.widths)))
     if batch is None:
         batch = max(1, min(size, _CHUNK_ELEMENTS // max(per_net, 1)))
     check_memory(8.0 * 3 * per_net * min(batch, size) * (net.depth - 1),
