@@ -8,7 +8,7 @@ of the time in m; it then times the issue's reference problem when it fits (P = 
 8x8 pixels, 3x3 filters, depth 3, T = 50: m = 32000, about 8 GB per kernel -- it does not, and
 the script says so instead of running it).  Not collected by pytest.
 
-Usage: ``python benchmarks/bench_cnn_dmft.py [--samples 1000]``.
+Usage: ``python benchmarks/bench_cnn_dmft.py [--samples 1000] [--big]``.
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ def one(T, P, side, samples, dims=2):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=1000)
+    ap.add_argument("--big", action="store_true", help="also m = 2560 (8x8 pixels; minutes)")
     args = ap.parse_args()
     rows = []
-    for T, P, side in [(5, 2, 4), (10, 2, 4), (10, 4, 4), (20, 4, 4), (10, 4, 6), (10, 6, 6),
-                       (20, 6, 6), (10, 4, 8)]:
+    sizes = [(5, 2, 4), (10, 2, 4), (10, 4, 4), (20, 4, 4), (10, 4, 6), (10, 6, 6)]
+    for T, P, side in sizes + ([(10, 4, 8)] if args.big else []):
         m = T * P * side * side
         sec, _ = one(T, P, side, args.samples)
         rows.append((m, sec))
