@@ -71,7 +71,7 @@ def test_one_by_one_filters_on_one_pixel_images_are_the_mlp_dmft(readout):
 def setup():
     X = _images()
     Th = et.cnn_kernels(_net(1.0), X).value("Theta")
-    eta, T = 1.0 / np.linalg.eigvalsh(Th[:P, :P])[-1], 10
+    eta, T = 0.6 / np.linalg.eigvalsh(Th[:P, :P])[-1], 10      # eta lambda_max(K(t, t)) <= 1.3
     return X, Th, eta, T
 
 

@@ -91,7 +91,8 @@ from effth._signature import public
 from effth.arch.cnn import CNN
 from effth.dmft.grid import TimeGrid, TrainingData, real_scalar
 from effth.dmft.result import Diagnostics, DMFTResult
-from effth.dmft.solvers.lazy import activation_label, check_stability, static_ntk_dynamics
+from effth.dmft.solvers.lazy import (activation_label, check_stability, check_stability_along,
+                                     static_ntk_dynamics)
 from effth.dmft.solvers.monte_carlo import (_exact_closure, _flag_growth, _sample, _solve_fields,
                                             _stein, _window)
 from effth.errors import ConvergenceError, DomainError
@@ -351,6 +352,10 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
     Returns
     -------
     CNNDMFTResult
+        A :class:`UserWarning` is issued when gradient descent leaves its stable region along the
+        run (:math:`\eta\lambda_{\max}` of the equal-time NTK above 2, recorded in
+        ``diagnostics.stability``): feature learning grows the NTK, and past that edge finite
+        networks oscillate away from the DMFT.
 
     Raises
     ------
@@ -429,13 +434,13 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
     resp = lambda x: x.reshape(-1, T, m, T, m) / gam if x.size else np.zeros((0, T, m, T, m))
     data = TrainingData(Xall.reshape(n, -1) @ Xall.reshape(n, -1).T / (ops.S * Xall.shape[-1]),
                         yv, P)
-    return CNNDMFTResult(grid=grid, data=data, hidden_layers=ops.L, gamma0=gam,
+    return check_stability_along(CNNDMFTResult(grid=grid, data=data, hidden_layers=ops.L, gamma0=gam,
                          activation=activation_label(net.act),
                          phi=mean["phi"].reshape(ops.L, T, m, T, m),
                          g=mean["g"].reshape(ops.L, T, m, T, m), A=resp(mean["A"]),
                          B=resp(mean["B"]), f=mean["f"], delta=delta, method="monte_carlo",
                          closure="exact", diagnostics=diag, mc_stderr=se, net=net,
-                         spatial_shape=shape, ntk_equal_time=mean["ntk"])
+                         spatial_shape=shape, ntk_equal_time=mean["ntk"]))
 
 
 def _solve_one(net, ops, Phi0, G0, ntk0, y, grid, S, iterations, damping, tol, cut, rng,
