@@ -398,7 +398,7 @@ class DeepSeriesFormulas:
 
     def evaluate(self, kx, y, *, activation, eta: float, steps: int,
                  hidden_layers: int | None = None, moment=None) -> dict:
-        r"""Evaluate the printed system on the grid :math:`t_i=i\eta`, ``i < steps``.
+        r"""Evaluate the printed system (:meth:`printed_terms`) on the grid :math:`t_i=i\eta`, ``i < steps``.
 
         Returns ``{'phi', 'g': (K+1, L, T, T), 'A', 'B': (K, L+1, T, T), 'ntk', 'f', 'delta':
         (K+1, T)}`` with entry ``k`` the coefficient of :math:`\gamma_0^{2k}` (``A[k, l]`` is
@@ -421,7 +421,7 @@ class DeepSeriesFormulas:
         act = resolve_activation(activation)
         require_smooth(act, "the gamma0-series")
         N, T = int(self.order), int(steps)
-        terms = self.terms
+        terms = self.printed_terms()
         top = max(max(mom, default=0) for tm in terms.values() for mom, _, _ in tm)
         fns = [act.numpy(k) for k in range(top + 1)]
         mom_fn = moment or (lambda ds, var: _trapezoid_moment(fns, ds, var))
@@ -459,7 +459,8 @@ class DeepSeriesFormulas:
             return f
 
         def ev(q, m, ell):
-            return _evaluate_terms(terms[(q, m)], mats_of(ell), mom_of(ell), lambda: G[ell + 1][0][0, 0], T)
+            X = _evaluate_terms(terms[(q, m)], mats_of(ell), mom_of(ell), lambda: G[ell + 1][0][0, 0], T)
+            return X + X.T if q in ("phi", "g") else X      # the kernels print X(t,s) + X(s,t)
 
         K, Dl = {}, {}
         for m in orders:
@@ -493,3 +494,326 @@ class DeepSeriesFormulas:
                 "ntk": np.stack([K[m] for m in orders]),
                 "delta": np.stack([Dl[m] for m in orders]),
                 "f": np.stack([(y[0] if m == 0 else 0.0) - Dl[m] for m in orders])}
+
+
+# ---------------------------------------------------------------------------- printing
+_DUMMY_TEX = "ijkpqvw"
+
+
+def _mirror(net):
+    return _canon((), (), _relabel(((), (), net), {"t": "s", "s": "t"})[2])[2]
+
+
+def _fold(terms: dict) -> dict:
+    r"""``X`` with ``terms = X(t,s) + X(s,t)`` for a kernel symmetric in its two times: each
+    mirrored pair of terms kept once with the mean of their coefficients, a self-mirrored term
+    with half of its own."""
+    out: dict = {}
+    for key0 in sorted(terms):
+        mom, p, net = key0
+        mk0 = (mom, p, _mirror(net))
+        key, mk = max(key0, mk0), min(key0, mk0)         # the representative read from t
+        if key in out:
+            continue
+        c = (terms[key] + terms.get(mk, 0)) / 2 if mk != key else terms[key] / 2
+        if c != 0:
+            out[key] = c
+    return out
+
+
+def _leaves(net):
+    """Summed labels met once, as the column of a driver: printed as its row sum ``c``, ``d``."""
+    count: dict = {}
+    for _, a, b in net:
+        for lb in (a, b):
+            count[lb] = count.get(lb, 0) + 1
+    return {b for name, a, b in net if name[0] in "CD" and _is_dummy(b) and count[b] == 1 and a != b}
+
+
+def _net_parts(net, tex: bool):
+    """``(summed labels, factors)`` of a network, factors in reading order (from t, then s)."""
+    leaves = _leaves(net)
+    dummies = sorted({lb for _, a, b in net for lb in (a, b) if _is_dummy(lb)} - leaves, key=int)
+    names = {d: _DUMMY_TEX[k] for k, d in enumerate(dummies)}
+    lab = lambda x: names.get(x, x)                                       # noqa: E731
+    order = sorted(net, key=lambda m: (0 if "t" in m[1:] else 1 if "s" in m[1:] else 2,
+                                       min((int(x) for x in m[1:] if _is_dummy(x)), default=-1), m))
+    out = []
+    for name, a, b in order:
+        kind, m = name[0], name[1:]
+        if kind in _SYMMETRIC and (a, b) == ("s", "t"):
+            a, b = b, a
+        if b in leaves:
+            out.append((f"{kind.lower()}_{{{m}}}({lab(a)})" if tex else f"{kind.lower()}_{m}({lab(a)})"))
+            continue
+        if tex:
+            sym = {"C": rf"\tilde C_{{{m}}}", "D": rf"\tilde D_{{{m}}}", "P": rf"\Phi^{{\ell-1}}_{{{m}}}",
+                   "G": rf"G^{{\ell+1}}_{{{m}}}", "I": r"\delta"}[kind]
+        else:
+            sym = {"C": f"C~_{m}", "D": f"D~_{m}", "P": f"Phi^(l-1)_{m}", "G": f"G^(l+1)_{m}",
+                   "I": "delta"}[kind]
+        out.append(f"{sym}({lab(a)},{lab(b)})")
+    # a repeated factor as a power: c_0(t)^2
+    powers = []
+    for f in out:
+        if f not in [x for x, _ in powers]:
+            powers.append((f, out.count(f)))
+    out = [f if p == 1 else (f"{f}^{{{p}}}" if tex else f"{f}^{p}") for f, p in powers]
+    return [names[d] for d in dummies], out
+
+
+def _net_tex(net) -> str:
+    summed, fac = _net_parts(net, True)
+    body = r"\,".join(fac) if fac else "1"
+    return (rf"\sum_{{{','.join(summed)}}}" if summed else "") + body
+
+
+def _net_txt(net) -> str:
+    summed, fac = _net_parts(net, False)
+    body = " ".join(fac) if fac else "1"
+    return (f"sum_({','.join(summed)}) " if summed else "") + body
+
+
+def _prime(k: int, tex: bool) -> str:
+    if tex:
+        return r"\phi" + ("'" * k if k <= 3 else f"^{{({k})}}")
+    return "phi" + ("'" * k if k <= 3 else f"^({k})")
+
+
+def _moment(mom, tex: bool) -> str:
+    parts = []
+    for k in sorted(set(mom)):
+        p = mom.count(k)
+        base = _prime(k, tex)
+        if p > 1:
+            base = (f"{{{base}}}^{{{p}}}" if "^" in base else f"{base}^{{{p}}}") if tex else f"{base}^{p}"
+        parts.append(base)
+    if tex:
+        return r"\langle " + r"\,".join(parts) + r"\rangle_{\ell}"
+    return "<" + " ".join(parts) + ">_l"
+
+
+def _frac(c: Fraction, tex: bool) -> str:
+    c = abs(c)
+    if c == 1:
+        return ""
+    if c.denominator == 1:
+        return f"{c.numerator}" + (r"\," if tex else " ")
+    return (rf"\tfrac{{{c.numerator}}}{{{c.denominator}}}\," if tex else f"{c.numerator}/{c.denominator} ")
+
+
+def _rhs(terms: dict, tex: bool, width: float) -> str:
+    """Terms grouped by (moment, power of G): ``<...> G [c1 w1 + c2 w2 ...]``, brackets split so
+    each fits ``width``."""
+    from effth.printing.formula import rendered_width
+
+    groups: dict = {}
+    for (mom, p, net), c in sorted(terms.items(), key=lambda kv: (kv[0][0], kv[0][1], len(kv[0][2]), kv[0][2])):
+        groups.setdefault((mom, p), []).append((c, net))
+    pieces = []
+    for (mom, p), items in groups.items():
+        if tex:
+            gp = "" if p == 0 else (r"G^{\ell+1}_{0}\," if p == 1 else rf"(G^{{\ell+1}}_{{0}})^{{{p}}}\,")
+        else:
+            gp = "" if p == 0 else ("G^(l+1)_0 " if p == 1 else f"(G^(l+1)_0)^{p} ")
+        head = gp + _moment(mom, tex)
+        common = Fraction(1)
+        if all(c == items[0][0] for c, _ in items):
+            common = items[0][0]
+        inner = [(c / common, _net_tex(n) if tex else _net_txt(n)) for c, n in items]
+        # the bracket is split into pieces that each fit the line
+        chunks, cur = [], []
+        for c, s in inner:
+            cand = cur + [(c, s)]
+            if cur and tex and rendered_width(_join(cand, tex)) > width - rendered_width(head) - 8:
+                chunks.append(cur)
+                cur = [(c, s)]
+            else:
+                cur = cand
+        chunks.append(cur)
+        for ch in chunks:
+            body = _join(ch, tex)
+            single = len(ch) == 1
+            if single:
+                c = ch[0][0] * common
+                sign = "-" if c < 0 else "+"
+                pieces.append((sign, _frac(c, tex) + head + (r"\," if tex else " ") + ch[0][1]))
+            else:
+                sign = "-" if common < 0 else "+"
+                br = (rf"\big[{body}\big]" if tex else f"[{body}]")
+                pieces.append((sign, _frac(common, tex) + head + (r"\," if tex else " ") + br))
+    out = ""
+    for k, (sign, s) in enumerate(pieces):
+        out += (("-" if sign == "-" else "") if k == 0 else sign if tex else f" {sign} ") + s
+    return out or "0"
+
+
+def _join(items, tex: bool) -> str:
+    out = ""
+    for k, (c, s) in enumerate(items):
+        sign = "-" if c < 0 else "+"
+        lead = ("-" if sign == "-" else "") if k == 0 else (sign if tex else f" {sign} ")
+        out += lead + _frac(c, tex) + s
+    return out
+
+
+def _lazy_arg(x: str, k: int) -> str:
+    """A lazy kernel is constant in time: its order-0 entry printed without arguments."""
+    if k == 0 and not x.startswith((r"\Delta", "Delta")):
+        return x[:x.rindex("(")]
+    return x
+
+
+def _cauchy(m: int, left: str, right: str, tex: bool) -> str:
+    r""":math:`\sum_{a+b=m}X_a Y_b` spelled out; ``left``/``right`` templates with ``{k}``."""
+    parts = [_lazy_arg(left.format(k=a), a) + (r"\," if tex else " ") + _lazy_arg(right.format(k=m - a), m - a)
+             for a in range(0, m + 1, 2)]
+    return "+".join(parts) if tex else " + ".join(parts)
+
+
+def _lines(fm: "DeepSeriesFormulas", tex: bool, width: float) -> list:
+    N, L = fm.order, fm.hidden_layers
+    terms = fm.printed_terms()
+    out = []
+    if tex:
+        out.append(r"\text{order }\gamma_0^{0}:")
+        out.append(r"\Phi^{\ell}_{0}=\langle\phi^{2}\rangle_{\ell},\quad G^{\ell}_{0}=G^{\ell+1}_{0}"
+                   r"\langle\phi'^{2}\rangle_{\ell},\quad \Phi^{0}_{0}=K^{x},\quad G^{L+1}_{0}=1")
+    else:
+        out.append("order gamma0^0:")
+        out.append("Phi^l_0 = <phi^2>_l,  G^l_0 = G^(l+1)_0 <phi'^2>_l,  Phi^0_0 = Kx,  G^(L+1)_0 = 1")
+    for m in range(0, N + 1, 2):
+        if m:
+            out.append(rf"\text{{order }}\gamma_0^{{{m}}}:" if tex else f"order gamma0^{m}:")
+            for q, lhs_t, hat_t, lhs_x, hat_x in (
+                    ("phi", rf"\Phi^{{\ell}}_{{{m}}}", rf"\hat\Phi^{{\ell}}_{{{m}}}", f"Phi^l_{m}", f"Phihat^l_{m}"),
+                    ("g", rf"G^{{\ell}}_{{{m}}}", rf"\hat G^{{\ell}}_{{{m}}}", f"G^l_{m}", f"Ghat^l_{m}")):
+                if tex:
+                    out.append(f"{lhs_t}(t,s)={hat_t}(t,s)+{hat_t}(s,t)")
+                    out.append(f"{hat_t}(t,s)=" + _rhs(terms[(q, m)], True, width))
+                else:
+                    out.append(f"{lhs_x}(t,s) = {hat_x}(t,s) + {hat_x}(s,t)")
+                    out.append(f"{hat_x}(t,s) = " + _rhs(terms[(q, m)], False, width))
+            if tex:
+                out.append(rf"K_{{{m}}}(t)=\sum_{{\ell=0}}^{{L}}\big["
+                           + _cauchy(m, r"G^{{\ell+1}}_{{{k}}}(t,t)", r"\Phi^{{\ell}}_{{{k}}}(t,t)", True)
+                           + r"\big]")
+                out.append(rf"\Delta_{{{m}}}(t_{{i+1}})=\Delta_{{{m}}}(t_{{i}})-\eta\big["
+                           + _cauchy(m, r"K_{{{k}}}(t_i)", r"\Delta_{{{k}}}(t_i)", True)
+                           + rf"\big],\quad \Delta_{{{m}}}(t_0)=0,\quad f_{{{m}}}=-\Delta_{{{m}}}")
+            else:
+                out.append(f"K_{m}(t) = sum_(l=0..L) ["
+                           + _cauchy(m, "G^(l+1)_{k}(t,t)", "Phi^l_{k}(t,t)", False) + "]")
+                out.append(f"Delta_{m}(t_(i+1)) = Delta_{m}(t_i) - eta ["
+                           + _cauchy(m, "K_{k}(t_i)", "Delta_{k}(t_i)", False)
+                           + f"],  Delta_{m}(t_0) = 0,  f_{m} = -Delta_{m}")
+        else:
+            out.append(r"K_{0}=\sum_{\ell=0}^{L}G^{\ell+1}_{0}\Phi^{\ell}_{0},\quad \Delta_{0}(t_{i+1})="
+                       r"(1-\eta K_{0})\Delta_{0}(t_{i}),\quad \Delta_{0}(t_{0})=y" if tex else
+                       "K_0 = sum_(l=0..L) G^(l+1)_0 Phi^l_0,  Delta_0(t_(i+1)) = (1 - eta K_0) Delta_0(t_i),"
+                       "  Delta_0(t_0) = y")
+        if m > N - 2:
+            continue
+        # the drivers of this order and the responses they give
+        if tex:
+            out.append(rf"\tilde C^{{\ell}}_{{{m}}}(t,s)=A^{{\ell-1}}_{{{m}}}(t,s)+\eta\,\Theta(t>s)\big["
+                       + _cauchy(m, r"\Delta_{{{k}}}(s)", r"\Phi^{{\ell-1}}_{{{k}}}(t,s)", True) + r"\big]")
+            out.append(rf"\tilde D^{{\ell}}_{{{m}}}(t,s)=B^{{\ell}}_{{{m}}}(t,s)+\eta\,\Theta(t>s)\big["
+                       + _cauchy(m, r"\Delta_{{{k}}}(s)", r"G^{{\ell+1}}_{{{k}}}(t,s)", True) + r"\big]")
+            out.append(rf"A^{{\ell}}_{{{m}}}(t,s)=" + _rhs(terms[("A", m)], True, width))
+            out.append(rf"B^{{\ell-1}}_{{{m}}}(t,s)=" + _rhs(terms[("B", m)], True, width))
+        else:
+            out.append(f"C~^l_{m}(t,s) = A^(l-1)_{m}(t,s) + eta Theta(t>s) ["
+                       + _cauchy(m, "Delta_{k}(s)", "Phi^(l-1)_{k}(t,s)", False) + "]")
+            out.append(f"D~^l_{m}(t,s) = B^l_{m}(t,s) + eta Theta(t>s) ["
+                       + _cauchy(m, "Delta_{k}(s)", "G^(l+1)_{k}(t,s)", False) + "]")
+            out.append(f"A^l_{m}(t,s) = " + _rhs(terms[("A", m)], False, width))
+            out.append(f"B^(l-1)_{m}(t,s) = " + _rhs(terms[("B", m)], False, width))
+    lay = "" if L is None else (rf",\ L={L}" if tex else f", L = {L}")
+    act = "" if fm.activation == r"\phi" else (rf",\ \phi=\mathrm{{{fm.activation}}}" if tex
+                                                else f", phi = {fm.activation}")
+    if tex:
+        out += [
+            r"\text{where}",
+            r"&\text{one input; hidden layers }\ell=1..L" + lay
+            + r",\ \text{times } t_i=i\eta,\ \text{NTK closure}" + act,
+            r"&\langle F(\phi,\phi',\dots)\rangle_{\ell}=\int\!\frac{du\,e^{-u^2/2\Phi^{\ell-1}_{0}}}"
+            r"{\sqrt{2\pi\Phi^{\ell-1}_{0}}}\,F(\phi(u),\phi'(u),\dots),\ "
+            r"\phi^{(k)}:\ \text{derivatives of the activation}",
+            r"&\text{in the layer-}\ell\text{ equations }\tilde C_{m}\equiv\tilde C^{\ell}_{m},\ "
+            r"\tilde D_{m}\equiv\tilde D^{\ell}_{m},\ c_{m}(t)=\textstyle\sum_{s}\tilde C^{\ell}_{m}(t,s),\ "
+            r"d_{m}(t)=\textstyle\sum_{s}\tilde D^{\ell}_{m}(t,s),\ \delta:\ \text{Kronecker delta}",
+            r"&\text{summed times }i,j,k,\dots\text{ run over the grid (causality is in }\tilde C,\tilde D),\ "
+            r"\Theta(t>s)=1\text{ for }t>s,\ 0\text{ otherwise}",
+            r"&\text{boundary values: }\Phi^{0}_{m}=0,\ G^{L+1}_{m}=0\ (m\ge2),\ A^{0}_{m}=0,\ B^{L}_{m}=0",
+            r"&X_{m}:\ \text{coefficient of }\gamma_0^{m},\ \Phi,G:\ \text{kernels},\ A,B:\ "
+            r"\text{responses},\ K^{x}:\ \text{input kernel},\ y:\ \text{target},\ f:\ \text{prediction}",
+        ]
+    else:
+        out += [
+            "where",
+            "one input; hidden layers l = 1..L" + lay + ", times t_i = i eta, NTK closure" + act,
+            "<F>_l = E[F(phi(u), phi'(u), ...)], u ~ N(0, Phi^(l-1)_0); phi^(k): derivatives of the "
+            "activation",
+            "in the layer-l equations C~_m = C~^l_m, D~_m = D~^l_m, c_m(t) = sum_s C~^l_m(t,s), "
+            "d_m(t) = sum_s D~^l_m(t,s), delta: Kronecker delta",
+            "summed times i, j, k, ... run over the grid (causality is in C~, D~); Theta(t>s) = 1 for "
+            "t > s, 0 otherwise",
+            "boundary values: Phi^0_m = 0, G^(L+1)_m = 0 (m >= 2), A^0_m = 0, B^L_m = 0",
+            "X_m: coefficient of gamma0^m; Phi, G: kernels; A, B: responses; Kx: input kernel; "
+            "y: target; f: prediction",
+        ]
+    return out
+
+
+def _methods():
+    def printed_terms(self) -> dict:
+        r"""The terms as printed: ``{(quantity, m): terms}``, the kernels folded
+        (:math:`\Phi_m(t,s)=\hat\Phi_m(t,s)+\hat\Phi_m(s,t)`), the responses as derived."""
+        return {k: (_fold(v) if k[0] in ("phi", "g") else dict(v)) for k, v in self.terms.items()}
+
+    def lines(self, tex: bool = True, width: float = LINE_WIDTH) -> list:
+        """Every printed line (LaTeX rows with ``=`` or raw rows starting ``&``; or plain text)."""
+        return _lines(self, tex, width)
+
+    def latex(self, form=None, env: str | None = None, width: float = LINE_WIDTH) -> str:
+        """LaTeX rows (``align*`` body; ``env`` wraps it), broken at term boundaries."""
+        from effth.dmft.series.formulas import align_rows
+
+        return align_rows(self.lines(True, width), width, env)
+
+    def text(self) -> str:
+        """Plain text, no backslash."""
+        return "\n".join(self.lines(False))
+
+    provenance = property(lambda self: (
+        f"Deep nonlinear network, one input: the gamma0-series through gamma0^{self.order} in "
+        "Gaussian moments times time functions (Bordelon & Pehlevan (2022), App. M, App. P, NTK closure)"))
+    return dict(printed_terms=printed_terms, lines=lines, latex=latex, text=text,
+                provenance=provenance)
+
+
+for _k, _v in _methods().items():
+    setattr(DeepSeriesFormulas, _k, _v)
+
+
+@public
+def deep_series_formulas(order: int = 4, hidden_layers: int | None = None, *,
+                         activation: str = r"\phi") -> DeepSeriesFormulas:
+    r"""The one-input :math:`\gamma_0`-series of a deep nonlinear network through ``order``
+    (any smooth activation, NTK closure; Bordelon & Pehlevan (2022), App. M, App. P with the
+    responses kept), derived by :func:`derive_deep_terms`.
+
+    Examples
+    --------
+    >>> fm = deep_series_formulas(4, 2)
+    >>> "\\\\" in fm.text(), "Price" in fm.latex()
+    (False, False)
+    """
+    if int(order) != order or order < 0 or order % 2:
+        raise DomainError(f"order={order!r} must be a non-negative even integer: the series is even "
+                          "in gamma0 (Bordelon & Pehlevan (2022), §5.2)")
+    if hidden_layers is not None and (int(hidden_layers) != hidden_layers or hidden_layers < 1):
+        raise DomainError(f"hidden_layers={hidden_layers!r} must be a positive integer")
+    return DeepSeriesFormulas(int(order), None if hidden_layers is None else int(hidden_layers),
+                              str(activation))
