@@ -42,7 +42,7 @@ def _errors(ev, ser, order=4):
             err[(name, k)] = _rel(ev[name][k // 2], ref)
     for name in ("A", "B"):
         R = np.asarray(ser.lazy_responses[name + "_series"])[:, :, :, 0, :, 0]
-        for k in range(R.shape[0]):
+        for k in range(R.shape[0] if R.shape[1] else 0):          # L = 1: no inner responses
             err[(name, 2 * k)] = _rel(ev[name][k, 1:R.shape[1] + 1], R[k])
     return err
 

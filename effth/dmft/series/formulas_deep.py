@@ -75,16 +75,56 @@ def _norm_mat(m):
     return m
 
 
+def _classes(dummies, phis, rs, mats):
+    """Invariants of the summed labels under renaming (colour refinement): labels in different
+    classes can never be exchanged, so only permutations within a class are tried."""
+    colour = {d: 0 for d in dummies}
+    for _ in range(3):
+        sig = {}
+        for d in dummies:
+            own = tuple(sorted(k for k, lb in phis if lb == d)), sum(1 for lb in rs if lb == d)
+            nb = []
+            for n, a, b in mats:
+                for pos, (x, y) in enumerate(((a, b), (b, a))):
+                    if x == d:
+                        other = colour[y] if _is_dummy(y) else y
+                        if n[0] in _SYMMETRIC:
+                            pos = 0
+                        nb.append((n, pos, str(other), x == y))
+            sig[d] = (colour[d], own, tuple(sorted(nb)))
+        ranks = {v: i for i, v in enumerate(sorted(set(sig.values())))}
+        new = {d: ranks[sig[d]] for d in dummies}
+        if len(set(new.values())) == len(set(colour.values())):
+            colour = new
+            break
+        colour = new
+    groups: dict = {}
+    for d in dummies:
+        groups.setdefault(colour[d], []).append(d)
+    return [groups[c] for c in sorted(groups)]
+
+
+def _orderings(groups):
+    """Every ordering of the labels that keeps the classes in order."""
+    if not groups:
+        yield ()
+        return
+    for head in permutations(groups[0]):
+        for rest in _orderings(groups[1:]):
+            yield head + rest
+
+
 @lru_cache(maxsize=None)
 def _canon(phis, rs, mats):
-    """The representative of a term under renaming of its summed labels (the smallest tuple)."""
+    """The representative of a term under renaming of its summed labels (the smallest tuple
+    over the renamings that respect the labels' invariants)."""
     labels = {lb for _, lb in phis} | set(rs) | {lb for _, a, b in mats for lb in (a, b)}
     dummies = sorted(lb for lb in labels if _is_dummy(lb))
     if not dummies:
         return (tuple(sorted(phis)), tuple(sorted(rs)), tuple(sorted(_norm_mat(m) for m in mats)))
     best = None
-    for perm in permutations(range(len(dummies))):
-        ren = {d: str(p) for d, p in zip(dummies, perm)}
+    for order in _orderings(_classes(dummies, phis, rs, mats)):
+        ren = {d: str(p) for p, d in enumerate(order)}
         f = lambda lb: ren.get(lb, lb)                                    # noqa: E731
         key = (tuple(sorted((k, f(lb)) for k, lb in phis)), tuple(sorted(f(lb) for lb in rs)),
                tuple(sorted(_norm_mat((n, f(a), f(b))) for n, a, b in mats)))
@@ -133,10 +173,15 @@ def _scale(E: dict, c) -> dict:
 
 
 def _plus(*Es) -> dict:
+    """The sum of term dicts whose keys are already canonical."""
     out: dict = {}
     for E in Es:
         for k, v in E.items():
-            _add(out, k, v)
+            w = out.get(k, 0) + v
+            if w == 0:
+                out.pop(k, None)
+            else:
+                out[k] = w
     return out
 
 
