@@ -169,3 +169,108 @@ def test_bad_input():
         deep_series_formulas(4, 2).evaluate(np.eye(2), np.ones(2), activation="tanh", eta=0.1, steps=3)
     with pytest.raises(DomainError):
         deep_series_formulas(4, 2).evaluate(KX1, Y1, activation="relu", eta=0.1, steps=3)
+
+
+# ------------------------------------------------------------- the printed text, read back
+def _split_top(s: str) -> list:
+    """``[(sign, piece)]`` at the top-level `` + `` / `` - `` (not inside brackets)."""
+    out, depth, cur, sign, i = [], 0, "", 1, 0
+    if s.startswith("-"):
+        sign, s = -1, s[1:]
+    while i < len(s):
+        ch = s[i]
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if depth == 0 and s.startswith((" + ", " - "), i):
+            out.append((sign, cur))
+            sign, cur, i = (1 if s[i + 1] == "+" else -1), "", i + 3
+            continue
+        cur += ch
+        i += 1
+    out.append((sign, cur))
+    return out
+
+
+def _coef(s: str):
+    from fractions import Fraction
+    head, _, rest = s.partition(" ")
+    try:
+        return Fraction(head), rest
+    except ValueError:
+        return Fraction(1), s
+
+
+def _moment_of(s: str) -> tuple:
+    import re
+    ds = []
+    for tok in s.strip("<>_l").replace(">", "").split():
+        m = re.fullmatch(r"phi(?:\^\((\d+)\)|('*))(?:\^(\d+))?", tok)
+        k = int(m.group(1)) if m.group(1) else len(m.group(2) or "")
+        ds += [k] * int(m.group(3) or 1)
+    return tuple(sorted(ds))
+
+
+def _network_of(s: str):
+    import re
+    from effth.dmft.series.formulas_deep import _canon
+    names = {}
+    if s.startswith("sum_("):
+        head, _, s = s.partition(") ")
+        for k, x in enumerate(head[5:].split(",")):
+            names[x] = str(k)
+    lab = lambda x: names.get(x, x)                                     # noqa: E731
+    mats, fresh = [], [len(names)]
+    for tok in s.split():
+        m = re.fullmatch(r"(C~|D~|Phi\^\(l-1\)|G\^\(l\+1\)|delta|c|d)_?(\d*)\(([a-z]),?([a-z]?)\)(?:\^(\d+))?", tok)
+        assert m, tok
+        kind, order, a, b, p = m.groups()
+        for _ in range(int(p or 1)):
+            if kind in ("c", "d"):
+                mats.append((kind.upper() + order, lab(a), str(fresh[0])))
+                fresh[0] += 1
+            else:
+                name = {"C~": "C", "D~": "D", "Phi^(l-1)": "P", "G^(l+1)": "G", "delta": "I"}[kind]
+                mats.append((name + ("" if name == "I" else order), lab(a), lab(b)))
+    return _canon((), (), tuple(mats))[2]
+
+
+def _read_terms(rhs: str) -> dict:
+    out: dict = {}
+    for sign, piece in _split_top(rhs):
+        c, rest = _coef(piece)
+        p = 0
+        if rest.startswith("G^(l+1)_0 "):
+            p, rest = 1, rest[len("G^(l+1)_0 "):]
+        elif rest.startswith("(G^(l+1)_0)^"):
+            p, rest = int(rest[12]), rest[14:]
+        mom_txt, _, body = rest.partition(">_l ")
+        mom = _moment_of(mom_txt + ">_l")
+        inner = _split_top(body[1:-1]) if body.startswith("[") else [(1, body)]
+        for s2, item in inner:
+            c2, net = _coef(item)
+            key = (mom, p, _network_of(net))
+            out[key] = out.get(key, 0) + sign * s2 * c * c2
+    return out
+
+
+def test_the_printed_text_read_back_is_the_system():
+    """Parse every Phihat, Ghat, A, B line of the text (coefficients, moments, sums over times)
+    back into terms: exactly the printed terms, which reproduce the engine above.  A text with
+    one coefficient changed reads back different."""
+    fm = deep_series_formulas(4, 2)
+    printed = fm.printed_terms()
+    heads = {"Phihat^l_{m}(t,s) = ": "phi", "Ghat^l_{m}(t,s) = ": "g", "A^l_{m}(t,s) = ": "A",
+             "B^(l-1)_{m}(t,s) = ": "B"}
+    lines = fm.text().splitlines()
+    seen = 0
+    for key, terms in printed.items():
+        q, m = key
+        if m == 0 and q in ("phi", "g"):
+            continue
+        head = next(h for h, v in heads.items() if v == q).format(m=m)
+        line = next(ln for ln in lines if ln.startswith(head))
+        assert _read_terms(line[len(head):]) == terms, key
+        seen += 1
+    assert seen == 8
+    line = next(ln for ln in lines if ln.startswith("Ghat^l_4(t,s) = "))
+    wrong = line.replace(" 3/2 ", " 27/20 ", 1)
+    assert wrong != line and _read_terms(wrong[16:]) != printed[("g", 4)]
