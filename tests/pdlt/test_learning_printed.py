@@ -160,3 +160,12 @@ def test_mean_latex_compiles():
     run = compile_tex(doc)
     assert run.ok, run.errors
     assert run.worst_overfull <= 10.0
+
+
+def test_bayes_log_evidence_is_printed_from_expressions():
+    """log p of (6.34): the determinant and the 1/2 are SymPy objects printed by effth.latex
+    (not LaTeX strings in symbol names)."""
+    from effth.pdlt.learning.prediction import prediction_latex
+    tex = prediction_latex("bayes")
+    assert r"\log{\left(\left|{2 \pi \widetilde{K}}\right| \right)}" in tex
+    assert r"- \frac{1}{2} \sum_{i}" in tex and r"\tfrac" not in tex
