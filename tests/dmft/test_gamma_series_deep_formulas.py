@@ -63,6 +63,14 @@ def test_printed_gamma0_4_system_more_cases(L, act, opt_in_slow):
     assert max(err.values()) < 1e-10, err
 
 
+def test_printed_gamma0_6_system_reproduces_the_engine(opt_in_slow):
+    """gamma0^6 (12 499 kernel terms, about a minute to derive)."""
+    T = 4
+    ev = deep_series_formulas(6, 2).evaluate(KX1, Y1, activation="tanh", eta=0.1, steps=T)
+    err = _errors(ev, _engine(2, "tanh", T, order=6), order=6)
+    assert max(err.values()) < 1e-10, err
+
+
 def test_order_2_terms_equal_the_moment_table():
     """The derived gamma0^2 terms against the moment form of formulas_nonlinear."""
     from effth.dmft.series.formulas_nonlinear import deep_nonlinear_formulas
