@@ -361,9 +361,8 @@ class Gamma0Series(HiddenLayers):
         ``'phi'``, ``'g'``, ``'ntk'``; ``layer`` selects :math:`\ell`, default symbolic) or §4.4
         (two-layer: ``'phi'``, ``'g'``, ``'ntk'`` as Gaussian atoms over :math:`K=K^x`); higher
         orders and other quantities print the system through ``order``
-        (:func:`latex_coefficient`: deep linear and two-layer networks as formulas, deep
-        nonlinear ones as formulas to :math:`\gamma_0^2` and numbers above, here this series'
-        own numbers).
+        (:func:`latex_coefficient`: deep linear, two-layer and deep nonlinear networks as formulas,
+        the last for one input; a series of several inputs adds its own numbers).
         """
         self._check_order(order)
         return latex_coefficient(order, name, hidden_layers=self.hidden_layers,
@@ -390,11 +389,11 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layer
       (:func:`effth.dmft.series.formulas.deep_linear_formulas`, predictions of ``closure``);
     * two-layer networks, any smooth activation, ``closure='exact'``: every coefficient in Gaussian
       atoms times time functions (:func:`effth.dmft.series.formulas_two_layer.two_layer_formulas`);
-    * deep nonlinear networks (and two-layer ones with ``closure='ntk'``): the printed
-      :math:`O(\gamma_0^2)` system (:func:`effth.dmft.series.formulas_nonlinear.deep_nonlinear_formulas`),
-      then the statement that the higher orders are numbers and a table of them computed here by
-      :func:`gamma0_series` on one input (``NUMBERS_EXAMPLE``; seconds at order 4, about a
-      minute at order 6).
+    * deep nonlinear networks (and two-layer ones with ``closure='ntk'``): at order 2 the
+      moment form (:func:`effth.dmft.series.formulas_nonlinear.deep_nonlinear_formulas`), above
+      it the one-input system of every order through ``order`` in Gaussian moments times time
+      functions (:func:`effth.dmft.series.formulas_deep.deep_series_formulas`, NTK closure); a
+      series of several inputs (``_series``) adds a table of its own numbers.
     """
     if depth is not None or hidden_layers is not None:
         hidden_layers = hidden_layer_count(depth, hidden_layers)
@@ -446,17 +445,23 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layer
         fm = deep_linear_formulas(order, hidden_layers=hidden_layers, closure=closure,
                                   gradient_independent=gradient_independent)
         return fm.text() if format == "text" else fm.latex(env="aligned")
-    # deep nonlinear networks (or the NTK closure of two-layer ones): the printed O(gamma0^2)
-    # system, and above it the engine's numbers
+    # deep nonlinear networks (or the NTK closure of two-layer ones): at gamma0^2 the moment
+    # form, above it the derived system of every order through ORDER (one input)
     from effth.dmft.series.formulas_nonlinear import deep_nonlinear_formulas
 
     L = 1 if hidden_layers is None else int(hidden_layers)
-    fm = deep_nonlinear_formulas(L, activation=label)
     if order == 2:
+        fm = deep_nonlinear_formulas(L, activation=label)
         return fm.text() if format == "text" else fm.latex(env="aligned")
-    rows = _numbers_beyond_order2(order, name, L, act, layer, format == "text", _series)
+    from effth.dmft.series.formulas_deep import deep_series_formulas
+
+    fm = deep_series_formulas(order, L, activation=label)
+    rows = []
+    if _series is not None and _series.data.n_all > 1:
+        # the printed system is for one input: a series of several gives its own numbers
+        rows = _numbers_beyond_order2(order, name, L, act, layer, format == "text", _series)
     if format == "text":
-        return fm.text() + "\n" + "\n".join(rows)
+        return "\n".join([fm.text()] + rows)
     from effth.dmft.series.formulas import align_rows
 
     return align_rows(fm.lines(True) + rows, env="aligned")

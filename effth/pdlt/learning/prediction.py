@@ -530,8 +530,10 @@ def prediction_latex(method: str, *, noise: bool = False, updates: int | None = 
         cov = _add(_K(b1, b2, L),
                    _neg(SampleSum(_mul(_K(b1, a3, L), _InvK(a3, a4, L), _K(a4, b2, L)), a3, a4)))
         nL = sp.Symbol("n_L")
-        logp = _add(_neg(_mul(nL / 2, sp.Symbol(r"\log\left|2\pi\widetilde{K}\right|"))),
-                    _neg(_mul(sp.Symbol(r"\tfrac{1}{2}"),
+        # the log evidence (6.34): the determinant of the training block as a matrix symbol
+        Ktilde = sp.MatrixSymbol(r"\widetilde{K}", sp.Symbol(r"N_{\mathcal{A}}"), sp.Symbol(r"N_{\mathcal{A}}"))
+        logp = _add(_neg(_mul(nL / 2, sp.log(sp.Determinant(sp.MatMul(2 * sp.pi, Ktilde))))),
+                    _neg(_mul(sp.UnevaluatedExpr(sp.Rational(1, 2)),
                               SampleSum(SampleSum(_mul(_InvK(a1, a2, L), y(a1), y(a2)), a1, a2), i))))
         pairs = [(_Head(r"m^{\infty}_{i;\dot{\beta}}"), mean),
                  (_Head(r"\mathbb{K}_{\dot{\beta}_{1}\dot{\beta}_{2}}"), cov),
