@@ -652,6 +652,8 @@ def _kinked_dntk_flow(call_args: dict, dntk: list, act: Any) -> "NTKFlow":
     a polynomial of degree at most two, so three values decide it).  The other entries are the
     exact distributional values (point masses by Gaussian conditioning)."""
     am, ap = float(act.param("a_minus")), float(act.param("a_plus"))
+    # atoms depend on the value given to sigma'(0): no cache shared between the three flows
+    call_args = {**call_args, "atom_cache": None}
     flows = []
     for s0 in (am, ap, 0.5 * (am + ap)):
         token = _KINK_SLOPE.set(lambda m, s0=s0: s0 ** m)
