@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from effth._validate import kernel_matrix, last_hidden_width, real_array
+from effth._validate import check_memory, kernel_matrix, last_hidden_width, real_array
 from effth.errors import DomainError
 from effth.numerics.sample_blocks import SampleRestriction
 from effth.pdlt.learning.projectors import AlgorithmProjectors, algorithm_projectors
@@ -84,8 +84,24 @@ def _n_train(n_train: Any, N: int) -> int:
     return P
 
 
-def _projectors(H: np.ndarray, P: int, algorithm: str, eta: Any) -> AlgorithmProjectors:
-    return algorithm_projectors(H[:P, :P], algorithm=algorithm, eta=eta)
+def _projectors(H: np.ndarray, P: int, algorithm: str, eta: Any, updates: int | None = None):
+    Z = algorithm_projectors(H[:P, :P], algorithm=algorithm, eta=eta)
+    if updates is None:
+        return Z
+    from effth.pdlt.learning.finite_time import finite_time_projectors
+    return finite_time_projectors(Z.eigenvalues, Z.eigenvectors, Z.eta, updates)
+
+
+def _updates(updates: Any, algorithm: str) -> int | None:
+    """Check ``updates=`` (finite-time gradient descent with a global rate, PDLT §∞.2.2)."""
+    if updates is None:
+        return None
+    if isinstance(updates, (bool, np.bool_)) or not isinstance(updates, (int, np.integer)) or updates < 0:
+        raise DomainError(f"updates must be an int >= 0 (or None: trained to convergence), got {updates!r}")
+    if algorithm != "gd":
+        raise DomainError(f"updates= is finite-time gradient descent: algorithm='gd' with eta=, "
+                          f"not {algorithm!r}")
+    return int(updates)
 
 
 # ----------------------------------------------------------------------------- result types
@@ -148,7 +164,7 @@ class TrainedOutput(_Parts):
 
 @public
 def trained_output(instance: Any, y_train: Any, *, n_train: int, algorithm: str = "gd",
-                   eta: Any = None, H: Any = None) -> TrainedOutput:
+                   eta: Any = None, H: Any = None, updates: Any = None) -> TrainedOutput:
     r"""The end of training of one network at order :math:`1/n`, PDLT (∞.141).
 
     Parameters
@@ -166,6 +182,11 @@ def trained_output(instance: Any, y_train: Any, *, n_train: int, algorithm: str 
         The NTK mean in the projectors and the subtraction :math:`[\cdot]_\delta`; default: the
         network's own NTK averaged over output components (exact for one output, where the
         remainder is then :math:`O(1/n^2)`).
+    updates : int, optional
+        After this many steps of gradient descent (``algorithm="gd"``) instead of at convergence:
+        the free part with :math:`\varphi_t(\widehat H)=\widehat H^{-1}[1-(1-\eta\widehat H)^t]`
+        (∞.91)–(∞.92), the differential parts with the finite-time projectors and the
+        training-set part of (∞.124) (:mod:`effth.pdlt.learning.finite_time`).
 
     Returns
     -------
@@ -186,35 +207,55 @@ def trained_output(instance: Any, y_train: Any, *, n_train: int, algorithm: str 
     Hm = (np.einsum("iiab->ab", Hh) / m) if H is None else kernel_matrix(H, "H")
     if Hm.shape != (N, N):
         raise DomainError(f"H must be ({N}, {N}), got {Hm.shape}")
-    Z = _projectors(Hm, P, algorithm, eta)
+    updates = _updates(updates, algorithm)
+    Z = _projectors(Hm, P, algorithm, eta, updates)
     Hinv = Z.inverse()
     e = z[:, :P] - y.T                                       # (m, P)
-    # free part (∞.93) with the exact inverse of the instance NTK over (output, sample) pairs
+    # free part (∞.93) with the exact inverse of the instance NTK over (output, sample) pairs;
+    # after t steps (∞.91)-(∞.92): Hhat^{-1} [1 - (1 - eta Hhat)^t] on the same pairs
     HAA = Hh[:, :, :P, :P].transpose(0, 2, 1, 3).reshape(m * P, m * P)
-    sol = np.linalg.solve(HAA, e.reshape(m * P)).reshape(m, P)
+    if updates is None:
+        sol = np.linalg.solve(HAA, e.reshape(m * P)).reshape(m, P)
+    else:
+        from effth.pdlt.learning.finite_time import power_t
+        lj, Uj = np.linalg.eigh(0.5 * (HAA + HAA.T))
+        phi = (1.0 - power_t(lj, Z.eta, updates)) / lj
+        sol = (Uj @ (phi * (Uj.T @ e.reshape(m * P)))).reshape(m, P)
     free = z - np.einsum("ijda,ja->id", Hh[:, :, :, :P], sol)
     E = Z.to_eigenbasis(e, (1,))                             # e_{j;p}
-    zc = Z.coefficients
     dH = np.asarray(instance.dH, float)
     ddI = np.asarray(instance.ddIH, float)
     ddII = np.asarray(instance.ddIIH, float)
-    # training slots to the eigenbasis; the delta slot keeps all N inputs
-    dA = Z.to_eigenbasis(dH[:, :, :, :P, :, :P], (3, 5))     # dH_{j1 i j2; a1 . a2}
-    dB = Z.to_eigenbasis(dH[:, :, :, :, :P, :P], (4, 5))     # dH_{i j1 j2; . a1 a2}
-    rIA = Z.to_eigenbasis(ddI[..., :P, :, :P, :P], (4, 6, 7))
-    rIB = Z.to_eigenbasis(ddI[..., :, :P, :P, :P], (5, 6, 7))
-    rIIA = Z.to_eigenbasis(ddII[..., :P, :P, :, :P], (4, 5, 7))
-    rIIB = Z.to_eigenbasis(ddII[..., :, :P, :P, :P], (5, 6, 7))
-    dntk = (np.einsum("aibpDq,pq,ap,bq->Di", dA, zc["A"], E, E)
-            + np.einsum("iabDpq,pq,ap,bq->Di", dB, zc["B"], E, E))
-    ddI_t = (np.einsum("aibcpDqr,pqr,ap,bq,cr->Di", rIA, zc["IA"], E, E, E)
-             + np.einsum("iabcDpqr,pqr,ap,bq,cr->Di", rIB, zc["IB"], E, E, E))
-    ddII_t = (np.einsum("abicpqDr,pqr,ap,bq,cr->Di", rIIA, zc["IIA"], E, E, E)
-              + np.einsum("iabcDpqr,pqr,ap,bq,cr->Di", rIIB, zc["IIB"], E, E, E))
-    parts = {"free": free.T,
-             "dntk": _bracket(dntk, Hm, Hinv, P),
-             "ddntk_I": _bracket(ddI_t, Hm, Hinv, P),
-             "ddntk_II": _bracket(ddII_t, Hm, Hinv, P)}
+
+    def terms(zc, lead):
+        """The projector terms of (∞.141) (``lead``: the free slot restricted to the training
+        set and in the eigenbasis, the coefficient with the output eigen-index first)."""
+        D, o = ("o", "o") if lead else ("D", "")
+        def sl(T, ax):
+            return Z.to_eigenbasis(T[(slice(None),) * ax + (slice(0, P),)], (ax,)) if lead else T
+        # training slots to the eigenbasis; the delta slot keeps all N inputs
+        dA = sl(Z.to_eigenbasis(dH[:, :, :, :P, :, :P], (3, 5)), 4)     # dH_{j1 i j2; a1 . a2}
+        dB = sl(Z.to_eigenbasis(dH[:, :, :, :, :P, :P], (4, 5)), 3)     # dH_{i j1 j2; . a1 a2}
+        rIA = sl(Z.to_eigenbasis(ddI[..., :P, :, :P, :P], (4, 6, 7)), 5)
+        rIB = sl(Z.to_eigenbasis(ddI[..., :, :P, :P, :P], (5, 6, 7)), 4)
+        rIIA = sl(Z.to_eigenbasis(ddII[..., :P, :P, :, :P], (4, 5, 7)), 6)
+        rIIB = sl(Z.to_eigenbasis(ddII[..., :, :P, :P, :P], (5, 6, 7)), 4)
+        f = lambda spec, *ops: np.einsum(spec.replace("D", D).replace(",pq", "," + o + "pq"), *ops)  # noqa: E731
+        dntk = (f("aibpDq,pq,ap,bq->Di", dA, zc["A"], E, E)
+                + f("iabDpq,pq,ap,bq->Di", dB, zc["B"], E, E))
+        ddI_t = (f("aibcpDqr,pqr,ap,bq,cr->Di", rIA, zc["IA"], E, E, E)
+                 + f("iabcDpqr,pqr,ap,bq,cr->Di", rIB, zc["IB"], E, E, E))
+        ddII_t = (f("abicpqDr,pqr,ap,bq,cr->Di", rIIA, zc["IIA"], E, E, E)
+                  + f("iabcDpqr,pqr,ap,bq,cr->Di", rIIB, zc["IIB"], E, E, E))
+        return {"dntk": dntk, "ddntk_I": ddI_t, "ddntk_II": ddII_t}
+
+    parts = {"free": free.T}
+    parts.update({k: _bracket(v, Hm, Hinv, P) for k, v in terms(Z.coefficients, False).items()})
+    if updates is not None:
+        # the training-set part of (∞.124): H_{d a} H~^{-1} z^I_a(t), z^I in the eigenbasis
+        U, lam = Z.eigenvectors, Z.eigenvalues
+        for k, v in terms(Z.train_coefficients, True).items():
+            parts[k] = parts[k] + Hm[:, :P] @ (U @ (v / lam[:, None]))
     return TrainedOutput(parts, P, Z)
 
 
@@ -223,11 +264,12 @@ def _slots(T: np.ndarray, order: str, P: int) -> np.ndarray:
     """``T`` with its axes labelled by ``order`` (``'D'`` the free sample, ``'1'..'3'`` training
     slots) as ``X[D, a1, a2, a3]``, training slots restricted to the first ``P`` inputs."""
     letters = {"D": "D", "1": "a", "2": "b", "3": "c"}
-    X = np.einsum("".join(letters[c] for c in order) + "->Dabc", T)
-    return X[:, :P, :P, :P]
+    # restrict first (an N P^3 view), then reorder: no copy of the whole N^4 tensor
+    T = T[tuple(slice(None) if c == "D" else slice(0, P) for c in order)]
+    return np.einsum("".join(letters[c] for c in order) + "->Dabc", T)
 
 
-def _contract(T_hat: np.ndarray, z: np.ndarray, sup: str, rhs: np.ndarray) -> np.ndarray:
+def _contract(T_hat: np.ndarray, z: np.ndarray, sup: str, rhs: np.ndarray, lead: bool = False) -> np.ndarray:
     r""":math:`\sum T_{D a_1a_2a_3}Z^{\rm sup}\,\mathrm{rhs}_{i;\cdots}` in the eigenbasis.
 
     ``sup`` spells the projector's superscript over the letters ``abc`` (the slots of ``T``) and
@@ -243,8 +285,9 @@ def _contract(T_hat: np.ndarray, z: np.ndarray, sup: str, rhs: np.ndarray) -> np
         m[sup[k]] = eig[k]
         m[sup[k + half]] = eig[k]
     tail = "def"[:len(sup) - 3]
-    spec = "D" + "".join(m[c] for c in "abc") + "," + eig + ",i" + "".join(m[c] for c in tail) + "->Di"
-    return np.einsum(spec, T_hat, z, rhs)
+    spec = ("D" + "".join(m[c] for c in "abc") + "," + ("D" if lead else "") + eig + ",i"
+            + "".join(m[c] for c in tail) + "->Di")
+    return np.einsum(spec, T_hat, z, rhs, optimize=True)
 
 
 #: The projector terms of (∞.158)–(∞.160) as corrected: per part, a list of
@@ -482,7 +525,7 @@ _TENSORS = ("Theta", "H1", "K", "A", "B", "P", "Q", "R", "S", "T", "U")
 
 
 def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: str, eta: Any,
-           width: Any, layer: int | None, max_test: int) -> tuple:
+           width: Any, layer: int | None, max_test: int, updates: Any = None) -> tuple:
     """Read and check the output-layer statistics ``names`` (from an NTKFlow or a mapping), the
     targets, the width and the projectors: ``(T, y, P, width, Theta, projectors)``.
 
@@ -533,12 +576,13 @@ def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: st
     if width is not None:
         width = last_hidden_width(width, "widths", equal=True)
     Th = kernel_matrix(T["Theta"], "Theta")
-    return T, y, P, width, Th, _projectors(Th, P, algorithm, eta)
+    return T, y, P, width, Th, _projectors(Th, P, algorithm, eta, _updates(updates, algorithm))
 
 
 @public
 def finite_width_mean(tensors: Any, y_train: Any, *, n_train: int, algorithm: str = "gd",
-                      eta: Any = None, widths: Any = None, layer: int | None = None) -> FiniteWidthMean:
+                      eta: Any = None, widths: Any = None, layer: int | None = None,
+                      updates: Any = None) -> FiniteWidthMean:
     r"""Ensemble mean of the outputs of networks trained to convergence, at order :math:`1/n`.
 
     PDLT (∞.155)–(∞.160) with two corrections, both checked against the brute-force expectation
@@ -579,7 +623,10 @@ def finite_width_mean(tensors: Any, y_train: Any, *, n_train: int, algorithm: st
         :math:`1/n` dynamics does not apply there, PDLT §∞.1), a singular training NTK, an
         unstable learning rate, inconsistent shapes.
     """
-    T, y, P, width, Th, Z = _setup(tensors, _TENSORS, y_train, n_train, algorithm, eta, widths, layer, 1)
+    T, y, P, width, Th, Z = _setup(tensors, _TENSORS, y_train, n_train, algorithm, eta, widths, layer, 1,
+                                   updates)
+    if updates is not None:
+        return _finite_time_mean(T, y, P, width, Th, Z)
     nL = y.shape[1]
     Hinv = Z.inverse()
     v = Hinv @ y                                                   # (P, nL)
@@ -607,6 +654,53 @@ def finite_width_mean(tensors: Any, y_train: Any, *, n_train: int, algorithm: st
         parts[part] = -total
     parts = {k: _bracket(parts[k], Th, Hinv, P) for k in MEAN_PARTS}
     mean_inf = Th[:, :P] @ v
+    return FiniteWidthMean(parts, mean_inf, P, width, Z)
+
+
+def _finite_time_mean(T: dict, y: np.ndarray, P: int, width, Th: np.ndarray, Z) -> FiniteWidthMean:
+    r"""The :math:`O(1/n)` mean after ``Z.updates`` steps of gradient descent (PDLT §∞.2.2).
+
+    The expectation of the per-network solution after :math:`t` steps
+    (:func:`trained_output` with ``updates=``): the free part
+    :math:`\mathbb E[\widehat H_{\delta\tilde\alpha}\varphi_t(\widehat H)]y` expanded to second
+    order in :math:`\widehat{\Delta H}` by the Fréchet derivatives of :math:`\varphi_t`
+    (Daleckii–Krein: the divided differences ``Z.phi1``, ``Z.phi2``), the NTK-mean shift
+    :math:`H^{\{1\}}` at first order, and the differential parts -- the terms of (∞.155)–(∞.160)
+    with the finite-time projectors, bracketed, plus the training-set part of (∞.124)."""
+    nL = y.shape[1]
+    U, lam = Z.eigenvectors, Z.eigenvalues
+    Hinv = Z.inverse()
+    yh = U.T @ y                                                   # (P, nL): y_{p;i}
+    K = T["K"][:P, :P]
+    yy = y @ y.T
+    W = (np.einsum("di,ef->idef", y, yy + nL * K) + np.einsum("ei,fd->idef", y, K)
+         + np.einsum("fi,de->idef", y, K))
+    Wh = Z.to_eigenbasis(W, (1, 2, 3))
+    ThA = Th[:, :P]
+    parts = {}
+    # H1: d/dH of H_{d a} phi_t(H~) y in the direction H1
+    H1h = U.T @ T["H1"][:P, :P] @ U
+    parts["H1"] = T["H1"][:, :P] @ (U @ (Z.phi[:, None] * yh)) + ThA @ (U @ ((H1h * Z.phi1) @ yh))
+    # Delta NTK: E[dH_{d a} Dphi[dH]] y + H_{d a} E[D^2 phi[dH, dH]] y / 2, the pairs of (8.82)
+    X = _slots(T["A"], "D123", P) + _slots(T["B"], "D213", P) + nL * _slots(T["B"], "D312", P)
+    Y = np.einsum("Dabc,ap,bp,cq->Dpq", X, U, U, U, optimize=True)
+    term1 = np.einsum("Dpq,pq,qi->Di", Y, Z.phi1, yh, optimize=True)
+    X4 = np.einsum("abcd,ap,bq,cq,dr->pqr", X[:P], U, U, U, U, optimize=True)
+    term2 = ThA @ (U @ np.einsum("pqr,pqr,ri->pi", X4, Z.phi2, yh, optimize=True))
+    parts["delta_ntk"] = term1 + term2
+    stats = {k: T[k] for k in "PQRSTU"}
+    zc = dict(Z.coefficients, Bsym=Z.coefficients["B"] + Z.coefficients["B"].T)
+    zt = dict(Z.train_coefficients, Bsym=Z.train_coefficients["B"] + Z.train_coefficients["B"].transpose(0, 2, 1))
+    for part, terms in _TERMS.items():
+        rhs = yh.T if part == "dntk" else Wh
+        total, train = 0.0, 0.0
+        for group, proj, sup in terms:
+            Xs = sum((nL if c == "nL" else 1) * _slots(stats[t], slots, P) for c, t, slots in group)
+            Xh = Z.to_eigenbasis(Xs, (1, 2, 3))
+            total = total + _contract(Xh, zc[proj], sup, rhs)
+            train = train + _contract(Z.to_eigenbasis(Xh[:P], (0,)), zt[proj], sup, rhs, lead=True)
+        parts[part] = -(_bracket(total, Th, Hinv, P) + ThA @ (U @ (train / lam[:, None])))
+    mean_inf = ThA @ (U @ (Z.phi[:, None] * yh))
     return FiniteWidthMean(parts, mean_inf, P, width, Z)
 
 
@@ -648,7 +742,13 @@ def _decomposition(X: np.ndarray, m: int, pattern: str) -> np.ndarray:
 
 #: Parts of :math:`n_{L-1}(\mathrm{Cov}-\mathrm{Cov}^\infty)`, see :func:`finite_width_covariance`.
 COVARIANCE_PARTS = ("metric", "ntk_fluctuation", "dntk", "ddntk")
-_MAX_TRAIN_COV = 64
+
+
+def covariance_bytes(N: int, P: int, m: int) -> float:
+    """Estimated peak bytes of :func:`finite_width_covariance` on ``N`` inputs (``P`` training,
+    ``m`` outputs): five output-index decompositions of ``m^4 N^4`` entries and their restricted
+    copies, the dense :math:`Z_A, Z_B` (``P^4``) and the third moments (``m^4 N P^3``)."""
+    return 8.0 * (10.0 * m ** 4 * float(N) ** 4 + 2.0 * float(P) ** 4 + 2.0 * m ** 4 * N * float(P) ** 3)
 
 
 @public
@@ -714,19 +814,19 @@ def finite_width_covariance(tensors: Any, y_train: Any, *, n_train: int, algorit
     -----
     The ddNTK projectors stay in the eigenbasis of the training NTK (:math:`N_\mathcal A^3`
     coefficients, never :math:`N_\mathcal A^6` tensors); :math:`Z_A, Z_B` are held densely
-    (:math:`N_\mathcal A^4`) and the output indices are explicit, so this is for training sets
-    up to 64 inputs and few outputs.  The statistics are read at entries with at most two test
+    (:math:`N_\mathcal A^4`) and the output indices are explicit (:math:`n_L^4N^4` entries), so
+    it is refused before allocating above the memory bound (:func:`covariance_bytes`).  The statistics are read at entries with at most two test
     inputs (``ntk_flow(..., n_train=, max_test=2)``).
     """
     T, y, P, width, Th, Z = _setup(tensors, _TENSORS + ("G1", "D", "F"), y_train, n_train,
                                    algorithm, eta, widths, layer, 2)
-    if P > _MAX_TRAIN_COV:
-        raise DomainError(f"finite_width_covariance holds the NTK-variance projectors Z_A, Z_B "
-                          f"densely (N_A^4 entries): at most {_MAX_TRAIN_COV} training inputs, "
-                          f"got {P}")
     m = y.shape[1]
-    K = T["K"]
     N = Th.shape[0]
+    check_memory(covariance_bytes(N, P, m), f"the O(1/n) covariance's output-index decompositions "
+                 f"and projectors ({N} inputs, {P} training, {m} outputs)",
+                 "use fewer test inputs (the covariance of a subset is that subset's block) or "
+                 "fewer training inputs")
+    K = T["K"]
     Hi = Z.inverse()
     EA = np.zeros((P, N))
     EA[:, :P] = np.eye(P)
