@@ -128,13 +128,12 @@ def test_bad_input():
 
 def test_trained_cnns_approach_the_dmft_like_one_over_width(opt_in_slow, setup):
     """Trained CNNs (gamma0 = 1, 256 networks per width, n = 16..256 channels) against a precise
-    DMFT solve (32000 draws in 16 replicas).  D(n), one network's mean squared deviation of its
-    outputs from the DMFT (every image and step, the DMFT's own variance removed), falls like 1/n
-    (finite-width fluctuations; the measure of tests/dmft/test_vs_simulation.py): fitted slope
-    -1 within 0.3 (measured -1.19 +- 0.04: D also holds the squared mean gap).  The squared
-    ensemble-mean gap, with the noise removed, is printed with its fitted slope and must fall
-    20-fold over the range (measured: ~ n^-1.33 +- 0.04 with 64000 DMFT draws and 512 networks,
-    shallower than the 1/n^2 of an O(1/n) mean shift; docs/cnn.md)."""
+    DMFT solve (32000 draws in 16 replicas), with a step that keeps GD stable along the run.
+    D(n), one network's mean squared deviation of its outputs from the DMFT (every image and
+    step, the DMFT's own variance removed), falls like 1/n (finite-width fluctuations; the
+    measure of tests/dmft/test_vs_simulation.py): fitted slope -1 within 0.3 and 4 standard
+    errors (measured -0.95 +- 0.02).  The squared ensemble-mean gap, noise removed, falls more
+    than 10-fold and is within 4.5 standard errors of zero at n = 256."""
     X, Th, eta, T = setup
     r = solve_cnn_monte_carlo(_net(1.0), X[:P], Y, X_test=X[P:], eta=eta, steps=T,
                               samples=32000, iterations=10, replicas=16, seed=7)
@@ -162,8 +161,8 @@ def test_trained_cnns_approach_the_dmft_like_one_over_width(opt_in_slow, setup):
 
     sD, eD = slope(D, D_se)
     print(f"D(n) ~ n^({sD:.2f} +- {eD:.2f})")
-    assert abs(sD + 1) < 0.3
+    assert abs(sD + 1) < 0.3 and abs(sD + 1) < 4 * eD
     if all(g > 3 * e for g, e in zip(gaps, gap_se)):
         sg, eg = slope(gaps, gap_se)
         print(f"squared ensemble-mean gap ~ n^({sg:.2f} +- {eg:.2f})")
-    assert gaps[-1] < gaps[0] / 20
+    assert gaps[-1] < gaps[0] / 10 and gaps[-1] < 4.5 * gap_se[-1]
