@@ -595,6 +595,9 @@ CASES += [
       lambda: _bound(4e9, lambda: et.predict(et.MLP("tanh", depth=3), _RNG65.standard_normal((65, 2)),
                                              np.zeros(65), [[0.3, 0.1]], widths=16)),
       r"needs [\d.]+ GiB.*fewer inputs"),
+    C("predict", "40,000 inputs (N^2 kernels)",
+      lambda: _bound(4e9, lambda: et.predict(NET, _RNG65.standard_normal((39_999, 4)), np.zeros(39_999),
+                                             X[:1])), r"needs [\d.]+ GiB.*fewer training and test inputs"),
     *[C(entry, "networks 10**12", f, r"would run for.*lower networks")
       for entry, f in (
           ("simulate_training", lambda: et.simulate_training(X, Y, **TRAIN, networks=10**12)),
