@@ -507,7 +507,7 @@ def _order0_is_lazy(act, depth):
 
 def _fw_restricted():
     if "fw" not in _PAIR:
-        _PAIR["fw"] = et.ntk_flow(et.MLP("linear", depth=2), X, n_train=2)
+        _PAIR["fw"] = et.ntk_flow(et.MLP("linear", depth=2), X, n_train=2, statistics=("Theta",))
     return _PAIR["fw"]
 
 
@@ -595,6 +595,9 @@ CASES += [
       lambda: _bound(4e9, lambda: et.predict(et.MLP("tanh", depth=3), _RNG65.standard_normal((65, 2)),
                                              np.zeros(65), [[0.3, 0.1]], widths=16)),
       r"needs [\d.]+ GiB.*fewer inputs"),
+    C("predict", "40,000 inputs (N^2 kernels)",
+      lambda: _bound(4e9, lambda: et.predict(NET, _RNG65.standard_normal((39_999, 4)), np.zeros(39_999),
+                                             X[:1])), r"needs [\d.]+ GiB.*fewer training and test inputs"),
     *[C(entry, "networks 10**12", f, r"would run for.*lower networks")
       for entry, f in (
           ("simulate_training", lambda: et.simulate_training(X, Y, **TRAIN, networks=10**12)),
@@ -617,7 +620,7 @@ CASES += [
     C("flow", "net with c_w 1e300 (tanh)", lambda: et.flow(et.MLP("tanh", depth=3, c_w=1e300), X),
       r"C_W|c_w|overflow"),
     C("predict", "duplicated inputs, conflicting targets (swish)",
-      lambda: et.predict(et.MLP("swish", depth=3), XD, YC, X[:1]), r"rows 1, 4.*different targets"),
+      lambda: et.predict(et.MLP("swish", depth=3), XD, YC, X[:1]), r"different targets.*rows 1, 4"),
     C("solve_random_data", "signal 1e200",
       lambda: et.dmft.solve_random_data(depth=2, gamma0=0.5, eta=0.1, steps=5, signal=1e200), "signal"),
     C("solve_random_data", "nu 1e-300",

@@ -533,6 +533,10 @@ def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: st
     reads one, the covariance two): those must be finite, the others (NaN in a flow computed
     with ``ntk_flow(..., n_train=, max_test=)``) are set to zero, where they meet zero
     coefficients."""
+    held = getattr(getattr(tensors, "restrict", None), "n_train", None)
+    if held is not None and held != n_train:
+        raise DomainError(f"the flow was computed with n_train={held} (ntk_flow(..., n_train=)) "
+                          f"but n_train={n_train!r} here; the training inputs must be the same")
     if hasattr(tensors, "value") and hasattr(tensors, "layers"):
         lay = tensors.layers[-1] if layer is None else layer
         missing = [k for k in names if k not in tensors.names]
@@ -555,10 +559,6 @@ def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: st
         raise DomainError(f"Theta must be an (N, N) matrix, got shape {T['Theta'].shape}")
     N = T["Theta"].shape[0]
     P = _n_train(n_train, N)
-    held = getattr(getattr(tensors, "restrict", None), "n_train", None)
-    if held is not None and held != P:
-        raise DomainError(f"the flow was computed with n_train={held} (ntk_flow(..., n_train=)) "
-                          f"but n_train={P} here; the training inputs must be the same")
     need = SampleRestriction(P, max_test)
     for k in names:
         want = (N, N) if k in ("Theta", "H1", "K", "G1") else (N,) * 4

@@ -104,6 +104,10 @@ def output_kernels(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0
     X = finite_array(X, "X", (2,))
     if not hasattr(net, "depth") or not hasattr(net, "c_w_at"):
         raise DomainError(f"net must be an effth.MLP, got {type(net).__name__}")
+    from effth._validate import check_memory       # K and Theta of every layer: (L, N, N) each
+    check_memory(8.0 * float(X.shape[0]) ** 2 * (2 * net.depth + 2),
+                 f"the (N, N) kernels of N = {X.shape[0]} inputs through {net.depth} layers",
+                 "use fewer training and test inputs (the memory grows as N^2)")
     from effth.pdlt.initialization.kernel_flow import KernelScaleWarning
 
     with warnings.catch_warnings():

@@ -489,6 +489,11 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
             raise DomainError(f"unknown statistic {s!r}; expected some of {NTK_STATISTICS}")
     if net is not None and X is not None:   # bad inputs refused before the (symbolic) closure
         X = input_matrix(X, "X")
+        with np.errstate(over="ignore", invalid="ignore"):
+            gram = X @ X.T / X.shape[1]
+        if not np.isfinite(gram).all():
+            raise DomainError(f"X overflows: inputs up to {float(np.max(np.abs(X))):.3g} make the "
+                              "first-layer kernels lambda_b + lambda_W X X^T / n_0 infinite; rescale X")
     elif net is None and K1 is not None:
         L0 = resolve_depth(depth, hidden_layers, minimum=1)
         _per_layer(lambda_b, L0, "lambda_b"), _per_layer(lambda_w, L0, "lambda_w")
@@ -519,11 +524,7 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         L = net.depth
         lb = _per_layer(lambda_b, L, "lambda_b")
         lw = _per_layer(lambda_w, L, "lambda_w")
-        with np.errstate(over="ignore", invalid="ignore"):
-            Th = lb[0] + lw[0] * (X @ X.T) / X.shape[1]
-        if not np.isfinite(Th).all():
-            raise DomainError(f"X overflows: inputs up to {float(np.max(np.abs(X))):.3g} make the "
-                              "first-layer kernels lambda_b + lambda_W X X^T / n_0 infinite; rescale X")
+        Th = lb[0] + lw[0] * (X @ X.T) / X.shape[1]
         _check_theta(Th, X.shape[0])     # lambda_b + lambda_W X X^T/n_0: PSD by construction
         from effth.arch._common import require_plain
         require_plain(net, "ntk_flow")
