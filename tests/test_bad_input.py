@@ -594,7 +594,7 @@ CASES += [
     C("predict", "widths=, 65 training inputs (the N^4 mean)",
       lambda: _bound(4e9, lambda: et.predict(et.MLP("tanh", depth=3), _RNG65.standard_normal((65, 2)),
                                              np.zeros(65), [[0.3, 0.1]], widths=16)),
-      r"needs [\d.]+ GiB.*fewer inputs"),
+      r"needs [\d.]+ GiB.*fewer training inputs"),
     C("predict", "40,000 inputs (N^2 kernels)",
       lambda: _bound(4e9, lambda: et.predict(NET, _RNG65.standard_normal((39_999, 4)), np.zeros(39_999),
                                              X[:1])), r"needs [\d.]+ GiB.*fewer training and test inputs"),
