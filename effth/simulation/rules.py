@@ -42,7 +42,7 @@ from .._validate import integer, real_array, real_scalar
 from effth.arch import resolve_depth
 from ..errors import DomainError
 from . import _mlp
-from .training import _resolve_callables, _resolve_seeds
+from .training import _Optimizer, _optimizer_settings, _resolve_callables, _resolve_seeds
 
 __all__ = ["RuleTrainingRun", "simulate_rule_training"]
 
@@ -164,7 +164,8 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
                            steps: int, activation="linear", seed=0, networks: int | None = None,
                            X_test=None,
                            center: bool = True, record_kernels: bool = True,
-                           progress: bool | None = None) -> RuleTrainingRun:
+                           progress: bool | None = None, weight_decay: float = 0.0,
+                           momentum: float = 0.0) -> RuleTrainingRun:
     """Train width-``N`` networks by a learning rule and record outputs, kernels and eNTKs.
 
     Parameters
@@ -202,6 +203,15 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
         Two-time kernels (memory ``S L (T n)^2``), else equal-time only.
     progress : bool or None
         Progress bar over networks.
+    weight_decay : float
+        ``lambda >= 0`` with ``eta lambda < 1``: every trained weight (``W^0 .. W^{L-1}``,
+        ``w^L``; not the frozen feedback of ``'fa'``/``'dfa'`` nor the gates) is multiplied by
+        ``1 - eta lambda`` per step (Bordelon & Pehlevan, ICLR 2023, App. C, eq. (50)).
+    momentum : float
+        Heavy-ball coefficient ``mu`` in ``[0, 1)`` (App. C, eqs. (51)-(53)):
+        ``v <- mu v + (1 - mu) (u - eta lambda theta)``, ``theta <- theta + v`` around the
+        rule's increment ``u``.  Both use the per-parameter update of
+        :func:`~effth.simulation.simulate_training` (one optimizer for every trainer).
     """
     name, r = _rule(rule, rho)
     L = resolve_depth(depth, hidden_layers, minimum=2) - 1
@@ -226,6 +236,11 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
     if not np.isfinite(eta) or eta < 0:
         raise DomainError(f"eta={eta!r} must be finite and >= 0")
     T = integer(steps, "steps", minimum=1)
+    lam = real_scalar(weight_decay, "weight_decay")
+    if not (np.isfinite(lam) and 0 <= eta * lam < 1 and lam >= 0):
+        raise DomainError(f"weight_decay={weight_decay!r} must satisfy lambda >= 0 and "
+                          "0 <= eta * weight_decay < 1")
+    _, mu = _optimizer_settings(0.0, momentum)
     _, (act, dact) = _resolve_callables(activation)
     seeds = _resolve_seeds(seed, networks)
     out = []
@@ -234,7 +249,7 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
         for s in seeds:
             try:
                 out.append(_train_one(Xall, Y, L, N, g0, eta, T, act, dact, name, r, s, center,
-                                      record_kernels))
+                                      record_kernels, lam, mu))
             except FloatingPointError:
                 raise DomainError(
                     f"training diverged (overflow) for seed {s!r}: rule={name!r}, eta={eta:g}, "
@@ -246,10 +261,12 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
                            seeds=tuple(seeds))
 
 
-def _train_one(X, Y, L, N, g0, eta, T, act, dact, rule, rho, seed, center, record):
+def _train_one(X, Y, L, N, g0, eta, T, act, dact, rule, rho, seed, center, record,
+               weight_decay=0.0, momentum=0.0):
     n, D = X.shape
     P = Y.size
     rng = np.random.default_rng(seed)
+    opt = _Optimizer(eta, weight_decay, 0.0, momentum, rng)     # no noise: rng never drawn
     W0 = rng.standard_normal((N, D))
     Ws = [rng.standard_normal((N, N)) for _ in range(L - 1)]
     w = rng.standard_normal(N)
@@ -322,10 +339,11 @@ def _train_one(X, Y, L, N, g0, eta, T, act, dact, rule, rho, seed, center, recor
             if t == T - 1:
                 break
             c = eta * g0
-            w = w + c * (a[-1].T @ delta)
+            w = opt.step("w", w, c * (a[-1].T @ delta))
             for ell in range(L - 1):
-                Ws[ell] = Ws[ell] + c * sN * (gt[ell + 1] * delta[:, None]).T @ a[ell]
-            W0 = W0 + c * sD * (gt[0] * delta[:, None]).T @ X
+                Ws[ell] = opt.step(("W", ell), Ws[ell],
+                                   c * sN * (gt[ell + 1] * delta[:, None]).T @ a[ell])
+            W0 = opt.step("W0", W0, c * sD * (gt[0] * delta[:, None]).T @ X)
     loss = 0.5 * np.sum((Y[None] - f_rec[:, :P]) ** 2, axis=1)
     if record:
         phi = np.einsum("ltan,lsbn->ltasb", feats, feats, optimize=True) / N

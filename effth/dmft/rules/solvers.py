@@ -56,7 +56,7 @@ from effth._validate import integer, real_array, real_scalar
 from effth.errors import ConvergenceError, DomainError, NotDerivedError
 from effth.numerics import gaussian_expectation
 from effth.dmft.solvers.deep_linear import RuleFields, _march, _Model
-from effth.dmft.grid import TimeGrid, TrainingData, prepare_data
+from effth.dmft.grid import TimeGrid, TrainingData, langevin_settings, prepare_data
 from effth.dmft.solvers.lazy import (
     _pair_cov,
     hidden_layer_count,
@@ -594,7 +594,8 @@ class RuleDMFTResult(HiddenLayers):
 @public
 def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, hidden_layers=None,
                            gamma0, eta, steps, X_test=None, kernel=None,
-                           closure: str = "exact", activation="linear") -> RuleDMFTResult:
+                           closure: str = "exact", activation="linear",
+                           weight_decay: float = 0.0, momentum: float = 0.0) -> RuleDMFTResult:
     r"""Exact infinite-width DMFT of a deep linear network trained by ``rule`` (App. E).
 
     Every field is a linear functional of its layer's Gaussian sources, so the order parameters
@@ -638,7 +639,27 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
     closure : {'exact', 'ntk'}
         ``'exact'``: ``f_μ(t) = gamma0^{-1} <g^L_μ(t) h^L_μ(t)>`` (the exact infinite-width limit
         of the discrete network, ``f = w · h^L / (gamma0 N)``); ``'ntk'``:
-        ``f(t+eta) = f(t) + eta K(t, t) Δ(t)`` (Euler on ``df/dt = K Δ``, App. A's scheme).
+        ``f(t+eta) = f(t) + eta K(t, t) Δ(t)`` (Euler on ``df/dt = K Δ``, App. A's scheme;
+        with weight decay ``f(t+eta) = (1 - eta λ (L+1)) f(t) + eta K(t, t) Δ(t)``, the
+        ``(L+1)``-homogeneous network's decay).
+    weight_decay : float
+        ``λ >= 0`` with ``eta λ < 1`` (App. C, eq. (50) in discrete time): every trained weight
+        is multiplied by ``1 - eta λ`` per step (the frozen feedback of ρ-FA and DFA is not).
+        With the optimizer's filter ``θ(t) = a(t) θ(0) + Σ_{s<t} k(t-1-s) eta G(s)``
+        (:class:`~effth.dmft.grid.ParameterFilter`, ``a(t) = (1 - eta λ)^t``,
+        ``k(j) = (1 - eta λ)^j``) the initial-condition fields ``u^ℓ``, ``r^ℓ`` carry ``a(t)``
+        (covariances ``a(t) a(s) H^{ℓ-1}``, ``a(t) a(s) G^{ℓ+1}``), the response terms
+        ``a(t) a(s)``, the feedback coordinate's forward term ``ρ a(t) c^{ℓ-1}(t)`` and its
+        correlation with ``r^ℓ(t)`` ``a(t) ρ G̃^{ℓ+1}(t)``, and every feature-learning
+        integral the weight ``k(t-1-s)`` (``e^{-λ(t-s)}`` in continuous time): eq. (50)'s
+        ``e^{-λt}`` and ``e^{-λ(t-s)}`` factors.
+    momentum : float
+        Heavy-ball coefficient ``μ = e^{-eta/τ}`` in ``[0, 1)`` (App. C, eqs. (51)-(53) in
+        discrete time; the update of :func:`effth.simulation.simulate_rule_training`):
+        ``v <- μ v + (1 - μ) eta (G - λ θ)``, ``θ <- θ + v``, so the feature-learning integrals
+        carry the memory kernel ``k(j)`` (``1 - μ^{j+1}`` without decay, the discrete double
+        integral with kernel ``e^{-(t'-t'')/τ}/τ``).  ``μ = 0`` is plain Euler; needs
+        ``closure='exact'``.
 
     Returns
     -------
@@ -670,11 +691,16 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
     P, n = data.n_train, data.n_all
     if not np.all(np.isfinite(data.kx)) or not np.all(np.isfinite(data.y)):
         raise DomainError("the data must be finite")
+    lam = real_scalar(weight_decay, "weight_decay")
+    rho_wd, _, mu = langevin_settings(eta, lam, 0.0, momentum)
+    if mu > 0 and closure != "exact":
+        raise DomainError("momentum needs closure='exact' (the NTK-Euler closure has no "
+                          "momentum term)")
     start = time.perf_counter()
     kind = {"gd": "gd", "fa": "static", "dfa": "static", "hebb": "hebb"}[r_eff.name]
     hook = RuleFields(kind, r_eff.rho if r_eff.name == "fa" else 0.0, g0)
-    model = _Model(eta=eta, g2=g0 * g0, rho=1.0, lam=0.0, b=0.0, Y=data.y[:, None],
-                   closure=closure, gi=False)
+    model = _Model(eta=eta, g2=g0 * g0, rho=rho_wd, lam=lam, b=0.0, Y=data.y[:, None],
+                   closure=closure, gi=False, momentum=mu)
     try:
         with np.errstate(over="raise", invalid="raise", divide="raise"):
             (H, G, _, _, D), f = _march(data, model, L, T, rule=hook)

@@ -441,11 +441,13 @@ class RuleFields:
             raise DomainError(f"unknown rule hook {kind!r}")
         self.kind, self.rho, self.g0 = kind, float(rho), float(gamma0)
 
-    def allocate(self, L: int, T: int, n: int, delta: np.ndarray):
+    def allocate(self, L: int, T: int, n: int, delta: np.ndarray, init=None):
         """Per-layer state for ``L`` layers on ``T`` grid points and ``n`` samples; ``delta`` is
-        the marcher's ``(T, n)`` error array (filled in as the march proceeds)."""
+        the marcher's ``(T, n)`` error array (filled in as the march proceeds); ``init`` the
+        optimizer's ``a(t)`` (:class:`~effth.dmft.grid.ParameterFilter`, default ``1``)."""
         Tn = T * n
         self._delta = delta
+        self.a = np.ones(T) if init is None else np.asarray(init, dtype=float)
         self.cv = [np.zeros(Tn) for _ in range(L)] if self.kind == "static" else None
         self.lam = [np.zeros((Tn, Tn)) for _ in range(L)] if self.kind == "hebb" else None
         self.gh = [np.zeros((T, Tn)) for _ in range(L)] if self.kind == "hebb" else None
@@ -456,7 +458,7 @@ class RuleFields:
         rt, m, tn = slice(t * n, (t + 1) * n), (t + 1) * n, t * n
         if self.kind == "static":
             cv = self.cv[ell - 1]
-            c = (self.rho * self.cv[ell - 2][rt]) if ell >= 2 else np.zeros(n)
+            c = (self.rho * self.a[t] * self.cv[ell - 2][rt]) if ell >= 2 else np.zeros(n)
             if t:
                 c = c + self.g0 * (Hp[rt, :tn] @ dw.ravel())
             cv[rt] = c
@@ -491,11 +493,11 @@ class RuleFields:
         """``(X D^T + D X^T)(t, s <= t)`` and, for the next layer down, ``G~^l`` row ``t``."""
         m = (t + 1) * n
         if self.kind == "static":
-            xr = self.rho * (1.0 if ell == L else self.d[ell][: t + 1])     # rho G~^{l+1}(s)
+            # a(s) rho G~^{l+1}(s) = <r^l(s) v^l> a(s), G~^{L+1} = 1
+            xr = self.rho * self.a[: t + 1] * (1.0 if ell == L else self.d[ell][: t + 1])
             cv = self.cv[ell - 1]
             q = Dl[: t + 1, :m] @ cv[:m]                                    # (D c)(s), s <= t
-            self.d[ell - 1][t] = (xr[t] if ell < L else xr) + self.g0 * q[t]
-            xr = np.broadcast_to(xr, (t + 1,))
+            self.d[ell - 1][t] = xr[t] + self.g0 * q[t]
             return self.g0 * (xr[t] * q + q[t] * xr)
         return None
 
@@ -507,7 +509,8 @@ class RuleFields:
             self.gh[ell - 1][t, :m] = self.g0 * dh
         f = dh[t * n: m].copy()
         if self.kind == "static":
-            f = f + self.rho * self.cv[ell - 1][rt] / self.g0 if ell == len(self.cv) else f
+            f = f + self.rho * self.a[t] * self.cv[ell - 1][rt] / self.g0 \
+                if ell == len(self.cv) else f
         return f
 
     def finish(self, MD, H):
@@ -583,10 +586,11 @@ def _march(data, model, L, T, rule=None):
     if rule is not None and rule.kind == "gd":
         rule = None                                   # the plain equations are GD's
     if rule is not None:
-        if not model.plain or C != 1 or model.gi or model.ratios is not None:
-            raise DomainError("the learning-rule hook marches the plain equations (one output, "
-                              "no weight decay, bias or gradient independence)")
-        rule.allocate(L, T, n, delta[..., 0])
+        if model.b != 0.0 or model.temperature != 0.0 or C != 1 or model.gi \
+                or model.ratios is not None:
+            raise DomainError("the learning-rule hook marches one output without bias, Langevin "
+                              "noise, unequal widths or gradient independence")
+        rule.allocate(L, T, n, delta[..., 0], filt.init)
     ymax = max(1.0, float(np.max(np.abs(model.Y))))
     f_rule = None
     with np.errstate(over="ignore", invalid="ignore"):
@@ -602,6 +606,10 @@ def _march(data, model, L, T, rule=None):
                 S = Sh[ell - 1]
                 if rule is not None:                  # C = 0: H^l = <h^ h^> (RuleFields)
                     rule.source_row(ell, t, n, Hp, S, dw, H[ell - 1])
+                    if ell < L and not model.plain:          # source of the next layer
+                        Srow = H[ell - 1][rt, :m] * kn[t, :m]
+                        Sh[ell][rt, :m] = Srow
+                        Sh[ell][:m, rt] = Srow.T
                     continue
                 c = Cm[ell - 1]
                 if t:
@@ -637,11 +645,13 @@ def _march(data, model, L, T, rule=None):
                     if t:
                         d[gt, :tn] = rule.gtilde_row(ell, t, n, L) * dw.ravel()
                     if ell <= L - 1:
-                        d[gt, :m] += rule.response(ell, t, n, MD)
+                        resp = rule.response(ell, t, n, MD)
+                        d[gt, :m] += resp * kn[t, :m] if decayed else resp
                     Mg[ell - 1][gt, gt] = eye
                     MD[ell - 1][gt, :m] = d[gt, :m]
                     Hl = H[ell - 1]
-                    zrow = Gn[gt, :mc] + g2 * (d[gt, :m] @ Hl[:m, :m]) @ d[:mc, :m].T
+                    sg = Gn[gt, :mc] * kc[t, :mc] if decayed else Gn[gt, :mc]
+                    zrow = sg + g2 * (d[gt, :m] @ Hl[:m, :m]) @ d[:mc, :m].T
                     x = rule.cross_row(ell, t, n, L, d[gt, :m], d)
                     if x is not None:
                         zrow = zrow + x
