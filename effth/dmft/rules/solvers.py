@@ -56,7 +56,8 @@ from effth._validate import integer, real_array, real_scalar
 from effth.errors import ConvergenceError, DomainError, NotDerivedError
 from effth.numerics import gaussian_expectation
 from effth.dmft.solvers.deep_linear import RuleFields, _march, _Model
-from effth.dmft.grid import TimeGrid, TrainingData, langevin_settings, prepare_data
+from effth.dmft.grid import (TimeGrid, TrainingData, langevin_settings, prepare_data,
+                             prepare_targets)
 from effth.dmft.solvers.lazy import (
     _pair_cov,
     hidden_layer_count,
@@ -549,7 +550,7 @@ class RuleDMFTResult(HiddenLayers):
             if layer is not None:
                 raise DomainError(f"{name!r} has no layers")
             if name == "loss":
-                return 0.5 * np.sum(self.delta ** 2, axis=1)
+                return 0.5 * np.sum(self.delta ** 2, axis=tuple(range(1, self.delta.ndim)))
             if getattr(self, name) is None:
                 raise NotDerivedError(f"{name!r} is not computed by this solver (the eNTK needs "
                                       "the true-gradient kernels and their responses)")
@@ -685,10 +686,8 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
     T = integer(steps, "steps", minimum=1)
     if closure not in ("exact", "ntk"):
         raise DomainError(f"closure={closure!r} must be 'exact' or 'ntk'")
-    data = prepare_data(X, y, X_test=X_test, kernel=kernel)
-    if np.ndim(data.y) != 1:
-        raise NotDerivedError("solve_rule_deep_linear handles scalar targets only")
-    P, n = data.n_train, data.n_all
+    data, Yc, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel)
+    P, n, C = data.n_train, data.n_all, Yc.shape[1]
     if not np.all(np.isfinite(data.kx)) or not np.all(np.isfinite(data.y)):
         raise DomainError("the data must be finite")
     lam = real_scalar(weight_decay, "weight_decay")
@@ -696,10 +695,12 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
     if mu > 0 and closure != "exact":
         raise DomainError("momentum needs closure='exact' (the NTK-Euler closure has no "
                           "momentum term)")
+    if multi and closure != "exact":
+        raise DomainError("several outputs (2-D y) need closure='exact' here")
     start = time.perf_counter()
     kind = {"gd": "gd", "fa": "static", "dfa": "static", "hebb": "hebb"}[r_eff.name]
     hook = RuleFields(kind, r_eff.rho if r_eff.name == "fa" else 0.0, g0)
-    model = _Model(eta=eta, g2=g0 * g0, rho=rho_wd, lam=lam, b=0.0, Y=data.y[:, None],
+    model = _Model(eta=eta, g2=g0 * g0, rho=rho_wd, lam=lam, b=0.0, Y=Yc,
                    closure=closure, gi=False, momentum=mu)
     try:
         with np.errstate(over="raise", invalid="raise", divide="raise"):
@@ -708,22 +709,42 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
         raise DomainError(
             f"the discrete {r.title} dynamics diverge (eta={eta:g}, gamma0={g0:g}): the kernels "
             "or the error blow up; use a smaller eta or gamma0") from None
-    f, D = f[..., 0], D[..., 0]
     shape = (L, T, n, T, n)
     phi = np.stack(H).reshape(shape)
-    gg = np.stack([np.broadcast_to(x[:, None, :, None], (T, n, T, n)) for x in G])
-    if kind == "gd":
-        gt = gg.copy()
-    elif kind == "static":                      # G~^l(t, s) = <g^l(t) v^l>
-        gt = np.stack([np.broadcast_to(d[:, None, None, None], (T, n, T, n)) for d in hook.d])
-    else:                                       # G~^l(t; s, nu) = gamma0 (D H)(t; s, nu) Delta_nu(s)
-        gt = np.stack([np.broadcast_to((gh * D.ravel()[None, :])[:, None, :], (T, n, T * n))
-                       for gh in hook.gh]).reshape(shape)
-    idx = np.arange(T)
-    K = data.kx[None] * gt[0][idx, :, idx, :] if L else None
-    for ell in range(1, L + 1):
-        top = 1.0 if ell == L else gt[ell][idx, :, idx, :]
-        K = K + top * phi[ell - 1][idx, :, idx, :]
+    if not multi:
+        f, D = f[..., 0], D[..., 0]
+        gg = np.stack([np.broadcast_to(x[:, None, :, None], (T, n, T, n)) for x in G])
+        if kind == "gd":
+            gt = gg.copy()
+        elif kind == "static":                  # G~^l(t, s) = <g^l(t) v^l>
+            gt = np.stack([np.broadcast_to(d[:, 0, 0, None, None, None], (T, n, T, n))
+                           for d in hook.d])
+        else:                                   # G~^l(t; s, nu) = gamma0 (D H)(t; s, nu) Delta_nu(s)
+            gt = np.stack([np.broadcast_to((gh * D.ravel()[None, :])[:, None, :], (T, n, T * n))
+                           for gh in hook.gh]).reshape(shape)
+        idx = np.arange(T)
+        K = data.kx[None] * gt[0][idx, :, idx, :] if L else None
+        for ell in range(1, L + 1):
+            top = 1.0 if ell == L else gt[ell][idx, :, idx, :]
+            K = K + top * phi[ell - 1][idx, :, idx, :]
+    else:                                       # C outputs: (..., C, C) kernels (App. C.1)
+        full = (T, n, T, n, C, C)
+        gg = np.stack([np.broadcast_to(x.reshape(T, C, T, C).transpose(0, 2, 1, 3)[:, None, :, None],
+                                       full) for x in G])
+        if kind == "gd":
+            gt = gg.copy()
+        elif kind == "static":                  # G~^l_{cc'}(t, s) = <g^l_c(t) v^l_c'>
+            gt = np.stack([np.broadcast_to(d[:, None, None, None], full) for d in hook.d])
+        else:                                   # gamma0 (D H)_c(t; s, nu) Delta_{nu c'}(s)
+            gt = np.stack([gh.reshape(T, C, T, n).transpose(0, 2, 3, 1)[:, None, :, :, :, None]
+                           * D[None, None, :, :, None, :] for gh in hook.gh])
+            gt = np.broadcast_to(gt, (L,) + full)
+        idx = np.arange(T)
+        eye = np.eye(C)
+        K = data.kx[None, :, :, None, None] * gt[0][idx, :, idx, :]
+        for ell in range(1, L + 1):
+            top = eye if ell == L else gt[ell][idx, :, idx, :]
+            K = K + top * phi[ell - 1][idx, :, idx, :][..., None, None]
     return RuleDMFTResult(grid=TimeGrid(eta, T), data=data, hidden_layers=L, gamma0=g0, rule=r,
                           phi=phi, g=gg, gtilde=gt, f=f, delta=D[:, :P], ntk=K, closure=closure,
                           diagnostics={"seconds": time.perf_counter() - start})
