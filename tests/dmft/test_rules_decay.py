@@ -127,12 +127,15 @@ def test_dmft_vs_networks(rule, rho, wd, mu):
 @pytest.mark.parametrize("wd,mu", [(0.8, 0.0), (0.5, 0.5)])
 def test_dmft_vs_networks_one_over_n(opt_in_slow, rule, rho, wd, mu):
     """N = 256 .. 1024: the mean squared gap falls as N^slope with slope -1 within 4.5 SE, and at
-    N = 1024 f and the eNTK pass the 4.5 SE z-test."""
-    th = solve_rule_deep_linear(X, Y, rule=rule, rho=rho, weight_decay=wd, momentum=mu, **KW)
+    N = 1024 f and the eNTK pass the 4.5 SE z-test.  Hebb at gamma0 = 0.5 with 48 networks (its
+    discrete dynamics has heavy-tailed seed-to-seed errors near gamma0 = 1)."""
+    kw = {**KW, "gamma0": 0.5} if rule == "hebb" else KW
+    th = solve_rule_deep_linear(X, Y, rule=rule, rho=rho, weight_decay=wd, momentum=mu, **kw)
     widths, cmps = [256, 512, 1024], []
     for N in widths:
-        run = simulate_rule_training(X, Y, rule=rule, rho=rho, widths=N, networks=32, seed=5,
-                                     weight_decay=wd, momentum=mu, **KW)
+        run = simulate_rule_training(X, Y, rule=rule, rho=rho, widths=N, seed=5,
+                                     networks=48 if rule == "hebb" else 32,
+                                     weight_decay=wd, momentum=mu, **kw)
         d = _gap(th, run)
         cmps.append(et.compare(np.zeros(1), np.array([d.mean()]), "D",
                                stderr=np.array([d.std(ddof=1) / np.sqrt(d.size)])))
