@@ -86,14 +86,14 @@ class RuleTrainingRun(HiddenLayers):
     ----------
     rule : str
     rho : float
-    f : ndarray, shape (S, T, n)
+    f : ndarray, shape (S, T, n), or (S, T, n, C) for 2-D targets
         Outputs (centred, ``f - f(theta_0)``, if ``center``).
     loss : ndarray, shape (S, T)
     phi, g, gtilde : ndarray, shape (S, L, T, n, T, n)
         Two-time ``Φ^l``, ``G^l = g^l . g^l / N`` and ``G~^l_{μν}(t, s) = g^l_μ(t) . g~^l_ν(s) / N``
         with ``g^l = gamma0 N df/dh^l`` (only equal times, zeros elsewhere, without
-        ``record_kernels``).
-    ntk : ndarray, shape (S, T, n, n)
+        ``record_kernels``); ``g``, ``gtilde`` gain two output axes ``(C, C)`` for 2-D targets.
+    ntk : ndarray, shape (S, T, n, n), or (S, T, n, n, C, C)
         Empirical eNTK ``Σ_l G~^{l+1}(t, t) Φ^l(t, t)`` (eq. (4); ``Φ^0 = K^x``, ``G~^{L+1} = 1``).
     corr : ndarray, shape (S, T)
         ``corr(g, g~)`` over hidden layers and training points (Fig. 3c).

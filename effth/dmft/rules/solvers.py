@@ -623,7 +623,15 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
     Parameters
     ----------
     X, y, X_test, kernel
-        Training data (:func:`effth.dmft.prepare_data`); scalar targets.
+        Training data (:func:`effth.dmft.prepare_data`).  ``y`` of shape ``(P, C)`` gives
+        ``C`` outputs (App. C.1, eqs. (41)-(43)): ``h^ℓ`` stays scalar, ``g^ℓ_c`` and the
+        pseudo-gradients ``g̃^ℓ_c`` carry an output index (ρ-FA/DFA: one static feedback
+        coordinate ``v^ℓ_c`` per output, independent ``N(0, 1)``; Hebb:
+        ``g̃^ℓ_{μc} = Δ_{μc} h^ℓ_μ``, so the update carries ``|Δ_μ|^2``), ``G^ℓ``, ``G̃^ℓ`` and
+        the eNTK are ``C x C`` per pair of samples and times.  Then ``f`` is ``(T, n, C)``,
+        ``delta`` ``(T, P, C)``, ``g``, ``gtilde`` ``(L, T, n, T, n, C, C)``, ``ntk``
+        ``(T, n, n, C, C)``, ``data.y`` holds the first column, and ``closure='exact'`` is
+        required.  ``(P, 1)`` is the scalar solver bit for bit.
     rule, rho
         Learning rule (:func:`learning_rule`).
     depth, hidden_layers : int
