@@ -112,7 +112,8 @@ KW = {"hidden_layers": 2, "eta": 0.1, "steps": 16, "gamma0": 1.0}
 @pytest.mark.parametrize("wd,mu", OPTS)
 def test_dmft_vs_networks(rule, rho, wd, mu):
     """N = 256, 24 networks: seed-mean f and eNTK within 4.5 SE of the DMFT; the same theory
-    without decay and momentum is rejected (> 6 SE)."""
+    without decay and momentum is rejected (> 6 SE), and so is the theory with the weight decay
+    (or, without decay, the momentum) scaled by 0.9 (> 5 SE)."""
     th = solve_rule_deep_linear(X, Y, rule=rule, rho=rho, weight_decay=wd, momentum=mu, **KW)
     run = simulate_rule_training(X, Y, rule=rule, rho=rho, widths=256, networks=24, seed=11,
                                  weight_decay=wd, momentum=mu, record_kernels=False, **KW)
@@ -120,6 +121,10 @@ def test_dmft_vs_networks(rule, rho, wd, mu):
     assert et.compare(th, run, "ntk").max_abs_z < 4.5
     wrong = solve_rule_deep_linear(X, Y, rule=rule, rho=rho, **KW)
     assert max(et.compare(wrong, run, "f").max_abs_z, et.compare(wrong, run, "ntk").max_abs_z) > 6
+    off = (dict(weight_decay=0.9 * wd, momentum=mu) if wd
+           else dict(weight_decay=wd, momentum=0.9 * mu))
+    wrong = solve_rule_deep_linear(X, Y, rule=rule, rho=rho, **off, **KW)
+    assert max(et.compare(wrong, run, "f").max_abs_z, et.compare(wrong, run, "ntk").max_abs_z) > 5
 
 
 @pytest.mark.slow
