@@ -434,6 +434,14 @@ class RuleFields:
     gamma0``.  The hook holds its per-layer state (``c``, ``Lambda``, ``D H``, ``G~``) for the
     caller; ``G~^l`` is kept as a ``(T, T n)`` array ``[t, (s, nu)]`` (the ``g`` side is sample
     independent).
+
+    Weight decay and momentum (App. C, eqs. (50)-(53)) enter through the optimizer's
+    :class:`~effth.dmft.grid.ParameterFilter` as for GD: the sources and the response terms
+    carry ``a(t)`` (``kappa = a(t) a(s)``, applied by the marcher), the drift weights
+    ``k(t-1-s)`` (in ``dw``), and the hook multiplies the feedback coordinate's forward term
+    ``rho c^{l-1}(t)`` and its correlation ``rho G~^{l+1}(t)`` with ``r^l(t)`` by ``a(t)`` (the
+    initial weights inside ``W^l(t)``; the frozen feedback itself does not decay).  With ``C``
+    outputs (App. C.1) ``g`` rows carry an output index (see :meth:`allocate`).
     """
 
     def __init__(self, kind: str = "gd", rho: float = 1.0, gamma0: float = 1.0):
@@ -571,8 +579,9 @@ def _march(data, model, L, T, rule=None):
 
     ``rule``: a :class:`RuleFields` hook (``None`` or ``'gd'``: the GD equations above).  For
     the other rules ``C = 0`` and ``M_g = 1``; the hook gives the forward source rows, the kernel
-    ``G~^{l+1}`` of ``D``'s drift, the cross terms of ``G`` and the closure (plain equations
-    only), and keeps its state (``c``, ``Lambda``, ``G~``) for the caller.
+    ``G~^{l+1}`` of ``D``'s drift, the cross terms of ``G`` and the closure (with weight decay,
+    momentum and several outputs; no bias, Langevin noise or unequal widths), and keeps its
+    state (``c``, ``Lambda``, ``G~``) for the caller.
     """
     n, P, C = data.n_all, data.n_train, model.C
     eta, g2, b = model.eta, model.g2, model.b
