@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import check_networks
 from .._threads import blas_threads
 from .._progress import progress_bar
 from ..activations import get_activation
@@ -99,6 +100,20 @@ def _activation_derivs(activation: Any, order: int) -> tuple[Callable, ...]:
         return fs[:order + 1]
     act = _resolve_activation(activation)
     return tuple(act.numpy(k) for k in range(order + 1))
+
+
+def _dirac_free_dntk(act, n_inputs: int, order: int, ddntk_II: bool) -> bool:
+    r"""Whether the dNTK estimates of a kinked activation need no Dirac part: a single input, the
+    piecewise-linear family (kink at 0, :math:`\sigma(0)=0`), ``order == 2`` without ddNTK-II.
+
+    There every :math:`\sigma''=(a_+-a_-)\delta(z)` of :math:`\mathbb E[\widehat{dH}\,z]` meets a
+    :math:`\sigma` of the same neuron and sample (the only pairings of the output weights,
+    PDLT (11.67)-(11.71): :math:`\langle\sigma''\sigma\rangle=\langle\sigma''\sigma'\sigma'
+    \sigma\rangle=0`), so the almost-everywhere derivative estimates the book's P and Q to
+    :math:`O(1/n)` (the order of the estimators' own finite-width corrections)."""
+    return (n_inputs == 1 and order == 2 and not ddntk_II
+            and getattr(act, "family", None) == "piecewise_linear"
+            and tuple(getattr(act, "kinks", ())) in ((), (0.0,)))
 
 
 def _check_smooth_enough(act, order: int, ddntk_II: bool) -> None:
@@ -899,8 +914,10 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
     DomainError
         Bad arguments; an activation whose derivative needed by the requested order is a
         distribution (ReLU-like kinks for ``order >= 2``, steps for any order: the ensemble would
-        not estimate the book's tensors); overflowing networks or statistics (the message names
-        the layer or the statistic).
+        not estimate the book's tensors; one exception: P and Q, ``order=2``, of the
+        piecewise-linear family at a single input, where the Dirac parts meet
+        :math:`\sigma(0)=0`, PDLT (11.67)-(11.71)); overflowing networks or statistics (the
+        message names the layer or the statistic).
 
     Notes
     -----
@@ -922,13 +939,17 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
     lb = per_layer(lambda_b, L, "lambda_b")
     lw = per_layer(lambda_w, L, "lambda_w")
     do_II = (order >= 3) if ddntk_II is None else bool(ddntk_II)
-    _check_smooth_enough(net.act, order, do_II)
+    if not _dirac_free_dntk(net.act, N, order, do_II):
+        _check_smooth_enough(net.act, order, do_II)
+    else:
+        _check_smooth_enough(net.act, 1, False)
     fs = _activation_derivs(net, 3 if (order >= 3 or do_II) else 2)
     M = len(out) * N
     nmax = max(widths)
     per_net = max(max(widths[k] * widths[k - 1] for k in range(1, L + 1)), M * N * nmax,
                   (M * M * N * nmax if order >= 3 else 0), (M * M * nmax if do_II else 0),
                   (M ** 4 if order >= 3 or do_II else M ** 3))
+    check_networks(size, per_net, "an NTK ensemble")
     bsz = int(batch) if batch is not None else max(1, _CHUNK_ELEMENTS // per_net)
     K, units = group_units(size, bsz)
     rng = as_generator(seed)

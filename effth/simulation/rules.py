@@ -246,6 +246,13 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
         raise DomainError(f"weight_decay={weight_decay!r} must satisfy lambda >= 0 and "
                           "0 <= eta * weight_decay < 1")
     _, mu = _optimizer_settings(0.0, momentum)
+    from effth._validate import check_memory
+    n_all, d_in = float(Xall.shape[0]), float(Xall.shape[1])
+    cc = 1.0 if Y.ndim == 1 else float(Y.shape[1]) ** 2          # C x C gradient kernels
+    check_memory(8.0 * (3 * L * float(N) * N + N * d_in + (2 * L * T * T * n_all * n_all * cc
+                                                          if record_kernels is True else 0)),
+                 f"one network of width {N} with {L} hidden layers over {T} steps",
+                 "lower widths or steps (record_kernels=False drops the two-time kernels)")
     _, (act, dact) = _resolve_callables(activation)
     seeds = _resolve_seeds(seed, networks)
     out = []

@@ -110,3 +110,27 @@ def test_dmft_vs_networks_two_outputs(rule, rho, gamma0, wd, mu):
         sep = np.stack([solve_rule_deep_linear(X, Y2[:, k], rule=rule, rho=rho, **kw).f
                         for k in range(2)], -1)
         assert et.compare(sep, run, "f").max_abs_z > 5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule,rho,gamma0", [("gd", None, 1.0), ("fa", 0.5, 1.0),
+                                             ("dfa", None, 1.0), ("hebb", None, 0.6)])
+def test_two_outputs_one_over_n(opt_in_slow, rule, rho, gamma0):
+    """Two outputs with weight decay and momentum, N = 256 .. 1024 (32 networks): the mean
+    squared gap over f, Phi^l(t, s) and the C x C eNTK falls as N^slope, slope -1 within 4.5 SE."""
+    kw = {"hidden_layers": 2, "eta": 0.1, "steps": 16, "gamma0": gamma0, "weight_decay": 0.5,
+          "momentum": 0.5}
+    th = solve_rule_deep_linear(X, Y2, rule=rule, rho=rho, **kw)
+    widths, cmps = [256, 512, 1024], []
+    for N in widths:
+        run = simulate_rule_training(X, Y2, rule=rule, rho=rho, widths=N, networks=32, seed=6,
+                                     **kw)
+        d = (np.mean((run.f - th.f) ** 2, axis=(1, 2, 3))
+             + np.mean((run.phi - th.phi) ** 2, axis=(1, 2, 3, 4, 5))
+             + np.mean((run.ntk - th.ntk) ** 2, axis=(1, 2, 3, 4, 5)))
+        cmps.append(et.compare(np.zeros(1), np.array([d.mean()]), "D",
+                               stderr=np.array([d.std(ddof=1) / np.sqrt(d.size)])))
+    fit = et.scaling_fit(cmps, widths)
+    print(rule, rho, fit)
+    assert abs(fit.slope + 1.0) < 4.5 * fit.slope_stderr, fit
+    assert et.compare(th, run, "f").max_abs_z < 4.5

@@ -267,11 +267,11 @@ class LazyENTK:
 
 def _kx(kx) -> np.ndarray:
     K = real_array(kx, "kx", finite=True)
-    if K.ndim != 2 or K.shape[0] != K.shape[1]:
-        raise DomainError(f"kx must be a square (n, n) matrix, got shape {K.shape}")
+    if K.ndim != 2 or K.shape[0] != K.shape[1] or K.shape[0] < 1:
+        raise DomainError(f"kx must be a square (n, n) matrix with n >= 1, got shape {K.shape}")
     if not np.allclose(K, K.T, atol=1e-12 * max(1.0, np.abs(K).max())):
         raise DomainError("kx must be symmetric")
-    return 0.5 * (K + K.T)
+    return _v.psd_kernel(0.5 * (K + K.T), "kx")       # an input Gram matrix x.x'/D is PSD
 
 
 def _gate_kernel(kx: np.ndarray, act) -> np.ndarray:
@@ -330,6 +330,8 @@ def lazy_entk(kx, activation="relu", *, rule="gd", rho=None, depth=None,
                 nxt = gt[ell]
         else:                                            # DFA, Hebb: <g g~> = 0 at init
             gt = np.zeros_like(g)
+    _v.check_underflow(phi, "the lazy kernel Phi^l",
+                       "lower depth (a ReLU kernel halves at every layer), or scale kx up")
     ntk = gt[0] * kx + phi[-1]
     for ell in range(1, L):
         ntk = ntk + gt[ell] * phi[ell - 1]
@@ -760,6 +762,22 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
 
 # ================================================================== two-layer nonlinear (L = 1)
 
+#: growth of the largest training error over its initial value taken as divergence
+_DIVERGE_GROWTH = 1e4
+
+
+def _check_divergence(D: np.ndarray, r, eta: float, g0: float) -> None:
+    """A :class:`ConvergenceError` when the training errors ``D[t]`` grow by more than
+    :data:`_DIVERGE_GROWTH` over ``D[0]`` (an unstable learning rate), naming the step."""
+    size = np.max(np.abs(D), axis=1)
+    bad = np.nonzero(~(size <= _DIVERGE_GROWTH * max(float(size[0]), 1e-300)))[0]
+    if bad.size:
+        t = int(bad[0])
+        raise ConvergenceError(f"the {r.title} dynamics diverge: the largest training error grows "
+                               f"from {size[0]:.3g} to {size[t]:.3g} by step {t} (eta={eta:g}, "
+                               f"gamma0={g0:g}); use a smaller eta")
+
+
 def _sampled_arguments(activation, gamma0, eta, steps, samples, batches) -> tuple:
     """The checked arguments shared by the sampled rule solvers: ``(act, sigma, sigma', gamma0,
     eta, T, S, batches)``."""
@@ -778,6 +796,8 @@ def _sampled_arguments(activation, gamma0, eta, steps, samples, batches) -> tupl
     nb = integer(batches, "batches", minimum=2)
     if S % nb:
         raise DomainError(f"samples={S} must be a multiple of batches={nb}")
+    _v.check_memory(8.0 * S * T, f"the sampled fields of samples={S} over steps={T}",
+                    "lower samples or steps")
     return act, act.numpy(0), act.numpy(1), g0, eta, T, S, nb
 
 
@@ -888,6 +908,7 @@ def solve_rule_two_layer(X=None, y=None, *, rule="gd", rho=None, gamma0, eta, st
     except FloatingPointError:
         raise DomainError(f"the {r.title} dynamics overflow (eta={eta:g}, gamma0={g0:g}); use a "
                           "smaller eta or gamma0") from None
+    _check_divergence(D[:, :P], r, eta, g0)
 
     def two_time(x, y_):
         xf, yf = x.transpose(1, 0, 2).reshape(S, T * n), y_.transpose(1, 0, 2).reshape(S, T * n)
@@ -989,6 +1010,7 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
             "of a nonlinear network needs the responses of the non-Gaussian fields with a "
             "fixed-point loop (use solve_monte_carlo; for linear networks solve_rule_deep_linear)")
     L = hidden_layer_count(depth, hidden_layers)
+    jitter = _v.nonnegative(jitter, "jitter")
     act, fn, dfn, g0, eta, T, S, nb = _sampled_arguments(activation, gamma0, eta, steps, samples,
                                                          batches)
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)

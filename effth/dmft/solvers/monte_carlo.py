@@ -289,8 +289,13 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         raise DomainError(f"closure={closure!r} / responses={responses!r} not recognised")
     if not (0.0 < damping <= 1.0):
         raise DomainError(f"damping={damping!r} must lie in (0, 1]")
-    if int(samples) < 4 or int(batches) < 1:
-        raise DomainError(f"samples={samples!r} must be >= 4 and batches >= 1")
+    if int(samples) < 4 or int(batches) < 2:
+        raise DomainError(f"samples={samples!r} must be >= 4 and batches={batches!r} >= 2 (a "
+                          "standard error needs two batches)")
+    _v.check_memory(8.0 * float(samples) * float(steps),   # >= one float per sample and time
+                    f"the sampled fields of samples={samples} over steps={steps}", "lower samples")
+    _v.check_work(1e-9 * float(iterations) * float(samples) * float(steps),   # >= 1 ns per draw
+                  f"solve_monte_carlo with iterations={iterations}", "lower iterations or samples")
     if not np.isfinite(gamma0):
         raise DomainError(f"gamma0={gamma0!r} must be finite")
     if int(windows) != windows or windows < 1:
@@ -312,6 +317,7 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
     grid = TimeGrid(eta, steps)
     rho, temperature, momentum = langevin_settings(grid.eta, weight_decay, temperature, momentum)
     data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
+    _v.check_target_scale(Y, 2, "the loss sum Delta^2 / 2")
     L, T, n, P, C = n_hidden, grid.steps, data.n_all, data.n_train, Y.shape[1]
     if closure == "ntk" and weight_decay > 0:
         raise DomainError("closure='ntk' is not defined with weight decay (f is no function of the "
@@ -333,6 +339,9 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
                           "response of the exact closure)")
     if responses == "auto":
         responses = "stein" if act.kinks else "jacobian"
+    elif responses == "jacobian" and act.kinks:
+        raise DomainError(f"responses='jacobian' needs a smooth activation; {act.name} has kinks "
+                          "(its Jacobian responses are not functions): use responses='stein'")
     phi_f, dphi_f, ddphi_f = act.numpy(0), act.numpy(1), act.numpy(2)
     phi0, _, g0, ntk0 = lazy_kernels(data.kx, act, hidden_layers=L, bias=bool(bias))
     edge = 2.0 * (1.0 + momentum) / (1.0 - momentum)

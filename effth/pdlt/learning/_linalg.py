@@ -49,9 +49,10 @@ def training_cholesky(M: np.ndarray, name: str, *, jitter: float, bound_hint: st
     P = M.shape[0]
     if jitter:
         M = M + jitter * np.eye(P)
+    from scipy.linalg import LinAlgError, cholesky
     try:
-        Lc = np.linalg.cholesky(M)
-    except np.linalg.LinAlgError:
+        Lc = cholesky(M, lower=True, check_finite=False)     # LAPACK potrf, no extra copies
+    except (np.linalg.LinAlgError, LinAlgError):
         training_spectrum(M, name, need_invertible=True, jitter=0.0, bound_hint=bound_hint)
         raise DomainError(f"the training block of {name} is not positive definite "
                           f"(Cholesky failed){bound_hint}") from None

@@ -348,7 +348,7 @@ def posterior_latex(noise: bool = False) -> str:
 def bayes_posterior(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: Any = None,
                     *, widths: Any = None, noise: Any = 0.0, K: Any = None, V: Any = None,
                     G1: Any = None, n_train: Any = None, c_w: Any = None, c_b: Any = 0.0,
-                    rtol: float = 1e-10) -> BayesPosterior:
+                    rtol: float = 1e-10, progress: bool | None = None) -> BayesPosterior:
     r"""The Bayesian posterior of the network outputs at finite width, to :math:`O(1/n)` (PDLT §6.4).
 
     Either ``bayes_posterior(net, X_train, y_train, X_test)`` — :math:`K^{(L)}, V^{(L)},
@@ -387,6 +387,8 @@ def bayes_posterior(net: Any = None, X_train: Any = None, y_train: Any = None, X
         tensors (taken from the network otherwise).
     rtol : float
         Accuracy of the Gaussian expectations of the flow.
+    progress : bool or None
+        A progress bar for the flow of :math:`K, V, G^{\{1\}}` (:mod:`effth._progress`).
 
     Returns
     -------
@@ -436,7 +438,7 @@ def bayes_posterior(net: Any = None, X_train: Any = None, y_train: Any = None, X
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", KernelScaleWarning)
-            fl = flow(net, np.vstack([Xa, Xb]), rtol=rtol, progress=False)
+            fl = flow(net, np.vstack([Xa, Xb]), rtol=rtol, progress=progress)
         L = net.depth
         Kf, Gf, Vf = fl.value("K", layer=L), fl.value("G1", layer=L), fl.value("V", layer=L)
         P = Xa.shape[0]

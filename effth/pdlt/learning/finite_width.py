@@ -42,13 +42,13 @@ from typing import Any
 
 import numpy as np
 
-from effth._validate import kernel_matrix, last_hidden_width, real_array
+from effth._validate import check_memory, kernel_matrix, last_hidden_width, real_array
 from effth.errors import DomainError
 from effth.numerics.sample_blocks import SampleRestriction
 from effth.pdlt.learning.projectors import AlgorithmProjectors, algorithm_projectors
 
 __all__ = ["trained_output", "TrainedOutput", "finite_width_mean", "FiniteWidthMean",
-           "MEAN_PARTS", "OUTPUT_PARTS", "mean_latex", "finite_width_covariance",
+           "MEAN_PARTS", "OUTPUT_PARTS", "mean_latex", "mean_expressions", "finite_width_covariance",
            "FiniteWidthCovariance", "COVARIANCE_PARTS"]
 
 #: Parts of :math:`n_{L-1}(m-m^\infty)`: the NTK-mean shift :math:`H^{\{1\}}` and the four
@@ -84,8 +84,24 @@ def _n_train(n_train: Any, N: int) -> int:
     return P
 
 
-def _projectors(H: np.ndarray, P: int, algorithm: str, eta: Any) -> AlgorithmProjectors:
-    return algorithm_projectors(H[:P, :P], algorithm=algorithm, eta=eta)
+def _projectors(H: np.ndarray, P: int, algorithm: str, eta: Any, updates: int | None = None):
+    Z = algorithm_projectors(H[:P, :P], algorithm=algorithm, eta=eta)
+    if updates is None:
+        return Z
+    from effth.pdlt.learning.finite_time import finite_time_projectors
+    return finite_time_projectors(Z.eigenvalues, Z.eigenvectors, Z.eta, updates)
+
+
+def _updates(updates: Any, algorithm: str) -> int | None:
+    """Check ``updates=`` (finite-time gradient descent with a global rate, PDLT §∞.2.2)."""
+    if updates is None:
+        return None
+    if isinstance(updates, (bool, np.bool_)) or not isinstance(updates, (int, np.integer)) or updates < 0:
+        raise DomainError(f"updates must be an int >= 0 (or None: trained to convergence), got {updates!r}")
+    if algorithm != "gd":
+        raise DomainError(f"updates= is finite-time gradient descent: algorithm='gd' with eta=, "
+                          f"not {algorithm!r}")
+    return int(updates)
 
 
 # ----------------------------------------------------------------------------- result types
@@ -148,7 +164,7 @@ class TrainedOutput(_Parts):
 
 @public
 def trained_output(instance: Any, y_train: Any, *, n_train: int, algorithm: str = "gd",
-                   eta: Any = None, H: Any = None) -> TrainedOutput:
+                   eta: Any = None, H: Any = None, updates: Any = None) -> TrainedOutput:
     r"""The end of training of one network at order :math:`1/n`, PDLT (∞.141).
 
     Parameters
@@ -166,6 +182,11 @@ def trained_output(instance: Any, y_train: Any, *, n_train: int, algorithm: str 
         The NTK mean in the projectors and the subtraction :math:`[\cdot]_\delta`; default: the
         network's own NTK averaged over output components (exact for one output, where the
         remainder is then :math:`O(1/n^2)`).
+    updates : int, optional
+        After this many steps of gradient descent (``algorithm="gd"``) instead of at convergence:
+        the free part with :math:`\varphi_t(\widehat H)=\widehat H^{-1}[1-(1-\eta\widehat H)^t]`
+        (∞.91)–(∞.92), the differential parts with the finite-time projectors and the
+        training-set part of (∞.124) (:mod:`effth.pdlt.learning.finite_time`).
 
     Returns
     -------
@@ -186,35 +207,55 @@ def trained_output(instance: Any, y_train: Any, *, n_train: int, algorithm: str 
     Hm = (np.einsum("iiab->ab", Hh) / m) if H is None else kernel_matrix(H, "H")
     if Hm.shape != (N, N):
         raise DomainError(f"H must be ({N}, {N}), got {Hm.shape}")
-    Z = _projectors(Hm, P, algorithm, eta)
+    updates = _updates(updates, algorithm)
+    Z = _projectors(Hm, P, algorithm, eta, updates)
     Hinv = Z.inverse()
     e = z[:, :P] - y.T                                       # (m, P)
-    # free part (∞.93) with the exact inverse of the instance NTK over (output, sample) pairs
+    # free part (∞.93) with the exact inverse of the instance NTK over (output, sample) pairs;
+    # after t steps (∞.91)-(∞.92): Hhat^{-1} [1 - (1 - eta Hhat)^t] on the same pairs
     HAA = Hh[:, :, :P, :P].transpose(0, 2, 1, 3).reshape(m * P, m * P)
-    sol = np.linalg.solve(HAA, e.reshape(m * P)).reshape(m, P)
+    if updates is None:
+        sol = np.linalg.solve(HAA, e.reshape(m * P)).reshape(m, P)
+    else:
+        from effth.pdlt.learning.finite_time import power_t
+        lj, Uj = np.linalg.eigh(0.5 * (HAA + HAA.T))
+        phi = (1.0 - power_t(lj, Z.eta, updates)) / lj
+        sol = (Uj @ (phi * (Uj.T @ e.reshape(m * P)))).reshape(m, P)
     free = z - np.einsum("ijda,ja->id", Hh[:, :, :, :P], sol)
     E = Z.to_eigenbasis(e, (1,))                             # e_{j;p}
-    zc = Z.coefficients
     dH = np.asarray(instance.dH, float)
     ddI = np.asarray(instance.ddIH, float)
     ddII = np.asarray(instance.ddIIH, float)
-    # training slots to the eigenbasis; the delta slot keeps all N inputs
-    dA = Z.to_eigenbasis(dH[:, :, :, :P, :, :P], (3, 5))     # dH_{j1 i j2; a1 . a2}
-    dB = Z.to_eigenbasis(dH[:, :, :, :, :P, :P], (4, 5))     # dH_{i j1 j2; . a1 a2}
-    rIA = Z.to_eigenbasis(ddI[..., :P, :, :P, :P], (4, 6, 7))
-    rIB = Z.to_eigenbasis(ddI[..., :, :P, :P, :P], (5, 6, 7))
-    rIIA = Z.to_eigenbasis(ddII[..., :P, :P, :, :P], (4, 5, 7))
-    rIIB = Z.to_eigenbasis(ddII[..., :, :P, :P, :P], (5, 6, 7))
-    dntk = (np.einsum("aibpDq,pq,ap,bq->Di", dA, zc["A"], E, E)
-            + np.einsum("iabDpq,pq,ap,bq->Di", dB, zc["B"], E, E))
-    ddI_t = (np.einsum("aibcpDqr,pqr,ap,bq,cr->Di", rIA, zc["IA"], E, E, E)
-             + np.einsum("iabcDpqr,pqr,ap,bq,cr->Di", rIB, zc["IB"], E, E, E))
-    ddII_t = (np.einsum("abicpqDr,pqr,ap,bq,cr->Di", rIIA, zc["IIA"], E, E, E)
-              + np.einsum("iabcDpqr,pqr,ap,bq,cr->Di", rIIB, zc["IIB"], E, E, E))
-    parts = {"free": free.T,
-             "dntk": _bracket(dntk, Hm, Hinv, P),
-             "ddntk_I": _bracket(ddI_t, Hm, Hinv, P),
-             "ddntk_II": _bracket(ddII_t, Hm, Hinv, P)}
+
+    def terms(zc, lead):
+        """The projector terms of (∞.141) (``lead``: the free slot restricted to the training
+        set and in the eigenbasis, the coefficient with the output eigen-index first)."""
+        D, o = ("o", "o") if lead else ("D", "")
+        def sl(T, ax):
+            return Z.to_eigenbasis(T[(slice(None),) * ax + (slice(0, P),)], (ax,)) if lead else T
+        # training slots to the eigenbasis; the delta slot keeps all N inputs
+        dA = sl(Z.to_eigenbasis(dH[:, :, :, :P, :, :P], (3, 5)), 4)     # dH_{j1 i j2; a1 . a2}
+        dB = sl(Z.to_eigenbasis(dH[:, :, :, :, :P, :P], (4, 5)), 3)     # dH_{i j1 j2; . a1 a2}
+        rIA = sl(Z.to_eigenbasis(ddI[..., :P, :, :P, :P], (4, 6, 7)), 5)
+        rIB = sl(Z.to_eigenbasis(ddI[..., :, :P, :P, :P], (5, 6, 7)), 4)
+        rIIA = sl(Z.to_eigenbasis(ddII[..., :P, :P, :, :P], (4, 5, 7)), 6)
+        rIIB = sl(Z.to_eigenbasis(ddII[..., :, :P, :P, :P], (5, 6, 7)), 4)
+        f = lambda spec, *ops: np.einsum(spec.replace("D", D).replace(",pq", "," + o + "pq"), *ops)  # noqa: E731
+        dntk = (f("aibpDq,pq,ap,bq->Di", dA, zc["A"], E, E)
+                + f("iabDpq,pq,ap,bq->Di", dB, zc["B"], E, E))
+        ddI_t = (f("aibcpDqr,pqr,ap,bq,cr->Di", rIA, zc["IA"], E, E, E)
+                 + f("iabcDpqr,pqr,ap,bq,cr->Di", rIB, zc["IB"], E, E, E))
+        ddII_t = (f("abicpqDr,pqr,ap,bq,cr->Di", rIIA, zc["IIA"], E, E, E)
+                  + f("iabcDpqr,pqr,ap,bq,cr->Di", rIIB, zc["IIB"], E, E, E))
+        return {"dntk": dntk, "ddntk_I": ddI_t, "ddntk_II": ddII_t}
+
+    parts = {"free": free.T}
+    parts.update({k: _bracket(v, Hm, Hinv, P) for k, v in terms(Z.coefficients, False).items()})
+    if updates is not None:
+        # the training-set part of (∞.124): H_{d a} H~^{-1} z^I_a(t), z^I in the eigenbasis
+        U, lam = Z.eigenvectors, Z.eigenvalues
+        for k, v in terms(Z.train_coefficients, True).items():
+            parts[k] = parts[k] + Hm[:, :P] @ (U @ (v / lam[:, None]))
     return TrainedOutput(parts, P, Z)
 
 
@@ -223,11 +264,12 @@ def _slots(T: np.ndarray, order: str, P: int) -> np.ndarray:
     """``T`` with its axes labelled by ``order`` (``'D'`` the free sample, ``'1'..'3'`` training
     slots) as ``X[D, a1, a2, a3]``, training slots restricted to the first ``P`` inputs."""
     letters = {"D": "D", "1": "a", "2": "b", "3": "c"}
-    X = np.einsum("".join(letters[c] for c in order) + "->Dabc", T)
-    return X[:, :P, :P, :P]
+    # restrict first (an N P^3 view), then reorder: no copy of the whole N^4 tensor
+    T = T[tuple(slice(None) if c == "D" else slice(0, P) for c in order)]
+    return np.einsum("".join(letters[c] for c in order) + "->Dabc", T)
 
 
-def _contract(T_hat: np.ndarray, z: np.ndarray, sup: str, rhs: np.ndarray) -> np.ndarray:
+def _contract(T_hat: np.ndarray, z: np.ndarray, sup: str, rhs: np.ndarray, lead: bool = False) -> np.ndarray:
     r""":math:`\sum T_{D a_1a_2a_3}Z^{\rm sup}\,\mathrm{rhs}_{i;\cdots}` in the eigenbasis.
 
     ``sup`` spells the projector's superscript over the letters ``abc`` (the slots of ``T``) and
@@ -243,8 +285,9 @@ def _contract(T_hat: np.ndarray, z: np.ndarray, sup: str, rhs: np.ndarray) -> np
         m[sup[k]] = eig[k]
         m[sup[k + half]] = eig[k]
     tail = "def"[:len(sup) - 3]
-    spec = "D" + "".join(m[c] for c in "abc") + "," + eig + ",i" + "".join(m[c] for c in tail) + "->Di"
-    return np.einsum(spec, T_hat, z, rhs)
+    spec = ("D" + "".join(m[c] for c in "abc") + "," + ("D" if lead else "") + eig + ",i"
+            + "".join(m[c] for c in tail) + "->Di")
+    return np.einsum(spec, T_hat, z, rhs, optimize=True)
 
 
 #: The projector terms of (∞.158)–(∞.160) as corrected: per part, a list of
@@ -279,53 +322,136 @@ _TERMS = {
     ],
 }
 
+#: (∞.157) with the sign of the exact expansion: ``(coefficient, tensor, slots)`` contracted as
+#: :math:`-\sum X_{\delta\tilde\alpha_1\tilde\alpha_2\tilde\alpha_3}\widetilde H^{\tilde\alpha_1
+#: \tilde\alpha_2}\widetilde H^{\tilde\alpha_3\tilde\alpha_4}y_{i;\tilde\alpha_4}`.
+_DELTA_NTK = (("1", "A", "D123"), ("1", "B", "D213"), ("nL", "B", "D312"))
+
+#: (∞.159): :math:`W_{i;\tilde\alpha_4\tilde\alpha_5\tilde\alpha_6}` as ``(y slot, factor,
+#: factor slots)`` over the letters ``d, e, f`` (= :math:`\tilde\alpha_{4,5,6}`); ``"yy"`` is
+#: :math:`\sum_jy_{j;\cdot}y_{j;\cdot}`, ``"nLK"`` :math:`n_LK^{(L)}`.
+_W_TERMS = (("d", "yy", "ef"), ("d", "nLK", "ef"), ("e", "K", "fd"), ("f", "K", "de"))
+
 _SAMPLE = {"D": r"\delta", **{c: rf"\tilde\alpha_{{{k}}}" for k, c in enumerate("123", 1)},
            **{c: rf"\tilde\alpha_{{{k}}}" for k, c in enumerate("abcdef", 1)}}
 _PROJ = {"A": "Z_A", "B": "Z_B", "IA": "Z_{IA}", "IB": "Z_{IB}", "IIA": "Z_{IIA}", "IIB": "Z_{IIB}"}
 
 
-def _term_latex(group, proj, sup) -> str:
-    tens = " + ".join(("n_L " if c == "nL" else "") + t + "^{(L)}_{" + "".join(_SAMPLE[x] for x in slots) + "}"
-                      for c, t, slots in group)
-    if len(group) > 1:
-        tens = r"\big(" + tens + r"\big)"
-    if proj == "Bsym":
-        z = (r"\big(Z_B^{" + "".join(_SAMPLE[x] for x in "abcd") + "} + Z_B^{"
-             + "".join(_SAMPLE[x] for x in "badc") + r"}\big)")
-    else:
-        z = _PROJ[proj] + "^{" + "".join(_SAMPLE[x] for x in sup) + "}"
-    return tens + " " + z
+def _printing_classes() -> dict:
+    """Printing-only tensors in the book's slot order (no canonicalisation of indices)."""
+    from effth.algebra.tensors import SampleTensor
+
+    def make(name, stem, rank, raised=False, pairs=False):
+        body = {"rank": rank, "symmetry": "none", "stem": stem, "raised": raised}
+        if pairs:
+            body["_latex_indices"] = lambda self, printer: "({}{})({}{})".format(
+                *(printer._print(i) for i in self.indices))
+        return type(name, (SampleTensor,), body)
+
+    out = {t: make(f"_{t}", t, 4, pairs=(t == "A")) for t in "ABPQRSTU"}
+    out["K"] = make("_Kp", "K", 2)
+    out["H"] = make("_Hp", "H", 2)
+    out["Theta"] = make("_Thetap", r"\Theta", 2)
+    out["H1"] = type("_H1p", (out["H"],), {"layer_prefix": r"\{1\}"})
+    out["Hinv"] = make("_Hinvp", r"\widetilde H", 2, raised=True)
+    for k, v in _PROJ.items():
+        out["Z" + k] = make(f"_Z{k}", v, 4 if len(k) == 1 else 6, raised=True)
+    return out
 
 
-@public
-def mean_latex() -> str:
-    r"""The :math:`O(1/n)` mean of trained networks, (∞.155)–(∞.160) as evaluated here, in LaTeX.
+_PRINTING: dict = {}
 
-    Built from the same term table that :func:`finite_width_mean` contracts, so the printed
-    formula is the computed one (with the corrections to (∞.157), (∞.158) and (∞.160)).
-    """
-    a = [_SAMPLE[c] for c in "abcdef"]
-    lines = [
-        r"m_{i;\dot\beta} &= H_{\dot\beta\tilde\alpha_1}\widetilde H^{\tilde\alpha_1\tilde\alpha_2}"
-        r"y_{i;\tilde\alpha_2} + \frac{1}{n_{L-1}}\Big[M_{i;\dot\beta} - H_{\dot\beta\tilde\alpha_1}"
-        r"\widetilde H^{\tilde\alpha_1\tilde\alpha_2} M_{i;\tilde\alpha_2}\Big],\qquad "
-        r"H = \Theta + \frac{H^{\{1\}}}{n_{L-1}}",
-        r"M_{i;\delta} &= m^{\Delta\mathrm{NTK}}_{i;\delta} + m^{\mathrm{dNTK}}_{i;\delta} + "
-        r"m^{\mathrm{ddNTK\text{-}I}}_{i;\delta} + m^{\mathrm{ddNTK\text{-}II}}_{i;\delta}",
-        r"m^{\Delta\mathrm{NTK}}_{i;\delta} &= -\big(A^{(L)}_{(\delta" + a[0] + ")(" + a[1] + a[2]
-        + r")} + B^{(L)}_{\delta" + a[1] + a[0] + a[2] + r"} + n_L B^{(L)}_{\delta" + a[2] + a[0] + a[1]
-        + r"}\big)\widetilde H^{" + a[0] + a[1] + r"}\widetilde H^{" + a[2] + a[3] + "} y_{i;" + a[3] + "}",
-    ]
+
+def mean_expressions() -> list:
+    r"""The :math:`O(1/n)` mean as ``(lhs, rhs)`` SymPy expressions, built from the term tables
+    that :func:`finite_width_mean` contracts (``_DELTA_NTK``, ``_TERMS``, ``_W_TERMS``): sample
+    tensors in the book's slot order, :class:`~effth.algebra.tensors.SampleSum` over the training
+    samples :math:`\tilde\alpha_k`, the free sample :math:`\delta`, neuron :math:`i`.  Printed by
+    :func:`mean_latex`; evaluating a right-hand side on the statistics gives the computed part."""
+    import sympy as sp
+
+    from effth.algebra.tensors import SampleSum
+    from effth.pdlt.learning.prediction import _Component, _Head
+
+    if not _PRINTING:
+        _PRINTING.update(_printing_classes())
+    C = _PRINTING
+    L, nL, nprev = sp.Symbol("L"), sp.Symbol("n_L"), sp.Symbol("n_{L-1}")
+    i, j = sp.Symbol("i", integer=True), sp.Symbol("j", integer=True)
+    d, bd = sp.Symbol("delta"), sp.Symbol("betadot")
+    b1, b2 = sp.Symbol("betadot_1"), sp.Symbol("betadot_2")
+    al = {c: sp.Symbol(f"alphatilde_{k}") for k, c in enumerate("abcdef", 1)}
+    slot = {"D": d, "1": al["a"], "2": al["b"], "3": al["c"]}
+    coef = lambda c: nL if c == "nL" else sp.Integer(1)                       # noqa: E731
+
+    def y(s, n=i):
+        return _Component("y", n, s)
+
+    def stat(t, slots):
+        return C[t](*(slot[x] for x in slots), L)
+
+    def group_sum(group):
+        return sp.Add(*(coef(c) * stat(t, slots) for c, t, slots in group), evaluate=False)
+
+    A1, A2, A3, A4 = (al[c] for c in "abcd")
+    # (infinity.157)
+    dntk_core = sp.Mul(group_sum(_DELTA_NTK), C["Hinv"](A1, A2), C["Hinv"](A3, A4), y(A4), evaluate=False)
+    pairs = [(_Head(r"m^{\Delta\mathrm{NTK}}_{i;\delta}"),
+              sp.Mul(-1, SampleSum(dntk_core, A1, A2, A3, A4), evaluate=False))]
     heads = {"dntk": r"m^{\mathrm{dNTK}}_{i;\delta}", "ddntk_I": r"m^{\mathrm{ddNTK\text{-}I}}_{i;\delta}",
              "ddntk_II": r"m^{\mathrm{ddNTK\text{-}II}}_{i;\delta}"}
     for part, terms in _TERMS.items():
-        body = r" \\ &\quad + ".join(_term_latex(*t) for t in terms)
-        rhs = ("y_{i;" + a[3] + "}") if part == "dntk" else ("W_{i;" + "".join(a[3:]) + "}")
-        lines.append(heads[part] + r" &= -\Big[" + body + r"\Big]" + rhs)
-    lines.append("W_{i;" + "".join(a[3:]) + "} &= y_{i;" + a[3] + r"}\Big(\sum_j y_{j;" + a[4] + "}y_{j;"
-                 + a[5] + "} + n_L K^{(L)}_{" + a[4] + a[5] + r"}\Big) + y_{i;" + a[4] + "}K^{(L)}_{" + a[5] + a[3]
-                 + "} + y_{i;" + a[5] + "}K^{(L)}_{" + a[3] + a[4] + "}")
-    return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
+        summed = [al[c] for c in ("abcd" if part == "dntk" else "abcdef")]
+        rhs = y(A4) if part == "dntk" else _Component(
+            "W", i, sp.Symbol("".join(rf"\tilde{{\alpha}}_{{{k}}}" for k in (4, 5, 6))))
+        body = []
+        for group, proj, sup in terms:
+            if proj == "Bsym":
+                z = sp.Add(C["ZB"](*(al[c] for c in "abcd")), C["ZB"](*(al[c] for c in "badc")),
+                           evaluate=False)
+            else:
+                z = C["Z" + proj](*(al[c] for c in sup))
+            # one summed term per projector term, so the line breaks between them
+            body.append(sp.Mul(-1, SampleSum(sp.Mul(group_sum(group), z, rhs, evaluate=False), *summed),
+                               evaluate=False))
+        pairs.append((_Head(heads[part]), sp.Add(*body, evaluate=False)))
+    # (infinity.159)
+    fac = {"yy": lambda a, b: SampleSum(sp.Mul(y(a, j), y(b, j), evaluate=False), j),
+           "nLK": lambda a, b: sp.Mul(nL, C["K"](a, b, L), evaluate=False),
+           "K": lambda a, b: C["K"](a, b, L)}
+    wt = sp.Add(*(sp.Mul(y(al[ys]), fac[name](al[ks[0]], al[ks[1]]), evaluate=False)
+                  for ys, name, ks in _W_TERMS), evaluate=False)
+    pairs.append((_Component("W", i, sp.Symbol(r"\tilde{\alpha}_{4}\tilde{\alpha}_{5}\tilde{\alpha}_{6}")),
+                  wt))
+    # (infinity.155): the mean, the training-set subtraction and H = Theta + H1 / n
+    M = lambda s: _Component("M", i, s)                                      # noqa: E731
+    first = [
+        (_Head(r"m_{i;\dot{\beta}}"), sp.Add(
+            SampleSum(sp.Mul(C["H"](bd, A1), C["Hinv"](A1, A2), y(A2), evaluate=False), A1, A2),
+            sp.Mul(1 / nprev, sp.Add(M(bd), sp.Mul(-1, SampleSum(sp.Mul(
+                C["H"](bd, A1), C["Hinv"](A1, A2), M(A2), evaluate=False), A1, A2), evaluate=False),
+                evaluate=False), evaluate=False), evaluate=False)),
+        (C["H"](b1, b2), sp.Add(C["Theta"](b1, b2, L), sp.Mul(1 / nprev, C["H1"](b1, b2, L), evaluate=False),
+                                evaluate=False)),
+        (M(d), sp.Add(*(h for h, _ in pairs[:4]), evaluate=False)),
+    ]
+    return first + pairs
+
+
+@public
+def mean_latex(width: float | None = None) -> str:
+    r"""The :math:`O(1/n)` mean of trained networks, (∞.155)–(∞.160) as evaluated here, in LaTeX.
+
+    The expressions of :func:`mean_expressions` (the same term tables that
+    :func:`finite_width_mean` contracts, with the corrections to (∞.157), (∞.158) and (∞.160))
+    printed by :func:`effth.latex` and broken at term boundaries in an ``aligned`` block.
+    """
+    from effth.dmft.series.formulas import align_rows
+    from effth.printing import latex
+    from effth.printing.formula import LINE_WIDTH
+
+    lines = [f"{latex(lhs, order='none')}={latex(rhs, order='none')}" for lhs, rhs in mean_expressions()]
+    return align_rows(lines, LINE_WIDTH if width is None else width, "aligned")
 
 
 class _ExpansionParts(_Parts):
@@ -399,7 +525,7 @@ _TENSORS = ("Theta", "H1", "K", "A", "B", "P", "Q", "R", "S", "T", "U")
 
 
 def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: str, eta: Any,
-           width: Any, layer: int | None, max_test: int) -> tuple:
+           width: Any, layer: int | None, max_test: int, updates: Any = None) -> tuple:
     """Read and check the output-layer statistics ``names`` (from an NTKFlow or a mapping), the
     targets, the width and the projectors: ``(T, y, P, width, Theta, projectors)``.
 
@@ -407,6 +533,10 @@ def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: st
     reads one, the covariance two): those must be finite, the others (NaN in a flow computed
     with ``ntk_flow(..., n_train=, max_test=)``) are set to zero, where they meet zero
     coefficients."""
+    held = getattr(getattr(tensors, "restrict", None), "n_train", None)
+    if held is not None and held != n_train:
+        raise DomainError(f"the flow was computed with n_train={held} (ntk_flow(..., n_train=)) "
+                          f"but n_train={n_train!r} here; the training inputs must be the same")
     if hasattr(tensors, "value") and hasattr(tensors, "layers"):
         lay = tensors.layers[-1] if layer is None else layer
         missing = [k for k in names if k not in tensors.names]
@@ -415,10 +545,18 @@ def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: st
                               "(kinked activations have no dNTK/ddNTK statistics, PDLT §∞.1)")
         T = {k: np.asarray(tensors.value(k, layer=lay), float) for k in names}
     else:
+        from collections.abc import Mapping
+        if not isinstance(tensors, Mapping):
+            raise DomainError(f"tensors must be an NTKFlow or a mapping of the statistics {names}, "
+                              f"got {type(tensors).__name__}")
         try:
             T = {k: np.asarray(tensors[k], float) for k in names}
         except KeyError as exc:
             raise DomainError(f"tensors lacks {exc.args[0]!r}; needs {names}") from None
+        except (TypeError, ValueError) as exc:
+            raise DomainError(f"tensors must hold real numeric arrays: {exc}") from None
+    if T["Theta"].ndim != 2:
+        raise DomainError(f"Theta must be an (N, N) matrix, got shape {T['Theta'].shape}")
     N = T["Theta"].shape[0]
     P = _n_train(n_train, N)
     need = SampleRestriction(P, max_test)
@@ -438,12 +576,13 @@ def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: st
     if width is not None:
         width = last_hidden_width(width, "widths", equal=True)
     Th = kernel_matrix(T["Theta"], "Theta")
-    return T, y, P, width, Th, _projectors(Th, P, algorithm, eta)
+    return T, y, P, width, Th, _projectors(Th, P, algorithm, eta, _updates(updates, algorithm))
 
 
 @public
 def finite_width_mean(tensors: Any, y_train: Any, *, n_train: int, algorithm: str = "gd",
-                      eta: Any = None, widths: Any = None, layer: int | None = None) -> FiniteWidthMean:
+                      eta: Any = None, widths: Any = None, layer: int | None = None,
+                      updates: Any = None) -> FiniteWidthMean:
     r"""Ensemble mean of the outputs of networks trained to convergence, at order :math:`1/n`.
 
     PDLT (∞.155)–(∞.160) with two corrections, both checked against the brute-force expectation
@@ -484,25 +623,26 @@ def finite_width_mean(tensors: Any, y_train: Any, *, n_train: int, algorithm: st
         :math:`1/n` dynamics does not apply there, PDLT §∞.1), a singular training NTK, an
         unstable learning rate, inconsistent shapes.
     """
-    T, y, P, width, Th, Z = _setup(tensors, _TENSORS, y_train, n_train, algorithm, eta, widths, layer, 1)
+    T, y, P, width, Th, Z = _setup(tensors, _TENSORS, y_train, n_train, algorithm, eta, widths, layer, 1,
+                                   updates)
+    if updates is not None:
+        return _finite_time_mean(T, y, P, width, Th, Z)
     nL = y.shape[1]
     Hinv = Z.inverse()
     v = Hinv @ y                                                   # (P, nL)
     yh = Z.to_eigenbasis(y, (0,)).T                                # (nL, P): y_{i;p}
     K = T["K"][:P, :P]
     # W_{i;a4 a5 a6}, (∞.159)
-    yy = y @ y.T
-    W = (np.einsum("di,ef->idef", y, yy + nL * K) + np.einsum("ei,fd->idef", y, K)
-         + np.einsum("fi,de->idef", y, K))
+    factors = {"yy": y @ y.T, "nLK": nL * K, "K": K}
+    W = sum(np.einsum(f"{ys}i,{ks}->idef", y, factors[name]) for ys, name, ks in _W_TERMS)
     Wh = Z.to_eigenbasis(W, (1, 2, 3))
-    A, B = T["A"], T["B"]
     parts = {}
     parts["H1"] = T["H1"][:, :P] @ v
     # (∞.157) with the sign of the exact expansion of the instance inverse (the printed (∞.154)
     # carries both Delta H lines with flipped signs)
-    parts["delta_ntk"] = -(np.einsum("Dabc,ab,ci->Di", _slots(A, "D123", P), Hinv, v)     # A_(d a1)(a2 a3)
-                           + np.einsum("Dabc,ab,ci->Di", _slots(B, "D213", P), Hinv, v)  # B_d a2 a1 a3
-                           + nL * np.einsum("Dabc,ab,ci->Di", _slots(B, "D312", P), Hinv, v))
+    parts["delta_ntk"] = -sum((nL if c == "nL" else 1) * np.einsum("Dabc,ab,ci->Di", _slots(T[t], slots, P),
+                                                                   Hinv, v)
+                              for c, t, slots in _DELTA_NTK)
     stats = {k: T[k] for k in "PQRSTU"}
     zc = dict(Z.coefficients, Bsym=Z.coefficients["B"] + Z.coefficients["B"].T)
     for part, terms in _TERMS.items():
@@ -514,6 +654,53 @@ def finite_width_mean(tensors: Any, y_train: Any, *, n_train: int, algorithm: st
         parts[part] = -total
     parts = {k: _bracket(parts[k], Th, Hinv, P) for k in MEAN_PARTS}
     mean_inf = Th[:, :P] @ v
+    return FiniteWidthMean(parts, mean_inf, P, width, Z)
+
+
+def _finite_time_mean(T: dict, y: np.ndarray, P: int, width, Th: np.ndarray, Z) -> FiniteWidthMean:
+    r"""The :math:`O(1/n)` mean after ``Z.updates`` steps of gradient descent (PDLT §∞.2.2).
+
+    The expectation of the per-network solution after :math:`t` steps
+    (:func:`trained_output` with ``updates=``): the free part
+    :math:`\mathbb E[\widehat H_{\delta\tilde\alpha}\varphi_t(\widehat H)]y` expanded to second
+    order in :math:`\widehat{\Delta H}` by the Fréchet derivatives of :math:`\varphi_t`
+    (Daleckii–Krein: the divided differences ``Z.phi1``, ``Z.phi2``), the NTK-mean shift
+    :math:`H^{\{1\}}` at first order, and the differential parts -- the terms of (∞.155)–(∞.160)
+    with the finite-time projectors, bracketed, plus the training-set part of (∞.124)."""
+    nL = y.shape[1]
+    U, lam = Z.eigenvectors, Z.eigenvalues
+    Hinv = Z.inverse()
+    yh = U.T @ y                                                   # (P, nL): y_{p;i}
+    K = T["K"][:P, :P]
+    yy = y @ y.T
+    W = (np.einsum("di,ef->idef", y, yy + nL * K) + np.einsum("ei,fd->idef", y, K)
+         + np.einsum("fi,de->idef", y, K))
+    Wh = Z.to_eigenbasis(W, (1, 2, 3))
+    ThA = Th[:, :P]
+    parts = {}
+    # H1: d/dH of H_{d a} phi_t(H~) y in the direction H1
+    H1h = U.T @ T["H1"][:P, :P] @ U
+    parts["H1"] = T["H1"][:, :P] @ (U @ (Z.phi[:, None] * yh)) + ThA @ (U @ ((H1h * Z.phi1) @ yh))
+    # Delta NTK: E[dH_{d a} Dphi[dH]] y + H_{d a} E[D^2 phi[dH, dH]] y / 2, the pairs of (8.82)
+    X = _slots(T["A"], "D123", P) + _slots(T["B"], "D213", P) + nL * _slots(T["B"], "D312", P)
+    Y = np.einsum("Dabc,ap,bp,cq->Dpq", X, U, U, U, optimize=True)
+    term1 = np.einsum("Dpq,pq,qi->Di", Y, Z.phi1, yh, optimize=True)
+    X4 = np.einsum("abcd,ap,bq,cq,dr->pqr", X[:P], U, U, U, U, optimize=True)
+    term2 = ThA @ (U @ np.einsum("pqr,pqr,ri->pi", X4, Z.phi2, yh, optimize=True))
+    parts["delta_ntk"] = term1 + term2
+    stats = {k: T[k] for k in "PQRSTU"}
+    zc = dict(Z.coefficients, Bsym=Z.coefficients["B"] + Z.coefficients["B"].T)
+    zt = dict(Z.train_coefficients, Bsym=Z.train_coefficients["B"] + Z.train_coefficients["B"].transpose(0, 2, 1))
+    for part, terms in _TERMS.items():
+        rhs = yh.T if part == "dntk" else Wh
+        total, train = 0.0, 0.0
+        for group, proj, sup in terms:
+            Xs = sum((nL if c == "nL" else 1) * _slots(stats[t], slots, P) for c, t, slots in group)
+            Xh = Z.to_eigenbasis(Xs, (1, 2, 3))
+            total = total + _contract(Xh, zc[proj], sup, rhs)
+            train = train + _contract(Z.to_eigenbasis(Xh[:P], (0,)), zt[proj], sup, rhs, lead=True)
+        parts[part] = -(_bracket(total, Th, Hinv, P) + ThA @ (U @ (train / lam[:, None])))
+    mean_inf = ThA @ (U @ (Z.phi[:, None] * yh))
     return FiniteWidthMean(parts, mean_inf, P, width, Z)
 
 
@@ -555,7 +742,13 @@ def _decomposition(X: np.ndarray, m: int, pattern: str) -> np.ndarray:
 
 #: Parts of :math:`n_{L-1}(\mathrm{Cov}-\mathrm{Cov}^\infty)`, see :func:`finite_width_covariance`.
 COVARIANCE_PARTS = ("metric", "ntk_fluctuation", "dntk", "ddntk")
-_MAX_TRAIN_COV = 64
+
+
+def covariance_bytes(N: int, P: int, m: int) -> float:
+    """Estimated peak bytes of :func:`finite_width_covariance` on ``N`` inputs (``P`` training,
+    ``m`` outputs): five output-index decompositions of ``m^4 N^4`` entries and their restricted
+    copies, the dense :math:`Z_A, Z_B` (``P^4``) and the third moments (``m^4 N P^3``)."""
+    return 8.0 * (10.0 * m ** 4 * float(N) ** 4 + 2.0 * float(P) ** 4 + 2.0 * m ** 4 * N * float(P) ** 3)
 
 
 @public
@@ -621,19 +814,19 @@ def finite_width_covariance(tensors: Any, y_train: Any, *, n_train: int, algorit
     -----
     The ddNTK projectors stay in the eigenbasis of the training NTK (:math:`N_\mathcal A^3`
     coefficients, never :math:`N_\mathcal A^6` tensors); :math:`Z_A, Z_B` are held densely
-    (:math:`N_\mathcal A^4`) and the output indices are explicit, so this is for training sets
-    up to 64 inputs and few outputs.  The statistics are read at entries with at most two test
+    (:math:`N_\mathcal A^4`) and the output indices are explicit (:math:`n_L^4N^4` entries), so
+    it is refused before allocating above the memory bound (:func:`covariance_bytes`).  The statistics are read at entries with at most two test
     inputs (``ntk_flow(..., n_train=, max_test=2)``).
     """
     T, y, P, width, Th, Z = _setup(tensors, _TENSORS + ("G1", "D", "F"), y_train, n_train,
                                    algorithm, eta, widths, layer, 2)
-    if P > _MAX_TRAIN_COV:
-        raise DomainError(f"finite_width_covariance holds the NTK-variance projectors Z_A, Z_B "
-                          f"densely (N_A^4 entries): at most {_MAX_TRAIN_COV} training inputs, "
-                          f"got {P}")
     m = y.shape[1]
-    K = T["K"]
     N = Th.shape[0]
+    check_memory(covariance_bytes(N, P, m), f"the O(1/n) covariance's output-index decompositions "
+                 f"and projectors ({N} inputs, {P} training, {m} outputs)",
+                 "use fewer test inputs (the covariance of a subset is that subset's block) or "
+                 "fewer training inputs")
+    K = T["K"]
     Hi = Z.inverse()
     EA = np.zeros((P, N))
     EA[:, :P] = np.eye(P)

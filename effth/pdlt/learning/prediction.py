@@ -42,11 +42,11 @@ from scipy.special import log_softmax, softmax
 from effth.algebra.tensors import SampleSum, SampleTensor
 from effth._results import TrainTestSplit
 from effth.errors import AccuracyWarning, DomainError
-from effth._validate import (finite_array, label_array, last_hidden_width, nonnegative,
+from effth._validate import (finite_array, psd_kernel, label_array, last_hidden_width, nonnegative,
                              symmetric_matrix)
 from effth.pdlt.learning._linalg import training_cholesky, training_spectrum
 
-from effth.pdlt.learning.finite_width import (_MAX_TRAIN_COV, COVARIANCE_PARTS as _COV_PARTS,
+from effth.pdlt.learning.finite_width import (COVARIANCE_PARTS as _COV_PARTS,
                                     MEAN_PARTS as _MEAN_PARTS, finite_width_covariance,
                                     finite_width_mean)
 from effth.pdlt.initialization.kernel_flow import flow
@@ -104,6 +104,10 @@ def output_kernels(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0
     X = finite_array(X, "X", (2,))
     if not hasattr(net, "depth") or not hasattr(net, "c_w_at"):
         raise DomainError(f"net must be an effth.MLP, got {type(net).__name__}")
+    from effth._validate import check_memory       # K and Theta of every layer: (L, N, N) each
+    check_memory(8.0 * float(X.shape[0]) ** 2 * (2 * net.depth + 2),
+                 f"the (N, N) kernels of N = {X.shape[0]} inputs through {net.depth} layers",
+                 "use fewer training and test inputs (the memory grows as N^2)")
     from effth.pdlt.initialization.kernel_flow import KernelScaleWarning
 
     with warnings.catch_warnings():
@@ -111,10 +115,11 @@ def output_kernels(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0
         # what is asked for, not a warning about its growth with depth
         warnings.simplefilter("ignore", KernelScaleWarning)
         if not ntk:
-            return flow(net, X, statistics=("K",), rtol=rtol, progress=False).K[-1], None
+            return flow(net, X, statistics=("K",), rtol=rtol, progress=False).K[-1].copy(), None
         nf = ntk_flow(net, X, lambda_b=lambda_b, lambda_w=lambda_w, statistics=("Theta",),
                       rtol=rtol, progress=False)
-    return nf.kernel.K[-1], nf.tensors["Theta"][-1]
+    # copies: a view would keep every layer's (L, N, N) arrays alive with the prediction
+    return nf.kernel.K[-1].copy(), nf.tensors["Theta"][-1].copy()
 
 
 # ======================================================================= linear algebra core
@@ -192,7 +197,7 @@ class Prediction(TrainTestSplit):
       shape as ``"mean"``; its parts ``"mean1_H1"`` (the NTK-mean shift :math:`H^{\{1\}}`),
       ``"mean1_delta_ntk"`` (∞.157), ``"mean1_dntk"`` (∞.158), ``"mean1_ddntk_I"`` (∞.159),
       ``"mean1_ddntk_II"`` (∞.160); ``"mean_at_width"``: :math:`m^\infty+\text{mean1}/n_{L-1}`;
-    * ``"covariance1"`` (with ``widths=``, at most 64 training inputs): :math:`n_{L-1}` times the
+    * ``"covariance1"`` (with ``widths=``, converged training): :math:`n_{L-1}` times the
       :math:`O(1/n)` covariance of the trained outputs (:func:`~effth.pdlt.
       finite_width_learning.finite_width_covariance`, derived here, not printed in the book),
       ``(Q, Q)`` for one output and ``(Q, Q, C, C)`` (:math:`[\dot\beta_1,\dot\beta_2,i_1,i_2]`,
@@ -283,9 +288,9 @@ class Prediction(TrainTestSplit):
         if name == "mean":
             return self.mean_.copy()
         if name == "covariance":
-            return self.covariance_.copy()
+            return self._get("covariance_").copy()
         if name == "std":
-            return np.sqrt(np.clip(np.diag(self.covariance_), 0.0, None))
+            return np.sqrt(np.clip(np.diag(self._get("covariance_")), 0.0, None))
         if name == "bias":
             if self.test_loss_kind == "cross_entropy":
                 # (7.3): -sum_b sum_i p_i;b log softmax(m_b)_i
@@ -296,14 +301,14 @@ class Prediction(TrainTestSplit):
                 # (10.53)-(10.55): 1/2 sum_b sum_ij d2L/dz_i dz_j Cov[z_i;b, z_j;b], with the
                 # Hessian diag(q) - q q^T of the softmax cross-entropy and Cov[z_i, z_j] = delta_ij Cov
                 q = softmax(self.mean_, axis=1)
-                return 0.5 * float(np.sum(np.diag(self.covariance_) * np.sum(q * (1.0 - q), axis=1)))
-            return 0.5 * C * float(np.trace(self.covariance_))
+                return 0.5 * float(np.sum(np.diag(self._get("covariance_")) * np.sum(q * (1.0 - q), axis=1)))
+            return 0.5 * C * float(np.trace(self._get("covariance_")))
         if name == "test_loss":
             return self.value("bias") + self.value("variance")
         if name == "train_mean":
-            return self.train_mean_.copy()
+            return self._get("train_mean_").copy()
         if name == "train_covariance":
-            return self.train_covariance_.copy()
+            return self._get("train_covariance_").copy()
         if name == "log_evidence":
             return float(self.log_evidence_)
         if name == "K":
@@ -322,6 +327,15 @@ class Prediction(TrainTestSplit):
             out = self._finite_covariance().value(key)[P:, P:]
             return out[:, :, 0, 0] if self.y_train.ndim == 1 else out
         raise AssertionError(name)   # pragma: no cover
+
+    def _get(self, field_name: str) -> np.ndarray:
+        """A field computed when first read (the covariance and the Bayesian training-set
+        posterior: a callable until then)."""
+        val = getattr(self, field_name)
+        if callable(val):
+            val = val()
+            setattr(self, field_name, val)
+        return val
 
     def _finite_covariance(self) -> Any:
         """The O(1/n) covariance, computed on first use (:func:`_finite_width`)."""
@@ -356,10 +370,11 @@ class Prediction(TrainTestSplit):
             name.startswith(("mean1_", "covariance1_"))
         if finite and self.finite_width is None:
             raise DomainError(f"{name!r} is the O(1/n) correction: pass widths= (n_(L-1)) to predict")
-        if finite and self.method != "bayes" and name.startswith("cov") and self.finite_width[1] is None:
-            raise DomainError(f"{name!r}: the O(1/n) covariance is computed for at most "
-                              f"{_MAX_TRAIN_COV} training inputs (it holds the N_A^4 projectors "
-                              "Z_A, Z_B); the mean is available")
+        if finite and self.method != "bayes" and name.startswith("cov") and self.finite_width[1] is None \
+                and self.updates is not None:
+            raise DomainError(f"{name!r}: the O(1/n) covariance after a finite number of steps is "
+                              "not implemented (the mean is: 'mean1'); drop updates= for the "
+                              "covariance of networks trained to convergence")
         if name not in self.names:
             if name in ("bias", "variance", "test_loss"):
                 raise DomainError(f"{name!r} needs the test targets: pass y_test= to predict")
@@ -530,8 +545,10 @@ def prediction_latex(method: str, *, noise: bool = False, updates: int | None = 
         cov = _add(_K(b1, b2, L),
                    _neg(SampleSum(_mul(_K(b1, a3, L), _InvK(a3, a4, L), _K(a4, b2, L)), a3, a4)))
         nL = sp.Symbol("n_L")
-        logp = _add(_neg(_mul(nL / 2, sp.Symbol(r"\log\left|2\pi\widetilde{K}\right|"))),
-                    _neg(_mul(sp.Symbol(r"\tfrac{1}{2}"),
+        # the log evidence (6.34): the determinant of the training block as a matrix symbol
+        Ktilde = sp.MatrixSymbol(r"\widetilde{K}", sp.Symbol(r"N_{\mathcal{A}}"), sp.Symbol(r"N_{\mathcal{A}}"))
+        logp = _add(_neg(_mul(nL / 2, sp.log(sp.Determinant(sp.MatMul(2 * sp.pi, Ktilde))))),
+                    _neg(_mul(sp.UnevaluatedExpr(sp.Rational(1, 2)),
                               SampleSum(SampleSum(_mul(_InvK(a1, a2, L), y(a1), y(a2)), a1, a2), i))))
         pairs = [(_Head(r"m^{\infty}_{i;\dot{\beta}}"), mean),
                  (_Head(r"\mathbb{K}_{\dot{\beta}_{1}\dot{\beta}_{2}}"), cov),
@@ -645,9 +662,10 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
     if isinstance(n_train, bool) or not isinstance(n_train, (numbers.Integral,)) or not 0 < n_train < Kf.shape[0]:
         raise DomainError(f"n_train must be an int with 0 < n_train < N = {Kf.shape[0]} (training "
                           f"inputs first, then at least one test input), got {n_train!r}")
+    Kf = psd_kernel(Kf, "K", n_train=int(n_train))          # the test blocks too
     Tf = None
     if Theta is not None:
-        Tf = symmetric_matrix(finite_array(Theta, "Theta", (2,)), "Theta")
+        Tf = psd_kernel(finite_array(Theta, "Theta", (2,)), "Theta", n_train=int(n_train))
         if Tf.shape != Kf.shape:
             raise DomainError(f"Theta has shape {Tf.shape} but K has {Kf.shape}")
     elif method != "bayes":
@@ -662,7 +680,7 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
             lambda_b: Any = 1.0,
             lambda_w: Any = 1.0, eta: Any = None, updates: Any = None, K: Any = None,
             Theta: Any = None, n_train: Any = None, jitter: Any = None, widths: Any = None,
-            rtol: float = 1e-10) -> Prediction:
+            rtol: float = 1e-10, progress: bool | None = None) -> Prediction:
     r"""Prediction after learning: ensemble mean and covariance of the test outputs, at infinite
     width and (``widths=``) with the :math:`O(1/n)` corrections.
 
@@ -731,6 +749,9 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
           ``"mean1_H1"``, ``"mean1_delta_ntk"``, ``"mean1_dntk"``, ``"mean1_ddntk_I"``,
           ``"mean1_ddntk_II"``) and the covariance (derived;
           :func:`~effth.pdlt.learning.finite_width.finite_width_covariance`).  With
+          ``updates=`` (and ``eta``) the mean after that many steps (PDLT §∞.2.2, the
+          finite-time projectors of :mod:`effth.pdlt.learning.finite_time`); the covariance
+          is then not available.  With
           ``eta`` the projectors of GD (∞.142)–(∞.147), without it gradient flow
           (∞.149)–(∞.153); ``method="newton"`` is the two-step Newton algorithm (∞.148).  A
           smooth activation is required: for kinked ones (ReLU) the :math:`1/n` expansion of the
@@ -742,6 +763,14 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
     rtol : float
         Relative accuracy of the Gaussian expectations of the kernels; with ``widths=``, the NTK
         hierarchy of the :math:`O(1/n)` terms is computed at ``min(100 * rtol, 1e-8)``.
+    progress : bool or None
+        A progress bar for the :math:`O(1/n)` NTK hierarchy (``widths=``), the loop that can run
+        for minutes (``None``: follow ``$EFFTH_PROGRESS`` / a terminal, see
+        :mod:`effth._progress`).  When the flow on all inputs would need more than 3 GiB (its
+        estimate, :func:`~effth.pdlt.learning.prediction.flow_bytes`), the mean is computed
+        over the test inputs in chunks (its value at a test input needs only that input), with
+        a bar over the chunks; above the memory bound (``$EFFTH_MAX_BYTES``, default half the
+        physical memory) even for one test input it is refused before allocating.
 
     Returns
     -------
@@ -753,7 +782,7 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         Mismatched shapes, NaN/inf/complex input, non-symmetric or non-PSD kernels, a singular
         training block (without ``jitter``), :math:`\eta\ge2/\lambda_{\max}(\widetilde\Theta)`
         (the bound is in the message), ``updates`` without ``eta``, an unknown method;
-        ``widths=`` without a network, with a kinked activation, with ``updates``, noise or jitter.
+        ``widths=`` without a network, with a kinked activation, with ``updates`` for Newton, noise or jitter.
 
     Examples
     --------
@@ -766,6 +795,9 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
     """
     if method not in METHODS:
         raise DomainError(f"method must be one of {METHODS}, got {method!r}")
+    if progress is not None:
+        from effth._progress import progress_enabled
+        progress_enabled(progress)                   # True, False or None, checked up front
     noise = nonnegative(noise, "noise")
     if noise and method != "bayes":
         raise DomainError("noise= is the output-noise variance of the Bayesian likelihood (6.10); "
@@ -821,59 +853,63 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         Kt = KAA + (noise + jitter) * np.eye(P)
         Lc = training_cholesky(Kt, "K (plus noise)" if noise else "K", jitter=0.0,
                                bound_hint=" (a noise variance noise=s2 > 0 regularizes it too)")
-        W = _solve_tri(Lc, Kf[:P, P:])                  # L^{-1} K_AB
         v = _solve_tri(Lc, y)                           # L^{-1} y
-        mean = W.T @ v
-        cov = Kf[P:, P:] - W.T @ W
-        cov = 0.5 * (cov + cov.T)
-        Wa = _solve_tri(Lc, KAA)                        # posterior of the latent training outputs
-        train_mean = Wa.T @ v
-        train_cov = KAA - Wa.T @ Wa
-        train_cov = 0.5 * (train_cov + train_cov.T)
+        alpha = _solve_tri(Lc.T, v, upper=True)         # K~^{-1} y (a Cholesky solve)
+        mean = Kf[P:, :P] @ alpha
+        KAB, KBB = Kf[:P, P:], Kf[P:, P:]
+
+        def cov():                                      # (6.57), when first read
+            W = _solve_tri(Lc, KAB)                     # L^{-1} K_AB
+            c = KBB - W.T @ W
+            return _finite_or_raise("covariance", 0.5 * (c + c.T))
+
+        def train_mean():                               # posterior of the latent training outputs
+            return KAA @ alpha
+
+        def train_cov():
+            Wa = _solve_tri(Lc, KAA)
+            c = KAA - Wa.T @ Wa
+            return 0.5 * (c + c.T)
+
         log_ev = float(-0.5 * C * (P * math.log(2 * math.pi) + 2 * np.sum(np.log(np.diag(Lc))))
                        - 0.5 * np.sum(v * v))
     else:
         TAA = Tf[:P, :P]
         converged = updates is None
-        if method == "gd" and converged and eta is None:
-            # converged GD (10.39)-(10.41): Theta_BA Theta~^{-1} by a Cholesky solve, no eigh
+        if method in ("gd", "newton") and (converged if method == "gd" else not updates):
+            # converged GD (10.39)-(10.41) and Newton without GD steps (10.34): Theta_BA
+            # Theta~^{-1} by a Cholesky solve, no eigendecomposition; a learning rate is checked
+            # by a second Cholesky factorization, of 2/eta - Theta~ (definite iff eta lambda_max < 2)
             Lt = training_cholesky(TAA, "Theta", jitter=jitter)
+            if eta is not None:
+                _check_stable(TAA + jitter * np.eye(P), eta)
             Pm = _solve_tri(Lt, Tf[P:, :P].T, transpose=True).T
-            mean = Pm @ y
-            cov = _covariance(Pm, Kf, P)
             train_mean, train_cov = y.copy(), np.zeros((P, P))
         else:
             lam, U = training_spectrum(TAA, "Theta", need_invertible=converged or method == "newton",
                                        jitter=jitter)
             if eta is not None:
-                bound = 2.0 / lam[-1]
-                if eta >= bound:
-                    raise DomainError(f"eta={eta:g} is not below 2/lambda_max(Theta_train) = {bound:.6g} "
-                                      f"(lambda_max = {lam[-1]:.6g}): gradient descent does not "
-                                      "converge (PDLT §∞.2, footnote 16)")
+                _check_stable(None, eta, lam[-1])
             TBA = Tf[P:, :P]
             if method == "gd":
                 phi = _gd_factor(lam, eta, updates)
                 Pm = (TBA @ U) * phi @ U.T                   # Theta_BA Theta~^{-1}[1 - (1 - eta Theta~)^t]
-                if converged:
-                    train_mean, train_cov = y.copy(), np.zeros((P, P))
-                else:
-                    S = (U * _decay(lam, eta, updates)) @ U.T    # (1 - eta Theta~)^t
-                    train_mean = y - S @ y
-                    train_cov = S @ KAA @ S.T
-                    train_cov = 0.5 * (train_cov + train_cov.T)
-            else:  # Newton: GD steps (if any), then the Newton step (10.34), by a Cholesky solve
+                S = (U * _decay(lam, eta, updates)) @ U.T    # (1 - eta Theta~)^t
+                train_mean = y - S @ y
+                train_cov = S @ KAA @ S.T
+                train_cov = 0.5 * (train_cov + train_cov.T)
+            else:  # Newton: GD steps, then the Newton step (10.34), by a Cholesky solve
                 Tj = TAA + jitter * np.eye(P)
                 Lc = np.linalg.cholesky(Tj)
                 newton = _solve_tri(Lc, TBA.T, transpose=True)   # Theta~^{-1} Theta_AB
                 Pn = newton.T                                     # Theta_BA Theta~^{-1}
-                if updates and updates > _STEPWISE_UPDATES:
+                if updates > _STEPWISE_UPDATES:
                     # the same sums in closed form (a loop of 1e10 steps would not end):
                     # eta sum_s (1 - eta Theta~)^s = Theta~^{-1} [1 - (1 - eta Theta~)^t]
                     Pg = (TBA @ U) * _gd_factor(lam, eta, updates) @ U.T
                     S = (U * _decay(lam, eta, updates)) @ U.T
                     Pm = Pg + Pn @ S
-                elif updates:
+                else:
                     S = np.eye(P)
                     step = np.eye(P) - eta * Tj
                     Pg = np.zeros((Q, P))
@@ -881,21 +917,20 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
                         Pg = Pg + eta * TBA @ S
                         S = step @ S
                     Pm = Pg + Pn @ S                              # z_B(T) = z_B - Pm (z_A - y)
-                else:
-                    Pm = Pn
                 train_mean, train_cov = y.copy(), np.zeros((P, P))
-            mean = Pm @ y
-            cov = _covariance(Pm, Kf, P)
-    for what, arr in (("mean", mean), ("covariance", cov)):
-        if not np.all(np.isfinite(arr)):
-            raise DomainError(f"the {what} is not finite: the training block is too ill-conditioned "
-                              "for double precision (pass jitter=)")
+        mean = Pm @ y
+
+        def cov():                                      # (10.41), when first read
+            return _finite_or_raise("covariance", _covariance(Pm, Kf, P))
+    _finite_or_raise("mean", mean)
     finite = None
     if width is not None and method == "bayes":
         from effth.pdlt.learning.bayes_finite import bayes_posterior
-        finite = bayes_posterior(net, X_train, y_train, X_test, widths=widths, noise=noise, rtol=rtol)
+        finite = bayes_posterior(net, X_train, y_train, X_test, widths=widths, noise=noise, rtol=rtol,
+                                 progress=progress)
     elif width is not None:
-        finite = _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol)
+        finite = _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol,
+                               updates, progress)
     return Prediction(method=method, K=Kf, Theta=Tf, n_train=P, mean_=mean, covariance_=cov,
                       train_mean_=train_mean, train_covariance_=train_cov, y_train=y, y_test=yt,
                       test_loss_kind=test_loss,
@@ -910,9 +945,15 @@ def _width(widths: Any, net: Any, updates: Any, jitter: float, method: str) -> i
     if net is None:
         raise DomainError("widths= needs the network, predict(net, X_train, y_train, X_test, "
                           "widths=n): the O(1/n) mean needs its NTK hierarchy, not only K and Theta")
-    if updates is not None:
-        raise DomainError("widths= is the fully trained network (PDLT (∞.141)); finite-time "
-                          "training at finite width is not implemented: drop updates=")
+    held = getattr(net, "widths", None)
+    if held is not None and all(isinstance(w, numbers.Integral) for w in held) \
+            and int(held[-1]) != int(width):
+        raise DomainError(f"the widths are given twice and differ: the network has widths="
+                          f"{tuple(int(w) for w in held)}, predict widths={widths!r}; give them once")
+    if updates is not None and method != "gd":
+        raise DomainError("widths= with updates= is finite-time gradient descent (PDLT §∞.2.2, "
+                          "method='gd'); Newton at finite width is the converged two-step "
+                          "algorithm (∞.148): drop updates=")
     if jitter:
         raise DomainError("widths= does not combine with jitter= (a ridge changes the solution)")
     act = getattr(net, "act", None)
@@ -923,47 +964,165 @@ def _width(widths: Any, net: Any, updates: Any, jitter: float, method: str) -> i
     return int(width)
 
 
-def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol):
-    """The O(1/n) mean of trained networks (PDLT (∞.155)) on train-then-test inputs, and their
-    covariance as a :class:`_PendingCovariance` (``None`` past 64 training inputs)."""
+def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol, updates=None,
+                  progress=None):
+    """The O(1/n) mean of trained networks (PDLT (∞.155); after ``updates`` steps, §∞.2.2) on
+    train-then-test inputs, and their covariance as a :class:`_PendingCovariance` (``None`` at
+    finite time).
+
+    The mean at a test input reads only the entries of the NTK hierarchy with that one test input
+    (``ntk_flow(..., max_test=1)``), so when the flow on all inputs would need more than
+    :func:`_flow_budget` the test inputs are taken in chunks, one flow on the training inputs
+    plus each chunk (the training-only entries are then recomputed per chunk)."""
     X = np.vstack([finite_array(X_train, "X_train", (2,)), finite_array(X_test, "X_test", (2,))])
     algorithm = "two_step" if method == "newton" else ("gd" if eta is not None else "gradient_flow")
-    kw = dict(n_train=len(y), algorithm=algorithm, eta=eta if algorithm == "gd" else None, widths=width)
-    flow_kw = dict(lambda_b=lambda_b, lambda_w=lambda_w, rtol=min(rtol * 100, 1e-8), n_train=len(y))
-    # the mean reads the entries with at most one test input; the covariance, which reads those
-    # with two, is computed when first read, reusing the subsets of samples the mean's flow
-    # integrated (14 + 14 tanh inputs: 17.8 s after a 16.0 s mean, 32.2 s without the reuse)
-    cache: list | None = [] if len(y) <= _MAX_TRAIN_COV else None
-    mean = finite_width_mean(ntk_flow(net, X, max_test=1, atom_cache=cache, **flow_kw), y, **kw)
-    if cache and sum(s["nbytes"] for s in cache if s is not None) > _ATOM_CACHE_BYTES:
-        cache.clear()             # too large to hold until the covariance is read: recomputed
-    cov = _PendingCovariance(net, X, y, flow_kw, kw, cache) if cache is not None else None
-    return mean, cov
+    kw = dict(n_train=len(y), algorithm=algorithm, eta=eta if algorithm == "gd" else None, widths=width,
+              updates=updates)
+    flow_kw = _flow_kw(lambda_b, lambda_w, rtol, y)
+    P, N = len(y), X.shape[0]
+    L = int(net.depth)
+    chunk = _test_chunk(P, N - P, L)
+    if chunk < N - P:
+        mean = _chunked_mean(net, X, y, flow_kw, kw, chunk, progress)
+    else:
+        # the mean reads the entries with at most one test input; the covariance, which reads
+        # those with two, is computed when first read, reusing the subsets of samples the mean's
+        # flow integrated (14 + 14 tanh inputs: 17.8 s after a 16.0 s mean, 32.2 s without)
+        cache: list | None = [] if updates is None else None
+        mean = finite_width_mean(ntk_flow(net, X, max_test=1, atom_cache=cache, progress=progress,
+                                          **flow_kw), y, **kw)
+        if cache and sum(s["nbytes"] for s in cache if s is not None) > _ATOM_CACHE_BYTES:
+            cache.clear()             # too large to hold until the covariance is read: recomputed
+    if updates is not None:
+        return mean, None
+    kw.pop("updates")
+    return mean, _PendingCovariance(net, X, y, flow_kw, kw, None if chunk < N - P else cache, progress)
+
+
+#: rank-4 arrays of the restricted flow, per layer: A, B, D, F, P, Q, R, S, T, U of ntk_flow
+#: and V of the kernel flow; the working memory of the layer steps, measured (peak RSS of tanh,
+#: depth 3, 12 + 12 and 20 + 12 inputs), is about six layers' worth more
+_FLOW_RANK4 = 11
+_FLOW_OVERHEAD = 6.0
+#: the flow's memory above which the test inputs are taken in chunks (soft; the hard bound is
+#: effth._validate.memory_limit): 40 training + 40 test inputs at depth 3 run as ten flows
+#: of 40 + 4 inputs, each about 3 GB
+_FLOW_BUDGET = 3.0 * 2 ** 30
+
+
+def flow_bytes(N: int, L: int, max_test: int = 1) -> float:
+    """Estimated peak bytes of ``ntk_flow(..., n_train=, max_test=)`` on ``N`` inputs and ``L``
+    layers (every statistic): ``L`` layers of eleven ``(N,)*4`` float64 arrays and the working
+    memory of the layer steps."""
+    return 8.0 * float(N) ** 4 * (L * _FLOW_RANK4 + _FLOW_OVERHEAD * _FLOW_RANK4)
+
+
+def _flow_budget() -> float:
+    from effth._validate import memory_limit
+    return min(_FLOW_BUDGET, memory_limit())
+
+
+def _test_chunk(P: int, Q: int, L: int) -> int:
+    """Test inputs per restricted flow: all of them when the flow fits :func:`_flow_budget`,
+    else the most that fit (at least one; refused when one does not fit the memory bound)."""
+    from effth._validate import check_memory
+    budget = _flow_budget()
+    if flow_bytes(P + Q, L) <= budget:
+        return Q
+    check_memory(flow_bytes(P + 1, L), f"the O(1/n) mean's NTK hierarchy on {P} training inputs "
+                 f"and one test input (depth {L}: {L} layers of {_FLOW_RANK4} arrays of "
+                 f"{P + 1}^4 entries)", "use fewer training inputs or a shallower network")
+    c = 1
+    while c < Q and flow_bytes(P + c + 1, L) <= budget:
+        c += 1
+    n_chunks = -(-Q // c)
+    return -(-Q // n_chunks)                     # balanced chunks
+
+
+def _chunked_mean(net, X, y, flow_kw, kw, chunk, progress):
+    """:func:`finite_width_mean` on the training inputs and the test inputs in chunks (one
+    restricted flow per chunk), assembled into one result on all inputs."""
+    from effth._progress import progress_bar
+    P, Q = len(y), X.shape[0] - len(y)
+    pieces = []
+    with progress_bar(-(-Q // chunk), "finite-width mean: test chunks", progress=progress,
+                      unit="chunk") as bar:
+        for start in range(0, Q, chunk):
+            rows = np.r_[0:P, P + start:P + min(start + chunk, Q)]
+            nf = ntk_flow(net, X[rows], max_test=1, progress=False, **flow_kw)
+            pieces.append(finite_width_mean(nf, y, **kw))
+            del nf                # freed before the next chunk's flow allocates its arrays
+            bar.update()
+    first = pieces[0]
+    parts = {k: np.concatenate([first.parts[k][:P]] + [m.parts[k][P:] for m in pieces])
+             for k in first.parts}
+    infinite = np.concatenate([first.infinite[:P]] + [m.infinite[P:] for m in pieces])
+    return type(first)(parts, infinite, P, first.width, first.projectors)
 
 
 _ATOM_CACHE_BYTES = 1 << 30    # the mean's atoms kept for the covariance up to this size
+
+
+def _flow_kw(lambda_b, lambda_w, rtol, y) -> dict:
+    """The restricted NTK flow's settings of :func:`_finite_width`."""
+    return dict(lambda_b=lambda_b, lambda_w=lambda_w, rtol=min(rtol * 100, 1e-8), n_train=len(y))
 
 
 class _PendingCovariance:
     """The O(1/n) covariance of :func:`_finite_width`, computed on first use (its flow reads the
     entries with two test inputs, which the mean does not need)."""
 
-    def __init__(self, net, X, y, flow_kw: dict, kw: dict, cache: list) -> None:
-        self._args = (net, X, y, flow_kw, kw)
+    def __init__(self, net, X, y, flow_kw: dict, kw: dict, cache: list | None,
+                 progress: Any = None) -> None:
+        self._args = (net, X, y, flow_kw, kw, progress)
         self._cache = cache          # the mean's atoms, per layer (ntk_flow's atom_cache)
 
     def __call__(self):
-        net, X, y, flow_kw, kw = self._args
+        from effth._validate import check_memory
+        from effth.pdlt.learning.finite_width import covariance_bytes
+        net, X, y, flow_kw, kw, progress = self._args
+        N, P = X.shape[0], len(y)
+        m = 1 if y.ndim == 1 else y.shape[1]
+        check_memory(flow_bytes(N, int(net.depth), 2) + covariance_bytes(N, P, m),
+                     f"the O(1/n) covariance on {P} training and {N - P} test inputs (the NTK "
+                     f"hierarchy on all {N} inputs and the output-index decompositions)",
+                     "read the covariance for fewer test inputs (another predict call), or use "
+                     "fewer training inputs")
         cache, self._cache = self._cache, None       # computed once: the snapshots go with it
-        return finite_width_covariance(ntk_flow(net, X, max_test=2, atom_cache=cache, **flow_kw),
-                                       y, **kw)
+        return finite_width_covariance(ntk_flow(net, X, max_test=2, atom_cache=cache,
+                                                progress=progress, **flow_kw), y, **kw)
 
 
-def _solve_tri(Lc: np.ndarray, B: np.ndarray, transpose: bool = False) -> np.ndarray:
-    """L^{-1} B, or (L L^T)^{-1} B with ``transpose`` (a Cholesky solve)."""
+def _finite_or_raise(what: str, arr: np.ndarray) -> np.ndarray:
+    if not np.all(np.isfinite(arr)):
+        raise DomainError(f"the {what} is not finite: the training block is too ill-conditioned "
+                          "for double precision (pass jitter=)")
+    return arr
+
+
+def _check_stable(TAA: np.ndarray | None, eta: float, lam_max: float | None = None) -> None:
+    """``eta * lambda_max(Theta~) < 2`` (PDLT §∞.2, footnote 16): from ``lam_max``, or without an
+    eigendecomposition by a Cholesky factorization of ``2/eta - Theta~``; the eigenvalue is
+    computed only to say by how much a failing rate misses."""
+    if lam_max is None:
+        try:
+            np.linalg.cholesky((2.0 / eta) * np.eye(len(TAA)) - TAA)
+            return
+        except np.linalg.LinAlgError:
+            lam_max = float(np.linalg.eigvalsh(TAA)[-1])
+    bound = 2.0 / lam_max
+    if eta >= bound:
+        raise DomainError(f"eta={eta:g} is not below 2/lambda_max(Theta_train) = {bound:.6g} "
+                          f"(lambda_max = {lam_max:.6g}): gradient descent does not "
+                          "converge (PDLT §∞.2, footnote 16)")
+
+
+def _solve_tri(Lc: np.ndarray, B: np.ndarray, transpose: bool = False, upper: bool = False) -> np.ndarray:
+    """L^{-1} B (``upper``: for an upper-triangular factor), or (L L^T)^{-1} B with
+    ``transpose`` (a Cholesky solve)."""
     from scipy.linalg import solve_triangular
 
-    X = solve_triangular(Lc, B, lower=True, check_finite=False)
+    X = solve_triangular(Lc, B, lower=not upper, check_finite=False)
     if transpose:
         X = solve_triangular(Lc.T, X, lower=False, check_finite=False)
     return X
@@ -1019,7 +1178,7 @@ def log_evidence(net: Any = None, X_train: Any = None, y_train: Any = None, *, n
     else:
         if K is None or y_train is None:
             raise DomainError("log_evidence needs (net, X_train, y_train) or K= and y_train=")
-        Kt = symmetric_matrix(finite_array(K, "K", (2,)), "K")
+        Kt = psd_kernel(finite_array(K, "K", (2,)), "K")
     P = Kt.shape[0]
     y = label_array(y_train, P)
     if net is not None and getattr(net, "n_out", None) not in (None, 1 if y.ndim == 1 else y.shape[1]):

@@ -1,0 +1,336 @@
+"""Finite-time gradient descent at finite width (PDLT §∞.2.2): the per-network solution after t
+steps against iterating the difference equations (∞.81)-(∞.83), the ensemble mean's free part
+against direct matrix powers, the limit t -> infinity, and exactness at huge t with tiny eta."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from effth.errors import DomainError
+from effth.pdlt.learning.finite_time import (divided_power, finite_time_projectors, phi_divided,
+                                             power_t)
+from effth.pdlt.learning.finite_width import MEAN_PARTS, finite_width_mean, trained_output
+
+from ._trained_reference import difference_equations, symmetric_statistics
+from .test_finite_width_learning import _synthetic_instance
+
+
+@pytest.mark.parametrize("eta_frac", [0.1, 0.6])
+def test_finite_time_solution_matches_the_difference_equations(eta_frac):
+    """After t = 1, 5, 30 steps the O(1/n) solution misses the iterated (∞.81)-(∞.83) at second
+    order in the differentials (slope 2) while the effect is first order; with slow training
+    the converged differential terms (a wrong time) miss at first order."""
+    rng = np.random.default_rng(7)
+    m, N, P = 2, 5, 3
+    y = rng.standard_normal((P, m))
+    for steps in (1, 5, 30):
+        errs, effects, wrong, scaled = [], [], [], []
+        for eps in (4e-4, 2e-4, 1e-4):
+            inst, H = _synthetic_instance(np.random.default_rng(7), m, N, eps)
+            eta = eta_frac * 2 / np.linalg.eigvalsh(H[:P, :P]).max()
+            zs = difference_equations(inst.z, H, inst.dH, inst.ddIH, inst.ddIIH, y, P, eta, steps)
+            out = trained_output(inst, y, n_train=P, eta=eta, H=H, updates=steps)
+            conv = trained_output(inst, y, n_train=P, eta=eta, H=H)
+            free = out.value("free")
+            errs.append(abs(zs.T - out.value("z")).max())
+            effects.append(abs(zs.T - free).max())
+            wrong.append(abs(zs.T - free - (conv.value("z") - conv.value("free"))).max())
+            # a coefficient off by 10 %: the ddNTK-I part times 0.9
+            scaled.append(abs(zs.T - out.value("z") + 0.1 * out.value("ddntk_I")).max())
+        if steps == 1:                # one step: the O(eps) update is exact, no remainder
+            assert errs[-1] < 1e-9 * effects[-1], (errs, effects)
+            continue
+        s_err = np.polyfit(np.log([4, 2, 1]), np.log(errs), 1)[0]
+        s_eff = np.polyfit(np.log([4, 2, 1]), np.log(effects), 1)[0]
+        assert 1.8 < s_err < 2.2 and 0.9 < s_eff < 1.1, (steps, s_err, s_eff)
+        assert errs[-1] < 0.02 * effects[-1], (steps, errs, effects)
+        assert scaled[-1] > 5 * errs[-1], (steps, scaled, errs)
+        if eta_frac == 0.1:           # slow training: the converged projectors (a wrong time) miss
+            assert wrong[-1] > 0.1 * effects[-1], (steps, wrong, effects)
+
+
+def test_finite_time_tends_to_the_converged_result():
+    """t -> infinity equals the converged (∞.141) and (∞.155)-(∞.160) to round-off."""
+    inst, H = _synthetic_instance(np.random.default_rng(7), 2, 5, 1e-3)
+    y = np.random.default_rng(1).standard_normal((3, 2))
+    eta = 0.6 / np.linalg.eigvalsh(H[:3, :3]).max()
+    a = trained_output(inst, y, n_train=3, eta=eta, H=H)
+    b = trained_output(inst, y, n_train=3, eta=eta, H=H, updates=10 ** 7)
+    for k in a.names:
+        np.testing.assert_allclose(b.value(k), a.value(k), rtol=0, atol=1e-13 * abs(a.value(k)).max())
+    T = symmetric_statistics(5, np.random.default_rng(3))
+    eta = 0.74 / np.linalg.eigvalsh(T["Theta"][:3, :3]).max()
+    a = finite_width_mean(T, y, n_train=3, eta=eta, widths=10)
+    b = finite_width_mean(T, y, n_train=3, eta=eta, widths=10, updates=10 ** 8)
+    for k in a.names:
+        scale = abs(a.value(k)).max()
+        assert scale > 1e-3, k
+        np.testing.assert_allclose(b.value(k), a.value(k), rtol=0, atol=1e-13 * scale, err_msg=k)
+    c = finite_width_mean(T, y, n_train=3, eta=eta, widths=10, updates=5)
+    assert abs(c.value("mean1") - a.value("mean1")).max() > 0.05 * abs(a.value("mean1")).max()
+
+
+def _phi_dense(H, eta, t):
+    """phi_t(H) = H^{-1} [1 - (1 - eta H)^t] by a matrix power (independent of the code)."""
+    n = len(H)
+    return np.linalg.solve(H, np.eye(n) - np.linalg.matrix_power(np.eye(n) - eta * H, t))
+
+
+@pytest.mark.parametrize("eta_frac", [0.4, 0.8])
+def test_finite_time_free_part_against_matrix_powers(eta_frac):
+    """The free part of the mean, E[Hhat_{d a} phi_t(Hhat~)] y, at second order in Delta H: with
+    Delta H = sum_k xi_k M_k (xi = +-1) its statistic is A = sum_k M_k (x) M_k, and the
+    symmetric difference of direct matrix powers gives the same O(eps^2) term; the NTK-mean shift
+    H1 is the derivative in the direction H1."""
+    rng = np.random.default_rng(5)
+    N, P, t = 5, 3, 9
+    T = symmetric_statistics(N, rng)
+    Ms = [rng.standard_normal((N, N)) for _ in range(3)]
+    Ms = [M + M.T for M in Ms]
+    T["A"] = sum(np.einsum("ab,cd->abcd", M, M) for M in Ms)
+    T["B"] = np.zeros((N,) * 4)
+    for k in "PQRSTU":
+        T[k] = np.zeros((N,) * 4)
+    y = rng.standard_normal((P, 1))
+    H = T["Theta"]
+    eta = 2 * eta_frac / np.linalg.eigvalsh(H[:P, :P]).max()      # 0.8: 1 - eta lambda < 0 at the top
+    got = finite_width_mean(T, y, n_train=P, eta=eta, updates=t)
+
+    def f(Hx):
+        return Hx[:, :P] @ _phi_dense(Hx[:P, :P], eta, t) @ y
+
+    np.testing.assert_allclose(got.value("mean"), f(H), rtol=1e-12)
+    est = []
+    for h in (2.5e-3, 1.25e-3):
+        est.append(sum((f(H + h * M) + f(H - h * M) - 2 * f(H)) / (2 * h * h) for M in Ms))
+    fd = (4 * est[1] - est[0]) / 3                             # Richardson: O(h^4), ~1e-10 here
+    np.testing.assert_allclose(got.value("delta_ntk"), fd, rtol=1e-8, atol=1e-8 * abs(fd).max())
+    h = 1e-4
+    fd1 = (f(H + h * T["H1"]) - f(H - h * T["H1"])) / (2 * h)
+    np.testing.assert_allclose(got.value("H1"), fd1, rtol=1e-6, atol=1e-8 * abs(fd1).max())
+    assert abs(got.value("delta_ntk")).max() > 1e-2
+    for k in ("dntk", "ddntk_I", "ddntk_II"):
+        assert abs(got.value(k)).max() == 0.0
+
+
+def test_divided_differences_are_exact_at_huge_t_and_tiny_eta():
+    """(1 - eta lam)^t and the divided differences of u^t in log space: t = 10^10 steps of
+    eta = 1e-9 (tau = eta t = 10) agree with the gradient-flow limit e^{-tau lam} to O(eta);
+    coinciding eigenvalues give the derivative t u^{t-1}, and the second divided differences at
+    nearly coinciding points equal u^t''/2 (a recursion would lose every digit there)."""
+    lam = np.array([0.3, 0.7, 1.1])
+    ut = power_t(lam, 1e-9, 10 ** 10)
+    np.testing.assert_allclose(ut, np.exp(-10 * lam), rtol=1e-8)
+    d = divided_power(lam, lam, 1e-9, 10 ** 10)
+    np.testing.assert_allclose(d, 10 ** 10 * np.exp(-10 * lam), rtol=1e-8)
+    d2 = divided_power(lam, lam * (1 + 1e-12), 1e-9, 10 ** 10)
+    np.testing.assert_allclose(d2, d, rtol=1e-7)
+    phi, phi1, phi2 = phi_divided(np.array([0.5, 0.5 * (1 + 1e-13), 2.0]), 1e-9, 10 ** 10)
+    tau = 10.0                                           # gradient flow: phi = (1 - e^{-tau l}) / l
+    l0 = 0.5
+    dphi = tau * np.exp(-tau * l0) / l0 - (1 - np.exp(-tau * l0)) / l0 ** 2
+    np.testing.assert_allclose(phi1[0, 1], dphi, rtol=1e-7)
+    d2phi = (-tau ** 2 * np.exp(-tau * l0) / l0 - 2 * tau * np.exp(-tau * l0) / l0 ** 2
+             + 2 * (1 - np.exp(-tau * l0)) / l0 ** 3) / 2
+    np.testing.assert_allclose(phi2[0, 1, 0], d2phi, rtol=1e-6)
+    np.testing.assert_allclose(phi2[0, 0, 1], d2phi, rtol=1e-6)
+    Z = finite_time_projectors(lam, np.eye(3), 1e-9, 10 ** 10)
+    Zb = finite_time_projectors(lam, np.eye(3), 1e-8, 10 ** 9)    # the same tau
+    for k, v in Z.coefficients.items():
+        assert np.all(np.isfinite(v))
+        np.testing.assert_allclose(v, Zb.coefficients[k], rtol=1e-6, atol=1e-7 * abs(v).max())
+
+
+def test_training_part_contraction():
+    """The training-set part of the mean contracts like the bracketed part with the output slot
+    in the eigenbasis: coefficients that do not depend on the output eigen-index give the
+    bracketed part's training rows, rotated."""
+    import effth.pdlt.learning.finite_width as fw
+    rng = np.random.default_rng(2)
+    T = symmetric_statistics(5, rng)
+    y = rng.standard_normal((3, 2))
+    eta = 0.5 / np.linalg.eigvalsh(T["Theta"][:3, :3]).max()
+    Z = fw._setup(T, fw._TENSORS, y, 3, "gd", eta, None, None, 1, 4)[-1]
+    for proj, sup in (("A", "abdc"), ("IB", "bcaefd"), ("IIA", "abcfde")):
+        z = Z.coefficients[proj]
+        X = fw._slots(T["R"], "1D23", 3)
+        Xh = Z.to_eigenbasis(X, (1, 2, 3))
+        rhs = rng.standard_normal((2,) + (3,) * (len(sup) - 3))
+        full = fw._contract(Xh, z, sup, rhs)
+        lead = fw._contract(Z.to_eigenbasis(Xh[:3], (0,)), np.broadcast_to(z, (3,) + z.shape), sup,
+                            rhs, lead=True)
+        np.testing.assert_allclose(lead, Z.eigenvectors.T @ full[:3], atol=1e-12)
+
+
+def test_finite_time_rejects_bad_input():
+    T = symmetric_statistics(4, np.random.default_rng(0))
+    y = np.ones(2)
+    with pytest.raises(DomainError, match="updates"):
+        finite_width_mean(T, y, n_train=2, eta=0.1, updates=-1)
+    with pytest.raises(DomainError, match="updates"):
+        finite_width_mean(T, y, n_train=2, eta=0.1, updates=2.5)
+    with pytest.raises(DomainError, match="algorithm='gd'"):
+        finite_width_mean(T, y, n_train=2, algorithm="gradient_flow", updates=3)
+    out = finite_width_mean(T, y, n_train=2, eta=0.1, updates=0)       # no step: nothing moved
+    for k in ("mean",) + MEAN_PARTS:
+        assert abs(out.value(k)).max() == 0.0, k
+
+
+def test_predict_with_width_and_updates():
+    """predict(widths=n, updates=t, eta=) reads the finite-time O(1/n) mean; its covariance is
+    refused with the reason; Newton with updates= and widths= is refused."""
+    import effth as et
+    X = np.array([(1, 0.3, -0.5), (-0.6, 1.1, 0.2), (0.5, 0.5, 0.9)], float)
+    net = et.MLP("tanh", depth=2, c_w=1.0, c_b=0.0)
+    y = [0.8, -0.6]
+    p = et.predict(net, X[:2], y, X[2:], eta=0.2, updates=7, widths=32, rtol=1e-9)
+    nf = et.ntk_flow(net, X, n_train=2, max_test=1, rtol=1e-8)
+    ref = finite_width_mean(nf, y, n_train=2, eta=0.2, updates=7, widths=32)
+    np.testing.assert_allclose(p.value("mean1"), ref.value("mean1")[2:, 0], rtol=1e-12)
+    np.testing.assert_allclose(p.value("mean"), ref.value("mean")[2:, 0], rtol=1e-12)
+    conv = finite_width_mean(nf, y, n_train=2, eta=0.2, widths=32)
+    assert abs(p.value("mean1") - conv.value("mean1")[2:, 0]).max() > 1e-3
+    with pytest.raises(DomainError, match="finite number of steps"):
+        p.value("covariance1")
+    with pytest.raises(DomainError, match="Newton"):
+        et.predict(net, X[:2], y, X[2:], method="newton", eta=0.2, updates=3, widths=32)
+
+
+# ----------------------------------------------------------------------------- measured mean
+def test_finite_time_mean_of_trained_networks_width_study(opt_in_slow):
+    """GD-trained tanh MLPs (L = 3) after t = 10 and 16 steps, 32 000 networks per width at
+    n = 16, 32, 64, 128: n (E[z(t)] - m_inf(t)) = a + b/n + c/n^2 has its intercept a within 5 SE
+    of the finite-time O(1/n) theory and the fit with the theory's intercept is good; the lazy
+    theory (no dNTK, no ddNTKs) is rejected by more than 5 SE at n = 16 and 32; and
+    E[z(t)] - m_inf(t) falls like 1/n (fitted slope within 4 SE of -1).  About 18 minutes on the loaded 2-core machine."""
+    from effth.simulation import train_ensemble
+    import effth as et
+    from .test_finite_width_learning import _LB, _X3, _Y3, _fit_remainder
+    nf = et.ntk_flow(et.MLP(depth=3, activation="tanh", c_w=1.0, c_b=0.0), _X3, lambda_b=_LB)
+    Th = nf.value("Theta", layer=3)
+    lam, U = np.linalg.eigh(Th[:2, :2])
+    eta = 0.5 / lam.max()
+    widths, size, chunk = (16, 32, 64, 128), 32000, 8000
+    for t in (10, 16):
+        th = finite_width_mean(nf, _Y3, n_train=2, eta=eta, updates=t)
+        full = th.value("mean1")[2, 0]
+        lazy = th.value("H1")[2, 0] + th.value("delta_ntk")[2, 0]
+        M = Th[2, :2] @ U @ np.diag((1 - power_t(lam, eta, t)) / lam) @ U.T
+        meas = []
+        for n in widths:
+            net = et.MLP(depth=3, activation="tanh", widths=n, c_w=1.0, c_b=0.0)
+            ds = []
+            for rep in range(size // chunk):
+                tr = train_ensemble(net, _X3[:2], _Y3, eta=eta, updates=t, networks=chunk,
+                                    seed=1000 * n + 11 * t + rep, lambda_b=_LB, X_test=_X3[2:],
+                                    record_every=t)
+                z0 = np.concatenate([tr.f_train[:, 0], tr.f_test[:, 0]], axis=1)
+                # control variate: the infinite-width free solution's dependence on z(0), mean 0
+                c = z0[:, 2] - z0[:, :2] @ M
+                ds.append(tr.f_test[:, -1, 0] - c - th.value("mean")[2, 0])
+            d = np.concatenate(ds)
+            meas.append((n * d.mean(), n * d.std(ddof=1) / np.sqrt(len(d))))
+        meas = np.array(meas)
+        coef, se0, _ = _fit_remainder(widths, meas)
+        _, _, chi_right = _fit_remainder(widths, meas, fixed=full)
+        # the rate: log |E - m_inf| against log n
+        x, yv = np.log(widths), np.log(meas[:, 0] / np.asarray(widths))
+        w = (meas[:, 0] / meas[:, 1]) ** 2
+        A = np.stack([np.ones(4), x], 1) * np.sqrt(w)[:, None]
+        sl, *_ = np.linalg.lstsq(A, yv * np.sqrt(w), rcond=None)
+        se_sl = float(np.sqrt(np.linalg.inv(A.T @ A)[1, 1]))
+        print(f"\nt={t}: measured {meas.round(4).tolist()}; intercept {coef[0]:.4f} +- {se0:.4f}, "
+              f"theory {full:.4f} (chi2 {chi_right:.2f}), lazy {lazy:.4f}; "
+              f"slope {sl[1]:.3f} +- {se_sl:.3f}")
+        assert abs(coef[0] - full) < 5 * se0
+        assert chi_right < 13.8
+        assert np.all(np.abs(meas[:2, 0] - lazy) > 5 * meas[:2, 1]), (meas, lazy)
+        assert abs(sl[1] + 1) < 4 * se_sl
+
+
+# ----------------------------------------------------------------------------- memory and chunks
+def test_predict_width_mean_in_test_chunks(monkeypatch):
+    """Above the flow budget the O(1/n) mean is computed over the test inputs in chunks (one
+    restricted flow on the training inputs plus each chunk): the same numbers as one flow on all
+    inputs (the mean at a test input reads only the entries with that input); above the memory
+    bound even for one test input it is refused before allocating, with the estimate."""
+    import effth as et
+    import effth.pdlt.learning.prediction as pred
+    X = np.array([(1, 0.3, -0.5), (-0.6, 1.1, 0.2), (0.5, 0.5, 0.9), (0.1, -0.7, 0.4),
+                  (-0.3, 0.2, 1.0)], float)
+    net = et.MLP("tanh", depth=2, c_w=1.0, c_b=0.0)
+    y = [0.8, -0.6]
+    whole = et.predict(net, X[:2], y, X[2:], eta=0.2, widths=32, progress=False)
+    calls = []
+    real = pred.ntk_flow
+
+    def spy(net_, X_, **kw):
+        calls.append(len(X_))
+        return real(net_, X_, **kw)
+
+    monkeypatch.setattr(pred, "ntk_flow", spy)
+    monkeypatch.setattr(pred, "_flow_budget", lambda: pred.flow_bytes(4, 2))
+    chunked = et.predict(net, X[:2], y, X[2:], eta=0.2, widths=32, progress=False)
+    assert [c for c in calls if c < 5] == [4, 3], calls      # 2 training + (2, 1) test inputs
+    for k in ("mean1", "mean", "mean1_dntk", "mean1_ddntk_II", "mean_at_width"):
+        np.testing.assert_allclose(chunked.value(k), whole.value(k), rtol=1e-12, atol=1e-15)
+    monkeypatch.setenv("EFFTH_MAX_BYTES", "1000")
+    with pytest.raises(DomainError, match="needs .* for the O\\(1/n\\) mean's NTK hierarchy"):
+        et.predict(net, X[:2], y, X[2:], eta=0.2, widths=32, progress=False)
+
+
+def test_covariance_memory_bound_instead_of_an_input_cap(monkeypatch):
+    """The O(1/n) covariance is refused before allocating when its estimate exceeds the memory
+    bound (the knob named), not at a fixed number of training inputs."""
+    from effth.pdlt.learning.finite_width import covariance_bytes, finite_width_covariance
+    T = symmetric_statistics(5, np.random.default_rng(0))
+    for k in ("G1", "D", "F"):
+        T[k] = T["K"] if k == "G1" else T["A"]
+    y = np.ones(3)
+    ok = finite_width_covariance(T, y, n_train=3, eta=0.1)
+    assert ok.value("covariance1").shape == (5, 5, 1, 1)
+    assert covariance_bytes(66, 65, 1) < 4e9                  # 65 training inputs fit a laptop
+    monkeypatch.setenv("EFFTH_MAX_BYTES", str(covariance_bytes(5, 3, 1) / 2))
+    with pytest.raises(DomainError, match="needs .*covariance.*fewer test inputs"):
+        finite_width_covariance(T, y, n_train=3, eta=0.1)
+
+
+def test_finite_time_solution_of_real_trained_networks():
+    """After t = 6 steps of GD, the per-network O(1/n) solution on each tanh MLP's own NTK, dNTK
+    and ddNTKs predicts its test output: the error falls like 1/n^2 while the finite-width
+    effect falls like 1/n, and dropping the dNTK or the ddNTK-I terms, or using the converged
+    solution (a wrong time), leaves an error of the effect's order."""
+    import effth as et
+    from effth.simulation import empirical_ntk, init_params, train_ensemble
+    X = np.array([(1, 0.3, -0.5, 0.8), (-0.6, 1.1, 0.2, -0.4), (0.5, 0.5, 0.9, 0.1)], float)
+    X = X / np.sqrt((X ** 2).mean(1, keepdims=True))
+    y = np.array([0.4, -0.3])
+    lb = [1, 1 / 2, 1 / 3]
+    ns, t = (32, 64, 128, 256), 6
+    med = []
+    for n in ns:
+        rows = []
+        for s in range(12):
+            net = et.MLP(depth=3, activation="tanh", widths=n, c_w=1.0, c_b=0.0)
+            p = init_params(net, 4, seed=s)
+            inst = empirical_ntk(p, X, "tanh", lambda_b=lb, order=3, outputs=[0])
+            eta = 0.5 / np.linalg.eigvalsh(inst.H[0, 0, :2, :2]).max()
+            tr = train_ensemble(net, X[:2], y, eta=eta, updates=t, params=p, lambda_b=lb,
+                                X_test=X[2:], record_every=t)
+            zT = tr.f_test[0, -1][0]
+            out = trained_output(inst, y, n_train=2, eta=eta, updates=t)
+            conv = trained_output(inst, y, n_train=2, eta=eta)
+            v = {k: out.value(k)[2, 0] for k in out.names}
+            cz = conv.value("z")[2, 0] - conv.value("free")[2, 0]
+            rows.append([zT - v["free"], zT - v["z"], zT - v["z"] + v["dntk"],
+                         zT - v["z"] + v["ddntk_I"], zT - v["free"] - cz])
+        med.append(np.median(np.abs(rows), axis=0))
+    med = np.array(med)
+    slope = [np.polyfit(np.log(ns), np.log(med[:, k]), 1)[0] for k in range(med.shape[1])]
+    print(f"\nmedians at n = {ns}: {med.round(7).tolist()}; slopes {np.round(slope, 2).tolist()}")
+    assert -1.3 < slope[0] < -0.7, slope                 # the effect: 1/n
+    assert slope[1] < -1.5, slope                        # the residual: 1/n^2
+    assert med[-1, 1] < 0.1 * med[-1, 0], med[-1]
+    for k in (2, 3, 4):                                   # each piece is needed, and the time
+        assert med[-1, k] > 5 * med[-1, 1], (k, med[-1])
