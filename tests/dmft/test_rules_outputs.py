@@ -134,3 +134,19 @@ def test_two_outputs_one_over_n(opt_in_slow, rule, rho, gamma0):
     print(rule, rho, fit)
     assert abs(fit.slope + 1.0) < 4.5 * fit.slope_stderr, fit
     assert et.compare(th, run, "f").max_abs_z < 4.5
+
+
+@pytest.mark.parametrize("rule", ["fa", "hebb"])
+def test_test_points_two_outputs(rule):
+    """Test points ride along (Delta = 0) with two outputs, decay and momentum: f and the eNTK on
+    train and test points within 4.5 SE of 16 width-512 networks."""
+    rng = np.random.default_rng(0)
+    Xr, Xt, Yr = rng.standard_normal((3, 4)), rng.standard_normal((2, 4)), rng.standard_normal((3, 2))
+    kw = dict(rule=rule, hidden_layers=2, gamma0=0.8, eta=0.1, steps=10, weight_decay=0.3,
+              momentum=0.3)
+    th = solve_rule_deep_linear(Xr, Yr, X_test=Xt, **kw)
+    run = simulate_rule_training(Xr, Yr, X_test=Xt, widths=512, networks=16, seed=1,
+                                 record_kernels=False, **kw)
+    assert th.f.shape == run.f.shape[1:] == (10, 5, 2)
+    assert et.compare(th, run, "f").max_abs_z < 4.5
+    assert et.compare(th, run, "ntk").max_abs_z < 4.5
