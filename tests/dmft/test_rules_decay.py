@@ -149,3 +149,19 @@ def test_dmft_vs_networks_one_over_n(opt_in_slow, rule, rho, wd, mu):
     assert abs(fit.slope + 1.0) < 4.5 * fit.slope_stderr, fit
     assert et.compare(th, run, "f").max_abs_z < 4.5
     assert et.compare(th, run, "ntk").max_abs_z < 4.5
+
+
+@pytest.mark.parametrize("rule,rho", [("fa", 0.5), ("hebb", None)])
+def test_continuous_time_limit_of_momentum(rule, rho):
+    """Eqs. (51)-(53): at fixed time constant tau (mu = exp(-eta / tau)) and decay lambda the
+    discrete dynamics converge to a continuous-time limit at first order in eta (halving eta
+    halves the change of f(t = 2))."""
+    tau, lam, tmax = 0.5, 0.4, 2.0
+    fs = []
+    for eta in (0.04, 0.02, 0.01):
+        r = solve_rule_deep_linear(X, Y, rule=rule, rho=rho, hidden_layers=2, gamma0=1.0, eta=eta,
+                                   steps=int(round(tmax / eta)) + 1, weight_decay=lam,
+                                   momentum=np.exp(-eta / tau))
+        fs.append(r.f[-1])
+    ratio = np.max(np.abs(fs[0] - fs[1])) / np.max(np.abs(fs[1] - fs[2]))
+    assert 1.8 < ratio < 2.2, ratio
