@@ -80,10 +80,24 @@ def test_rotation_covariance(rule, rho):
     assert np.max(np.abs(a.f[..., 1] - solve_rule_deep_linear(X, Y2[:, 1], **kw).f)) > 1e-3
 
 
+@pytest.mark.parametrize("rule", ["gd", "fa", "hebb"])
+def test_ntk_closure_two_outputs(rule):
+    """closure='ntk' with C x C eNTK blocks is within O(eta) of the exact closure (halving eta
+    halves the gap); GD equals solve_deep_linear's NTK closure."""
+    gaps = []
+    for eta, T in ((0.04, 26), (0.02, 51)):
+        kw = dict(rule=rule, hidden_layers=2, gamma0=1.0, eta=eta, steps=T, weight_decay=0.3)
+        ex = solve_rule_deep_linear(X, Y2, **kw).f[-1]
+        nt = solve_rule_deep_linear(X, Y2, closure="ntk", **kw).f[-1]
+        gaps.append(np.max(np.abs(ex - nt)))
+    assert 1.8 < gaps[0] / gaps[1] < 2.5, gaps
+    if rule == "gd":
+        kw = dict(hidden_layers=2, gamma0=1.0, eta=0.04, steps=26, weight_decay=0.3, closure="ntk")
+        a = solve_rule_deep_linear(X, Y2, rule="gd", **kw).f
+        assert np.max(np.abs(a - solve_deep_linear(X, Y2, **kw).f)) < 1e-12
+
+
 def test_bad_input():
-    with pytest.raises(DomainError, match="closure"):
-        solve_rule_deep_linear(X, Y2, rule="fa", rho=0.5, hidden_layers=2, gamma0=1.0, eta=0.1,
-                               steps=4, closure="ntk")
     with pytest.raises(DomainError):
         solve_rule_deep_linear(X, np.ones((3, 2)), rule="fa", hidden_layers=2, gamma0=1.0,
                                eta=0.1, steps=4)

@@ -632,8 +632,8 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
         ``g̃^ℓ_{μc} = Δ_{μc} h^ℓ_μ``, so the update carries ``|Δ_μ|^2``), ``G^ℓ``, ``G̃^ℓ`` and
         the eNTK are ``C x C`` per pair of samples and times.  Then ``f`` is ``(T, n, C)``,
         ``delta`` ``(T, P, C)``, ``g``, ``gtilde`` ``(L, T, n, T, n, C, C)``, ``ntk``
-        ``(T, n, n, C, C)``, ``data.y`` holds the first column, and ``closure='exact'`` is
-        required.  ``(P, 1)`` is the scalar solver bit for bit.
+        ``(T, n, n, C, C)`` and ``data.y`` holds the first column.  ``(P, 1)`` is the scalar
+        solver bit for bit.
     rule, rho
         Learning rule (:func:`learning_rule`).
     depth, hidden_layers : int
@@ -705,8 +705,6 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
     if mu > 0 and closure != "exact":
         raise DomainError("momentum needs closure='exact' (the NTK-Euler closure has no "
                           "momentum term)")
-    if multi and closure != "exact":
-        raise DomainError("several outputs (2-D y) need closure='exact' here")
     start = time.perf_counter()
     kind = {"gd": "gd", "fa": "static", "dfa": "static", "hebb": "hebb"}[r_eff.name]
     hook = RuleFields(kind, r_eff.rho if r_eff.name == "fa" else 0.0, g0)

@@ -546,9 +546,24 @@ class RuleFields:
 
     def ntk_drive(self, t, n, P, kx, H, delta_t):
         """``K(t, t) Delta(t)`` with ``K_{mu nu} = sum_l G~^{l+1}(t; t, nu) H^l_{mu nu}(t, t)``
-        (one output)."""
+        (``C x C`` blocks with ``C`` outputs); ``delta_t`` is ``(P, C)``, the result ``(n, C)``."""
         L = len(H)
         rt = slice(t * n, (t + 1) * n)
+        C = self.C
+        if C > 1:
+            drive = np.zeros((n, C))
+            w2 = np.sum(delta_t ** 2, axis=1)                       # Hebb: |Delta_nu(t)|^2
+            for ell in range(L + 1):
+                Hd = kx[:, :P] if ell == 0 else H[ell - 1][rt, t * n: t * n + P]
+                if ell == L:
+                    drive = drive + Hd @ delta_t
+                elif self.kind == "static":
+                    drive = drive + Hd @ (delta_t @ self.d[ell][t].T)
+                else:
+                    gh = self.gh[ell][t * C:(t + 1) * C, t * n: t * n + P]
+                    drive = drive + Hd @ (gh.T * w2[:, None])
+            return drive
+        delta_t = delta_t[:, 0]
         drive = np.zeros(n)
         for ell in range(L + 1):
             Hd = kx[:, :P] if ell == 0 else H[ell - 1][rt, t * n: t * n + P]
@@ -614,11 +629,9 @@ def _march(data, model, L, T, rule=None):
     if rule is not None and rule.kind == "gd":
         rule = None                                   # the plain equations are GD's
     if rule is not None:
-        if model.b != 0.0 or model.temperature != 0.0 or model.gi or model.ratios is not None \
-                or (C != 1 and model.closure != "exact"):
+        if model.b != 0.0 or model.temperature != 0.0 or model.gi or model.ratios is not None:
             raise DomainError("the learning-rule hook marches the equations without bias, "
-                              "Langevin noise, unequal widths or gradient independence (and "
-                              "several outputs with the exact closure only)")
+                              "Langevin noise, unequal widths or gradient independence")
         rule.allocate(L, T, n, delta, filt.init)
     ymax = max(1.0, float(np.max(np.abs(model.Y))))
     f_rule = None
@@ -727,7 +740,7 @@ def _march(data, model, L, T, rule=None):
                 f[t] = kappa_decay * f[t - 1] + eta * drive
             delta[t, :P] = model.Y - f[t, :P]
             if model.closure == "ntk" and rule is not None:
-                drive = rule.ntk_drive(t, n, P, data.kx, H, delta[t, :P, 0])
+                drive = rule.ntk_drive(t, n, P, data.kx, H, delta[t, :P])
             elif model.closure == "ntk":
                 # K(t, t) Delta(t): sum_l [Hb^l(t, t) Delta(t)] G^{l+1}(t, t), G^{L+1} = I
                 drive = (data.kx[:, :P] @ delta[t, :P]) @ G[0][gt, gt]
