@@ -56,7 +56,8 @@ from effth._validate import integer, real_array, real_scalar
 from effth.errors import ConvergenceError, DomainError, NotDerivedError
 from effth.numerics import gaussian_expectation
 from effth.dmft.solvers.deep_linear import RuleFields, _march, _Model
-from effth.dmft.grid import TimeGrid, TrainingData, prepare_data
+from effth.dmft.grid import (TimeGrid, TrainingData, langevin_settings, prepare_data,
+                             prepare_targets)
 from effth.dmft.solvers.lazy import (
     _pair_cov,
     hidden_layer_count,
@@ -551,7 +552,7 @@ class RuleDMFTResult(HiddenLayers):
             if layer is not None:
                 raise DomainError(f"{name!r} has no layers")
             if name == "loss":
-                return 0.5 * np.sum(self.delta ** 2, axis=1)
+                return 0.5 * np.sum(self.delta ** 2, axis=tuple(range(1, self.delta.ndim)))
             if getattr(self, name) is None:
                 raise NotDerivedError(f"{name!r} is not computed by this solver (the eNTK needs "
                                       "the true-gradient kernels and their responses)")
@@ -596,7 +597,8 @@ class RuleDMFTResult(HiddenLayers):
 @public
 def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, hidden_layers=None,
                            gamma0, eta, steps, X_test=None, kernel=None,
-                           closure: str = "exact", activation="linear") -> RuleDMFTResult:
+                           closure: str = "exact", activation="linear",
+                           weight_decay: float = 0.0, momentum: float = 0.0) -> RuleDMFTResult:
     r"""Exact infinite-width DMFT of a deep linear network trained by ``rule`` (App. E).
 
     Every field is a linear functional of its layer's Gaussian sources, so the order parameters
@@ -623,7 +625,15 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
     Parameters
     ----------
     X, y, X_test, kernel
-        Training data (:func:`effth.dmft.prepare_data`); scalar targets.
+        Training data (:func:`effth.dmft.prepare_data`).  ``y`` of shape ``(P, C)`` gives
+        ``C`` outputs (App. C.1, eqs. (41)-(43)): ``h^ℓ`` stays scalar, ``g^ℓ_c`` and the
+        pseudo-gradients ``g̃^ℓ_c`` carry an output index (ρ-FA/DFA: one static feedback
+        coordinate ``v^ℓ_c`` per output, independent ``N(0, 1)``; Hebb:
+        ``g̃^ℓ_{μc} = Δ_{μc} h^ℓ_μ``, so the update carries ``|Δ_μ|^2``), ``G^ℓ``, ``G̃^ℓ`` and
+        the eNTK are ``C x C`` per pair of samples and times.  Then ``f`` is ``(T, n, C)``,
+        ``delta`` ``(T, P, C)``, ``g``, ``gtilde`` ``(L, T, n, T, n, C, C)``, ``ntk``
+        ``(T, n, n, C, C)`` and ``data.y`` holds the first column.  ``(P, 1)`` is the scalar
+        solver bit for bit.
     rule, rho
         Learning rule (:func:`learning_rule`).
     depth, hidden_layers : int
@@ -640,7 +650,27 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
     closure : {'exact', 'ntk'}
         ``'exact'``: ``f_μ(t) = gamma0^{-1} <g^L_μ(t) h^L_μ(t)>`` (the exact infinite-width limit
         of the discrete network, ``f = w · h^L / (gamma0 N)``); ``'ntk'``:
-        ``f(t+eta) = f(t) + eta K(t, t) Δ(t)`` (Euler on ``df/dt = K Δ``, App. A's scheme).
+        ``f(t+eta) = f(t) + eta K(t, t) Δ(t)`` (Euler on ``df/dt = K Δ``, App. A's scheme;
+        with weight decay ``f(t+eta) = (1 - eta λ (L+1)) f(t) + eta K(t, t) Δ(t)``, the
+        ``(L+1)``-homogeneous network's decay).
+    weight_decay : float
+        ``λ >= 0`` with ``eta λ < 1`` (App. C, eq. (50) in discrete time): every trained weight
+        is multiplied by ``1 - eta λ`` per step (the frozen feedback of ρ-FA and DFA is not).
+        With the optimizer's filter ``θ(t) = a(t) θ(0) + Σ_{s<t} k(t-1-s) eta G(s)``
+        (:class:`~effth.dmft.grid.ParameterFilter`, ``a(t) = (1 - eta λ)^t``,
+        ``k(j) = (1 - eta λ)^j``) the initial-condition fields ``u^ℓ``, ``r^ℓ`` carry ``a(t)``
+        (covariances ``a(t) a(s) H^{ℓ-1}``, ``a(t) a(s) G^{ℓ+1}``), the response terms
+        ``a(t) a(s)``, the feedback coordinate's forward term ``ρ a(t) c^{ℓ-1}(t)`` and its
+        correlation with ``r^ℓ(t)`` ``a(t) ρ G̃^{ℓ+1}(t)``, and every feature-learning
+        integral the weight ``k(t-1-s)`` (``e^{-λ(t-s)}`` in continuous time): eq. (50)'s
+        ``e^{-λt}`` and ``e^{-λ(t-s)}`` factors.
+    momentum : float
+        Heavy-ball coefficient ``μ = e^{-eta/τ}`` in ``[0, 1)`` (App. C, eqs. (51)-(53) in
+        discrete time; the update of :func:`effth.simulation.simulate_rule_training`):
+        ``v <- μ v + (1 - μ) eta (G - λ θ)``, ``θ <- θ + v``, so the feature-learning integrals
+        carry the memory kernel ``k(j)`` (``1 - μ^{j+1}`` without decay, the discrete double
+        integral with kernel ``e^{-(t'-t'')/τ}/τ``).  ``μ = 0`` is plain Euler; needs
+        ``closure='exact'``.
 
     Returns
     -------
@@ -666,17 +696,20 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
     T = integer(steps, "steps", minimum=1)
     if closure not in ("exact", "ntk"):
         raise DomainError(f"closure={closure!r} must be 'exact' or 'ntk'")
-    data = prepare_data(X, y, X_test=X_test, kernel=kernel)
-    if np.ndim(data.y) != 1:
-        raise NotDerivedError("solve_rule_deep_linear handles scalar targets only")
-    P, n = data.n_train, data.n_all
+    data, Yc, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel)
+    P, n, C = data.n_train, data.n_all, Yc.shape[1]
     if not np.all(np.isfinite(data.kx)) or not np.all(np.isfinite(data.y)):
         raise DomainError("the data must be finite")
+    lam = real_scalar(weight_decay, "weight_decay")
+    rho_wd, _, mu = langevin_settings(eta, lam, 0.0, momentum)
+    if mu > 0 and closure != "exact":
+        raise DomainError("momentum needs closure='exact' (the NTK-Euler closure has no "
+                          "momentum term)")
     start = time.perf_counter()
     kind = {"gd": "gd", "fa": "static", "dfa": "static", "hebb": "hebb"}[r_eff.name]
     hook = RuleFields(kind, r_eff.rho if r_eff.name == "fa" else 0.0, g0)
-    model = _Model(eta=eta, g2=g0 * g0, rho=1.0, lam=0.0, b=0.0, Y=data.y[:, None],
-                   closure=closure, gi=False)
+    model = _Model(eta=eta, g2=g0 * g0, rho=rho_wd, lam=lam, b=0.0, Y=Yc,
+                   closure=closure, gi=False, momentum=mu)
     try:
         with np.errstate(over="raise", invalid="raise", divide="raise"):
             (H, G, _, _, D), f = _march(data, model, L, T, rule=hook)
@@ -684,22 +717,42 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
         raise DomainError(
             f"the discrete {r.title} dynamics diverge (eta={eta:g}, gamma0={g0:g}): the kernels "
             "or the error blow up; use a smaller eta or gamma0") from None
-    f, D = f[..., 0], D[..., 0]
     shape = (L, T, n, T, n)
     phi = np.stack(H).reshape(shape)
-    gg = np.stack([np.broadcast_to(x[:, None, :, None], (T, n, T, n)) for x in G])
-    if kind == "gd":
-        gt = gg.copy()
-    elif kind == "static":                      # G~^l(t, s) = <g^l(t) v^l>
-        gt = np.stack([np.broadcast_to(d[:, None, None, None], (T, n, T, n)) for d in hook.d])
-    else:                                       # G~^l(t; s, nu) = gamma0 (D H)(t; s, nu) Delta_nu(s)
-        gt = np.stack([np.broadcast_to((gh * D.ravel()[None, :])[:, None, :], (T, n, T * n))
-                       for gh in hook.gh]).reshape(shape)
-    idx = np.arange(T)
-    K = data.kx[None] * gt[0][idx, :, idx, :] if L else None
-    for ell in range(1, L + 1):
-        top = 1.0 if ell == L else gt[ell][idx, :, idx, :]
-        K = K + top * phi[ell - 1][idx, :, idx, :]
+    if not multi:
+        f, D = f[..., 0], D[..., 0]
+        gg = np.stack([np.broadcast_to(x[:, None, :, None], (T, n, T, n)) for x in G])
+        if kind == "gd":
+            gt = gg.copy()
+        elif kind == "static":                  # G~^l(t, s) = <g^l(t) v^l>
+            gt = np.stack([np.broadcast_to(d[:, 0, 0, None, None, None], (T, n, T, n))
+                           for d in hook.d])
+        else:                                   # G~^l(t; s, nu) = gamma0 (D H)(t; s, nu) Delta_nu(s)
+            gt = np.stack([np.broadcast_to((gh * D.ravel()[None, :])[:, None, :], (T, n, T * n))
+                           for gh in hook.gh]).reshape(shape)
+        idx = np.arange(T)
+        K = data.kx[None] * gt[0][idx, :, idx, :] if L else None
+        for ell in range(1, L + 1):
+            top = 1.0 if ell == L else gt[ell][idx, :, idx, :]
+            K = K + top * phi[ell - 1][idx, :, idx, :]
+    else:                                       # C outputs: (..., C, C) kernels (App. C.1)
+        full = (T, n, T, n, C, C)
+        gg = np.stack([np.broadcast_to(x.reshape(T, C, T, C).transpose(0, 2, 1, 3)[:, None, :, None],
+                                       full) for x in G])
+        if kind == "gd":
+            gt = gg.copy()
+        elif kind == "static":                  # G~^l_{cc'}(t, s) = <g^l_c(t) v^l_c'>
+            gt = np.stack([np.broadcast_to(d[:, None, None, None], full) for d in hook.d])
+        else:                                   # gamma0 (D H)_c(t; s, nu) Delta_{nu c'}(s)
+            gt = np.stack([gh.reshape(T, C, T, n).transpose(0, 2, 3, 1)[:, None, :, :, :, None]
+                           * D[None, None, :, :, None, :] for gh in hook.gh])
+            gt = np.broadcast_to(gt, (L,) + full)
+        idx = np.arange(T)
+        eye = np.eye(C)
+        K = data.kx[None, :, :, None, None] * gt[0][idx, :, idx, :]
+        for ell in range(1, L + 1):
+            top = eye if ell == L else gt[ell][idx, :, idx, :]
+            K = K + top * phi[ell - 1][idx, :, idx, :][..., None, None]
     return RuleDMFTResult(grid=TimeGrid(eta, T), data=data, hidden_layers=L, gamma0=g0, rule=r,
                           phi=phi, g=gg, gtilde=gt, f=f, delta=D[:, :P], ntk=K, closure=closure,
                           diagnostics={"seconds": time.perf_counter() - start})
