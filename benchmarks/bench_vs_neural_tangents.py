@@ -15,9 +15,13 @@ TensorFlow and is replaced by an empty module before import (done below)::
     ntenv/bin/pip install -e .        # effth
     OPENBLAS_NUM_THREADS=1 ntenv/bin/python benchmarks/bench_vs_neural_tangents.py
 
+The floor: a plain NumPy loop of the same closed forms over whole N x N matrices (arc-cosine
+kernels with ``theta = arctan2(sqrt((1-rho)(1+rho)), rho)`` as effth evaluates them, Williams'
+erf kernels), one pass per layer; printed as effth / floor, with or without neural-tangents.
+
 Parameterization: NT's ``Dense(W_std, b_std, parameterization="ntk")`` is the book's with
 ``C_W = W_std**2``, ``C_b = b_std**2`` and learning rates ``lambda_W = C_W``, ``lambda_b = C_b``.
-Without neural-tangents the script says so and exits 0.
+Without neural-tangents the script says so and times effth against the floor only.
 
 Measured on the 2-core development machine (1 BLAS thread, otherwise idle, interleaved, best of
 5), depth 8 / 20: erf 0.83x / 0.64x on two worker threads, 0.87x / 0.83x with
@@ -53,46 +57,87 @@ def _restore(value):
         os.environ["EFFTH_THREADS"] = value
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=1000, help="number of inputs N [1000]")
-    ap.add_argument("--depths", default="8,20")
-    ap.add_argument("--repeat", type=int, default=5)
-    args = ap.parse_args()
+def floor(act: str, X: np.ndarray, L: int, c_w: float, c_b: float) -> tuple:
+    """K and Theta of an MLP (PDLT (4.118), (9.5), lambda_b = C_b, lambda_W = C_W) by a plain loop
+    of closed forms over the whole matrices: the baseline effth's flow is held to."""
+    K = c_b + c_w * (X @ X.T) / X.shape[1]
+    Th = K.copy()
+    for _ in range(L - 1):
+        d = np.sqrt(np.diag(K))
+        if act == "relu":
+            dd = np.outer(d, d)
+            c = np.clip(K / dd, -1.0, 1.0)
+            s = np.sqrt(np.maximum((1.0 - c) * (1.0 + c), 0.0))
+            th = np.arctan2(s, c)
+            EK, Ed = dd * (s + (np.pi - th) * c) / (2 * np.pi), (np.pi - th) / (2 * np.pi)
+        else:
+            u = 1.0 / np.sqrt(1.0 + 2.0 * np.diag(K))
+            t = np.clip(2.0 * K * np.outer(u, u), -1.0, 1.0)
+            EK = 2.0 / np.pi * np.arcsin(t)
+            Ed = 4.0 / np.pi * np.outer(u, u) / np.sqrt(1.0 - t * t)
+        Th = c_b + c_w * EK + c_w * Ed * Th
+        K = c_b + c_w * EK
+    return K, Th
+
+
+def _neural_tangents():
+    """``(jax, stax)`` or ``None`` (with the reason printed)."""
     try:
         sys.modules.setdefault("neural_tangents.experimental", types.ModuleType("neural_tangents.experimental"))
         import jax
         jax.config.update("jax_enable_x64", True)
         from neural_tangents import stax
     except Exception as exc:  # noqa: BLE001
-        print(f"neural-tangents not available ({type(exc).__name__}: {exc}); nothing to compare")
-        return 0
+        print(f"neural-tangents not available ({type(exc).__name__}: {exc}); effth against the floor only")
+        return None
+    return jax, stax
+
+
+def _rel(a: tuple, b: tuple) -> float:
+    return max(float(np.max(np.abs(x - y)) / np.max(np.abs(y))) for x, y in zip(a, b))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1000, help="number of inputs N [1000]")
+    ap.add_argument("--depths", default="8,20")
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    nt_mod = _neural_tangents()
     rng = np.random.default_rng(0)
     X = rng.normal(size=(args.n, 16))
     c_b = 0.1
-    print(f"N = {args.n} inputs in n0 = 16, float64, 1 BLAS thread recommended")
-    for act, c_w, layer in (("erf", 1.0, stax.Erf), ("relu", 2.0, stax.Relu)):
+    print(f"N = {args.n} inputs in n0 = 16, float64, 1 BLAS thread recommended; best of {args.repeat} "
+          "interleaved rounds")
+    for act, c_w in (("erf", 1.0), ("relu", 2.0)):
         for L in map(int, args.depths.split(",")):
-            ws, bs = c_w ** 0.5, c_b ** 0.5
-            blocks = []
-            for _ in range(L - 1):
-                blocks += [stax.Dense(512, W_std=ws, b_std=bs), layer()]
-            _, _, kernel_fn = stax.serial(*blocks, stax.Dense(1, W_std=ws, b_std=bs))
-            kernel_fn = jax.jit(kernel_fn, static_argnames="get")
-            Xj = jax.numpy.asarray(X)
+            fns = {"floor": lambda act=act, L=L, c_w=c_w: floor(act, X, L, c_w, c_b)}
+            t_compile = None
+            if nt_mod is not None:
+                jax, stax = nt_mod
+                ws, bs = c_w ** 0.5, c_b ** 0.5
+                layer = stax.Erf if act == "erf" else stax.Relu
+                blocks = []
+                for _ in range(L - 1):
+                    blocks += [stax.Dense(512, W_std=ws, b_std=bs), layer()]
+                _, _, kernel_fn = stax.serial(*blocks, stax.Dense(1, W_std=ws, b_std=bs))
+                kernel_fn = jax.jit(kernel_fn, static_argnames="get")
+                Xj = jax.numpy.asarray(X)
 
-            def nt():
-                k = kernel_fn(Xj, Xj, get=("nngp", "ntk"))
-                return np.asarray(k.nngp), np.asarray(k.ntk)
+                def nt(kernel_fn=kernel_fn, Xj=Xj):
+                    k = kernel_fn(Xj, Xj, get=("nngp", "ntk"))
+                    return np.asarray(k.nngp), np.asarray(k.ntk)
 
-            t0 = time.perf_counter()
-            nt()                               # compile
-            t_compile = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                nt()                               # compile
+                t_compile = time.perf_counter() - t0
+                fns["nt"] = nt
             net = et.MLP(act, depth=L, c_w=c_w, c_b=c_b)
             t0 = time.perf_counter()
             et.output_kernels(net, X[:3], lambda_b=c_b, lambda_w=c_w)    # first call: derivation
             t_first = time.perf_counter() - t0
-            def ours():
+
+            def ours(net=net, c_w=c_w):
                 return et.output_kernels(net, X, lambda_b=c_b, lambda_w=c_w)
 
             def serial():
@@ -102,23 +147,25 @@ def main() -> int:
                 finally:
                     _restore(threads)
 
+            fns["effth"], fns["serial"] = ours, serial
             # interleaved: one call of each per round, best of the rounds
-            times = {"nt": [], "effth": [], "serial": []}
+            times = {k: [] for k in fns}
+            res = {}
             for _ in range(args.repeat):
-                for key, fn in (("nt", nt), ("effth", ours), ("serial", serial)):
+                for key, fn in fns.items():
                     t0 = time.perf_counter()
-                    res = fn()
+                    res[key] = fn()
                     times[key].append(time.perf_counter() - t0)
-                    if key == "nt":
-                        Kn, Tn = res
-                    elif key == "effth":
-                        Ke, Te = res
-            t_nt, t_e, t_s = (min(times[k]) for k in ("nt", "effth", "serial"))
-            err = max(np.max(np.abs(Ke - Kn)) / np.max(np.abs(Kn)), np.max(np.abs(Te - Tn)) / np.max(np.abs(Tn)))
-            print(f"{act:5s} depth {L:3d}: effth {t_e:6.3f} s ({worker_threads()} threads; 1 thread "
-                  f"{t_s:.3f} s), neural-tangents {t_nt:6.3f} s (jit compile {t_compile:.2f} s; effth "
-                  f"first call {t_first:.2f} s)  ratio {t_e / t_nt:5.2f}x (1 thread {t_s / t_nt:.2f}x)  "
-                  f"max rel. difference {err:.1e}")
+            t = {k: min(v) for k, v in times.items()}
+            line = (f"{act:5s} depth {L:3d}: effth {t['effth']:6.3f} s ({worker_threads()} threads; 1 thread "
+                    f"{t['serial']:.3f} s), floor {t['floor']:.3f} s: effth/floor {t['effth'] / t['floor']:.2f} "
+                    f"(1 thread {t['serial'] / t['floor']:.2f}), max rel. difference "
+                    f"{_rel(res['effth'], res['floor']):.1e}")
+            if "nt" in t:
+                line += (f"; neural-tangents {t['nt']:.3f} s (jit compile {t_compile:.2f} s; effth first "
+                         f"call {t_first:.2f} s): effth/NT {t['effth'] / t['nt']:.2f} (1 thread "
+                         f"{t['serial'] / t['nt']:.2f}), max rel. difference {_rel(res['effth'], res['nt']):.1e}")
+            print(line)
     return 0
 
 

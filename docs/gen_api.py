@@ -25,7 +25,7 @@ END = "<!-- END GENERATED -->"
 #: the packages a user imports, in the order the page lists them
 PACKAGES = ["effth", "effth.pdlt", "effth.pdlt.initialization", "effth.pdlt.ntk",
             "effth.pdlt.learning", "effth.pdlt.criticality", "effth.pdlt.deep_linear",
-            "effth.pdlt.depth_asymptotics", "effth.dmft", "effth.dmft.rules", "effth.simulation",
+            "effth.pdlt.depth_asymptotics", "effth.dmft", "effth.dmft.rules", "effth.simulation", "effth.data",
             "effth.arch", "effth.compare", "effth.printing", "effth.printing.formula",
             "effth.algebra.tensors", "effth.algebra.ntk_tensors", "effth.algebra.indices",
             "effth.algebra.expectation", "effth.algebra.wick", "effth.algebra.cumulants",

@@ -80,6 +80,7 @@ from .printing import init_printing, latex
 from .simulation import (EnsembleStatistics, TrainedEnsemble, TrainingRun, simulate_ensemble,
                          simulate_training, train_ensemble)
 from . import dmft, pdlt
+from . import data
 from .pdlt import CNNKernels, cnn_kernels
 from .pdlt import Flow, NTKFlow, derive, derive_initialization, derive_ntk, flow, ntk_flow
 from .pdlt.learning import (EvidenceScan, Prediction, evidence_scan, log_bayes_factor,
@@ -108,7 +109,7 @@ __all__ = [
     # learning at infinite width (PDLT ch. 6, 10)
     "predict", "Prediction", "output_kernels", "log_evidence", "log_bayes_factor", "evidence_scan",
     "EvidenceScan",
-    "pdlt", "dmft", "flow", "Flow", "derive", "derive_initialization",
+    "pdlt", "dmft", "data", "flow", "Flow", "derive", "derive_initialization",
     "derive_ntk", "ntk_flow", "NTKFlow",
     # theory meets measurement
     "compare", "scaling_fit", "Comparison", "ScalingFit", "run_report", "sweep", "Sweep",

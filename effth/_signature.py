@@ -33,6 +33,8 @@ import functools
 import inspect
 from typing import Any, Callable
 
+from .errors import EffthError as _EffthError
+
 __all__ = ["RETIRED", "public", "suggest"]
 
 #: keywords the package no longer uses -> the one that replaced them (``docs/conventions.md``)
@@ -95,10 +97,14 @@ def public(obj: Any) -> Any:
         obj.__effth_public__ = True
         return obj
     name = obj.__qualname__.removesuffix(".__init__")
-    from ._validate import check_keywords, keyword_rules
-    # seed=, rtol=, progress= and bool flags (effth._validate); functions only: the fields of
-    # result classes (a run's seed=(SeedSequence, ...), its converged=) are not user input
+    from ._validate import check_keywords, check_positional, domain_error_from, keyword_rules
+    # seed=, rtol=, progress=, net=, bool/int/float/str flags (effth._validate); functions only:
+    # the fields of result classes (a run's seed=(SeedSequence, ...), its converged=) are not
+    # user input
     rules = {} if obj.__name__ == "__init__" else keyword_rules(obj)
+    names = tuple(p.name for p in inspect.signature(obj).parameters.values()
+                  if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                inspect.Parameter.POSITIONAL_OR_KEYWORD))
 
     @functools.wraps(obj)
     def checked(*args, **kwargs):
@@ -106,9 +112,22 @@ def public(obj: Any) -> Any:
             bad = next(k for k in kwargs if k not in accepted)
             raise TypeError(f"{name}() got an unexpected keyword argument {bad!r}"
                             + suggest(bad, accepted - {"self"})) from None
-        if rules and kwargs:
-            check_keywords(rules, kwargs)
-        return obj(*args, **kwargs)
+        if rules:
+            if kwargs:
+                check_keywords(rules, kwargs)
+            if args:
+                check_positional(rules, names, args)
+        try:
+            return obj(*args, **kwargs)
+        except (MemoryError, OverflowError, ValueError, TypeError, AttributeError) as exc:
+            # a raw allocation failure, float overflow, plain ValueError or an argument of the
+            # wrong built-in type below: the DomainError naming the argument (or the sizes);
+            # effth's own bugs (no argument of the named type) propagate unchanged
+            mapped = None if isinstance(exc, _EffthError) else domain_error_from(
+                exc, name, args, kwargs, names)
+            if mapped is None:
+                raise
+            raise mapped from exc
 
     checked.__effth_public__ = True
     return checked

@@ -25,10 +25,11 @@ import numpy as np
 
 from .errors import DomainError
 
-__all__ = ["boolean", "check_memory", "finite_array", "format_bytes", "input_matrix", "integer",
-           "check_keywords", "check_work", "format_seconds", "keyword_rules",
+__all__ = ["boolean", "callable_value", "check_memory", "check_positional", "count",
+           "domain_error_from", "network", "real_number", "text", "finite_array", "format_bytes", "input_matrix", "integer",
+           "check_keywords", "check_networks", "check_target_scale", "check_underflow", "output_directory", "restriction_arguments", "check_work", "duplicate_rows", "expand_samples", "format_seconds", "keyword_rules",
            "kernel_matrix", "label_array", "last_hidden_width", "memory_limit", "nonnegative", "optional_boolean",
-           "positive", "real_array", "real_scalar", "rng", "seed", "seed_sequence",
+           "positive", "psd_kernel", "real_array", "real_scalar", "rng", "seed", "seed_sequence",
            "symmetric_matrix", "tolerance", "width_ratio_values"]
 
 
@@ -414,28 +415,97 @@ def check_work(seconds: float, what: str, hint: str) -> float:
 
 
 # ----------------------------------------------------------------------------- keyword rules
+def _annotation(p: Any) -> str:
+    ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
+    return str(ann).replace(" ", "").replace("Optional[", "").rstrip("]") if ann else ""
+
+
+def real_number(value: Any, name: str) -> float:
+    """A real number (:func:`real_scalar`) that is not NaN; infinities pass (``alpha=inf`` is a
+    limit). The rule for parameters annotated ``float``."""
+    v = real_scalar(value, name)
+    if v != v:
+        raise DomainError(f"{name}=nan must be a real number, not NaN")
+    return v
+
+
+#: real parameters that are finite and >= 0 by their meaning (tolerances, variances, ridges)
+NONNEGATIVE_REALS = frozenset({"tol", "quad_tol", "noise", "ridge", "jitter", "weight_decay",
+                               "temperature"})
+
+#: parameters annotated ``int`` that count something of which at least one is needed
+POSITIVE_COUNTS = frozenset({"max_iter", "nodes", "max_nodes", "samples", "n_samples", "networks",
+                             "iterations", "replicas", "n_grid", "workers", "max_test_inputs"})
+
+
+def count(value: Any, name: str) -> int:
+    """An exact integer (:func:`integer`): the rule for parameters annotated ``int``; at least 1
+    for the counts of :data:`POSITIVE_COUNTS` (iterations, nodes, samples, networks ...)."""
+    return integer(value, name, minimum=1 if name in POSITIVE_COUNTS else None)
+
+
+def text(value: Any, name: str) -> str:
+    """A ``str``: the rule for parameters annotated ``str`` (a method name, a rule name ...)."""
+    if not isinstance(value, str):
+        raise DomainError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def callable_value(value: Any, name: str) -> Any:
+    """A callable (the function a sweep or a solver calls)."""
+    if not callable(value):
+        raise DomainError(f"{name} must be a callable, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def network(value: Any, name: str = "net") -> Any:
+    """An architecture object (:class:`effth.MLP` or :class:`effth.CNN`), not a name or a dict."""
+    from .arch._common import LayeredNetwork
+    if not isinstance(value, LayeredNetwork):
+        hint = (f" (build one: effth.MLP({value!r}, depth=...))" if isinstance(value, str) else "")
+        raise DomainError(f"{name} must be an effth.MLP or effth.CNN, got {type(value).__name__} "
+                          f"{value!r:.60}{hint}")
+    return value
+
+
 def keyword_rules(fn: Any) -> dict:
-    """The checks :func:`effth._signature.public` applies to the keywords of ``fn`` a caller
-    passes: ``seed`` (:func:`seed`), ``rtol`` (:func:`tolerance`), ``progress`` and every flag
-    annotated ``bool`` or ``bool | None`` (:func:`boolean`, :func:`optional_boolean`). A ``None``
-    is let through where ``None`` is the default. The values reach ``fn`` unchanged.
+    """The checks :func:`effth._signature.public` applies to the arguments of ``fn`` a caller
+    passes: by name, ``seed`` (:func:`seed`), ``rtol`` (:func:`tolerance`), ``progress``
+    (:func:`optional_boolean`), ``net`` (:func:`network`);
+    by annotation, ``bool`` / ``bool | None`` (:func:`boolean`, :func:`optional_boolean`),
+    ``int`` (:func:`count`), ``float`` (:func:`real_number`), ``str`` (:func:`text`) and
+    ``Callable`` (:func:`callable_value`). A ``None`` is let through where ``None`` is the
+    default or the annotation allows it. The values reach ``fn`` unchanged.
     """
     import inspect
     rules = {}
     for p in inspect.signature(fn).parameters.values():
         if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
             continue
-        ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
-        ann = str(ann).replace(" ", "")
-        none_ok = p.default is None
+        ann = _annotation(p)
+        parts = set(ann.split("|")) if ann else set()
+        none_ok = p.default is None or "None" in parts
+        core = parts - {"None"}
         if p.name == "seed":
             rule = seed
         elif p.name == "rtol":
             rule = tolerance
-        elif p.name == "progress" or ann in ("bool|None", "None|bool", "Optional[bool]"):
+        elif p.name == "progress" or core == {"bool"} and "None" in parts:
             rule = optional_boolean
-        elif ann == "bool" or (p.annotation is p.empty and isinstance(p.default, bool)):
+        elif core == {"bool"} or (p.annotation is p.empty and isinstance(p.default, bool)):
             rule = boolean
+        elif p.name == "net" and core <= {"Any", "MLP", "CNN", ""}:
+            rule = network
+        elif p.name in NONNEGATIVE_REALS:
+            rule = nonnegative
+        elif core == {"int"}:
+            rule = count
+        elif core == {"float"}:
+            rule = real_number
+        elif core == {"str"} and p.name not in ("activation", "rule", "kernel"):
+            rule = text
+        elif core == {"Callable"}:
+            rule = callable_value
         else:
             continue
         rules[p.name] = (rule, none_ok)
@@ -450,6 +520,90 @@ def check_keywords(rules: dict, kwargs: dict) -> None:
         if value is None and none_ok:
             continue
         rule(value, name)
+
+
+def check_positional(rules: dict, names: tuple, args: tuple) -> None:
+    """:func:`check_keywords` for the positional arguments of one call (``names`` are the
+    parameters in order)."""
+    for name, value in zip(names, args):
+        entry = rules.get(name)
+        if entry is None or (value is None and entry[1]):
+            continue
+        entry[0](value, name)
+
+
+def _extreme_arguments(args: tuple, kwargs: dict, names: tuple) -> list:
+    """``name=value`` of the arguments of one call whose size could overflow float64 or memory:
+    numbers above 1e6 or below 1e-100 in magnitude, arrays with such entries."""
+    out = []
+    for name, value in list(zip(names, args)) + list(kwargs.items()):
+        if isinstance(value, (bool, np.bool_, str)):
+            continue
+        try:
+            a = np.asarray(value, dtype=float) if np.ndim(value) <= 3 else None
+        except (TypeError, ValueError):
+            continue
+        if a is None or a.size == 0 or a.size > 10**6:
+            continue
+        with np.errstate(all="ignore"):
+            m = float(np.nanmax(np.abs(a))) if np.isfinite(a).any() else 0.0
+            nz = np.abs(a[(a != 0) & np.isfinite(a)])
+        if m > 1e6 or (nz.size and float(nz.min()) < 1e-100):
+            out.append(f"{name}={value!r:.40}" if a.ndim == 0 else f"{name} (entries up to {m:.3g})")
+    return out
+
+
+_TYPE_NAMES = {"NoneType": type(None), "str": str, "float": float, "int": int, "bool": bool,
+               "complex": complex, "numpy.ndarray": np.ndarray, "list": list, "tuple": tuple,
+               "dict": dict, "set": set, "bytes": bytes}
+
+
+def _wrong_type_argument(message: str, args: tuple, kwargs: dict, names: tuple) -> str | None:
+    """``name=value`` of the argument whose built-in type a raw ``TypeError`` / ``AttributeError``
+    names ("'str' object has no attribute ...", "'NoneType' object is not iterable",
+    "unhashable type: 'numpy.ndarray'"), or ``None`` when no argument has that type (an error
+    of effth's own, not of the input)."""
+    import re
+    m = re.search(r"'(NoneType|str|float|int|bool|complex|numpy\.ndarray|list|tuple|dict|set|bytes)'"
+                  r"|<class '(NoneType|str|float|int|bool|complex|list|tuple|dict)'>", message)
+    if not m:
+        return None
+    kind = _TYPE_NAMES[m.group(1) or m.group(2)]
+    for name, value in list(zip(names, args)) + list(kwargs.items()):
+        if type(value) is kind or (kind is float and isinstance(value, np.floating)):
+            return f"{name}={value!r:.40}"
+    return None
+
+
+def domain_error_from(exc: BaseException, where: str, args: tuple, kwargs: dict,
+                      names: tuple) -> DomainError | None:
+    """The :class:`DomainError` that replaces a raw ``MemoryError``, ``OverflowError`` or SymPy
+    ``SympifyError`` escaping a public function ``where`` (``None`` for other exceptions): it
+    names the arguments whose size is the likely cause (the knob to turn)."""
+    kind = type(exc).__name__
+    if isinstance(exc, MemoryError):
+        what = "ran out of memory"
+    elif isinstance(exc, OverflowError):
+        what = "overflowed float64"
+    elif isinstance(exc, (TypeError, AttributeError)) and type(exc) in (TypeError, AttributeError):
+        culprit = _wrong_type_argument(str(exc), args, kwargs, names)
+        if culprit is None:
+            return None
+        return DomainError(f"{where}(): {culprit} has the wrong type ({exc}); see help({where})")
+    elif type(exc) is ValueError:
+        # a plain ValueError of NumPy / Python on an argument (DomainError is a ValueError too,
+        # so code catching ValueError still does)
+        return DomainError(f"{where}(): {exc}")
+    elif kind == "SympifyError":
+        return DomainError(f"{where}(): an argument is not a number or expression SymPy can read "
+                           f"({exc})")
+    else:
+        return None
+    knobs = _extreme_arguments(args, kwargs, names)
+    hint = (f"lower {', '.join(knobs)}" if knobs else
+            "lower the sizes (counts, steps, widths) or the scale of the inputs")
+    detail = str(exc.args[-1] if exc.args and isinstance(exc.args[-1], str) else exc).strip()
+    return DomainError(f"{where}() {what}" + (f" ({detail})" if detail else "") + f"; {hint}")
 
 
 def width_ratio_values(width_ratios: Any, hidden_layers: int,
@@ -498,3 +652,132 @@ def langevin_momentum(temperature: Any, momentum: Any) -> tuple[float, float]:
         raise DomainError("temperature > 0 together with momentum > 0 is not supported (the "
                           "Langevin noise is defined for the first-order dynamics); set one to 0")
     return float(temperature), float(momentum)
+
+
+# ----------------------------------------------------------------------------- kernels, duplicates
+def psd_kernel(K: Any, name: str = "K", *, n_train: int | None = None) -> np.ndarray:
+    """A finite, non-empty, symmetric (to 1e-10 of its scale), positive semi-definite (N, N)
+    kernel, returned symmetrized. Every block a formula reads is checked, the test blocks too:
+    with ``n_train`` the message says whether the training block, the test block or only the
+    coupling between them breaks positivity (a covariance of the joint outputs must be PSD).
+    """
+    Ka = real_array(K, name)
+    if Ka.ndim != 2 or Ka.shape[0] != Ka.shape[1] or Ka.shape[0] < 1:
+        raise DomainError(f"{name} must be a square (N, N) matrix with N >= 1, got shape {Ka.shape}")
+    if not np.isfinite(Ka).all():
+        raise DomainError(f"{name} has NaN or infinite entries (overflow upstream?)")
+    Ka = symmetric_matrix(Ka, name)
+    scale = float(np.max(np.abs(Ka))) or 1.0
+
+    def smallest(M):
+        return float(np.min(np.linalg.eigvalsh(M))) if M.size else 0.0
+
+    lam = smallest(Ka)
+    if lam < -1e-10 * scale:
+        where = ""
+        if n_train is not None and 0 < n_train < Ka.shape[0]:
+            lt, lb = smallest(Ka[:n_train, :n_train]), smallest(Ka[n_train:, n_train:])
+            where = (" in its training block" if lt < -1e-10 * scale else
+                     " in its test block" if lb < -1e-10 * scale else
+                     " (both blocks are PSD: the train-test block is too large for them)")
+        raise DomainError(f"{name} is not positive semi-definite{where} (smallest eigenvalue "
+                          f"{lam:.3g}); a kernel is a covariance of the outputs")
+    return Ka
+
+
+def duplicate_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(first, index)`` when some rows of ``X`` repeat exactly: ``X[first]`` are the distinct
+    rows (in order of first appearance) and ``X[first][index] == X``; ``None`` when all rows
+    differ. A function of the inputs evaluated on ``X[first]`` and expanded with ``index``
+    gives identical rows for identical inputs, as the mathematics does."""
+    X = np.asarray(X)
+    if X.ndim != 2 or X.shape[0] < 2:
+        return None
+    _, first, inverse = np.unique(X, axis=0, return_index=True, return_inverse=True)
+    if first.size == X.shape[0]:
+        return None
+    order = np.argsort(first)                 # distinct rows in order of first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return first[order], rank[np.asarray(inverse).ravel()]
+
+
+def expand_samples(a: np.ndarray, index: np.ndarray, axes: tuple) -> np.ndarray:
+    """``a`` with each axis in ``axes`` (sample axes) re-indexed by ``index``
+    (:func:`duplicate_rows`)."""
+    for ax in axes:
+        a = np.take(a, index, axis=ax)
+    return a
+
+
+def check_underflow(values: np.ndarray, what: str, hint: str, *, first_layer: int = 1) -> None:
+    """Refuse a stack of per-layer arrays ``values[l]`` whose scale falls below the smallest
+    normal float64 (2.2e-308) while the first layer's does not: the digits are gone (a ReLU
+    kernel halves per layer at ``C_W = 1``). The message names the first such layer."""
+    v = np.asarray(values, dtype=float)
+    if v.ndim < 1 or v.shape[0] == 0:
+        return
+    scale = np.max(np.abs(v.reshape(v.shape[0], -1)), axis=1)
+    tiny = np.finfo(float).tiny
+    if not scale[0] > tiny:
+        return
+    low = np.nonzero(scale < tiny)[0]
+    if low.size:
+        ell = int(low[0]) + first_layer
+        raise DomainError(f"{what} underflows double precision at layer {ell} (scale "
+                          f"{scale[low[0]]:.3g}, layer {first_layer}: {scale[0]:.3g}); {hint}")
+
+
+def restriction_arguments(n_train: Any, max_test: Any) -> None:
+    """``n_train`` (None, or an int >= 1: the first inputs are training inputs) and ``max_test``
+    (an int >= 0 that restricts only together with ``n_train``) of a restricted flow."""
+    m = integer(max_test, "max_test", minimum=0)
+    if n_train is None:
+        if m != 1:
+            raise DomainError(f"max_test={m} restricts the entries by their test inputs, which "
+                              "needs n_train= (inputs 0..n_train-1 are the training inputs)")
+        return
+    integer(n_train, "n_train", minimum=1)
+
+
+def output_directory(out: Any, name: str = "out") -> Any:
+    """A directory results can be written to, created now (before any work) so that an
+    unwritable path or an existing file is refused at once; ``None`` passes (write nothing)."""
+    if out is None:
+        return None
+    from pathlib import Path
+    if not isinstance(out, (str, os.PathLike)) or isinstance(out, bytes):
+        raise DomainError(f"{name} must be a directory path (str or Path) or None, got {out!r}")
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise DomainError(f"{name}={str(p)!r} is an existing file, not a directory; give a new or "
+                          "existing directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DomainError(f"{name}={str(p)!r} cannot be created ({exc.strerror or exc}); give a "
+                          "writable directory") from None
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise DomainError(f"{name}={str(p)!r} is not writable; give a writable directory")
+    return p
+
+
+def check_networks(networks: int, flops: float, what: str) -> None:
+    """Refuse, before any seed is spawned or network drawn, an ensemble whose optimistic run
+    time (>= 1 us and ``flops`` at <= 2 GFLOP/s per network) or whose per-network seeds
+    (a ``SeedSequence`` each, about 200 bytes) exceed the bounds of :func:`check_work` and
+    :func:`check_memory`."""
+    n = float(networks)
+    check_work(n * (1e-6 + float(flops) / 2e9), f"{what} with {networks} networks",
+               "lower networks")
+    check_memory(200.0 * n, f"the seeds of {networks} networks", "lower networks")
+
+
+def check_target_scale(y: Any, power: int, what: str, name: str = "y") -> None:
+    """Refuse targets whose ``power``-th power overflows float64 (a loss ``sum Delta^2 / 2`` is
+    ``power = 2``; a gamma0-series coefficient of order ``k`` in the loss grows as
+    ``|y|^(k + 2)``): a clear error instead of an ``inf``/NaN result."""
+    m = float(np.max(np.abs(np.asarray(y, dtype=float)))) if np.size(y) else 0.0
+    if m > 0 and power * math.log10(m) > 300:
+        raise DomainError(f"{name} has entries up to {m:.3g}: {what} grows as |{name}|^{power} and "
+                          f"overflows float64; rescale {name} (e.g. divide by {m:.3g})")

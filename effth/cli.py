@@ -577,9 +577,11 @@ _GAMMA0_DESCRIPTION = (
     "predictions, error, loss) as Gaussian atoms of the lazy process times time functions of "
     "the errors, every symbol defined. Deep nonlinear networks at gamma0^2: one-input Gaussian "
     "moments <phi'^4>, <phi phi'^2 phi''>, ... and the several-input four-point atoms (their "
-    "App. P.2-P.6, with the responses A, B kept); above gamma0^2 that system and then a table "
-    "of the higher coefficients as numbers from the engine (one input Kx = 1, y = 1, eta = 0.1, "
-    "NTK closure; seconds at order 4, about a minute at order 6). "
+    "App. P.2-P.6, with the responses A, B kept); above gamma0^2 the one-input system of every "
+    "order through ORDER (NTK closure), derived from the field expansion: each kernel and response "
+    "coefficient in Gaussian moments of the activation times sums over times of the drivers C~, "
+    "D~ and the lower-order kernels, every symbol defined (seconds at order 4, about a minute "
+    "at order 6). "
     "The numbers, with the exact or the NTK closure of the predictions, come from "
     "effth.dmft.gamma0_series (Python).")
 
@@ -871,13 +873,21 @@ def main(argv: Sequence[str] | None = None, out=None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:              # --help (0) or a usage error (2), already printed
         return exc.code if isinstance(exc.code, int) else 2
+    import warnings
     try:
-        return _COMMANDS[args.command](args, out)
+        with warnings.catch_warnings():
+            # NumPy's overflow/invalid RuntimeWarnings would precede the one-line error (effth
+            # checks the results for NaN and overflow itself and says what to change)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return _COMMANDS[args.command](args, out)
     except UsageError as exc:
         print(f"effth: error: {exc}", file=sys.stderr)
         return 2
     except EffthError as exc:              # bad values found below the command line
         print(f"effth: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except OSError as exc:                 # an output file that cannot be written
+        print(f"effth: error: {exc}", file=sys.stderr)
         return 2
 
 

@@ -405,6 +405,7 @@ def run_report(*, activation: Any = "tanh", depth: int | None = None, widths: An
     seed = _v.seed(seed)
     quick, plots = _v.boolean(quick, "quick"), _v.boolean(plots, "plots")
     progress = _v.optional_boolean(progress, "progress")
+    _v.output_directory(out)               # an unwritable --out refused before the work
     d = _DEFAULTS[bool(quick)]
     depth = d["depth"] if depth is None else depth
     widths = _ladder(d["widths"] if widths is None else widths)

@@ -182,6 +182,9 @@ def sweep(func: Callable, grid: Any, *, seed: Any = None, client: Any = None,
     if client is not None:
         if not have_dask():
             raise DomainError("client= needs Dask: pip install 'effth[parallel]'")
+        if not (callable(getattr(client, "compute", None)) and callable(getattr(client, "gather", None))):
+            raise DomainError(f"client= must be a dask.distributed.Client (with compute and gather), "
+                              f"got {type(client).__name__}")
         import dask
 
         futures = client.compute([dask.delayed(func)(**c) for c in calls])

@@ -124,7 +124,7 @@ def test_gamma0_bad_input_exits_2(capsys):
     code, text = run("gamma0", "--order", "4", "--hidden-layers", "3", "--activation", "tanh",
                      "--quantity", "phi")
     assert code == 0 and "Price" not in text and r"\cdots" not in text
-    assert r"\Phi^{\ell}_{2}(t,s)&=" in text and "given as numbers" in text
+    assert r"\hat\Phi^{\ell}_{4}(t,s)&=" in text and "given as numbers" not in text
     code, text = run("gamma0", "--order", "2", "--depth", "4", "--activation", "tanh",
                      "--quantity", "phi")
     assert code == 0 and r"\Phi^{\ell-1}_{2,ab}" in text

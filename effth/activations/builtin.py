@@ -185,8 +185,11 @@ def _poly_in(base: Callable[[np.ndarray], np.ndarray], chain: np.ndarray) -> Cal
 
         def f(z: Any) -> np.ndarray:
             u = base(_f64(z))
-            out = np.full_like(u, c[0])
-            for ci in c[1:]:
+            if len(c) == 1:
+                return np.full_like(u, c[0])
+            out = u * c[0]                 # Horner; the first step without a constant array
+            out += c[1]
+            for ci in c[2:]:
                 out *= u
                 out += ci
             return out

@@ -507,6 +507,10 @@ class SampleSum(sp.Expr):
 @public
 def expand_sample_sums(expr: sp.Expr, samples: Iterable) -> sp.Expr:
     """Expand every :class:`SampleSum` in ``expr`` over the concrete ``samples``."""
+    if not isinstance(expr, sp.Basic):
+        raise DomainError(f"expr must be a SymPy expression, got {type(expr).__name__} {expr!r:.40}")
+    if isinstance(samples, (str, bytes)) or not hasattr(samples, "__iter__"):
+        raise DomainError(f"samples must be an iterable of sample labels, got {samples!r:.40}")
     samples = list(samples)
     return expr.replace(lambda e: isinstance(e, SampleSum), lambda e: e.expand_over(samples))
 

@@ -124,6 +124,10 @@ def resolve_depth(depth: Any = None, hidden_layers: Any = None, *, minimum: int 
         what = (f"depth={L}" if hidden_layers is None else f"hidden_layers={L - 1}")
         raise DomainError(f"{what} is too shallow here: need depth >= {minimum} "
                           f"(hidden_layers >= {minimum - 1})")
+    from effth._validate import check_memory, check_work
+    knob = "lower depth" if hidden_layers is None else "lower hidden_layers"
+    check_memory(160.0 * L, f"the per-layer state of depth={L}", knob)     # before any loop
+    check_work(1e-5 * L, f"a pass through depth={L} layers", knob)
     return L
 
 

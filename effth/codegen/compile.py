@@ -448,6 +448,10 @@ def _cache_lookup(key, build):
 
 
 def _common_key(exprs, inputs, act, samples, params, method, rtol, cse):
+    from effth.numerics.dispatch import _METHODS
+    if method not in _METHODS:          # refused when compiling, not at the first evaluation
+        raise DomainError(f"method={method!r} must be one of {_METHODS} (the methods of "
+                          "effth.gaussian_expectation)")
     pkey = (
         tuple((str(k), sp.srepr(sp.sympify(v))) for k, v in params.items())
         if isinstance(params, Mapping)

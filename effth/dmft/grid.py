@@ -48,6 +48,9 @@ class TimeGrid:
     def __post_init__(self) -> None:
         object.__setattr__(self, "eta", real_scalar(self.eta, "eta"))
         object.__setattr__(self, "steps", integer(self.steps, "steps", minimum=1))
+        from effth._validate import check_memory
+        check_memory(8.0 * float(self.steps) ** 2, f"one two-time kernel (steps x steps) at "
+                     f"steps={self.steps}", "lower steps (two-time kernels grow as steps**2)")
         if not (np.isfinite(self.eta) and self.eta > 0):
             raise DomainError(f"step size eta={self.eta!r} must be a positive finite number")
 

@@ -12,6 +12,7 @@ from effth._signature import public
 
 import numpy as np
 
+from effth._validate import real_array
 from effth.errors import DomainError
 
 __all__ = ["kernel_alignment", "layer_alignment", "target_alignment"]
@@ -62,7 +63,10 @@ def layer_alignment(K1, K2) -> np.ndarray:
     """Alignment per layer of two stacks of kernels ``(L, ...)`` (e.g. ``result.phi`` and a
     network's ``run.mean('phi')``); average with ``.mean()`` for the ``ell``-averaged metric of
     Fig. 4d."""
-    K1, K2 = np.asarray(K1), np.asarray(K2)
+    K1, K2 = real_array(K1, "K1"), real_array(K2, "K2")
+    if K1.ndim < 2 or K2.ndim < 2:
+        raise DomainError(f"K1 and K2 must be stacks of kernels (L, ...), got shapes {K1.shape} "
+                          f"and {K2.shape}")
     if K1.shape[0] != K2.shape[0]:
         raise DomainError(f"different numbers of layers: {K1.shape[0]} and {K2.shape[0]}")
     return np.array([kernel_alignment(a, b) for a, b in zip(K1, K2)])

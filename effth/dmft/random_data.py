@@ -120,6 +120,15 @@ def _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, 
     if not (math.isfinite(sigma) and sigma >= 0):
         raise DomainError(f"sigma={sigma!r} (label-noise scale) must be finite and >= 0")
     S = positive(signal, "signal")
+    # the order parameters hold sigma^2, signal^2 and 1/nu: beyond float64 the run "diverges"
+    # for a reason that is not the learning rate
+    for v, name in ((sigma, "sigma"), (S, "signal")):
+        if v > 1e150:
+            raise DomainError(f"{name}={v:g} squared overflows float64 (the loss holds {name}^2); "
+                              f"rescale: the dynamics are homogeneous in the target scale")
+    if nu < 1e-150:
+        raise DomainError(f"nu={nu:g} is too small: 1/nu (the finite-width variance) overflows "
+                          "float64; nu = N/D is a width ratio, give nu >= 1e-150")
     if not isinstance(centering, (bool, np.bool_)):
         raise DomainError(f"centering={centering!r} must be a bool")
     g = real_scalar(gamma0, "gamma0")
@@ -523,6 +532,18 @@ def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = N
     -------
     RandomDataResult
 
+    Warns
+    -----
+    AccuracyWarning
+        Finite data near the edge of stability: ``q = eta kappa (1 + alpha^-1/2)^2 >= 1.5``, with
+        ``kappa`` the lazy NTK eigenvalue (``L + 1``, or :func:`resnet_kernel`) and
+        ``(1 + alpha^-1/2)^2`` the top of the Marchenko-Pastur spectrum of the data (``q = 2`` is
+        the lazy stability edge).  The theory is the ``D -> infinity`` limit there too, but finite
+        networks approach it slowly: at ``L = 2``, ``alpha = 2``, ``nu = gamma0 = 1``,
+        ``eta = 0.2`` (``q = 1.75``) the test-loss gap times ``D`` at ``t = 59`` grows from -11 at
+        ``D = 400`` to about -18 from ``D = 1600`` on (the gap is half the loss at ``D = 800``);
+        at ``eta = 0.1`` (``q = 0.87``) it is about 1 at every ``D``.
+
     Raises
     ------
     DomainError
@@ -548,11 +569,39 @@ def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = N
                 f"(for comparison, the lazy infinite-width limit of this depth is stable for "
                 f"(L+1) eta < 2, here (L+1) eta = {c:g}; finite data, SGD noise and feature "
                 f"learning lower the bound); lower eta") from None
+    _warn_edge(p)
     return RandomDataResult(hidden_layers=p.L, grid=TimeGrid(p.eta, p.T), alpha=p.alpha,
                             nu=real_scalar(nu, "nu"), gamma0_sq=p.g2, init_variance=p.iv,
                             sigma=p.sigma, signal=p.S, centering=p.centering,
                             batch_ratio=p.alpha_b, branch_scale=p.beta, arrays=arrays,
                             seconds=time.perf_counter() - t0)
+
+
+EDGE_WARNING = 1.5     # q = eta kappa lambda_+ from which finite-D networks approach slowly
+
+
+def lazy_edge_ratio(p: _Params) -> float | None:
+    """``q = eta kappa (1 + alpha^-1/2)^2`` of a full-batch run on finite data (``None`` at
+    ``alpha = inf``): the largest lazy GD multiplier is ``1 - q``, unstable at ``q = 2``."""
+    if math.isinf(p.alpha):
+        return None
+    kappa = (p.L + 1.0) if p.beta is None else resnet_kernel(hidden_layers=p.L,
+                                                               branch_scale=p.beta)
+    return p.eta * kappa * (1.0 + p.alpha ** -0.5) ** 2
+
+
+def _warn_edge(p: _Params) -> None:
+    import warnings
+    from effth.errors import AccuracyWarning
+    q = lazy_edge_ratio(p)
+    if q is not None and q >= EDGE_WARNING and p.T > 1:
+        warnings.warn(
+            f"eta={p.eta:g} on finite data (alpha={p.alpha:g}) is near the edge of stability: "
+            f"q = eta kappa (1 + alpha^-1/2)^2 = {q:.3g} >= {EDGE_WARNING} (kappa = lazy NTK "
+            f"eigenvalue, q = 2 is the lazy edge).  The theory is the D -> infinity limit, but "
+            "finite networks approach it slowly here (measured at L = 2, alpha = 2, q = 1.75: "
+            "half the test loss at D = 800, the 1/D law only from D ~ 1600 on); compare with "
+            "simulations at large D, or lower eta", AccuracyWarning, stacklevel=4)
 
 
 # --------------------------------------------------------------------------- residual kernel
@@ -610,8 +659,11 @@ class LearningRateSweep:
 
     @property
     def optimal_eta(self) -> np.ndarray:
-        """Per width ratio, the grid ``eta`` with the smallest final test loss."""
-        return self.etas[np.argmin(self.final_loss, axis=1)]
+        """Per width ratio, the grid ``eta`` with the smallest final test loss (``nan`` where
+        every ``eta`` diverged: no optimum on the grid)."""
+        out = self.etas[np.argmin(self.final_loss, axis=1)].astype(float)
+        out[~np.isfinite(self.final_loss).any(axis=1)] = np.nan
+        return out
 
     @property
     def best_loss(self) -> np.ndarray:
@@ -673,6 +725,9 @@ def learning_rate_sweep(etas, nus, *, depth: int | None = None, hidden_layers: i
     value within ``steps``) is recorded as ``inf``.  Other arguments as in
     :func:`solve_random_data`.
     """
+    for arg, name in ((etas, "etas"), (nus, "nus")):
+        if np.ndim(arg) > 1:
+            raise DomainError(f"{name} must be a number or a 1-D grid, got shape {np.shape(arg)}")
     E = real_array(etas, "etas", finite=True).ravel()
     Nu = real_array(nus, "nus").ravel()
     if E.size == 0 or Nu.size == 0:
@@ -720,6 +775,9 @@ def max_stable_learning_rate(*, depth: int | None = None, hidden_layers: int | N
         Initial guess (default ``2 / (L + 1)``).
     """
     tol = positive(tol, "tol")
+    if tol < 1e-14:
+        raise DomainError(f"tol={tol:g} is below the 1e-14 a bisection in float64 can resolve "
+                          "(the bracket cannot shrink further); pass tol >= 1e-14")
 
     def stable(eta):
         p = _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, centering,
@@ -904,7 +962,10 @@ def solve_power_law(*, depth: int | None = None, hidden_layers: int | None = Non
 def power_law_exponent(result, t_min: float, t_max: float | None = None, sigma: float = 0.0) -> float:
     r"""Exponent ``p`` of ``L(t) - sigma^2 ~ t^-p`` by least squares in ``log t`` over
     ``t_min <= t < t_max`` (grid steps)."""
-    loss = np.asarray(result.value("test_loss") if hasattr(result, "value") else result, float)
+    loss = real_array(result.value("test_loss") if hasattr(result, "value") else result, "result")
+    if loss.ndim != 1 or loss.size < 3:
+        raise DomainError(f"result must be a run with a test loss or a 1-D loss curve of >= 3 "
+                          f"steps, got shape {loss.shape}")
     t = np.arange(loss.size, dtype=float)
     hi = loss.size if t_max is None else real_scalar(t_max, "t_max")
     lo = real_scalar(t_min, "t_min")

@@ -320,6 +320,8 @@ class _Atoms:
         for k in self.keys:
             if len(k) == 2 and max(k) >= 2:
                 self.base[k] = float(leibniz_pair_tables(np.eye(1), act, [k])[k][0, 0])
+            elif max(k) == 2 and k.count(2) == 1 and 0 in k:
+                self.base[k] = 0.0    # delta(z) sigma(z) ... = 0: sigma(0) = 0 (PDLT (11.67)-(11.71))
             elif max(k, default=0) >= 2:
                 raise DomainError(
                     f"{act!r} is kinked: the atom <{' '.join(f'sigma^({p})' for p in k)}> puts sigma'' = delta "
@@ -383,7 +385,7 @@ def iterate_ntk_single_input(act: Any, *, c_w: Any, c_b: Any, K1: float, depth: 
     ----------
     act : str or Activation
         Smooth (Gauss–Hermite with ``nodes`` nodes) or piecewise linear (exact homogeneity; the
-        dNTK statistics ``P``, ``Q`` are singular for kinked σ and refused).
+        single-input dNTK atoms :math:`\langle\sigma^{\prime\prime}\sigma\cdots\rangle` vanish, PDLT (11.67)–(11.71)).
     c_w, c_b : float (keyword-only)
     K1 : float
         :math:`K^{(1)}=C_b+C_W\overline{x^2}`.

@@ -251,6 +251,30 @@ def _term_chunks(term: sp.Expr, printer) -> tuple[str, list]:
     return sign, chunks
 
 
+def _split_wide(chunk: str) -> list:
+    r"""A factor wider than a line, e.g. :math:`\langle(a+b+\dots)\,\sigma\rangle`, cut before the
+    ``+``/``-`` of its sums: ``\left(``/``\right)`` become ``\bigl(``/``\bigr)`` (which TeX may
+    break between) and the cuts are at brace depth 0.  Pieces after the first start with their
+    sign."""
+    text = chunk.replace(r"\left(", r"\bigl(").replace(r"\right)", r"\bigr)")
+    text = text.replace(r"\left[", r"\bigl[").replace(r"\right]", r"\bigr]")
+    if r"\left" in text or r"\right" in text:
+        return [chunk]                       # other delimiters: keep the factor whole
+    out, cur, depth = [], "", 0
+    for k, ch in enumerate(text):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        if depth == 0 and ch in "+-" and k > 0 and text[k - 1] == " " and cur.strip() \
+                and not cur.rstrip().endswith(("(", "[", "=")):
+            out.append(cur.rstrip())
+            cur = ""
+        cur += ch
+    out.append(cur.strip())
+    return out if len(out) > 1 else [chunk]
+
+
 def _lines(pieces: list, width: float) -> list:
     """Greedy line breaking of ``[(sign, chunks), ...]``: breaks at term boundaries, and inside a
     term (before a factor, continued with ``\\times``) only when one term is wider than a line."""
@@ -267,13 +291,15 @@ def _lines(pieces: list, width: float) -> list:
             lines[-1].append(lead + text)
             cur += w
             continue
-        # a term wider than a line: break between its factors
+        # a term wider than a line: break between its factors (a factor wider than a line
+        # inside its sums, continued without the times sign)
+        chunks = [p for ch in chunks for p in (_split_wide(ch) if rendered_width(ch) > width - 2 else [ch])]
         part, pw = lead, rendered_width(lead)
         for ch in chunks:
             cw = rendered_width(ch)
             if pw + cw > width and part.strip() not in ("", "-", "+"):
                 lines[-1].append(part)
-                lines.append([r"\qquad\times"])
+                lines.append([r"\qquad" if ch[:1] in "+-" else r"\qquad\times"])
                 part, pw = "", 1.0
             part += (" " if part and not part.endswith(" ") else "") + ch
             pw += cw

@@ -7,6 +7,8 @@ printer level:
 
 * powers of objects whose LaTeX already carries sub- or superscripts are braced,
   ``{C_{W}^{(\ell + 1)}}^{2}``, never a double superscript;
+* a power of a symbol printed as a fraction (the width ratio :math:`n_\ell/n_{\ell-1}`) is
+  parenthesised, ``\left(\frac{n_{\ell}}{n_{\ell-1}}\right)^{2}``;
 * Kronecker deltas of neuron indices print :math:`\delta_{i_{1} i_{2}}`;
 * sample symbols ``alpha_1`` print :math:`\alpha_{1}` and ``ell`` prints :math:`\ell`
   (SymPy's defaults, kept).
@@ -46,6 +48,22 @@ def _needs_braces(s: str) -> bool:
             depth -= 1
         elif depth == 0 and ch in "^'":
             return True
+    return False
+
+
+def _is_fraction(s: str) -> bool:
+    r"""Whether ``s`` is one ``\frac{..}{..}`` (or a ``\tfrac``/``\dfrac``) with nothing after it."""
+    for head in (r"\frac", r"\tfrac", r"\dfrac"):
+        if s.startswith(head + "{"):
+            i, groups = len(head), 0
+            while i < len(s) and s[i] == "{" and groups < 2:
+                depth = 0
+                for j in range(i, len(s)):
+                    depth += {"{": 1, "}": -1}.get(s[j], 0)
+                    if depth == 0:
+                        break
+                i, groups = j + 1, groups + 1
+            return groups == 2 and i == len(s)
     return False
 
 
@@ -98,6 +116,13 @@ class EffthLatexPrinter(LatexPrinter):
 
     def _print_Pow(self, expr):
         base, e = expr.base, expr.exp
+        if base.is_Symbol and e.is_Rational and not (e.q == 2 and self._settings.get("root_notation", True)):
+            b = self._print(base)
+            if _is_fraction(b):
+                # a symbol printed as a fraction, n_l/n_{l-1}: (\frac{a}{b})^{2}, never \frac{a}{b}^{2}
+                if e.is_negative:
+                    return super()._print_Pow(expr)
+                return rf"\left({b}\right)^{{{self._print(e)}}}"
         if (
             isinstance(base, sp.Basic)
             and hasattr(type(base), "_latex")

@@ -154,45 +154,64 @@ def _gamma(net: CNN) -> float:
     return 1.0 if net.parameterization == "ntk" else net.gamma0 * np.sqrt(net.widths[-1])
 
 
+def _readout_signal(net: CNN, readout: tuple, fw: tuple, E: np.ndarray) -> np.ndarray:
+    """``sum_k E_{mu k} df_{mu k} / d sigma(z^{(L-1)})`` ``(m, P, *sp, n)`` for an output co-vector
+    ``E`` ``(m, P, n_out)`` (per sample: the Jacobian of output ``k`` is ``E = e_k``)."""
+    cache, phi, aL, s_shape = fw
+    m, P = phi.shape[:2]
+    w = aL / _gamma(net) * np.matmul(E, np.swapaxes(readout[0], -1, -2))   # (m, P, fan)
+    if net.readout == "gap":
+        S = int(np.prod(s_shape[2:-1]))
+        n = s_shape[-1]
+        return np.broadcast_to((w / S)[:, :, None, :], (m, P, S, n)).reshape(s_shape)
+    return w.reshape(s_shape)
+
+
+def _backprop(net: CNN, params: list, fw: tuple, fns: tuple, ds: np.ndarray):
+    r"""Pull the signal ``ds = dF/d sigma(z^{(L-1)})`` back through the convolutions (the adjoint
+    of im2col, :func:`_fold`); yields ``(ell, patches (m, P, S, qC), a_ell, dF/dz^{(ell)}
+    (m, P, S, n))`` for ``ell = L-1 .. 1``, from which the filter gradients
+    :math:`a_\ell\sum_i\mathrm{patch}_i\otimes\partial F/\partial z_i` follow (per sample for
+    the NTK, summed over samples for gradient descent)."""
+    act, dact = fns
+    cache = fw[0]
+    m, P = ds.shape[:2]
+    for ell in range(net.depth - 1, 0, -1):
+        flat, a, sp_in, z = cache[ell - 1]
+        dz = ds * dact(z)                                        # (m, P, *out, n)
+        dzf = dz.reshape(m, P, -1, dz.shape[-1])                 # (m, P, S, n)
+        Pf = flat.reshape(m, P, dzf.shape[2], -1)                # (m, P, S, qC)
+        yield ell, Pf, a, dzf
+        if ell > 1:
+            om = params[ell - 1][0]
+            dflat = a * np.matmul(dzf.reshape(m, -1, dzf.shape[-1]), np.swapaxes(om, -1, -2))
+            q = int(np.prod(net.filter_shapes[ell - 1]))
+            c_in = om.shape[1] // q
+            dp = dflat.reshape(z.shape[:-1] + (q, c_in))
+            ds = _fold(dp, net.filter_shapes[ell - 1], net.padding, tuple(sp_in))
+
+
 def _ntk(net: CNN, params: list, readout: tuple, fw: tuple, fns: tuple) -> np.ndarray:
     """Exact empirical NTK ``(m, P, P)`` averaged over the outputs, by backpropagation."""
-    act, dact = fns
     cache, phi, aL, s_shape = fw
     m, P = phi.shape[:2]
     L = net.depth
     inv_g = 1.0 / _gamma(net)                  # 'mup': f / gamma; rates gamma^2 (units of eta)
     rate = 1.0 / inv_g ** 2
-    om_L = readout[0]
     H = np.zeros((m, P, P))
     base = (aL ** 2) * np.matmul(phi, np.swapaxes(phi, -1, -2)) + net.c_b_at(L)
     for k in range(net.n_out):
         Hk = base * inv_g ** 2
-        # dF/ds^{L-1}: (m, P, *sp, n)
-        w = om_L[:, :, k] * aL * inv_g                              # (m, fan)
-        n = s_shape[-1]
-        if net.readout == "gap":
-            S = int(np.prod(s_shape[2:-1]))
-            ds = np.broadcast_to((w / S)[:, None, None, :], (m, P, S, n)).reshape(s_shape)
-        else:
-            ds = np.broadcast_to(w[:, None, :], (m, P, w.shape[-1])).reshape(s_shape)
-        for ell in range(L - 1, 0, -1):
-            flat, a, sp_in, z = cache[ell - 1]
-            dz = ds * dact(z)                                        # (m, P, *out, n)
-            dzf = dz.reshape(m, P, -1, dz.shape[-1])                 # (m, P, S, n)
-            Pf = flat.reshape(m, P, dzf.shape[2], -1)                # (m, P, S, qC)
+        E = np.zeros((m, P, net.n_out))
+        E[..., k] = 1.0
+        ds = _readout_signal(net, readout, fw, E)                   # dF_k/ds^{L-1}
+        for ell, Pf, a, dzf in _backprop(net, params, fw, fns, ds):
             J = a * np.einsum("mpsk,mpsn->mpkn", Pf, dzf, optimize=True)
             Jf = J.reshape(m, P, -1)
             Hk = Hk + np.matmul(Jf, np.swapaxes(Jf, -1, -2))
             if net.c_b_at(ell) > 0:
                 gb = dzf.sum(axis=2)
                 Hk = Hk + net.c_b_at(ell) * np.matmul(gb, np.swapaxes(gb, -1, -2))
-            if ell > 1:
-                om = params[ell - 1][0]
-                dflat = a * np.matmul(dzf.reshape(m, -1, dzf.shape[-1]), np.swapaxes(om, -1, -2))
-                q = int(np.prod(net.filter_shapes[ell - 1]))
-                c_in = om.shape[1] // q
-                dp = dflat.reshape(z.shape[:-1] + (q, c_in))
-                ds = _fold(dp, net.filter_shapes[ell - 1], net.padding, tuple(sp_in))
         H += rate * Hk
     return H / net.n_out
 

@@ -189,6 +189,12 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
         P = None
     else:
         P = None if math.isinf(alpha) else max(1, int(round(alpha * D)))
+    per_net = float(N) * D + (L - 1) * float(N) * N + float(P or 0) * D
+    from effth._validate import check_memory, check_work
+    check_memory(8.0 * (per_net + 2.0 * n_net * T), f"one network of {N} x {D} weights and "
+                 f"{n_net} loss curves of {T} steps", "lower dim, nu, steps or networks")
+    check_work(float(n_net) * T * (1e-6 + per_net / 2e9), f"{n_net} networks trained for {T} steps",
+               "lower networks, steps or dim")
     rng = _rng(seed)
     # chunks of networks so that the weights stay below ~ 3e7 floats
     per_net = N * D + (L - 1) * N * N + (P or 0) * D

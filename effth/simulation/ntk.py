@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import check_networks
 from .._threads import blas_threads
 from .._progress import progress_bar
 from ..activations import get_activation
@@ -101,6 +102,20 @@ def _activation_derivs(activation: Any, order: int) -> tuple[Callable, ...]:
     return tuple(act.numpy(k) for k in range(order + 1))
 
 
+def _dirac_free_dntk(act, n_inputs: int, order: int, ddntk_II: bool) -> bool:
+    r"""Whether the dNTK estimates of a kinked activation need no Dirac part: a single input, the
+    piecewise-linear family (kink at 0, :math:`\sigma(0)=0`), ``order == 2`` without ddNTK-II.
+
+    There every :math:`\sigma''=(a_+-a_-)\delta(z)` of :math:`\mathbb E[\widehat{dH}\,z]` meets a
+    :math:`\sigma` of the same neuron and sample (the only pairings of the output weights,
+    PDLT (11.67)-(11.71): :math:`\langle\sigma''\sigma\rangle=\langle\sigma''\sigma'\sigma'
+    \sigma\rangle=0`), so the almost-everywhere derivative estimates the book's P and Q to
+    :math:`O(1/n)` (the order of the estimators' own finite-width corrections)."""
+    return (n_inputs == 1 and order == 2 and not ddntk_II
+            and getattr(act, "family", None) == "piecewise_linear"
+            and tuple(getattr(act, "kinks", ())) in ((), (0.0,)))
+
+
 def _check_smooth_enough(act, order: int, ddntk_II: bool) -> None:
     r"""Reject ensemble statistics whose book definition needs a Dirac part of a derivative.
 
@@ -146,22 +161,31 @@ class _Net:
     gam: list           # gam[l] (B, M, M) = g^(l)_a . g^(l)_b
     dd: np.ndarray      # (M,) input of direction a
     do: np.ndarray      # (M,) output neuron of direction a
+    xi: list | None = None   # xi[l], l = 1..L: residual branch gains (PDLT (B.4)); None: plain
 
 
-def _forward_backward(Ws, bs, X, fs, outputs) -> _Net:
+def _forward_backward(Ws, bs, X, fs, outputs, res=None) -> _Net:
+    r"""Forward and backward pass; ``res = (gamma, xi)`` (per weight layer, index 0 unused) makes
+    it the residual MLP of PDLT (B.4): :math:`z^{(\ell+1)}=\xi^{(\ell+1)}[b+W\sigma(z^{(\ell)})]
+    +\gamma^{(\ell+1)}z^{(\ell)}`, so :math:`g^{(\ell)}=\xi^{(\ell+1)}(g^{(\ell+1)}W^{(\ell+1)})
+    \sigma'(z^{(\ell)})+\gamma^{(\ell+1)}g^{(\ell+1)}`."""
     L = len(Ws) - 1
+    gam_, xi_ = res if res is not None else ([0.0] * (L + 1), [1.0] * (L + 1))
     B = Ws[1].shape[0]
     N = X.shape[0]
     s = [np.broadcast_to(X, (B,) + X.shape)]
     d = {k: [None] * L for k in range(1, len(fs))}
     z = np.einsum("bkj,dj->bdk", Ws[1], X) + bs[1][:, None, :]
+    if xi_[1] != 1.0:
+        z = xi_[1] * z
     for ell in range(1, L):
         if not np.isfinite(z).all():
             raise DomainError(f"non-finite preactivations in layer {ell}")
         s.append(fs[0](z))
         for k, lst in d.items():
             lst[ell] = fs[k](z)
-        z = np.matmul(s[ell], np.swapaxes(Ws[ell + 1], 1, 2)) + bs[ell + 1][:, None, :]
+        branch = np.matmul(s[ell], np.swapaxes(Ws[ell + 1], 1, 2)) + bs[ell + 1][:, None, :]
+        z = (branch if xi_[ell + 1] == 1.0 else xi_[ell + 1] * branch) + (gam_[ell + 1] * z if gam_[ell + 1] else 0.0)
     if not np.isfinite(z).all():
         raise DomainError(f"non-finite preactivations in layer {L}")
     m = len(outputs)
@@ -177,9 +201,12 @@ def _forward_backward(Ws, bs, X, fs, outputs) -> _Net:
     for ell in range(L - 1, 0, -1):
         h[ell] = np.matmul(g[ell + 1], Ws[ell + 1])
         g[ell] = h[ell] * d[1][ell][:, dd, :]
+        if res is not None:
+            g[ell] = xi_[ell + 1] * g[ell] + (gam_[ell + 1] * g[ell + 1] if gam_[ell + 1] else 0.0)
     ssd = [np.matmul(sl, np.swapaxes(sl, 1, 2)) for sl in s]
     gam = [None] + [np.matmul(g[ell], np.swapaxes(g[ell], 1, 2)) for ell in range(1, L + 1)]
-    return _Net(Ws=Ws, s=s, d=d, zL=z, g=g, h=h, ssd=ssd, gam=gam, dd=dd, do=do)
+    return _Net(Ws=Ws, s=s, d=d, zL=z, g=g, h=h, ssd=ssd, gam=gam, dd=dd, do=do,
+                xi=None if res is None else list(xi_))
 
 
 def _ntk(net: _Net, lb, lw, widths) -> np.ndarray:
@@ -189,6 +216,8 @@ def _ntk(net: _Net, lb, lw, widths) -> np.ndarray:
     H = 0.0
     for ell in range(1, L + 1):
         coef = lb[ell - 1] + lw[ell - 1] / widths[ell - 1] * net.ssd[ell - 1][:, dd[:, None], dd[None, :]]
+        if net.xi is not None:          # d z / d theta of layer l carries the branch gain xi^(l)
+            coef = net.xi[ell] ** 2 * coef
         H = H + net.gam[ell] * coef
     return H
 
@@ -424,8 +453,10 @@ def _check_finite(arrays) -> None:
                               "derivative)")
 
 
-def _compute(Ws, bs, X, fs, lb, lw, widths, outputs, order: int, ddII: bool):
-    net = _forward_backward(Ws, bs, X, fs, outputs)
+def _compute(Ws, bs, X, fs, lb, lw, widths, outputs, order: int, ddII: bool, res=None):
+    if res is not None and (order >= 2 or ddII):
+        raise DomainError("residual networks: only the NTK statistics (order=1) are simulated")
+    net = _forward_backward(Ws, bs, X, fs, outputs, res)
     m, N = len(outputs), X.shape[0]
     z = np.transpose(net.zL[:, :, list(outputs)], (0, 2, 1))
     H = _unflatten(_ntk(net, lb, lw, widths), m, N, 2)
@@ -566,6 +597,8 @@ def init_params(net: MLP, n_in: int,
 
     :math:`b^{(\ell)}_i\sim\mathcal N(0, C_b^{(\ell)})` and
     :math:`W^{(\ell)}_{ij}\sim\mathcal N(0, C_W^{(\ell)}/n_{\ell-1})`, PDLT (2.19)-(2.20).
+    A residual MLP has the same parameters (its gains :math:`\gamma, \xi` of PDLT (B.4) are
+    not parameters; :func:`simulate_ntk_ensemble` applies them).
 
     Parameters
     ----------
@@ -591,8 +624,6 @@ def init_params(net: MLP, n_in: int,
     """
     if not isinstance(net, MLP):
         raise DomainError(f"net must be an effth.arch.MLP, got {type(net).__name__}")
-    from effth.arch._common import require_plain
-    require_plain(net, "the NTK simulator")
     if isinstance(n_in, bool) or not isinstance(n_in, (int, np.integer)) or n_in < 1:
         raise DomainError(f"n_in must be a positive int (the input dimension n_0), got {n_in!r}")
     if networks is not None and (isinstance(networks, bool)
@@ -866,7 +897,9 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
     Parameters
     ----------
     net : MLP
-        Architecture with numeric widths; cross-neuron statistics need ``n_out >= 2``.
+        Architecture with numeric widths; cross-neuron statistics need ``n_out >= 2``.  A
+        residual MLP (``gamma=``, ``xi=``, PDLT (B.4)) is simulated as written, for the NTK
+        statistics (``order=1``) only.
     X : array_like (N_D, n_0)
         Inputs.
     networks : int
@@ -899,8 +932,10 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
     DomainError
         Bad arguments; an activation whose derivative needed by the requested order is a
         distribution (ReLU-like kinks for ``order >= 2``, steps for any order: the ensemble would
-        not estimate the book's tensors); overflowing networks or statistics (the message names
-        the layer or the statistic).
+        not estimate the book's tensors; one exception: P and Q, ``order=2``, of the
+        piecewise-linear family at a single input, where the Dirac parts meet
+        :math:`\sigma(0)=0`, PDLT (11.67)-(11.71)); overflowing networks or statistics (the
+        message names the layer or the statistic).
 
     Notes
     -----
@@ -910,7 +945,9 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
     :meth:`~effth.activations.Activation.numpy`.
     """
     from effth.arch._common import require_plain
-    require_plain(net, "simulate_ntk_ensemble")
+    if order != 1 or ddntk_II:
+        require_plain(net, "simulate_ntk_ensemble with order >= 2 or ddntk_II (residual networks: "
+                      "order=1)")
     Xa = check_ensemble(net, X, networks, batch)
     if order not in (1, 2, 3):
         raise DomainError(f"order must be 1, 2 or 3, got {order!r}")
@@ -922,13 +959,19 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
     lb = per_layer(lambda_b, L, "lambda_b")
     lw = per_layer(lambda_w, L, "lambda_w")
     do_II = (order >= 3) if ddntk_II is None else bool(ddntk_II)
-    _check_smooth_enough(net.act, order, do_II)
+    if not _dirac_free_dntk(net.act, N, order, do_II):
+        _check_smooth_enough(net.act, order, do_II)
+    else:
+        _check_smooth_enough(net.act, 1, False)
     fs = _activation_derivs(net, 3 if (order >= 3 or do_II) else 2)
+    resid = (([0.0] + [float(net.gamma_at(k)) for k in range(1, L + 1)],
+              [1.0] + [float(net.xi_at(k)) for k in range(1, L + 1)]) if net.residual else None)
     M = len(out) * N
     nmax = max(widths)
     per_net = max(max(widths[k] * widths[k - 1] for k in range(1, L + 1)), M * N * nmax,
                   (M * M * N * nmax if order >= 3 else 0), (M * M * nmax if do_II else 0),
                   (M ** 4 if order >= 3 or do_II else M ** 3))
+    check_networks(size, per_net, "an NTK ensemble")
     bsz = int(batch) if batch is not None else max(1, _CHUNK_ELEMENTS // per_net)
     K, units = group_units(size, bsz)
     rng = as_generator(seed)
@@ -942,7 +985,7 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
             params = init_params(net, Xa.shape[1], child, networks=mnet)
             Ws = [None] + [p[0] for p in params]
             bs = [None] + [p[1] for p in params]
-            res = _compute(Ws, bs, Xa, fs, lb, lw, widths, out, order, do_II)
+            res = _compute(Ws, bs, Xa, fs, lb, lw, widths, out, order, do_II, resid)
             _check_finite(res)
             for name, v in _features(*res).items():
                 if not np.isfinite(v).all():

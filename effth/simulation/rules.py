@@ -42,7 +42,7 @@ from .._validate import integer, real_array, real_scalar
 from effth.arch import resolve_depth
 from ..errors import DomainError
 from . import _mlp
-from .training import _resolve_callables, _resolve_seeds
+from .training import _Optimizer, _optimizer_settings, _resolve_callables, _resolve_seeds
 
 __all__ = ["RuleTrainingRun", "simulate_rule_training"]
 
@@ -86,14 +86,14 @@ class RuleTrainingRun(HiddenLayers):
     ----------
     rule : str
     rho : float
-    f : ndarray, shape (S, T, n)
+    f : ndarray, shape (S, T, n), or (S, T, n, C) for 2-D targets
         Outputs (centred, ``f - f(theta_0)``, if ``center``).
     loss : ndarray, shape (S, T)
     phi, g, gtilde : ndarray, shape (S, L, T, n, T, n)
         Two-time ``Φ^l``, ``G^l = g^l . g^l / N`` and ``G~^l_{μν}(t, s) = g^l_μ(t) . g~^l_ν(s) / N``
         with ``g^l = gamma0 N df/dh^l`` (only equal times, zeros elsewhere, without
-        ``record_kernels``).
-    ntk : ndarray, shape (S, T, n, n)
+        ``record_kernels``); ``g``, ``gtilde`` gain two output axes ``(C, C)`` for 2-D targets.
+    ntk : ndarray, shape (S, T, n, n), or (S, T, n, n, C, C)
         Empirical eNTK ``Σ_l G~^{l+1}(t, t) Φ^l(t, t)`` (eq. (4); ``Φ^0 = K^x``, ``G~^{L+1} = 1``).
     corr : ndarray, shape (S, T)
         ``corr(g, g~)`` over hidden layers and training points (Fig. 3c).
@@ -164,13 +164,18 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
                            steps: int, activation="linear", seed=0, networks: int | None = None,
                            X_test=None,
                            center: bool = True, record_kernels: bool = True,
-                           progress: bool | None = None) -> RuleTrainingRun:
+                           progress: bool | None = None, weight_decay: float = 0.0,
+                           momentum: float = 0.0) -> RuleTrainingRun:
     """Train width-``N`` networks by a learning rule and record outputs, kernels and eNTKs.
 
     Parameters
     ----------
     X : array_like, shape (P, D)
-    y : array_like, shape (P,)
+    y : array_like, shape (P,) or (P, C)
+        Targets; 2-D for ``C`` outputs (Bordelon & Pehlevan, ICLR 2023, App. C.1): readout
+        ``w^L`` of shape ``(N, C)``, ρ-FA's top feedback and DFA's vectors ``(N, C)``, Hebb's
+        ``g~^l_{mu c} = Delta_{mu c} a^l_mu``; then ``f`` is ``(S, T, n, C)``, ``g``, ``gtilde``
+        ``(S, L, T, n, T, n, C, C)`` and ``ntk`` ``(S, T, n, n, C, C)``.
     rule : str or rule object
         ``'gd'``, ``'fa'``, ``'dfa'``, ``'hebb'``, ``'gln'`` or an object with ``.name`` and
         ``.rho`` (:func:`effth.dmft.learning_rule`).
@@ -202,6 +207,15 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
         Two-time kernels (memory ``S L (T n)^2``), else equal-time only.
     progress : bool or None
         Progress bar over networks.
+    weight_decay : float
+        ``lambda >= 0`` with ``eta lambda < 1``: every trained weight (``W^0 .. W^{L-1}``,
+        ``w^L``; not the frozen feedback of ``'fa'``/``'dfa'`` nor the gates) is multiplied by
+        ``1 - eta lambda`` per step (Bordelon & Pehlevan, ICLR 2023, App. C, eq. (50)).
+    momentum : float
+        Heavy-ball coefficient ``mu`` in ``[0, 1)`` (App. C, eqs. (51)-(53)):
+        ``v <- mu v + (1 - mu) (u - eta lambda theta)``, ``theta <- theta + v`` around the
+        rule's increment ``u``.  Both use the per-parameter update of
+        :func:`~effth.simulation.simulate_training` (one optimizer for every trainer).
     """
     name, r = _rule(rule, rho)
     L = resolve_depth(depth, hidden_layers, minimum=2) - 1
@@ -209,8 +223,9 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
     if X.ndim != 2:
         raise DomainError(f"X must be (P, D), got shape {X.shape}")
     Y = real_array(y, "y", finite=True)
-    if Y.ndim != 1 or Y.size != X.shape[0]:
-        raise DomainError(f"y must be a vector of {X.shape[0]} targets, got shape {Y.shape}")
+    if Y.ndim not in (1, 2) or Y.shape[0] != X.shape[0] or Y.size == 0:
+        raise DomainError(f"y must have shape ({X.shape[0]},) or ({X.shape[0]}, C), got shape "
+                          f"{Y.shape}")
     if X_test is not None:
         Xt = real_array(X_test, "X_test", finite=True)
         if Xt.ndim != 2 or Xt.shape[1] != X.shape[1]:
@@ -226,6 +241,18 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
     if not np.isfinite(eta) or eta < 0:
         raise DomainError(f"eta={eta!r} must be finite and >= 0")
     T = integer(steps, "steps", minimum=1)
+    lam = real_scalar(weight_decay, "weight_decay")
+    if not (np.isfinite(lam) and 0 <= eta * lam < 1 and lam >= 0):
+        raise DomainError(f"weight_decay={weight_decay!r} must satisfy lambda >= 0 and "
+                          "0 <= eta * weight_decay < 1")
+    _, mu = _optimizer_settings(0.0, momentum)
+    from effth._validate import check_memory
+    n_all, d_in = float(Xall.shape[0]), float(Xall.shape[1])
+    cc = 1.0 if Y.ndim == 1 else float(Y.shape[1]) ** 2          # C x C gradient kernels
+    check_memory(8.0 * (3 * L * float(N) * N + N * d_in + (2 * L * T * T * n_all * n_all * cc
+                                                          if record_kernels is True else 0)),
+                 f"one network of width {N} with {L} hidden layers over {T} steps",
+                 "lower widths or steps (record_kernels=False drops the two-time kernels)")
     _, (act, dact) = _resolve_callables(activation)
     seeds = _resolve_seeds(seed, networks)
     out = []
@@ -234,7 +261,7 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
         for s in seeds:
             try:
                 out.append(_train_one(Xall, Y, L, N, g0, eta, T, act, dact, name, r, s, center,
-                                      record_kernels))
+                                      record_kernels, lam, mu))
             except FloatingPointError:
                 raise DomainError(
                     f"training diverged (overflow) for seed {s!r}: rule={name!r}, eta={eta:g}, "
@@ -246,28 +273,35 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
                            seeds=tuple(seeds))
 
 
-def _train_one(X, Y, L, N, g0, eta, T, act, dact, rule, rho, seed, center, record):
+def _train_one(X, Y, L, N, g0, eta, T, act, dact, rule, rho, seed, center, record,
+               weight_decay=0.0, momentum=0.0):
+    """One network; ``Y`` is ``(P,)`` or ``(P, C)`` (``C`` outputs: readout ``w^L`` of shape
+    ``(N, C)``, one true gradient ``g^l_c`` and pseudo-gradient ``g~^l_c`` per output)."""
     n, D = X.shape
-    P = Y.size
+    multi = Y.ndim == 2
+    Ym = Y if multi else Y[:, None]
+    P, C = Ym.shape
     rng = np.random.default_rng(seed)
+    opt = _Optimizer(eta, weight_decay, 0.0, momentum, rng)     # no noise: rng never drawn
+    out_shape = (N, C) if multi else (N,)
     W0 = rng.standard_normal((N, D))
     Ws = [rng.standard_normal((N, N)) for _ in range(L - 1)]
-    w = rng.standard_normal(N)
+    w = rng.standard_normal(out_shape).reshape(N, C)
     if rule == "fa":                                  # frozen feedback, correlated by rho
         c = np.sqrt(max(0.0, 1.0 - rho * rho))
         Bs = [rho * W + c * rng.standard_normal((N, N)) for W in Ws]
-        b_top = rho * w + c * rng.standard_normal(N)
+        b_top = rho * w + c * rng.standard_normal(out_shape).reshape(N, C)
     elif rule == "dfa":
-        zt = [rng.standard_normal(N) for _ in range(L)]
+        zt = [rng.standard_normal(out_shape).reshape(N, C) for _ in range(L)]
     elif rule == "gln":
         gates = [dact(rng.standard_normal((N, D)) @ X.T / np.sqrt(D)).T for _ in range(L)]
     sD, sN = 1.0 / np.sqrt(D), 1.0 / np.sqrt(N)
     kx = X @ X.T / D
     feats = np.zeros((L, T, n, N))
-    grads = np.zeros((L, T, n, N))
-    pgrads = np.zeros((L, T, n, N))
-    f_rec = np.zeros((T, n))
-    ntk = np.zeros((T, n, n))
+    grads = np.zeros((C, L, T, n, N))
+    pgrads = np.zeros((C, L, T, n, N))
+    f_rec = np.zeros((T, n, C))
+    ntk = np.zeros((T, n, n, C, C))
     corr = np.zeros(T)
     f0 = None
     with np.errstate(over="raise", invalid="raise"):
@@ -280,61 +314,84 @@ def _train_one(X, Y, L, N, g0, eta, T, act, dact, rule, rho, seed, center, recor
                     a.append(gates[ell + 1] * h[-1])
                 q = gates
             else:                                     # the shared batched pass
-                layers = [W0[None]] + [W[None] for W in Ws] + [w[None, None, :]]
+                layers = [W0[None]] + [W[None] for W in Ws] + [w[None, None, :, 0]]
                 fp = _mlp.forward(layers, [None] * (L + 1), X, act, dact,
                                   scales=(sD,) + (sN,) * (L - 1) + (1.0 / (g0 * N),))
                 h = [z[0] for z in fp.z[:-1]]
                 a = [s[0] for s in fp.s[1:]]
                 q = [d[0] for d in fp.ds]
-            f = a[-1] @ w / (g0 * N)
+            f = np.stack([a[-1] @ w[:, k] / (g0 * N) for k in range(C)], axis=1)
             if f0 is None:
-                f0 = f.copy() if center else np.zeros(n)
+                f0 = f.copy() if center else np.zeros((n, C))
             f = f - f0
             f_rec[t] = f
-            delta = np.zeros(n)
-            delta[:P] = Y - f[:P]
-            # true gradients g^l = gamma0 N df/dh^l and the rule's pseudo-gradients
-            g = [None] * L
-            g[L - 1] = q[L - 1] * w
-            for ell in range(L - 2, -1, -1):
-                g[ell] = q[ell] * (g[ell + 1] @ Ws[ell]) * sN
-            if rule in ("gd", "gln"):
-                gt = g
-            elif rule == "fa":
-                gt = [None] * L
-                gt[L - 1] = q[L - 1] * b_top
+            delta = np.zeros((n, C))
+            delta[:P] = Ym - f[:P]
+            # per output: true gradients g^l_c = gamma0 N df_c/dh^l and the rule's pseudo-gradients
+            gs, gts = [], []
+            for k in range(C):
+                g = [None] * L
+                g[L - 1] = q[L - 1] * w[:, k]
                 for ell in range(L - 2, -1, -1):
-                    gt[ell] = q[ell] * (gt[ell + 1] @ Bs[ell]) * sN
-            elif rule == "dfa":
-                gt = [q[ell] * zt[ell] for ell in range(L)]
-            else:                                     # Hebb: g~_mu = Delta_mu a_mu
-                gt = [delta[:, None] * a[ell] for ell in range(L)]
-            K = np.array(a[-1] @ a[-1].T / N)
-            K += (g[0] @ gt[0].T / N) * kx
-            for ell in range(1, L):
-                K += (g[ell] @ gt[ell].T / N) * (a[ell - 1] @ a[ell - 1].T / N)
-            ntk[t] = K
-            num = np.sum(np.stack(g)[:, :P] * np.stack(gt)[:, :P], axis=-1)
-            den = np.linalg.norm(np.stack(g)[:, :P], axis=-1) * np.linalg.norm(np.stack(gt)[:, :P], axis=-1)
+                    g[ell] = q[ell] * (g[ell + 1] @ Ws[ell]) * sN
+                if rule in ("gd", "gln"):
+                    gt = g
+                elif rule == "fa":
+                    gt = [None] * L
+                    gt[L - 1] = q[L - 1] * b_top[:, k]
+                    for ell in range(L - 2, -1, -1):
+                        gt[ell] = q[ell] * (gt[ell + 1] @ Bs[ell]) * sN
+                elif rule == "dfa":
+                    gt = [q[ell] * zt[ell][:, k] for ell in range(L)]
+                else:                                 # Hebb: g~_mu c = Delta_mu c a_mu
+                    gt = [delta[:, k, None] * a[ell] for ell in range(L)]
+                gs.append(g)
+                gts.append(gt)
+            AA = np.array(a[-1] @ a[-1].T / N)
+            for k in range(C):
+                for k2 in range(C):
+                    K = AA.copy() if k == k2 else np.zeros((n, n))
+                    K += (gs[k][0] @ gts[k2][0].T / N) * kx
+                    for ell in range(1, L):
+                        K += (gs[k][ell] @ gts[k2][ell].T / N) * (a[ell - 1] @ a[ell - 1].T / N)
+                    ntk[t, :, :, k, k2] = K
+            G_all = np.stack([np.stack(g) for g in gs])[:, :, :P]
+            Gt_all = np.stack([np.stack(gt) for gt in gts])[:, :, :P]
+            num = np.sum(G_all * Gt_all, axis=-1)
+            den = np.linalg.norm(G_all, axis=-1) * np.linalg.norm(Gt_all, axis=-1)
             corr[t] = float(np.mean(np.divide(num, den, out=np.zeros_like(num), where=den > 0)))
             for ell in range(L):
-                feats[ell, t], grads[ell, t], pgrads[ell, t] = a[ell], g[ell], gt[ell]
+                feats[ell, t] = a[ell]
+                for k in range(C):
+                    grads[k, ell, t], pgrads[k, ell, t] = gs[k][ell], gts[k][ell]
             if t == T - 1:
                 break
             c = eta * g0
-            w = w + c * (a[-1].T @ delta)
+            w = opt.step("w", w, np.stack([c * (a[-1].T @ delta[:, k]) for k in range(C)], axis=1))
+            back = [sum(gts[k][ell] * delta[:, k, None] for k in range(C)) for ell in range(L)]
             for ell in range(L - 1):
-                Ws[ell] = Ws[ell] + c * sN * (gt[ell + 1] * delta[:, None]).T @ a[ell]
-            W0 = W0 + c * sD * (gt[0] * delta[:, None]).T @ X
-    loss = 0.5 * np.sum((Y[None] - f_rec[:, :P]) ** 2, axis=1)
+                Ws[ell] = opt.step(("W", ell), Ws[ell], c * sN * back[ell + 1].T @ a[ell])
+            W0 = opt.step("W0", W0, c * sD * back[0].T @ X)
+    loss = 0.5 * np.sum((Ym[None] - f_rec[:, :P]) ** 2, axis=(1, 2))
+    idx = np.arange(T)
     if record:
         phi = np.einsum("ltan,lsbn->ltasb", feats, feats, optimize=True) / N
-        gg = np.einsum("ltan,lsbn->ltasb", grads, grads, optimize=True) / N
-        gtt = np.einsum("ltan,lsbn->ltasb", grads, pgrads, optimize=True) / N
     else:
-        phi, gg, gtt = (np.zeros((L, T, n, T, n)) for _ in range(3))
-        idx = np.arange(T)
+        phi = np.zeros((L, T, n, T, n))
         phi[:, idx, :, idx, :] = np.einsum("ltan,ltbn->tlab", feats, feats) / N
-        gg[:, idx, :, idx, :] = np.einsum("ltan,ltbn->tlab", grads, grads) / N
-        gtt[:, idx, :, idx, :] = np.einsum("ltan,ltbn->tlab", grads, pgrads) / N
+
+    def cross(A, B):
+        if record:
+            return np.einsum("ltan,lsbn->ltasb", A, B, optimize=True) / N
+        out = np.zeros((L, T, n, T, n))
+        out[:, idx, :, idx, :] = np.einsum("ltan,ltbn->tlab", A, B) / N
+        return out
+
+    if not multi:
+        return (f_rec[..., 0], loss, phi, cross(grads[0], grads[0]), cross(grads[0], pgrads[0]),
+                ntk[..., 0, 0], corr)
+    gg = np.stack([np.stack([cross(grads[k], grads[k2]) for k2 in range(C)], -1)
+                   for k in range(C)], -2)
+    gtt = np.stack([np.stack([cross(grads[k], pgrads[k2]) for k2 in range(C)], -1)
+                    for k in range(C)], -2)
     return f_rec, loss, phi, gg, gtt, ntk, corr

@@ -39,7 +39,7 @@ import numpy as np
 from .._display import activation_text, depth_text, html_table
 from .._progress import progress_bar
 from .._results import HiddenLayers
-from .._validate import check_memory, integer, langevin_momentum, real_array, real_scalar
+from .._validate import check_memory, check_networks, integer, langevin_momentum, real_array, real_scalar
 from .._validate import seed as _check_seed
 from ..activations import get_activation
 from effth.arch import resolve_depth
@@ -217,6 +217,7 @@ def _resolve_seeds(seed, networks=None) -> tuple:
     s = _check_seed(seed)
     if networks is not None:
         k = integer(networks, "networks", minimum=1)
+        check_networks(k, 0.0, "training")               # before spawning k children
         if isinstance(s, (np.random.SeedSequence, np.random.Generator)):
             return tuple(s.spawn(k))
         if s is None or isinstance(s, int):

@@ -175,17 +175,16 @@ def test_cli_prints_the_two_layer_formulas():
     assert code == 0 and "\\" not in text and "G_4(mu,nu; t) = " in text
 
 
-def test_cli_deep_nonlinear_above_order_2_prints_formulas_then_numbers():
+def test_cli_deep_nonlinear_above_order_2_prints_formulas():
     code, text = _cli("gamma0", "--order", "4", "--depth", "3", "--activation", "tanh")
     assert code == 0
-    for bad in (r"\mathrm{Price}", r"\cdots", r"\sum_{i+j", "B_j"):
+    for bad in (r"\mathrm{Price}", r"\cdots", r"\sum_{i+j", "B_j", "given as numbers"):
         assert bad not in text, bad
-    assert r"\langle \phi'^{4}\rangle_{\ell}" in text          # the gamma0^2 formulas
-    assert "given as numbers" in text and r"&t=0.5:\ K_{0}=" in text and "K_{4}=" in text
+    assert r"\langle \phi'^{4}\rangle_{\ell}" in text          # moments of the activation
+    assert r"\hat G^{\ell}_{4}(t,s)&=" in text and r"K_{4}(t)&=" in text
     code, text = _cli("gamma0", "--order", "4", "--depth", "3", "--activation", "tanh",
                       "--format", "text")
-    assert code == 0 and "\\" not in text and "given as numbers" in text
-    assert "t | K_0(t) (equal times) | K_2(t) (equal times) | K_4(t) (equal times)" in text
+    assert code == 0 and "\\" not in text and "Phihat^l_4(t,s) = " in text
 
 
 def test_bad_input():
@@ -417,11 +416,17 @@ def test_gamma0_6_document_compiles(opt_in_slow, fm6):
 
 
 def test_series_latex_above_order_2_tabulates_its_own_numbers():
+    """One input: the derived formulas, no numbers; the table of a series' own numbers (added
+    for several inputs, where the printed one-input system does not apply) reads them."""
     from effth.dmft import gamma0_series
+    from effth.dmft.series.gamma0 import _numbers_beyond_order2, _tex_number
+    from effth.dmft.solvers.lazy import resolve_activation
     ser = gamma0_series(kernel=KX1, y=Y1, hidden_layers=2, activation="tanh", eta=0.1, steps=3,
                         order=4, closure="ntk")
     tex = ser.latex(4, "f")
+    assert r"\hat\Phi^{\ell}_{4}(t,s)" in tex and "given as numbers" not in tex
+    rows = _numbers_beyond_order2(4, "f", 2, resolve_activation("tanh"), None, False, ser)
+    tex = "\n".join(rows)
     assert r"\text{the series' own data}" in tex and r"\mathrm{Price}" not in tex
     c = ser.coefficient(4, "f")[2, 0]
-    from effth.dmft.series.gamma0 import _tex_number
     assert rf"f_{{4}}={_tex_number(c)}" in tex

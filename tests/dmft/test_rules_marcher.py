@@ -25,12 +25,19 @@ from effth.dmft.solvers.deep_linear import RuleFields
 from effth.dmft.rules.solvers import solve_rule_deep_linear
 
 
-def _reference(kx, y, L, rule, rho, g0, eta, T):
+def _reference(kx, y, L, rule, rho, g0, eta, T, a=None, k=None):
     """Fields as coefficient vectors on (u^l, r^l, v^l): ``h = Hu u + Hv v``,
     ``g = Gu u + Gr r + Gv v``; ``v`` is the static feedback coordinate (FA/DFA, variance 1,
     ``Cov(r^l(t), v^l) = rho G~^{l+1}(t)``).  GD: ``h = Hu u + Hr r``.  Exact closure
     ``f = <g^L h^L> / gamma0``.  Returns ``f``, ``Phi^l``, ``G^l``, ``G~^l`` (flattened
-    ``(t, mu)`` indices)."""
+    ``(t, mu)`` indices).
+
+    ``a``, ``k``: an optimizer ``W(t) = a(t) W(0) + sum_{s<t} k(t-1-s) eta G(s)`` (weight decay,
+    momentum): the initial weights act as ``a(t) W(0)`` in both passes at time ``t`` (so
+    ``a(t)`` multiplies the sources and the response terms of row ``t``), the frozen feedback
+    does not decay, and every drift carries ``k(t-1-s)``."""
+    a = np.ones(T) if a is None else a
+    k = np.ones(T) if k is None else k
     P = len(y)
     N = T * P
     z = lambda *s: np.zeros(s)
@@ -56,11 +63,12 @@ def _reference(kx, y, L, rule, rho, g0, eta, T):
     for t in range(T):
         rs, p = slice(t * P, (t + 1) * P), slice(0, t * P)
         Dp = D[:t].ravel()
+        Kp = np.repeat(k[:t][::-1], P)                              # k(t-1-s) on (s, nu)
         for l in range(L, 0, -1):                                   # backward
-            Bm = Gu[l + 1][rs, p] + eta * g0 * Gt[l + 1][rs, p] * Dp[None, :]
+            Bm = a[t] * Gu[l + 1][rs, p] + eta * g0 * Gt[l + 1][rs, p] * (Kp * Dp)[None, :]
             Gu[l][rs] = Bm @ Hu[l][p]
             Gr[l][rs] = Bm @ Hr[l][p]
-            Gr[l][rs, rs] += np.eye(P)
+            Gr[l][rs, rs] += a[t] * np.eye(P)
             Gv[l][rs] = Bm @ Hv[l][p]
             g_all, g_t = (Gu[l], Gr[l], Gv[l]), (Gu[l][rs], Gr[l][rs], Gv[l][rs])
             G[l][rs] = cov(g_t, g_all, l)
@@ -72,15 +80,15 @@ def _reference(kx, y, L, rule, rho, g0, eta, T):
             else:                                                   # Hebb: <g(t) h(s<t)> Delta(s)
                 Gt[l][rs, p] = cov(g_t, (Hu[l][p], Hr[l][p], Hv[l][p]), l) * Dp[None, :]
         for l in range(1, L + 1):                                   # forward
-            drift = eta * g0 * H[l - 1][rs, p] * Dp[None, :]
+            drift = eta * g0 * H[l - 1][rs, p] * (Kp * Dp)[None, :]
             if rule == "gd":
-                Am = (Hr[l - 1][rs, p] if l > 1 else 0.0) + drift
+                Am = (a[t] * Hr[l - 1][rs, p] if l > 1 else 0.0) + drift
                 Hu[l][rs], Hr[l][rs] = Am @ Gu[l][p], Am @ Gr[l][p]
             elif rule in ("fa", "dfa"):
-                Hv[l][rs] = (rv * Hv[l - 1][rs] if l > 1 else 0.0) + drift.sum(axis=1)
+                Hv[l][rs] = (a[t] * rv * Hv[l - 1][rs] if l > 1 else 0.0) + drift.sum(axis=1)
             else:
                 Hu[l][rs] = (drift * Dp[None, :]) @ Hu[l][p]
-            Hu[l][rs, rs] += np.eye(P)
+            Hu[l][rs, rs] += a[t] * np.eye(P)
             H[l][rs] = cov((Hu[l][rs], Hr[l][rs], Hv[l][rs]), (Hu[l], Hr[l], Hv[l]), l)
             H[l][:, rs] = H[l][rs].T
         gh = cov((Gu[L][rs], Gr[L][rs], Gv[L][rs]), (Hu[L][rs], Hr[L][rs], Hv[L][rs]), L)
@@ -164,3 +172,40 @@ def test_hebb_true_gradient_kernels_vs_networks():
         assert et.compare(th, run, name, layer=layer).max_abs_z < 4.5, name
     wrong = solve_rule_deep_linear(X, y, gamma0=0.6, **kw)
     assert et.compare(wrong, run, "gtilde", layer=1).max_abs_z > 5
+
+
+def _heavy_ball(eta, lam, mu, T):
+    """``a(t)``, ``k(j)`` of ``v <- mu v + (1 - mu) (u - eta lam theta)``, ``theta <- theta + v``
+    by running it on a scalar: from ``theta = 1`` without kicks, and after a unit kick."""
+    def run(theta, kick, n):
+        out, v = [], 0.0
+        for t in range(n):
+            out.append(theta)
+            v = mu * v + (1 - mu) * ((kick if t == 0 else 0.0) - eta * lam * theta)
+            theta = theta + v
+        return np.array(out)
+    return run(1.0, 0.0, T), run(0.0, 1.0, T + 1)[1:]
+
+
+@pytest.mark.parametrize("rule,rho,g0", [("gd", None, 1.3), ("fa", 0.5, 1.3), ("fa", -0.4, 1.3),
+                                         ("dfa", None, 1.3), ("hebb", None, 0.6)])
+@pytest.mark.parametrize("L", [1, 2, 3])
+@pytest.mark.parametrize("lam,mu", [(0.9, 0.0), (0.0, 0.6), (0.5, 0.5)])
+def test_decay_and_momentum_equal_source_coefficient_reference(rule, rho, g0, L, lam, mu):
+    """Weight decay and momentum (App. C, eqs. (50)-(53)): every rule, every kernel, at rounding
+    level against the reference with the optimizer's a(t), k(j)."""
+    T, eta = 14, 0.06
+    a, k = _heavy_ball(eta, lam, mu, T)
+    ref_f, ref_H, ref_G, _ = _reference(KX3, Y3, L, rule, rho, g0, eta, T, a=a, k=k)
+    res = solve_rule_deep_linear(kernel=KX3, y=Y3, rule=rule, rho=rho, hidden_layers=L,
+                                 gamma0=g0, eta=eta, steps=T, weight_decay=lam, momentum=mu)
+    np.testing.assert_allclose(res.f, ref_f, rtol=0, atol=1e-12)
+    for l in range(1, L + 1):
+        for name, ref in (("phi", ref_H), ("g", ref_G)):
+            got = res.value(name, layer=l).reshape(T * 3, T * 3)
+            np.testing.assert_allclose(got, ref[l], rtol=0,
+                                       atol=1e-12 * max(1.0, np.abs(ref[l]).max()))
+    # the a(t) factors matter: the reference without them is far away
+    if lam > 0:
+        bad = _reference(KX3, Y3, L, rule, rho, g0, eta, T, k=k)[0]
+        assert np.abs(res.f - bad).max() > 1e-3

@@ -133,8 +133,6 @@ def test_bad_input():
         ntk_asymptotics("relu", lambda_b=0, lambda_w=0)
     with pytest.raises(DomainError, match="unknown statistic"):
         iterate_ntk_single_input("tanh", c_w=1, c_b=0, K1=1, depth=5, statistics=("R",))
-    with pytest.raises(DomainError, match="Theta\\(0\\)"):
-        iterate_ntk_single_input("relu", c_w=2, c_b=0, K1=1, depth=5, statistics=("P",))
     with pytest.raises(DomainError):
         measure_ntk_asymptotics("tanh", 50)
 
@@ -150,3 +148,18 @@ def test_large_depth_study(opt_in_slow):
         for name, law in m.laws.items():
             _check(law)
             assert abs(law.ratio - 1) < 1.5e-3, law
+
+
+def test_relu_dntk_iterated_and_its_law():
+    """ReLU at one input: the iterated P ≡ 0 (11.74) and Q = (2/3) ℓ(ℓ² − 1) (K* = 2, λ = 1,
+    (11.73)); with the law's learning rates Q follows ℓ³ (exponent −3, PDLT (11.79)) with the
+    law's coefficient (a 0.9 coefficient is off)."""
+    fl = iterate_ntk_single_input("relu", c_w=2, c_b=0, K1=2, depth=6, statistics=("P", "Q"))
+    l = np.arange(1, 7)
+    np.testing.assert_allclose(fl["P"], 0.0, atol=1e-10)
+    np.testing.assert_allclose(fl["Q"], 2 / 3 * l * (l * l - 1), rtol=1e-10)
+    m = measure_ntk_asymptotics("relu", 1000, statistics=("Theta", "F", "P", "Q"))
+    q = m.laws["Q"]
+    assert q.p_pred == -3 and abs(q.p - q.p_pred) < 1e-3
+    assert abs(q.ratio - 1) < 1e-3 and abs(0.9 * q.ratio - 1) > 0.05
+    assert "P" not in m.laws and m.predicted.laws["P"].identically_zero

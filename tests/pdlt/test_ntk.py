@@ -262,8 +262,8 @@ def test_learning_rate_prescriptions():
 
 
 def test_bad_input_is_reported():
-    with pytest.raises(DomainError, match="kinked"):      # the dNTK of ReLU is singular (D, A, F are not)
-        ntk_flow(K1=[[2.0]], Theta1=[[2.0]], depth=3, activation="relu", c_w=2.0, statistics=("Q",))
+    with pytest.raises(DomainError, match="kinked"):      # the ddNTKs of ReLU diverge (P, Q, D, A, F do not)
+        ntk_flow(K1=[[2.0]], Theta1=[[2.0]], depth=3, activation="relu", c_w=2.0, statistics=("T",))
     with pytest.raises(DomainError, match="Theta1"):
         ntk_flow(K1=[[1.0]], depth=3, activation="tanh")
     with pytest.raises(DomainError):

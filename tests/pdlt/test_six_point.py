@@ -188,3 +188,9 @@ def test_single_input_latex():
     e, (a,) = derive_six_point_vertex(True)
     tex = single_input_formula(SixPointVertex(*(a,) * 6, ell + 1), e, a, "derived").latex()
     assert "{U_6}^{(\\ell+1)}" in tex and "{U_6}^{(\\ell)}" in tex and "V^{(\\ell)}" in tex
+    # the width ratio enters squared: printed (n_l/n_{l-1})^2, never a bare \frac{..}{..}^{2}
+    from effth.pdlt.derivation.pipeline import RATIO
+    from effth.printing import latex
+    from tests.printing.test_fraction_powers import bare_fraction_powers
+    assert e.has(RATIO ** 2)
+    assert bare_fraction_powers(tex) == [] and bare_fraction_powers(latex(e)) == []

@@ -32,6 +32,7 @@ from effth.printing.simplify import Structured
 from effth.printing.tex import compile_tex, have_pdflatex
 
 from .book_latex import BOOK
+from .test_fraction_powers import bare_fraction_powers
 
 OBJECTS = ["K", "V", "G1", "Theta", "H1", "A", "B", "D", "F", "P", "Q", "R", "S", "T", "U"]
 PARAMS = dict(C_W=1.3, C_b=0.2, lambda_W=0.7, lambda_b=0.1, ratio=0.8)
@@ -99,6 +100,8 @@ def test_every_object_prints_a_form_equal_to_its_derivation(name):
     assert f.check()                                   # Edgeworth = derivation, term by term
     for form in FORMS:
         assert f.rhs(form) is not None and f.latex(form)
+        assert bare_fraction_powers(f.latex(form)) == [], (name, form)   # (n_l/n_{l-1})^2
+    assert bare_fraction_powers(f.latex(env="align")) == []
 
 
 @pytest.mark.parametrize("name", ["K", "V", "G1", "Theta", "A", "B", "D", "F", "T"])
@@ -106,6 +109,8 @@ def test_every_object_prints_a_form_equal_to_its_derivation(name):
 def test_special_forms_check_exactly(name, special):
     f = _rec(name, special).formula()
     assert f.check()
+    for form in FORMS:
+        assert bare_fraction_powers(f.latex(form)) == [], (name, special, form)
 
 
 def test_a_scaled_coefficient_is_rejected():

@@ -447,8 +447,9 @@ def test_overflowing_statistics_raise():
 
 
 def test_kinked_activation_statistics_need_smoothness():
-    """ReLU: sigma'' = delta (PDLT (inf.40)), so the dNTK/ddNTK statistics are refused while
-    the NTK statistics (sigma' is a step function) are allowed; step: sigma' = delta."""
+    """ReLU: sigma'' = delta (PDLT (inf.40)), so the dNTK/ddNTK statistics are refused at two
+    inputs while the NTK statistics (sigma' is a step function) are allowed; step: sigma' = delta.
+    (One input: P, Q allowed, tests/pdlt/test_ntk_kinked_dntk.py.)"""
     X = np.array([[1.0, -0.5], [0.3, 0.8]])
     relu = MLP("relu", depth=3, widths=4, c_w=2.0, n_out=2)
     assert np.isfinite(simulate_ntk_ensemble(relu, X, networks=8, seed=0, order=1).value("B")).all()

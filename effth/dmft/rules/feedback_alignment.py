@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from effth.dmft._batches import batch_gram, batch_gram_equal_time
 from effth.errors import DomainError
 
 
@@ -107,8 +108,7 @@ def march_fa(data, L, rho, g0, eta, T, fn, dfn, d2fn, S, nb, rng, rcond=1e-9):
             blk = a.T @ Aphi[l][:, :stop] / S
             Phi[l][rs, :stop] = blk
             Phi[l][:stop, rs] = blk.T
-            bb = np.einsum("bsi,bsj->bij", a.reshape(nb, S // nb, n),
-                           Aphi[l][:, :stop].reshape(nb, S // nb, stop)) / (S // nb)
+            bb = batch_gram(a, Aphi[l][:, :stop], nb)
             PhiB[l][:, rs, :stop] = bb
             PhiB[l][:, :stop, rs] = bb.transpose(0, 2, 1)
             # C̄^l(t, s<t) = <φ(h^l(t)) v^l(<t)^T> Σ_vv^+  (causal Stein regression)
@@ -235,15 +235,13 @@ def march_true_gradient(data, L, g0, eta, T, dfn, samples, D, nb, rng, rho=None,
             G[l][:stop, rs] = blk.T
             GT[l][rs] = g.T @ Gt[l] / S
     # batch errors; the eNTK K(t) = sum_l G~^{l+1}(t, t) Phi^l(t, t), G~^{L+1} = 1, Phi^0 = K^x
-    m = S // nb
     idx = np.arange(T)
 
     def per_batch(x, y):
-        return np.einsum("bsi,bsj->bij", x.reshape(nb, m, -1), y.reshape(nb, m, -1)) / m
+        return batch_gram(x, y, nb)
 
     def eq(x, y):          # per-batch equal-time (nb, T, n, n)
-        xb, yb = x.reshape(nb, m, T, n), y.reshape(nb, m, T, n)
-        return np.einsum("bsti,bstj->btij", xb, yb) / m
+        return batch_gram_equal_time(x, y, nb, T)
 
     se = lambda b: b.std(axis=0, ddof=1) / np.sqrt(nb)
     G_se = [se(per_batch(x, x)) for x in Gs]
@@ -366,12 +364,10 @@ def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9):
     se = lambda b: b.std(axis=0, ddof=1) / np.sqrt(nb)
 
     def per_batch(x):
-        xb = x.reshape(nb, m, -1)
-        return np.einsum("bsi,bsj->bij", xb, xb) / m
+        return batch_gram(x, x, nb)
 
     def eq(x):
-        xb = x.reshape(nb, m, T, n)
-        return np.einsum("bsti,bstj->btij", xb, xb) / m
+        return batch_gram_equal_time(x, x, nb, T)
 
     Phi_se = [se(per_batch(a)) for a in A]
     G_se = [se(per_batch(g)) for g in Gs]
@@ -387,8 +383,7 @@ def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9):
         rs, p = slice(t * n, (t + 1) * n), slice(0, t * n)
         st = (Q[L - 1][:, rs] * dh_top[:, rs]).reshape(nb, m, n).mean(axis=1) / g0
         if t:
-            Ab_ = A[L - 1].reshape(nb, m, Nn)
-            fb[:, t] = eta * np.einsum("bsi,bsj->bij", Ab_[:, :, rs], Ab_[:, :, p]) / m @ D[:t].ravel()
+            fb[:, t] = eta * batch_gram(A[L - 1][:, rs], A[L - 1][:, p], nb) @ D[:t].ravel()
         fb[:, t] += st
     return (f, se(fb), D, np.stack(Phi), np.stack(Phi_se), np.stack(G), np.stack(G_se), K, se(Kb),
             time.perf_counter() - start)

@@ -56,7 +56,8 @@ from effth._validate import integer, real_array, real_scalar
 from effth.errors import ConvergenceError, DomainError, NotDerivedError
 from effth.numerics import gaussian_expectation
 from effth.dmft.solvers.deep_linear import RuleFields, _march, _Model
-from effth.dmft.grid import TimeGrid, TrainingData, prepare_data
+from effth.dmft.grid import (TimeGrid, TrainingData, langevin_settings, prepare_data,
+                             prepare_targets)
 from effth.dmft.solvers.lazy import (
     _pair_cov,
     hidden_layer_count,
@@ -64,6 +65,7 @@ from effth.dmft.solvers.lazy import (
     lazy_kernels,
     resolve_activation,
 )
+from effth.dmft._batches import batch_gram
 from effth.dmft.metrics import target_alignment
 
 __all__ = [
@@ -265,11 +267,11 @@ class LazyENTK:
 
 def _kx(kx) -> np.ndarray:
     K = real_array(kx, "kx", finite=True)
-    if K.ndim != 2 or K.shape[0] != K.shape[1]:
-        raise DomainError(f"kx must be a square (n, n) matrix, got shape {K.shape}")
+    if K.ndim != 2 or K.shape[0] != K.shape[1] or K.shape[0] < 1:
+        raise DomainError(f"kx must be a square (n, n) matrix with n >= 1, got shape {K.shape}")
     if not np.allclose(K, K.T, atol=1e-12 * max(1.0, np.abs(K).max())):
         raise DomainError("kx must be symmetric")
-    return 0.5 * (K + K.T)
+    return _v.psd_kernel(0.5 * (K + K.T), "kx")       # an input Gram matrix x.x'/D is PSD
 
 
 def _gate_kernel(kx: np.ndarray, act) -> np.ndarray:
@@ -328,6 +330,8 @@ def lazy_entk(kx, activation="relu", *, rule="gd", rho=None, depth=None,
                 nxt = gt[ell]
         else:                                            # DFA, Hebb: <g g~> = 0 at init
             gt = np.zeros_like(g)
+    _v.check_underflow(phi, "the lazy kernel Phi^l",
+                       "lower depth (a ReLU kernel halves at every layer), or scale kx up")
     ntk = gt[0] * kx + phi[-1]
     for ell in range(1, L):
         ntk = ntk + gt[ell] * phi[ell - 1]
@@ -548,7 +552,7 @@ class RuleDMFTResult(HiddenLayers):
             if layer is not None:
                 raise DomainError(f"{name!r} has no layers")
             if name == "loss":
-                return 0.5 * np.sum(self.delta ** 2, axis=1)
+                return 0.5 * np.sum(self.delta ** 2, axis=tuple(range(1, self.delta.ndim)))
             if getattr(self, name) is None:
                 raise NotDerivedError(f"{name!r} is not computed by this solver (the eNTK needs "
                                       "the true-gradient kernels and their responses)")
@@ -593,7 +597,8 @@ class RuleDMFTResult(HiddenLayers):
 @public
 def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, hidden_layers=None,
                            gamma0, eta, steps, X_test=None, kernel=None,
-                           closure: str = "exact", activation="linear") -> RuleDMFTResult:
+                           closure: str = "exact", activation="linear",
+                           weight_decay: float = 0.0, momentum: float = 0.0) -> RuleDMFTResult:
     r"""Exact infinite-width DMFT of a deep linear network trained by ``rule`` (App. E).
 
     Every field is a linear functional of its layer's Gaussian sources, so the order parameters
@@ -620,7 +625,15 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
     Parameters
     ----------
     X, y, X_test, kernel
-        Training data (:func:`effth.dmft.prepare_data`); scalar targets.
+        Training data (:func:`effth.dmft.prepare_data`).  ``y`` of shape ``(P, C)`` gives
+        ``C`` outputs (App. C.1, eqs. (41)-(43)): ``h^ℓ`` stays scalar, ``g^ℓ_c`` and the
+        pseudo-gradients ``g̃^ℓ_c`` carry an output index (ρ-FA/DFA: one static feedback
+        coordinate ``v^ℓ_c`` per output, independent ``N(0, 1)``; Hebb:
+        ``g̃^ℓ_{μc} = Δ_{μc} h^ℓ_μ``, so the update carries ``|Δ_μ|^2``), ``G^ℓ``, ``G̃^ℓ`` and
+        the eNTK are ``C x C`` per pair of samples and times.  Then ``f`` is ``(T, n, C)``,
+        ``delta`` ``(T, P, C)``, ``g``, ``gtilde`` ``(L, T, n, T, n, C, C)``, ``ntk``
+        ``(T, n, n, C, C)`` and ``data.y`` holds the first column.  ``(P, 1)`` is the scalar
+        solver bit for bit.
     rule, rho
         Learning rule (:func:`learning_rule`).
     depth, hidden_layers : int
@@ -637,7 +650,27 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
     closure : {'exact', 'ntk'}
         ``'exact'``: ``f_μ(t) = gamma0^{-1} <g^L_μ(t) h^L_μ(t)>`` (the exact infinite-width limit
         of the discrete network, ``f = w · h^L / (gamma0 N)``); ``'ntk'``:
-        ``f(t+eta) = f(t) + eta K(t, t) Δ(t)`` (Euler on ``df/dt = K Δ``, App. A's scheme).
+        ``f(t+eta) = f(t) + eta K(t, t) Δ(t)`` (Euler on ``df/dt = K Δ``, App. A's scheme;
+        with weight decay ``f(t+eta) = (1 - eta λ (L+1)) f(t) + eta K(t, t) Δ(t)``, the
+        ``(L+1)``-homogeneous network's decay).
+    weight_decay : float
+        ``λ >= 0`` with ``eta λ < 1`` (App. C, eq. (50) in discrete time): every trained weight
+        is multiplied by ``1 - eta λ`` per step (the frozen feedback of ρ-FA and DFA is not).
+        With the optimizer's filter ``θ(t) = a(t) θ(0) + Σ_{s<t} k(t-1-s) eta G(s)``
+        (:class:`~effth.dmft.grid.ParameterFilter`, ``a(t) = (1 - eta λ)^t``,
+        ``k(j) = (1 - eta λ)^j``) the initial-condition fields ``u^ℓ``, ``r^ℓ`` carry ``a(t)``
+        (covariances ``a(t) a(s) H^{ℓ-1}``, ``a(t) a(s) G^{ℓ+1}``), the response terms
+        ``a(t) a(s)``, the feedback coordinate's forward term ``ρ a(t) c^{ℓ-1}(t)`` and its
+        correlation with ``r^ℓ(t)`` ``a(t) ρ G̃^{ℓ+1}(t)``, and every feature-learning
+        integral the weight ``k(t-1-s)`` (``e^{-λ(t-s)}`` in continuous time): eq. (50)'s
+        ``e^{-λt}`` and ``e^{-λ(t-s)}`` factors.
+    momentum : float
+        Heavy-ball coefficient ``μ = e^{-eta/τ}`` in ``[0, 1)`` (App. C, eqs. (51)-(53) in
+        discrete time; the update of :func:`effth.simulation.simulate_rule_training`):
+        ``v <- μ v + (1 - μ) eta (G - λ θ)``, ``θ <- θ + v``, so the feature-learning integrals
+        carry the memory kernel ``k(j)`` (``1 - μ^{j+1}`` without decay, the discrete double
+        integral with kernel ``e^{-(t'-t'')/τ}/τ``).  ``μ = 0`` is plain Euler; needs
+        ``closure='exact'``.
 
     Returns
     -------
@@ -663,17 +696,20 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
     T = integer(steps, "steps", minimum=1)
     if closure not in ("exact", "ntk"):
         raise DomainError(f"closure={closure!r} must be 'exact' or 'ntk'")
-    data = prepare_data(X, y, X_test=X_test, kernel=kernel)
-    if np.ndim(data.y) != 1:
-        raise NotDerivedError("solve_rule_deep_linear handles scalar targets only")
-    P, n = data.n_train, data.n_all
+    data, Yc, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel)
+    P, n, C = data.n_train, data.n_all, Yc.shape[1]
     if not np.all(np.isfinite(data.kx)) or not np.all(np.isfinite(data.y)):
         raise DomainError("the data must be finite")
+    lam = real_scalar(weight_decay, "weight_decay")
+    rho_wd, _, mu = langevin_settings(eta, lam, 0.0, momentum)
+    if mu > 0 and closure != "exact":
+        raise DomainError("momentum needs closure='exact' (the NTK-Euler closure has no "
+                          "momentum term)")
     start = time.perf_counter()
     kind = {"gd": "gd", "fa": "static", "dfa": "static", "hebb": "hebb"}[r_eff.name]
     hook = RuleFields(kind, r_eff.rho if r_eff.name == "fa" else 0.0, g0)
-    model = _Model(eta=eta, g2=g0 * g0, rho=1.0, lam=0.0, b=0.0, Y=data.y[:, None],
-                   closure=closure, gi=False)
+    model = _Model(eta=eta, g2=g0 * g0, rho=rho_wd, lam=lam, b=0.0, Y=Yc,
+                   closure=closure, gi=False, momentum=mu)
     try:
         with np.errstate(over="raise", invalid="raise", divide="raise"):
             (H, G, _, _, D), f = _march(data, model, L, T, rule=hook)
@@ -681,28 +717,64 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
         raise DomainError(
             f"the discrete {r.title} dynamics diverge (eta={eta:g}, gamma0={g0:g}): the kernels "
             "or the error blow up; use a smaller eta or gamma0") from None
-    f, D = f[..., 0], D[..., 0]
     shape = (L, T, n, T, n)
     phi = np.stack(H).reshape(shape)
-    gg = np.stack([np.broadcast_to(x[:, None, :, None], (T, n, T, n)) for x in G])
-    if kind == "gd":
-        gt = gg.copy()
-    elif kind == "static":                      # G~^l(t, s) = <g^l(t) v^l>
-        gt = np.stack([np.broadcast_to(d[:, None, None, None], (T, n, T, n)) for d in hook.d])
-    else:                                       # G~^l(t; s, nu) = gamma0 (D H)(t; s, nu) Delta_nu(s)
-        gt = np.stack([np.broadcast_to((gh * D.ravel()[None, :])[:, None, :], (T, n, T * n))
-                       for gh in hook.gh]).reshape(shape)
-    idx = np.arange(T)
-    K = data.kx[None] * gt[0][idx, :, idx, :] if L else None
-    for ell in range(1, L + 1):
-        top = 1.0 if ell == L else gt[ell][idx, :, idx, :]
-        K = K + top * phi[ell - 1][idx, :, idx, :]
+    if not multi:
+        f, D = f[..., 0], D[..., 0]
+        gg = np.stack([np.broadcast_to(x[:, None, :, None], (T, n, T, n)) for x in G])
+        if kind == "gd":
+            gt = gg.copy()
+        elif kind == "static":                  # G~^l(t, s) = <g^l(t) v^l>
+            gt = np.stack([np.broadcast_to(d[:, 0, 0, None, None, None], (T, n, T, n))
+                           for d in hook.d])
+        else:                                   # G~^l(t; s, nu) = gamma0 (D H)(t; s, nu) Delta_nu(s)
+            gt = np.stack([np.broadcast_to((gh * D.ravel()[None, :])[:, None, :], (T, n, T * n))
+                           for gh in hook.gh]).reshape(shape)
+        idx = np.arange(T)
+        K = data.kx[None] * gt[0][idx, :, idx, :] if L else None
+        for ell in range(1, L + 1):
+            top = 1.0 if ell == L else gt[ell][idx, :, idx, :]
+            K = K + top * phi[ell - 1][idx, :, idx, :]
+    else:                                       # C outputs: (..., C, C) kernels (App. C.1)
+        full = (T, n, T, n, C, C)
+        gg = np.stack([np.broadcast_to(x.reshape(T, C, T, C).transpose(0, 2, 1, 3)[:, None, :, None],
+                                       full) for x in G])
+        if kind == "gd":
+            gt = gg.copy()
+        elif kind == "static":                  # G~^l_{cc'}(t, s) = <g^l_c(t) v^l_c'>
+            gt = np.stack([np.broadcast_to(d[:, None, None, None], full) for d in hook.d])
+        else:                                   # gamma0 (D H)_c(t; s, nu) Delta_{nu c'}(s)
+            gt = np.stack([gh.reshape(T, C, T, n).transpose(0, 2, 3, 1)[:, None, :, :, :, None]
+                           * D[None, None, :, :, None, :] for gh in hook.gh])
+            gt = np.broadcast_to(gt, (L,) + full)
+        idx = np.arange(T)
+        eye = np.eye(C)
+        K = data.kx[None, :, :, None, None] * gt[0][idx, :, idx, :]
+        for ell in range(1, L + 1):
+            top = eye if ell == L else gt[ell][idx, :, idx, :]
+            K = K + top * phi[ell - 1][idx, :, idx, :][..., None, None]
     return RuleDMFTResult(grid=TimeGrid(eta, T), data=data, hidden_layers=L, gamma0=g0, rule=r,
                           phi=phi, g=gg, gtilde=gt, f=f, delta=D[:, :P], ntk=K, closure=closure,
                           diagnostics={"seconds": time.perf_counter() - start})
 
 
 # ================================================================== two-layer nonlinear (L = 1)
+
+#: growth of the largest training error over its initial value taken as divergence
+_DIVERGE_GROWTH = 1e4
+
+
+def _check_divergence(D: np.ndarray, r, eta: float, g0: float) -> None:
+    """A :class:`ConvergenceError` when the training errors ``D[t]`` grow by more than
+    :data:`_DIVERGE_GROWTH` over ``D[0]`` (an unstable learning rate), naming the step."""
+    size = np.max(np.abs(D), axis=1)
+    bad = np.nonzero(~(size <= _DIVERGE_GROWTH * max(float(size[0]), 1e-300)))[0]
+    if bad.size:
+        t = int(bad[0])
+        raise ConvergenceError(f"the {r.title} dynamics diverge: the largest training error grows "
+                               f"from {size[0]:.3g} to {size[t]:.3g} by step {t} (eta={eta:g}, "
+                               f"gamma0={g0:g}); use a smaller eta")
+
 
 def _sampled_arguments(activation, gamma0, eta, steps, samples, batches) -> tuple:
     """The checked arguments shared by the sampled rule solvers: ``(act, sigma, sigma', gamma0,
@@ -722,6 +794,8 @@ def _sampled_arguments(activation, gamma0, eta, steps, samples, batches) -> tupl
     nb = integer(batches, "batches", minimum=2)
     if S % nb:
         raise DomainError(f"samples={S} must be a multiple of batches={nb}")
+    _v.check_memory(8.0 * S * T, f"the sampled fields of samples={S} over steps={T}",
+                    "lower samples or steps")
     return act, act.numpy(0), act.numpy(1), g0, eta, T, S, nb
 
 
@@ -823,8 +897,7 @@ def solve_rule_two_layer(X=None, y=None, *, rule="gd", rho=None, gamma0, eta, st
                 if record_kernels:
                     A[t], Gs[t], Gt[t] = a, g, gt
                 for key, (x1, x2) in (("phi", (a, a)), ("g", (g, g)), ("gtilde", (g, gt))):
-                    per = np.einsum("bsi,bsj->bij", x1.reshape(nb, S // nb, n),
-                                    x2.reshape(nb, S // nb, n)) / (S // nb)
+                    per = batch_gram(x1, x2, nb)
                     eq[key][t] = per.mean(axis=0)
                     if key != "g":
                         eq[key + "_se"][t] = per.std(axis=0, ddof=1) / np.sqrt(nb)
@@ -833,12 +906,12 @@ def solve_rule_two_layer(X=None, y=None, *, rule="gd", rho=None, gamma0, eta, st
     except FloatingPointError:
         raise DomainError(f"the {r.title} dynamics overflow (eta={eta:g}, gamma0={g0:g}); use a "
                           "smaller eta or gamma0") from None
+    _check_divergence(D[:, :P], r, eta, g0)
 
     def two_time(x, y_):
         xf, yf = x.transpose(1, 0, 2).reshape(S, T * n), y_.transpose(1, 0, 2).reshape(S, T * n)
         full = xf.T @ yf / S
-        bx, by = xf.reshape(nb, S // nb, T * n), yf.reshape(nb, S // nb, T * n)
-        per = np.einsum("bsi,bsj->bij", bx, by) / (S // nb)
+        per = batch_gram(xf, yf, nb)
         return full.reshape(T, n, T, n), (per.std(axis=0, ddof=1) / np.sqrt(nb)).reshape(T, n, T, n)
 
     idx = np.arange(T)
@@ -935,6 +1008,7 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
             "of a nonlinear network needs the responses of the non-Gaussian fields with a "
             "fixed-point loop (use solve_monte_carlo; for linear networks solve_rule_deep_linear)")
     L = hidden_layer_count(depth, hidden_layers)
+    jitter = _v.nonnegative(jitter, "jitter")
     act, fn, dfn, g0, eta, T, S, nb = _sampled_arguments(activation, gamma0, eta, steps, samples,
                                                          batches)
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)
@@ -1009,9 +1083,7 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
                     blk = A[l][:, rs].T @ A[l][:, :stop] / S
                     Phi[l][rs, :stop] = blk
                     Phi[l][:stop, rs] = blk.T
-                    ab = A[l][:, rs].reshape(nb, S // nb, n)
-                    af = A[l][:, :stop].reshape(nb, S // nb, stop)
-                    bb = np.einsum("bsi,bsj->bij", ab, af) / (S // nb)
+                    bb = batch_gram(A[l][:, rs], A[l][:, :stop], nb)
                     PhiB[l][:, rs, :stop] = bb
                     PhiB[l][:, :stop, rs] = bb.transpose(0, 2, 1)
                 # f(t) = eta sum_{s<t} Phi^L(t, s) Delta(s)  (exact closure, <r phi(h^L)> = 0)

@@ -361,9 +361,8 @@ class Gamma0Series(HiddenLayers):
         ``'phi'``, ``'g'``, ``'ntk'``; ``layer`` selects :math:`\ell`, default symbolic) or §4.4
         (two-layer: ``'phi'``, ``'g'``, ``'ntk'`` as Gaussian atoms over :math:`K=K^x`); higher
         orders and other quantities print the system through ``order``
-        (:func:`latex_coefficient`: deep linear and two-layer networks as formulas, deep
-        nonlinear ones as formulas to :math:`\gamma_0^2` and numbers above, here this series'
-        own numbers).
+        (:func:`latex_coefficient`: deep linear, two-layer and deep nonlinear networks as formulas,
+        the last for one input; a series of several inputs adds its own numbers).
         """
         self._check_order(order)
         return latex_coefficient(order, name, hidden_layers=self.hidden_layers,
@@ -390,11 +389,11 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layer
       (:func:`effth.dmft.series.formulas.deep_linear_formulas`, predictions of ``closure``);
     * two-layer networks, any smooth activation, ``closure='exact'``: every coefficient in Gaussian
       atoms times time functions (:func:`effth.dmft.series.formulas_two_layer.two_layer_formulas`);
-    * deep nonlinear networks (and two-layer ones with ``closure='ntk'``): the printed
-      :math:`O(\gamma_0^2)` system (:func:`effth.dmft.series.formulas_nonlinear.deep_nonlinear_formulas`),
-      then the statement that the higher orders are numbers and a table of them computed here by
-      :func:`gamma0_series` on one input (``NUMBERS_EXAMPLE``; seconds at order 4, about a
-      minute at order 6).
+    * deep nonlinear networks (and two-layer ones with ``closure='ntk'``): at order 2 the
+      moment form (:func:`effth.dmft.series.formulas_nonlinear.deep_nonlinear_formulas`), above
+      it the one-input system of every order through ``order`` in Gaussian moments times time
+      functions (:func:`effth.dmft.series.formulas_deep.deep_series_formulas`, NTK closure); a
+      series of several inputs (``_series``) adds a table of its own numbers.
     """
     if depth is not None or hidden_layers is not None:
         hidden_layers = hidden_layer_count(depth, hidden_layers)
@@ -446,17 +445,23 @@ def latex_coefficient(order: int, name: str = "ntk", *, depth=None, hidden_layer
         fm = deep_linear_formulas(order, hidden_layers=hidden_layers, closure=closure,
                                   gradient_independent=gradient_independent)
         return fm.text() if format == "text" else fm.latex(env="aligned")
-    # deep nonlinear networks (or the NTK closure of two-layer ones): the printed O(gamma0^2)
-    # system, and above it the engine's numbers
+    # deep nonlinear networks (or the NTK closure of two-layer ones): at gamma0^2 the moment
+    # form, above it the derived system of every order through ORDER (one input)
     from effth.dmft.series.formulas_nonlinear import deep_nonlinear_formulas
 
     L = 1 if hidden_layers is None else int(hidden_layers)
-    fm = deep_nonlinear_formulas(L, activation=label)
     if order == 2:
+        fm = deep_nonlinear_formulas(L, activation=label)
         return fm.text() if format == "text" else fm.latex(env="aligned")
-    rows = _numbers_beyond_order2(order, name, L, act, layer, format == "text", _series)
+    from effth.dmft.series.formulas_deep import deep_series_formulas
+
+    fm = deep_series_formulas(order, L, activation=label)
+    rows = []
+    if _series is not None and _series.data.n_all > 1:
+        # the printed system is for one input: a series of several gives its own numbers
+        rows = _numbers_beyond_order2(order, name, L, act, layer, format == "text", _series)
     if format == "text":
-        return fm.text() + "\n" + "\n".join(rows)
+        return "\n".join([fm.text()] + rows)
     from effth.dmft.series.formulas import align_rows
 
     return align_rows(fm.lines(True) + rows, env="aligned")
@@ -543,6 +548,10 @@ def _validate(order, closure):
         raise DomainError(f"closure={closure!r} must be 'exact' or 'ntk'")
 
 
+#: highest gamma0 order of :func:`gamma0_series` (the CLI's ``effth gamma0 --order`` bound)
+_MAX_ORDER = 64
+
+
 @public
 def gamma0_series(X=None, y=None, *, depth: int | None = None, hidden_layers: int | None = None,
                   eta: float, steps: int, order: int = 2, activation="linear", X_test=None,
@@ -625,7 +634,13 @@ def gamma0_series(X=None, y=None, *, depth: int | None = None, hidden_layers: in
     linear = is_linear(act)
     if not linear:
         require_smooth(act, "the gamma0-series")
+    if not 0 <= int(order) <= _MAX_ORDER:
+        raise DomainError(f"order={order!r} must be an integer in 0..{_MAX_ORDER} (the number of "
+                          "coefficients and their cost grow with the order)")
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)
+    from effth._validate import check_target_scale
+    check_target_scale(data.y, 2 * (int(order) // 2) + 2,
+                       f"the order-{2 * (int(order) // 2)} coefficient of the loss")
     grid = TimeGrid(eta, steps)
     P = data.n_train
     _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=L)
@@ -647,6 +662,20 @@ def gamma0_series(X=None, y=None, *, depth: int | None = None, hidden_layers: in
                                         gradient_independent=gradient_independent, exact=exact)
         coeffs = {"f": arr.f, "delta": arr.delta, "ntk": arr.ntk, "phi": arr.H, "g": arr.G,
                   "A": arr.A, "B": arr.B}
+    elif K == 0:
+        if exact or gradient_independent:
+            raise NotDerivedError("nonlinear series: exact=False and no gradient independence "
+                                  "(that ansatz is expanded for deep linear networks)")
+        # order 0 is the lazy limit gamma0 -> 0 itself: the static-kernel solution, exactly
+        from effth.dmft.solvers.lazy import static_ntk_solve
+        st = static_ntk_solve(data, grid, activation=act, hidden_layers=L)
+        phi, g = st.phi, st.g
+        if L == 1 and closure != "ntk":                 # the two-layer coefficients: equal times
+            idx = np.arange(grid.steps)
+            phi = phi[:, idx, :, idx, :].transpose(1, 0, 2, 3)
+            g = g[:, idx, :, idx, :].transpose(1, 0, 2, 3)
+        coeffs = {"f": st.f[None], "delta": st.delta[None], "ntk": st.ntk[None],
+                  "phi": phi[None], "g": g[None]}
     elif L > 1 or closure == "ntk":
         if exact or gradient_independent:
             raise NotDerivedError("deep nonlinear / NTK-closure series: exact=False and no "

@@ -434,6 +434,14 @@ class RuleFields:
     gamma0``.  The hook holds its per-layer state (``c``, ``Lambda``, ``D H``, ``G~``) for the
     caller; ``G~^l`` is kept as a ``(T, T n)`` array ``[t, (s, nu)]`` (the ``g`` side is sample
     independent).
+
+    Weight decay and momentum (App. C, eqs. (50)-(53)) enter through the optimizer's
+    :class:`~effth.dmft.grid.ParameterFilter` as for GD: the sources and the response terms
+    carry ``a(t)`` (``kappa = a(t) a(s)``, applied by the marcher), the drift weights
+    ``k(t-1-s)`` (in ``dw``), and the hook multiplies the feedback coordinate's forward term
+    ``rho c^{l-1}(t)`` and its correlation ``rho G~^{l+1}(t)`` with ``r^l(t)`` by ``a(t)`` (the
+    initial weights inside ``W^l(t)``; the frozen feedback itself does not decay).  With ``C``
+    outputs (App. C.1) ``g`` rows carry an output index (see :meth:`allocate`).
     """
 
     def __init__(self, kind: str = "gd", rho: float = 1.0, gamma0: float = 1.0):
@@ -441,73 +449,94 @@ class RuleFields:
             raise DomainError(f"unknown rule hook {kind!r}")
         self.kind, self.rho, self.g0 = kind, float(rho), float(gamma0)
 
-    def allocate(self, L: int, T: int, n: int, delta: np.ndarray):
+    def allocate(self, L: int, T: int, n: int, delta: np.ndarray, init=None):
         """Per-layer state for ``L`` layers on ``T`` grid points and ``n`` samples; ``delta`` is
-        the marcher's ``(T, n)`` error array (filled in as the march proceeds)."""
+        the marcher's ``(T, n, C)`` error array (filled in as the march proceeds; ``(T, n)``:
+        one output); ``init`` the optimizer's ``a(t)`` (:class:`~effth.dmft.grid.ParameterFilter`,
+        default ``1``).
+
+        With ``C`` outputs (App. C.1) the feedback coordinate is one per output, ``v^l_c``
+        (independent ``N(0, 1)``), ``c^l`` is ``(T n, C)``, ``G~^{l+1}(t)`` a ``C x C`` matrix,
+        and Hebb's pseudo-gradient is ``g~^l_{mu c} = Delta_{mu c} h^l_mu`` (the update carries
+        ``|Delta_mu|^2``)."""
         Tn = T * n
-        self._delta = delta
-        self.cv = [np.zeros(Tn) for _ in range(L)] if self.kind == "static" else None
+        self._delta = delta if delta.ndim == 3 else delta[..., None]
+        self.C = C = self._delta.shape[2]
+        self.a = np.ones(T) if init is None else np.asarray(init, dtype=float)
+        self.cv = [np.zeros((Tn, C)) for _ in range(L)] if self.kind == "static" else None
         self.lam = [np.zeros((Tn, Tn)) for _ in range(L)] if self.kind == "hebb" else None
-        self.gh = [np.zeros((T, Tn)) for _ in range(L)] if self.kind == "hebb" else None
-        self.d = [np.zeros(T) for _ in range(L)] if self.kind == "static" else None
+        self.gh = [np.zeros((T * C, Tn)) for _ in range(L)] if self.kind == "hebb" else None
+        self.d = [np.zeros((T, C, C)) for _ in range(L)] if self.kind == "static" else None
 
     def source_row(self, ell, t, n, Hp, S, dw, Hl):
-        """Row ``t`` (against ``s <= t``) of ``<h^^l h^^l>`` written into ``Hl``."""
+        """Row ``t`` (against ``s <= t``) of ``<h^^l h^^l>`` written into ``Hl``; ``dw`` is
+        ``(t, n, C)``: ``Delta(s)`` times the drift weights."""
         rt, m, tn = slice(t * n, (t + 1) * n), (t + 1) * n, t * n
+        C = self.C
         if self.kind == "static":
             cv = self.cv[ell - 1]
-            c = (self.rho * self.cv[ell - 2][rt]) if ell >= 2 else np.zeros(n)
+            c = (self.rho * self.a[t] * self.cv[ell - 2][rt]) if ell >= 2 else np.zeros((n, C))
             if t:
-                c = c + self.g0 * (Hp[rt, :tn] @ dw.ravel())
+                c = c + self.g0 * (Hp[rt, :tn] @ dw.reshape(tn, C))
             cv[rt] = c
-            row = S[rt, :m] + np.outer(c, cv[:m])
+            row = S[rt, :m] + c @ cv[:m].T
         else:
             lam = self.lam[ell - 1]
             if t:
-                lam[rt, :m] = self.g0 * (Hp[rt, :tn] * (dw.ravel() * self._delta[:t].ravel())[None, :]
-                                         ) @ lam[:tn, :m]
+                w = sum(dw[..., k].ravel() * self._delta[:t, :, k].ravel() for k in range(C))
+                lam[rt, :m] = self.g0 * (Hp[rt, :tn] * w[None, :]) @ lam[:tn, :m]
             lam[rt, rt] += np.eye(n)
             row = (lam[rt, :m] @ S[:m, :m]) @ lam[:m, :m].T
         Hl[rt, :m] = row
         Hl[:m, rt] = row.T
 
-    def gtilde_row(self, ell, t, n, L):
-        """``G~^{l+1}(t; s < t, nu)`` (``ell = l``), the kernel of ``D^l``'s drift."""
-        tn = t * n
+    def drift_rows(self, ell, t, n, L, dw):
+        """Rows ``(t, c)`` of ``D^l``'s drift, ``sum_{c'} G~^{l+1}_{c c'}(t; s, nu) dw_{s nu c'}``
+        for ``s < t`` (``G~^{L+1} = 1``), shape ``(C, t n)``."""
+        C, tn = self.C, t * n
         if ell == L:
-            return np.ones(tn)
+            return dw.transpose(2, 0, 1).reshape(C, tn)
         if self.kind == "static":
-            return np.full(tn, self.d[ell][t])
-        return self.gh[ell][t, :tn] * self._delta[:t].ravel()
+            return self.d[ell][t] @ dw.reshape(tn, C).T
+        gh = self.gh[ell][t * C:(t + 1) * C, :tn]
+        return sum((gh * self._delta[:t, :, k].ravel()) * dw[..., k].ravel() for k in range(C))
 
     def response(self, ell, t, n, MD):
-        """Row ``t`` of ``B^l = D^{l+1} Lambda^{l+1}``."""
-        m = (t + 1) * n
+        """Rows ``(t, c)`` of ``B^l = D^{l+1} Lambda^{l+1}``."""
+        m, C = (t + 1) * n, self.C
         if self.kind == "hebb":
-            return MD[ell][t:t + 1, :m] @ self.lam[ell][:m, :m]
-        return MD[ell][t:t + 1, :m]
+            return MD[ell][t * C:(t + 1) * C, :m] @ self.lam[ell][:m, :m]
+        return MD[ell][t * C:(t + 1) * C, :m]
 
     def cross_row(self, ell, t, n, L, drow, Dl):
-        """``(X D^T + D X^T)(t, s <= t)`` and, for the next layer down, ``G~^l`` row ``t``."""
-        m = (t + 1) * n
+        """``(X D^T + D X^T)(t, s <= t)`` (rows ``c``, columns ``(s, c'')``) and, for the next
+        layer down, ``G~^l`` row ``t``."""
+        m, C = (t + 1) * n, self.C
         if self.kind == "static":
-            xr = self.rho * (1.0 if ell == L else self.d[ell][: t + 1])     # rho G~^{l+1}(s)
+            # xr(s) = a(s) rho G~^{l+1}(s) = <r^l(s) v^l> a(s) (C x C), G~^{L+1} = I
+            if ell == L:
+                xr = (self.rho * self.a[: t + 1])[:, None, None] * np.eye(C)[None]
+            else:
+                xr = (self.rho * self.a[: t + 1])[:, None, None] * self.d[ell][: t + 1]
             cv = self.cv[ell - 1]
-            q = Dl[: t + 1, :m] @ cv[:m]                                    # (D c)(s), s <= t
-            self.d[ell - 1][t] = (xr[t] if ell < L else xr) + self.g0 * q[t]
-            xr = np.broadcast_to(xr, (t + 1,))
-            return self.g0 * (xr[t] * q + q[t] * xr)
+            q = (Dl[: (t + 1) * C, :m] @ cv[:m]).reshape(t + 1, C, C)   # (D c)(s), s <= t
+            self.d[ell - 1][t] = xr[t] + self.g0 * q[t]
+            # [c, (s, c'')] = xr(t) q(s)^T + q(t) xr(s)^T
+            one = np.einsum("ab,scb->asc", xr[t], q)
+            two = np.einsum("ab,scb->asc", q[t], xr)
+            return self.g0 * (one + two).reshape(C, (t + 1) * C)
         return None
 
-    def closure_row(self, ell, t, n, drow, Hl):
-        """``gamma0^{-1} <g^L(t) h^L_mu(t)>``; for Hebb also stores ``gamma0 (D H)`` row ``t``."""
-        rt, m = slice(t * n, (t + 1) * n), (t + 1) * n
-        dh = drow[:m] @ Hl[:m, :m]
+    def closure_row(self, ell, t, n, drows, Hl):
+        """``gamma0^{-1} <g^L_c(t) h^L_mu(t)>`` as ``(n, C)``; for Hebb also stores
+        ``gamma0 (D H)`` rows ``(t, c)``."""
+        rt, m, C = slice(t * n, (t + 1) * n), (t + 1) * n, self.C
+        dh = drows[:, :m] @ Hl[:m, :m]
         if self.kind == "hebb":
-            self.gh[ell - 1][t, :m] = self.g0 * dh
-        f = dh[t * n: m].copy()
-        if self.kind == "static":
-            f = f + self.rho * self.cv[ell - 1][rt] / self.g0 if ell == len(self.cv) else f
+            self.gh[ell - 1][t * C:(t + 1) * C, :m] = self.g0 * dh
+        f = dh[:, t * n: m].T.copy()
+        if self.kind == "static" and ell == len(self.cv):
+            f = f + self.rho * self.a[t] * self.cv[ell - 1][rt] / self.g0
         return f
 
     def finish(self, MD, H):
@@ -516,16 +545,32 @@ class RuleFields:
             self.gh = [self.g0 * (dl @ hl) for dl, hl in zip(MD, H)]
 
     def ntk_drive(self, t, n, P, kx, H, delta_t):
-        """``K(t, t) Delta(t)`` with ``K_{mu nu} = sum_l G~^{l+1}(t; t, nu) H^l_{mu nu}(t, t)``."""
+        """``K(t, t) Delta(t)`` with ``K_{mu nu} = sum_l G~^{l+1}(t; t, nu) H^l_{mu nu}(t, t)``
+        (``C x C`` blocks with ``C`` outputs); ``delta_t`` is ``(P, C)``, the result ``(n, C)``."""
         L = len(H)
         rt = slice(t * n, (t + 1) * n)
+        C = self.C
+        if C > 1:
+            drive = np.zeros((n, C))
+            w2 = np.sum(delta_t ** 2, axis=1)                       # Hebb: |Delta_nu(t)|^2
+            for ell in range(L + 1):
+                Hd = kx[:, :P] if ell == 0 else H[ell - 1][rt, t * n: t * n + P]
+                if ell == L:
+                    drive = drive + Hd @ delta_t
+                elif self.kind == "static":
+                    drive = drive + Hd @ (delta_t @ self.d[ell][t].T)
+                else:
+                    gh = self.gh[ell][t * C:(t + 1) * C, t * n: t * n + P]
+                    drive = drive + Hd @ (gh.T * w2[:, None])
+            return drive
+        delta_t = delta_t[:, 0]
         drive = np.zeros(n)
         for ell in range(L + 1):
             Hd = kx[:, :P] if ell == 0 else H[ell - 1][rt, t * n: t * n + P]
             if ell == L:
                 gt = np.ones(P)
             elif self.kind == "static":
-                gt = np.full(P, self.d[ell][t])
+                gt = np.full(P, self.d[ell][t, 0, 0])
             else:
                 gt = self.gh[ell][t, t * n: t * n + P] * delta_t
             drive = drive + Hd @ (gt * delta_t)
@@ -549,8 +594,9 @@ def _march(data, model, L, T, rule=None):
 
     ``rule``: a :class:`RuleFields` hook (``None`` or ``'gd'``: the GD equations above).  For
     the other rules ``C = 0`` and ``M_g = 1``; the hook gives the forward source rows, the kernel
-    ``G~^{l+1}`` of ``D``'s drift, the cross terms of ``G`` and the closure (plain equations
-    only), and keeps its state (``c``, ``Lambda``, ``G~``) for the caller.
+    ``G~^{l+1}`` of ``D``'s drift, the cross terms of ``G`` and the closure (with weight decay,
+    momentum and several outputs; no bias, Langevin noise or unequal widths), and keeps its
+    state (``c``, ``Lambda``, ``G~``) for the caller.
     """
     n, P, C = data.n_all, data.n_train, model.C
     eta, g2, b = model.eta, model.g2, model.b
@@ -583,10 +629,10 @@ def _march(data, model, L, T, rule=None):
     if rule is not None and rule.kind == "gd":
         rule = None                                   # the plain equations are GD's
     if rule is not None:
-        if not model.plain or C != 1 or model.gi or model.ratios is not None:
-            raise DomainError("the learning-rule hook marches the plain equations (one output, "
-                              "no weight decay, bias or gradient independence)")
-        rule.allocate(L, T, n, delta[..., 0])
+        if model.b != 0.0 or model.temperature != 0.0 or model.gi or model.ratios is not None:
+            raise DomainError("the learning-rule hook marches the equations without bias, "
+                              "Langevin noise, unequal widths or gradient independence")
+        rule.allocate(L, T, n, delta, filt.init)
     ymax = max(1.0, float(np.max(np.abs(model.Y))))
     f_rule = None
     with np.errstate(over="ignore", invalid="ignore"):
@@ -602,6 +648,10 @@ def _march(data, model, L, T, rule=None):
                 S = Sh[ell - 1]
                 if rule is not None:                  # C = 0: H^l = <h^ h^> (RuleFields)
                     rule.source_row(ell, t, n, Hp, S, dw, H[ell - 1])
+                    if ell < L and not model.plain:          # source of the next layer
+                        Srow = H[ell - 1][rt, :m] * kn[t, :m]
+                        Sh[ell][rt, :m] = Srow
+                        Sh[ell][:m, rt] = Srow.T
                     continue
                 c = Cm[ell - 1]
                 if t:
@@ -635,20 +685,22 @@ def _march(data, model, L, T, rule=None):
                 d = Dm[ell - 1]
                 if rule is not None:                  # M_g = 1, drift along G~^{l+1}
                     if t:
-                        d[gt, :tn] = rule.gtilde_row(ell, t, n, L) * dw.ravel()
+                        d[gt, :tn] = rule.drift_rows(ell, t, n, L, dw)
                     if ell <= L - 1:
-                        d[gt, :m] += rule.response(ell, t, n, MD)
+                        resp = rule.response(ell, t, n, MD)
+                        d[gt, :m] += resp * kn[t, :m] if decayed else resp
                     Mg[ell - 1][gt, gt] = eye
                     MD[ell - 1][gt, :m] = d[gt, :m]
                     Hl = H[ell - 1]
-                    zrow = Gn[gt, :mc] + g2 * (d[gt, :m] @ Hl[:m, :m]) @ d[:mc, :m].T
+                    sg = Gn[gt, :mc] * kc[t, :mc] if decayed else Gn[gt, :mc]
+                    zrow = sg + g2 * (d[gt, :m] @ Hl[:m, :m]) @ d[:mc, :m].T
                     x = rule.cross_row(ell, t, n, L, d[gt, :m], d)
                     if x is not None:
                         zrow = zrow + x
                     Gl = G[ell - 1]
                     Gl[gt, :mc] = zrow
                     Gl[:mc, gt] = zrow.T
-                    f_l = rule.closure_row(ell, t, n, d[gt, :m][0], Hl)
+                    f_l = rule.closure_row(ell, t, n, d[gt, :m], Hl)
                     f_rule = f_l if ell == L else f_rule
                     continue
                 if t:
@@ -680,7 +732,7 @@ def _march(data, model, L, T, rule=None):
                     + 0.5 * Gl[gt, :tc] @ Cm[ell - 1][:m, :tc].T
             # ---------------- predictions and error signal at time t
             if model.closure == "exact" and rule is not None:
-                f[t] = f_rule[:, None]
+                f[t] = f_rule
             elif model.closure == "exact":
                 f[t] = (MD[L - 1][gt, :m] @ Sh[L - 1][:m, rt]).T \
                     + Cm[L - 1][rt, :tc] @ G[L - 1][:tc, gt]
@@ -688,7 +740,7 @@ def _march(data, model, L, T, rule=None):
                 f[t] = kappa_decay * f[t - 1] + eta * drive
             delta[t, :P] = model.Y - f[t, :P]
             if model.closure == "ntk" and rule is not None:
-                drive = rule.ntk_drive(t, n, P, data.kx, H, delta[t, :P, 0])
+                drive = rule.ntk_drive(t, n, P, data.kx, H, delta[t, :P])
             elif model.closure == "ntk":
                 # K(t, t) Delta(t): sum_l [Hb^l(t, t) Delta(t)] G^{l+1}(t, t), G^{L+1} = I
                 drive = (data.kx[:, :P] @ delta[t, :P]) @ G[0][gt, gt]

@@ -94,8 +94,10 @@ import numpy as np
 
 from effth._validate import width_ratio_values
 from effth.errors import ConvergenceError, DomainError
-from effth.dmft.grid import TimeGrid, causal_mask, decay_factor, prepare_targets, real_scalar
-from effth.dmft.solvers.lazy import (activation_label, check_stability, check_stability_along,
+from effth.dmft.grid import (TimeGrid, causal_mask, langevin_settings, parameter_filter,
+                             prepare_targets, real_scalar)
+from effth.dmft.solvers.lazy import (_pair_cov, activation_label, check_langevin_step,
+                   check_stability, check_stability_along, gaussian_expectation, is_linear,
                    hidden_layer_count, lazy_kernels,
                    resolve_activation, static_ntk_dynamics, static_ntk_solve)
 from effth._progress import progress_bar
@@ -113,7 +115,8 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
                       bias: bool = False, stein_cut: float = 2.0, windows: int = 1,
                       average: int = 1, keep_fields: bool = False,
                       gradient_independent: bool = False, replicas: int = 8,
-                      progress: bool | None = None, width_ratios=None) -> DMFTResult:
+                      progress: bool | None = None, width_ratios=None,
+                      temperature: float = 0.0, momentum: float = 0.0) -> DMFTResult:
     """Solve the nonlinear DMFT by alternating Monte Carlo (Bordelon & Pehlevan (2022), Algorithm 1).
 
     Parameters
@@ -247,13 +250,35 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         layer's field with ``sqrt(a_{l-1} / a_l)`` (``sqrt(a_{l+1} / a_l)``, eqs. (60), (63)), the
         readout response with ``1 / gamma_L``; the returned ``A^l``, ``B^{l-1}`` are divided by
         their own layer's ``gamma_l``.  ``None`` or all ones: equal widths, bit for bit.
+    temperature : float
+        Langevin temperature ``1/beta >= 0`` (Bordelon & Pehlevan (2022), App. K, eq. (100); the
+        meaning of :func:`~effth.dmft.solve_deep_linear`'s and the trainer's keyword): noise of
+        variance ``temperature (1 - rho^2) / weight_decay`` per step on every parameter
+        (:class:`~effth.dmft.grid.ParameterFilter`).  The Gaussian sources are then sampled with
+        covariances ``kappa * Phit^{l-1}``, ``kappa * G^{l+1}`` (the noise kernel ``kappa(t, s)``,
+        the discrete ``e^{-lambda (t+s)/beta} + C_{lambda,beta}(t, s)`` of eqs. (105)-(112)), the
+        responses (returned ``A``, ``B``) are those to the total sources and enter the fields as
+        ``kappa * A``, ``kappa * B``, and the readout source is a process ``r^L(t)``: the exact
+        closure's readout term is ``gamma_L^-1 sum_{s<t} kappa(t, s) <d phi(h^L(t)) / d r^L(s)>``.
+        The step must satisfy ``eta (lambda_max(K_eq) + weight_decay) < 2`` with ``K_eq`` the lazy
+        NTK at weight variance ``max(1, temperature / weight_decay)``.  Long runs approach the
+        Bayesian posterior (App. K.3), up to the discrete chain's ``O(eta)`` bias.
+    momentum : float
+        Heavy-ball coefficient ``mu`` in ``[0, 1)`` (Bordelon & Pehlevan (2022), App. L,
+        ``mu = exp(-eta / tau)``; the trainer's update ``v <- mu v + (1 - mu)(eta G - eta lambda
+        theta)``, ``theta <- theta + v``): the drifts carry the memory kernel ``k(t-1-s)`` (eq.
+        (123)) and the initial parts ``a(t)`` of the filter; stability edge ``eta
+        lambda_max(K_0) < 2 (1 + mu) / (1 - mu)``.  Not with ``temperature > 0``; both need
+        ``closure='exact'``.  ``temperature = momentum = 0`` is the GD solver bit for bit.
 
     Raises
     ------
     DomainError
         Bad data or hyperparameters (``eta lambda`` outside ``[0, 1)``, ``y`` not ``(P,)`` or
         ``(P, C)``, non-finite values), ``eta lambda_max(K_NTK) >= 2``, ``gamma0 = 0`` with
-        weight decay or several outputs, ``closure='ntk'`` with weight decay.
+        weight decay or several outputs, ``closure='ntk'`` with weight decay, negative
+        ``temperature``, ``momentum`` outside ``[0, 1)`` or both nonzero, ``closure='ntk'`` or
+        ``gamma0 = 0`` with either, a Langevin step past its stable bound.
     ConvergenceError
         A kernel entry exceeds ``diverge_at`` (or is not finite).
     """
@@ -264,8 +289,13 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         raise DomainError(f"closure={closure!r} / responses={responses!r} not recognised")
     if not (0.0 < damping <= 1.0):
         raise DomainError(f"damping={damping!r} must lie in (0, 1]")
-    if int(samples) < 4 or int(batches) < 1:
-        raise DomainError(f"samples={samples!r} must be >= 4 and batches >= 1")
+    if int(samples) < 4 or int(batches) < 2:
+        raise DomainError(f"samples={samples!r} must be >= 4 and batches={batches!r} >= 2 (a "
+                          "standard error needs two batches)")
+    _v.check_memory(8.0 * float(samples) * float(steps),   # >= one float per sample and time
+                    f"the sampled fields of samples={samples} over steps={steps}", "lower samples")
+    _v.check_work(1e-9 * float(iterations) * float(samples) * float(steps),   # >= 1 ns per draw
+                  f"solve_monte_carlo with iterations={iterations}", "lower iterations or samples")
     if not np.isfinite(gamma0):
         raise DomainError(f"gamma0={gamma0!r} must be finite")
     if int(windows) != windows or windows < 1:
@@ -285,12 +315,19 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         return _replicated(dict(kwargs, replicas=1, progress=False), R, seed, progress)
     act = resolve_activation(activation)
     grid = TimeGrid(eta, steps)
-    rho = decay_factor(grid.eta, weight_decay)
+    rho, temperature, momentum = langevin_settings(grid.eta, weight_decay, temperature, momentum)
     data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
+    _v.check_target_scale(Y, 2, "the loss sum Delta^2 / 2")
     L, T, n, P, C = n_hidden, grid.steps, data.n_all, data.n_train, Y.shape[1]
     if closure == "ntk" and weight_decay > 0:
         raise DomainError("closure='ntk' is not defined with weight decay (f is no function of the "
                           "NTK alone); use closure='exact'")
+    if (temperature > 0 or momentum > 0) and closure != "exact":
+        raise DomainError("temperature or momentum need closure='exact' (the NTK-Euler closure "
+                          "has no Langevin or momentum terms here)")
+    if gamma0 == 0 and (temperature > 0 or momentum > 0):
+        raise DomainError("gamma0 = 0 with temperature or momentum is not solved here (output "
+                          "factor 1/gamma0); use a small gamma0 > 0")
     if gamma0 == 0:
         if weight_decay > 0 or multi:
             raise DomainError("gamma0 = 0 with weight decay (trivial fixed point f = K = 0) or "
@@ -302,9 +339,18 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
                           "response of the exact closure)")
     if responses == "auto":
         responses = "stein" if act.kinks else "jacobian"
+    elif responses == "jacobian" and act.kinks:
+        raise DomainError(f"responses='jacobian' needs a smooth activation; {act.name} has kinks "
+                          "(its Jacobian responses are not functions): use responses='stein'")
     phi_f, dphi_f, ddphi_f = act.numpy(0), act.numpy(1), act.numpy(2)
     phi0, _, g0, ntk0 = lazy_kernels(data.kx, act, hidden_layers=L, bias=bool(bias))
-    check_stability(ntk0[:P, :P], grid.eta)
+    edge = 2.0 * (1.0 + momentum) / (1.0 - momentum)
+    check_stability(ntk0[:P, :P], grid.eta, edge=edge)
+    if temperature > 0 and weight_decay > 0:
+        v = max(1.0, temperature / float(weight_decay))
+        check_langevin_step(_lazy_ntk_at_variance(data.kx, act, L, bool(bias), v)[:P, :P],
+                            grid.eta, float(weight_decay), v)
+    plain = temperature == 0 and momentum == 0
     rng = _v.rng(seed)
     S = int(samples) + int(samples) % 2
     gam = float(gamma0)
@@ -324,7 +370,10 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
     with progress_bar(len(window_ends) * int(iterations), "DMFT Monte-Carlo sweeps",
                       progress=progress, unit="sweep") as bar:
         for T in window_ends:
-            w = _window(T, n, C, rho, data.kx)   # growing windows (causal: earlier times unchanged)
+            # growing windows (causal: earlier times unchanged); the optimizer's filter
+            filt = None if plain else parameter_filter(grid.eta, T, weight_decay, temperature,
+                                                       momentum)
+            w = _window(T, n, C, rho, data.kx, filt)
             if Phi is None:
                 Phi = [np.tile(p, (T, T)) for p in phi0]
                 G = [np.kron(np.tile(g, (T, T)), np.eye(C)) for g in g0]
@@ -350,7 +399,7 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
                         "more windows")
                 if closure == "exact":
                     f = _exact_closure(Phin[-1], w.rt[:, None, None] * ro.mean(axis=0) / gams[-1],
-                                       Y, grid.eta, rho)
+                                       Y, grid.eta, rho, w.mem)
                 else:
                     f = _ntk_euler(data.kx, Phin, Gn, Y, grid.eta, one)
                 delta_new = Y[None] - f[:, :P]
@@ -397,7 +446,36 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         phi=np.stack([x.reshape(T, n, T, n) for x in Phi]), g=gg, A=A, B=B,
         f=f, delta=delta_out, method="monte_carlo", closure=closure, diagnostics=diag,
         mc_stderr=stderr, bias=bool(bias),
-        fields=np.stack(ctx["fields"]) if keep_fields else None))
+        fields=np.stack(ctx["fields"]) if keep_fields else None), edge=edge)
+
+
+def _lazy_ntk_at_variance(kx, act, L, bias, v):
+    """The lazy NTK ``(n, n)`` of ``L`` hidden layers with every weight (and bias) of variance
+    ``v`` (the Langevin prior ``temperature / weight_decay``, Bordelon & Pehlevan (2022),
+    App. K.2): ``Phi^l = <phi phi>`` over sources ``N(0, v (Phi^{l-1} + b))``,
+    ``G^l = v <phi' phi'> G^{l+1}`` with ``G^{L+1} = 1``, ``K = sum_l G^{l+1} (Phi^l + b)``
+    (no ``b`` on the readout term)
+    (``kx`` holds ``K^x + b``); ``v = 1`` is :func:`~effth.dmft.solvers.lazy.lazy_kernels`."""
+    b = 1.0 if bias else 0.0
+    phis, dphis, prev = [], [], v * kx
+    for _ in range(L):
+        if is_linear(act):
+            p, d = prev, np.ones_like(prev)
+        else:
+            cov = _pair_cov(prev)
+            p = gaussian_expectation([(0, "sigma", 0), (1, "sigma", 0)], cov, act)
+            d = gaussian_expectation([(0, "sigma", 1), (1, "sigma", 1)], cov, act)
+        phis.append(0.5 * (p + p.T))
+        dphis.append(d)
+        prev = v * (phis[-1] + b)
+    g, nxt = [None] * L, v * np.ones_like(kx)
+    for ell in range(L - 1, -1, -1):
+        g[ell] = dphis[ell] * nxt
+        nxt = v * g[ell]
+    K = g[0] * kx + phis[-1]
+    for ell in range(1, L):
+        K = K + g[ell] * (phis[ell - 1] + b)
+    return K
 
 
 def _flag_growth(diag):
@@ -457,16 +535,36 @@ def _replicated(kwargs, R, seed, progress):
                       gamma0=first.gamma0, activation=first.activation, phi=mean["phi"],
                       g=mean["g"], A=mean["A"], B=mean["B"], f=mean["f"], delta=mean["delta"],
                       method="monte_carlo", closure=first.closure, diagnostics=diag,
-                      mc_stderr=se, bias=first.bias, fields=fields))
+                      mc_stderr=se, bias=first.bias, fields=fields),
+                      edge=2.0 * (1.0 + kwargs["momentum"]) / (1.0 - kwargs["momentum"]))
 
 
-def _window(T, n, C, rho, kx):
-    """Constants of a window of ``T`` steps (flattened time-major, index ``(i n + mu) C + c``)."""
-    rt = rho ** np.arange(T)
+def _window(T, n, C, rho, kx, filt=None):
+    """Constants of a window of ``T`` steps (flattened time-major, index ``(i n + mu) C + c``).
+
+    ``filt``: the optimizer's :class:`~effth.dmft.grid.ParameterFilter` on ``T`` points with
+    momentum or a temperature (``None``: plain GD or weight decay, ``a(t) = rho^t``,
+    ``k(j) = rho^j``).  Momentum alone keeps ``kappa = a a^T`` (the sources are ``a(t)`` times the
+    undecayed ones, as with decay); with a temperature ``kappa`` does not factorize, the sources
+    are sampled with covariance ``kappa * Phi`` directly and ``kap_a``, ``kap_b`` weight the
+    response terms (``dr = 1``: responses to the total sources)."""
     lag = np.subtract.outer(np.arange(T), np.arange(T)) - 1
-    decay = np.tril(rho ** np.maximum(lag, 0), -1)                     # [j < i] rho^{i-1-j}
+    mem = kap = None
+    if filt is None:
+        rt = rho ** np.arange(T)
+        decay = np.tril(rho ** np.maximum(lag, 0), -1)                 # [j < i] rho^{i-1-j}
+    else:
+        mem = filt.memory
+        decay = np.where(lag >= 0, mem[np.maximum(lag, 0)], 0.0)       # [j < i] k(i-1-j)
+        rt = filt.init
+        if filt.noise > 0:
+            kap, rt = filt.kappa, np.ones(T)
     past, eye_t = causal_mask(T), np.eye(T)
+    noisy = None if kap is None else SimpleNamespace(
+        kappa=kap, n=np.kron(kap, np.ones((n, n))), nc=np.kron(kap, np.ones((n * C, n * C))),
+        a=np.kron(kap, np.ones((n, n * C))), b=np.kron(kap, np.ones((n * C, n))))
     return SimpleNamespace(
+        mem=mem, noisy=noisy,
         T=T, rt=rt, dr_n=np.repeat(rt, n), dr_nc=np.repeat(rt, n * C),  # D_rho on (t, mu(, c))
         strict_r=np.kron(decay, np.ones((n, n))),
         mask_a=np.kron(past, np.ones((n, n * C))),                       # (Tn, TnC): j < i
@@ -503,12 +601,15 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
             Dm = (gam * eta * np.einsum("acbd,bd->acb", Gnext.reshape(Tn, C, Tn, C), dl)
                   * w.strict_r[:, None, :]).reshape(TnC, Tn)
             a = ctx["ratios"]
+            nz = w.noisy                # Langevin: kappa * (response to the total source)
             if ell >= 2:      # raw response of layer l-1, times sqrt(a_{l-1} / a_l) (eq. (60))
-                resp = w.dr_n[:, None] * Ab[ell - 2]
+                resp = w.dr_n[:, None] * Ab[ell - 2] if nz is None else nz.a * Ab[ell - 2]
                 Cm = Cm + (resp if a is None else np.sqrt(a[ell - 2] / a[ell - 1]) * resp)
             if ell <= L - 1:  # raw response of layer l+1, times sqrt(a_{l+1} / a_l) (eq. (63))
-                resp = w.dr_nc[:, None] * Bb[ell - 1]
+                resp = w.dr_nc[:, None] * Bb[ell - 1] if nz is None else nz.b * Bb[ell - 1]
                 Dm = Dm + (resp if a is None else np.sqrt(a[ell] / a[ell - 1]) * resp)
+            if nz is not None:          # total sources (initial weights and noise): kappa * K
+                Pprev, Gnext = nz.n * Pprev, nz.nc * Gnext
             uh = _sample(ctx["rng"], Pprev, S // 2)
             rh = _sample(ctx["rng"], Gnext, S // 2)
             uh = np.concatenate([uh, uh])                               # antithetic (u, r), (u, -r)
@@ -528,14 +629,17 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
                     Abn[ell - 1] = w.mask_a * _stein(ph, rh, Gnext, cut, True, w.pre_a)
                 if need_B:
                     Bbn[ell - 2] = w.mask_b * _stein(g, uh, Pprev, cut, False, w.pre_b, w.eq_b)
-                if ell == L:
+                if ell == L and nz is not None:
+                    ro = _readout_regression(ph, rh, nz.kappa, T, n, C)
+                elif ell == L:
                     # rh^L is one N(0, I_C) vector: <d phi(h^L)/d rh^L_c> = <phi(h^L) rh^L_c>,
                     # regressed on the sample's own <rh rh^T> (exact for phi linear in rh)
                     r0 = rh[:, :C]
                     ro = ph[:, :, None] * (r0 @ np.linalg.inv(r0.T @ r0 / S))[:, None, :]
             else:
                 Abl, Bbl, ro = _jacobians(Cm, Dm, d1, ddphi_f(h), z, w.dr_nc, C, need_A,
-                                          need_B, ell == L)
+                                          need_B, ell == L,
+                                          kappa=None if nz is None else nz.kappa)
                 if need_A:                                              # d/d rh = (d/d r) D_rho
                     Abn[ell - 1] = w.mask_a * Abl * w.dr_nc[None, :]
                 if need_B:
@@ -543,6 +647,25 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
     if ctx["gi"]:
         Abn, Bbn = [np.zeros_like(x) for x in Ab], [np.zeros_like(x) for x in Bb]
     return Phin, Gn, Abn, Bbn, ro.reshape(S, T, n, C), (bphi, bg)
+
+
+def _readout_regression(ph, rh, kappa, T, n, C):
+    """Per-sample terms ``(S, T, n, C)`` whose mean is ``<r^L_c(t_i) phi(h^L_mu(t_i))>`` when the
+    readout source ``r^L`` is a process in time (Langevin noise; covariance ``kappa (x) I_C``,
+    the same for every ``mu``).  ``phi(h(t_i))`` depends on ``r(t_j)``, ``j < i``, only, so with
+    ``J = <d phi(h(t_i)) / d r(t_j)>`` Stein gives ``sum_{j<i} kappa(i, j) J_{ij}``; ``J`` is the
+    regression on the sample's own past sources (exact sample by sample for ``phi`` linear in
+    them; the constant-source form of the GD path is the case ``kappa = 1``)."""
+    S = ph.shape[0]
+    r = rh.reshape(S, T, n, C)[:, :, 0, :].reshape(S, T * C)      # one source per (t, c)
+    ph = ph.reshape(S, T, n)
+    out = np.zeros((S, T, n, C))
+    for i in range(1, T):
+        X = r[:, : i * C]
+        k = np.kron(kappa[:i, i][:, None], np.eye(C))             # Cov(r(t_j)_c', r(t_i)_c)
+        wts = X @ np.linalg.solve(X.T @ X / S, k)                  # (S, C)
+        out[:, i] = ph[:, i, :, None] * wts[:, None, :]
+    return out.reshape(S, T * n, C)
 
 
 def _batch_stderr(bat, ro, closure, w, Y, gam, eta, rho, batches):
@@ -555,7 +678,7 @@ def _batch_stderr(bat, ro, closure, w, Y, gam, eta, rho, batches):
     if closure == "exact":
         rb = _batch_means(ro.reshape(ro.shape[0], -1), batches, second=False)
         fb = np.stack([
-            _exact_closure(pb, w.rt[:, None, None] * r.reshape(T, n, C) / gam, Y, eta, rho)
+            _exact_closure(pb, w.rt[:, None, None] * r.reshape(T, n, C) / gam, Y, eta, rho, w.mem)
             for pb, r in zip(bphi[-1], rb)])
         out["f"] = _sem(fb)
         out["loss"] = _sem(_losses(fb, Y))
@@ -721,7 +844,8 @@ def _unit_lower_inverse(M: np.ndarray, block: int = 16) -> np.ndarray:
     return out
 
 
-def _jacobians(Cm, Dm, d1, d2, z, rcol, C, need_A, need_B, need_readout, chunk=128):
+def _jacobians(Cm, Dm, d1, d2, z, rcol, C, need_A, need_B, need_readout, chunk=128,
+               kappa=None):
     """Sample means of the per-sample Jacobians of the linearised causal system (Bordelon & Pehlevan (2022), App. B).
 
     With ``Lambda_1 = diag(phi'(h))`` (on ``z``: ``(x) I_C``) and ``Lambda_2`` the stack of
@@ -729,7 +853,9 @@ def _jacobians(Cm, Dm, d1, d2, z, rcol, C, need_A, need_B, need_readout, chunk=1
     triangular), ``d phi/d r = Lambda_1 M^-1 Cm Lambda_1`` (Tn x TnC), ``d g/d u = (Lambda_2 +
     Lambda_1 Dm Lambda_1) M^-1`` (TnC x Tn).  The readout response ``d phi / d rh^L_c`` (per
     sample, ``(S, Tn, C)``) sums ``d phi/d r`` over the columns of output ``c`` weighted by
-    ``rcol`` (``r = rcol * rh``)."""
+    ``rcol`` (``r = rcol * rh``).  With ``kappa`` (Langevin noise: the readout source is a
+    process ``r(t)`` of covariance ``kappa (x) I_C``) it is instead
+    ``sum_j kappa(i, j) d phi(h(t_i)) / d r_c(t_j)``, whose mean is ``<r_c(t_i) phi(h(t_i))>``."""
     S, Tn = d1.shape
     A = np.zeros((Tn, Tn * C)) if need_A else None
     B = np.zeros((Tn * C, Tn)) if need_B else None
@@ -749,7 +875,11 @@ def _jacobians(Cm, Dm, d1, d2, z, rcol, C, need_A, need_B, need_readout, chunk=1
             CL2 += Cm3[None, :, :, c] * l2[:, None, :, c]
         DL1 = Dm[None] * l1[:, None, :]                                     # Dm Lambda_1
         M = eye[None] - CL2 - CL1 @ DL1
-        if need_readout:
+        if need_readout and kappa is not None:
+            T = kappa.shape[0]
+            E = np.kron(np.eye(T), np.kron(np.ones((Tn // T, 1)), np.eye(C)))       # (TnC, TC)
+            v = np.matmul(CL1, E)                                                  # (m, Tn, TC)
+        elif need_readout:
             v = np.matmul(CL1, np.kron(np.ones((Tn, 1)), np.eye(C)) * rcol[:, None])  # (m, Tn, C)
         if need_A or need_B:
             Minv = _unit_lower_inverse(M)        # M is unit lower triangular (causality)
@@ -759,16 +889,29 @@ def _jacobians(Cm, Dm, d1, d2, z, rcol, C, need_A, need_B, need_readout, chunk=1
                 B += (wsum(l2.reshape(m, Tn * C), np.repeat(Minv, C, axis=1))
                       + wsum(l1c, DL1 @ Minv))
             if need_readout:
-                readout[sl] = l1[:, :, None] * (Minv @ v)
+                readout[sl] = _kappa_sum(l1[:, :, None] * (Minv @ v), kappa, C)
         elif need_readout:
-            readout[sl] = l1[:, :, None] * np.linalg.solve(M, v)
+            readout[sl] = _kappa_sum(l1[:, :, None] * np.linalg.solve(M, v), kappa, C)
     return (None if A is None else A / S, None if B is None else B / S, readout)
 
 
-def _exact_closure(PhiL, a, Y, eta, rho=1.0):
+def _kappa_sum(R, kappa, C):
+    """``R`` ``(m, Tn, C)`` unchanged, or with ``kappa``: ``R`` ``(m, Tn, TC)`` of
+    ``d phi(h(t_i)) / d r_c(t_j)`` contracted to ``sum_j kappa(i, j) R[.., (i mu), (j c)]``."""
+    if kappa is None:
+        return R
+    m, Tn, _ = R.shape
+    T = kappa.shape[0]
+    R = R.reshape(m, T, Tn // T, T, C)
+    return np.einsum("ij,minjc->minc", kappa, R).reshape(m, Tn, C)
+
+
+def _exact_closure(PhiL, a, Y, eta, rho=1.0, memory=None):
     """``f_{mu c}(t_i) = a_{mu c}(t_i) + eta sum_{j<i} rho^{i-1-j} sum_alpha Phi^L_{mu alpha}(t_i,
     t_j) Delta_{alpha c}(t_j)``, ``Delta = Y - f``, solved forward in time with ``a`` ``(T, n, C)``
-    fixed (``a = gamma0^-1 rho^i <d phi(h^L)/d rh^L>``)."""
+    fixed (``a = gamma0^-1 rho^i <d phi(h^L)/d rh^L>``).  ``memory``: the drift weights
+    ``k(i-1-j)`` of :class:`~effth.dmft.grid.ParameterFilter` in place of ``rho^{i-1-j}``
+    (momentum, Langevin)."""
     T, n, C = a.shape
     P = Y.shape[0]
     Ph = PhiL.reshape(T, n, T, n)
@@ -776,7 +919,8 @@ def _exact_closure(PhiL, a, Y, eta, rho=1.0):
     delta = np.zeros((T, P, C))
     for i in range(T):
         if i:
-            w = eta * rho ** np.arange(i - 1, -1, -1)
+            w = (eta * rho ** np.arange(i - 1, -1, -1) if memory is None
+                 else eta * memory[i - 1::-1])
             f[i] += np.einsum("msa,sac->mc", Ph[i, :, :i, :P] * w[None, :, None], delta[:i])
         delta[i] = Y - f[i, :P]
     return f

@@ -29,6 +29,7 @@ import time
 import numpy as np
 
 from effth.errors import DomainError
+from effth._validate import width_ratio_values
 from effth.numerics._rules import covariance_root
 from effth.dmft.solvers.lazy import lazy_nodes, lazy_rule_kind
 from effth.dmft.grid import TimeGrid, langevin_settings, parameter_filter, prepare_targets, real_scalar
@@ -45,7 +46,8 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
                     samples: int = 20_000, seed=0, weight_decay: float = 0.0,
                     two_time: bool = True, bias: bool = False,
                     quad_tol: float | None = 1e-4, quadrature_rule: str = "auto",
-                    temperature: float = 0.0, momentum: float = 0.0) -> DMFTResult:
+                    temperature: float = 0.0, momentum: float = 0.0,
+                    width_ratios=None) -> DMFTResult:
     """Solve the two-layer (``L = 1``) DMFT, optionally with weight decay, in one pass over time.
 
     Parameters
@@ -105,6 +107,13 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         :func:`~effth.dmft.solve_deep_linear`): the accumulated drifts obey
         ``v <- mu v + (1 - mu) (d - eta lambda a)``, ``a <- a + v``, and the initial parts carry
         ``a(t)`` of :class:`~effth.dmft.grid.ParameterFilter`.  Not with ``temperature > 0``.
+    width_ratios : sequence of one float, optional
+        ``(a_1,)``: hidden width ``N_1 = a_1 N`` against the reference width ``N`` of
+        ``gamma = gamma0 sqrt(N)`` (Bordelon & Pehlevan (2022), App. D.8; the conventions of
+        :func:`~effth.dmft.solve_deep_linear`).  The hidden layer feels ``gamma_1 = gamma0 /
+        sqrt(a_1)`` in its drifts (eq. (58)) and ``f = gamma_1^-1 <z phi(h)>``: with one hidden
+        layer this is the equal-width solver at ``gamma0 / sqrt(a_1)`` (``result.gamma0`` stays the
+        given ``gamma0``).  ``None`` or ``(1,)``: equal widths, bit for bit.
     two_time : bool
         Form the two-time kernels (memory ``S T n`` for the field history); else only the
         equal-time blocks ``Phi(t, t)``, ``G(t, t)`` are filled (other entries zero).
@@ -141,6 +150,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         raise DomainError(f"quadrature_rule={quadrature_rule!r} must be 'auto', 'hermite' or "
                           "'trapezoid' (a learning rule is chosen with solve_rule_two_layer)")
     gamma0, eta = real_scalar(gamma0, "gamma0"), real_scalar(eta, "eta")
+    ratios = width_ratio_values(width_ratios, 1)
     act = resolve_activation(activation)
     grid = TimeGrid(eta, steps)
     rho, temperature, momentum = langevin_settings(grid.eta, weight_decay, temperature, momentum)
@@ -165,7 +175,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         check_langevin_step(_two_layer_eq_ntk(v, data.kx, act)[:P, :P], grid.eta, lam, v)
     filt = parameter_filter(grid.eta, T, weight_decay, temperature, momentum)
     phi_f, dphi_f = act.numpy(0), act.numpy(1)
-    gam = float(gamma0)
+    gam = float(gamma0) if ratios is None else float(gamma0) / np.sqrt(ratios[0])  # gamma_1
     t0 = time.perf_counter()
     u, r, w, used, kind = _nodes(data.kx, method, nodes, max_nodes, samples, seed, C, act,
                                  quadrature_rule)
@@ -235,10 +245,10 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
                        seconds=time.perf_counter() - t0)
     if method == "quadrature" and quad_tol is not None:
         coarse = max(2, (3 * used) // 4)
-        kw = dict(kernel=data.kx - (1.0 if bias else 0.0), y=y, gamma0=gam, eta=grid.eta,
+        kw = dict(kernel=data.kx - (1.0 if bias else 0.0), y=y, gamma0=float(gamma0), eta=grid.eta,
                   steps=T, activation=act, method="quadrature", nodes=coarse,
                   weight_decay=weight_decay, two_time=False, bias=bool(bias), quad_tol=None,
-                  quadrature_rule=kind, momentum=momentum)
+                  quadrature_rule=kind, momentum=momentum, width_ratios=ratios)
         if X_test is not None or X is not None:
             kw = dict(kw, kernel=None, X=X, X_test=X_test)
         lo = solve_two_layer(**kw)
@@ -262,7 +272,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
                           f"{1.5 ** d:.1f}x the time) or method='monte_carlo', or a larger "
                           "quad_tol if this accuracy suffices", AccuracyWarning, stacklevel=2)
     empty = np.zeros((0, T, n, T, n))
-    return check_stability_along(DMFTResult(grid=grid, data=data, hidden_layers=1, gamma0=gam,
+    return check_stability_along(DMFTResult(grid=grid, data=data, hidden_layers=1, gamma0=float(gamma0),
                       activation=activation_label(act),
                       phi=phi[None], g=gg[None], A=empty,
                       B=empty.copy(), f=f, delta=delta, method=f"two_layer_{method}",

@@ -94,7 +94,10 @@ def couplings(K, V, G1, n_l: float, n_prev: float) -> dict:
     DomainError
         Non-PD kernel, shapes that do not match, or non-positive widths.
     """
-    K = np.asarray(K, dtype=float)
+    from effth._validate import real_array
+    K = real_array(K, "K")
+    if K.ndim != 2 or K.shape[0] != K.shape[1] or K.shape[0] < 1:
+        raise DomainError(f"K must be a square (N, N) kernel, got shape {K.shape}")
     N = K.shape[0]
     V = np.asarray(V, dtype=float)
     G1 = np.asarray(G1, dtype=float)

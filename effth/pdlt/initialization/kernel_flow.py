@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from effth._signature import public
 
+import dataclasses
 import math
 import threading
 import warnings
@@ -52,7 +53,7 @@ from effth._display import depth_text, html_table
 from effth._progress import progress_bar
 from effth._results import WeightLayers
 from effth._threads import blas_threads
-from effth._validate import input_matrix, kernel_matrix
+from effth._validate import check_memory, duplicate_rows, expand_samples, input_matrix, kernel_matrix
 from effth.activations import get_activation
 from effth.arch import resolve_depth
 from effth.arch._common import _widths, real_sequence
@@ -665,9 +666,48 @@ def flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None = 
         Non-PSD or non-finite kernel, bad hyperparameters, or a kernel that overflows (the layer
         is named).
     """
-    return _flow(net, X, K1=K1, depth=depth, hidden_layers=hidden_layers, activation=activation,
-                 c_w=c_w, c_b=c_b, ratios=ratios, rtol=rtol, require_critical=require_critical,
-                 progress=progress, statistics=statistics)
+    kw = dict(depth=depth, hidden_layers=hidden_layers, activation=activation, c_w=c_w, c_b=c_b,
+              ratios=ratios, rtol=rtol, require_critical=require_critical, progress=progress,
+              statistics=statistics)
+    dup = distinct_inputs(net, X, K1)
+    if dup is not None:
+        # repeated inputs: each distinct input evaluated once, so their rows are identical (as
+        # the mathematics makes them; separate quadratures would differ in the last digits)
+        index, Xd, K1d, _ = dup
+        return expand_flow(_flow(net, Xd, K1=K1d, **kw), index)
+    return _flow(net, X, K1=K1, **kw)
+
+
+def distinct_inputs(net: Any, X: Any, K1: Any, Theta1: Any = None) -> tuple | None:
+    """``(index, X[first], K1[first][:, first], Theta1[first][:, first])`` when inputs repeat
+    exactly (rows of ``X``; or samples whose rows and columns of ``K1`` and ``Theta1`` are
+    equal), else ``None``; ``first`` are the distinct inputs and ``index`` maps every input to
+    its copy among them (:func:`effth._validate.duplicate_rows`)."""
+    if net is not None and X is not None:
+        Xa = input_matrix(X, "X")
+        dup = duplicate_rows(Xa)
+        return None if dup is None else (dup[1], Xa[dup[0]], None, None)
+    if net is None and K1 is not None:
+        Ka = kernel_matrix(K1, "K1", check_psd=False)
+        mats = [Ka]
+        if Theta1 is not None:
+            Ta = kernel_matrix(Theta1, "Theta1", check_psd=False)
+            if Ta.shape != Ka.shape:
+                return None                              # refused by the caller's checks
+            mats.append(Ta)
+        dup = duplicate_rows(np.hstack([m for a in mats for m in (a, a.T)]))
+        if dup is None:
+            return None
+        sub = [a[np.ix_(dup[0], dup[0])] for a in mats] + [None]
+        return dup[1], None, sub[0], sub[1]
+    return None
+
+
+def expand_flow(fl: Flow, index: np.ndarray) -> Flow:
+    """A :class:`Flow` of distinct inputs re-indexed to the inputs ``index`` maps them to."""
+    return dataclasses.replace(fl, **{
+        s: expand_samples(getattr(fl, s), index, tuple(range(1, getattr(fl, s).ndim)))
+        for s in ("K", "V", "G1") if getattr(fl, s) is not None})
 
 
 def _flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None = None,
@@ -710,6 +750,10 @@ def _flow(net: Any = None, X: Any = None, *, K1: Any = None, depth: int | None =
     # V and G1 preallocated and written layer by layer too: the peak memory is one copy of the
     # (L, N^4) result plus the tables (a list stacked at the end held two); a restricted flow's
     # skipped entries stay NaN
+    if "V" in stats:                        # (L, N^4) results plus the four-point tables
+        check_memory(4.0 * L * float(N) ** 4 * 8.0, f"the four-point vertex of {N} inputs "
+                     f"through {L} layers", "use fewer inputs (the memory grows as N^4), or "
+                     "statistics=('K',)")
     Vs = np.zeros((L,) + (N,) * 4) if "V" in stats else None
     Gs = np.zeros((L, N, N)) if "G1" in stats else None
     if restrict is not None and Vs is not None:

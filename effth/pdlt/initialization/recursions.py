@@ -376,7 +376,8 @@ def initialization_flow(K1, depth: int, activation, c_w=1.0, c_b=0.0, ratios=1.0
     residual = gamma is not None or xi is not None
     stats = ("K", "V", "G1", "T") if residual else ("K", "V", "G1")
     recs = {s: derive_initialization(s, residual=residual) for s in stats}
-    K = np.asarray(K1, dtype=float)
+    from effth._validate import kernel_matrix
+    K = kernel_matrix(K1, "K1")
     N = K.shape[-1]
     V, G1, T = np.zeros((N,) * 4), np.zeros((N, N)), np.zeros((N,) * 3)
     out = {"K": [K], "V": [V], "G1": [G1]}

@@ -48,7 +48,7 @@ from effth.numerics.sample_blocks import SampleRestriction
 from effth.pdlt.learning.projectors import AlgorithmProjectors, algorithm_projectors
 
 __all__ = ["trained_output", "TrainedOutput", "finite_width_mean", "FiniteWidthMean",
-           "MEAN_PARTS", "OUTPUT_PARTS", "mean_latex", "finite_width_covariance",
+           "MEAN_PARTS", "OUTPUT_PARTS", "mean_latex", "mean_expressions", "finite_width_covariance",
            "FiniteWidthCovariance", "COVARIANCE_PARTS"]
 
 #: Parts of :math:`n_{L-1}(m-m^\infty)`: the NTK-mean shift :math:`H^{\{1\}}` and the four
@@ -322,53 +322,136 @@ _TERMS = {
     ],
 }
 
+#: (∞.157) with the sign of the exact expansion: ``(coefficient, tensor, slots)`` contracted as
+#: :math:`-\sum X_{\delta\tilde\alpha_1\tilde\alpha_2\tilde\alpha_3}\widetilde H^{\tilde\alpha_1
+#: \tilde\alpha_2}\widetilde H^{\tilde\alpha_3\tilde\alpha_4}y_{i;\tilde\alpha_4}`.
+_DELTA_NTK = (("1", "A", "D123"), ("1", "B", "D213"), ("nL", "B", "D312"))
+
+#: (∞.159): :math:`W_{i;\tilde\alpha_4\tilde\alpha_5\tilde\alpha_6}` as ``(y slot, factor,
+#: factor slots)`` over the letters ``d, e, f`` (= :math:`\tilde\alpha_{4,5,6}`); ``"yy"`` is
+#: :math:`\sum_jy_{j;\cdot}y_{j;\cdot}`, ``"nLK"`` :math:`n_LK^{(L)}`.
+_W_TERMS = (("d", "yy", "ef"), ("d", "nLK", "ef"), ("e", "K", "fd"), ("f", "K", "de"))
+
 _SAMPLE = {"D": r"\delta", **{c: rf"\tilde\alpha_{{{k}}}" for k, c in enumerate("123", 1)},
            **{c: rf"\tilde\alpha_{{{k}}}" for k, c in enumerate("abcdef", 1)}}
 _PROJ = {"A": "Z_A", "B": "Z_B", "IA": "Z_{IA}", "IB": "Z_{IB}", "IIA": "Z_{IIA}", "IIB": "Z_{IIB}"}
 
 
-def _term_latex(group, proj, sup) -> str:
-    tens = " + ".join(("n_L " if c == "nL" else "") + t + "^{(L)}_{" + "".join(_SAMPLE[x] for x in slots) + "}"
-                      for c, t, slots in group)
-    if len(group) > 1:
-        tens = r"\big(" + tens + r"\big)"
-    if proj == "Bsym":
-        z = (r"\big(Z_B^{" + "".join(_SAMPLE[x] for x in "abcd") + "} + Z_B^{"
-             + "".join(_SAMPLE[x] for x in "badc") + r"}\big)")
-    else:
-        z = _PROJ[proj] + "^{" + "".join(_SAMPLE[x] for x in sup) + "}"
-    return tens + " " + z
+def _printing_classes() -> dict:
+    """Printing-only tensors in the book's slot order (no canonicalisation of indices)."""
+    from effth.algebra.tensors import SampleTensor
+
+    def make(name, stem, rank, raised=False, pairs=False):
+        body = {"rank": rank, "symmetry": "none", "stem": stem, "raised": raised}
+        if pairs:
+            body["_latex_indices"] = lambda self, printer: "({}{})({}{})".format(
+                *(printer._print(i) for i in self.indices))
+        return type(name, (SampleTensor,), body)
+
+    out = {t: make(f"_{t}", t, 4, pairs=(t == "A")) for t in "ABPQRSTU"}
+    out["K"] = make("_Kp", "K", 2)
+    out["H"] = make("_Hp", "H", 2)
+    out["Theta"] = make("_Thetap", r"\Theta", 2)
+    out["H1"] = type("_H1p", (out["H"],), {"layer_prefix": r"\{1\}"})
+    out["Hinv"] = make("_Hinvp", r"\widetilde H", 2, raised=True)
+    for k, v in _PROJ.items():
+        out["Z" + k] = make(f"_Z{k}", v, 4 if len(k) == 1 else 6, raised=True)
+    return out
 
 
-@public
-def mean_latex() -> str:
-    r"""The :math:`O(1/n)` mean of trained networks, (∞.155)–(∞.160) as evaluated here, in LaTeX.
+_PRINTING: dict = {}
 
-    Built from the same term table that :func:`finite_width_mean` contracts, so the printed
-    formula is the computed one (with the corrections to (∞.157), (∞.158) and (∞.160)).
-    """
-    a = [_SAMPLE[c] for c in "abcdef"]
-    lines = [
-        r"m_{i;\dot\beta} &= H_{\dot\beta\tilde\alpha_1}\widetilde H^{\tilde\alpha_1\tilde\alpha_2}"
-        r"y_{i;\tilde\alpha_2} + \frac{1}{n_{L-1}}\Big[M_{i;\dot\beta} - H_{\dot\beta\tilde\alpha_1}"
-        r"\widetilde H^{\tilde\alpha_1\tilde\alpha_2} M_{i;\tilde\alpha_2}\Big],\qquad "
-        r"H = \Theta + \frac{H^{\{1\}}}{n_{L-1}}",
-        r"M_{i;\delta} &= m^{\Delta\mathrm{NTK}}_{i;\delta} + m^{\mathrm{dNTK}}_{i;\delta} + "
-        r"m^{\mathrm{ddNTK\text{-}I}}_{i;\delta} + m^{\mathrm{ddNTK\text{-}II}}_{i;\delta}",
-        r"m^{\Delta\mathrm{NTK}}_{i;\delta} &= -\big(A^{(L)}_{(\delta" + a[0] + ")(" + a[1] + a[2]
-        + r")} + B^{(L)}_{\delta" + a[1] + a[0] + a[2] + r"} + n_L B^{(L)}_{\delta" + a[2] + a[0] + a[1]
-        + r"}\big)\widetilde H^{" + a[0] + a[1] + r"}\widetilde H^{" + a[2] + a[3] + "} y_{i;" + a[3] + "}",
-    ]
+
+def mean_expressions() -> list:
+    r"""The :math:`O(1/n)` mean as ``(lhs, rhs)`` SymPy expressions, built from the term tables
+    that :func:`finite_width_mean` contracts (``_DELTA_NTK``, ``_TERMS``, ``_W_TERMS``): sample
+    tensors in the book's slot order, :class:`~effth.algebra.tensors.SampleSum` over the training
+    samples :math:`\tilde\alpha_k`, the free sample :math:`\delta`, neuron :math:`i`.  Printed by
+    :func:`mean_latex`; evaluating a right-hand side on the statistics gives the computed part."""
+    import sympy as sp
+
+    from effth.algebra.tensors import SampleSum
+    from effth.pdlt.learning.prediction import _Component, _Head
+
+    if not _PRINTING:
+        _PRINTING.update(_printing_classes())
+    C = _PRINTING
+    L, nL, nprev = sp.Symbol("L"), sp.Symbol("n_L"), sp.Symbol("n_{L-1}")
+    i, j = sp.Symbol("i", integer=True), sp.Symbol("j", integer=True)
+    d, bd = sp.Symbol("delta"), sp.Symbol("betadot")
+    b1, b2 = sp.Symbol("betadot_1"), sp.Symbol("betadot_2")
+    al = {c: sp.Symbol(f"alphatilde_{k}") for k, c in enumerate("abcdef", 1)}
+    slot = {"D": d, "1": al["a"], "2": al["b"], "3": al["c"]}
+    coef = lambda c: nL if c == "nL" else sp.Integer(1)                       # noqa: E731
+
+    def y(s, n=i):
+        return _Component("y", n, s)
+
+    def stat(t, slots):
+        return C[t](*(slot[x] for x in slots), L)
+
+    def group_sum(group):
+        return sp.Add(*(coef(c) * stat(t, slots) for c, t, slots in group), evaluate=False)
+
+    A1, A2, A3, A4 = (al[c] for c in "abcd")
+    # (infinity.157)
+    dntk_core = sp.Mul(group_sum(_DELTA_NTK), C["Hinv"](A1, A2), C["Hinv"](A3, A4), y(A4), evaluate=False)
+    pairs = [(_Head(r"m^{\Delta\mathrm{NTK}}_{i;\delta}"),
+              sp.Mul(-1, SampleSum(dntk_core, A1, A2, A3, A4), evaluate=False))]
     heads = {"dntk": r"m^{\mathrm{dNTK}}_{i;\delta}", "ddntk_I": r"m^{\mathrm{ddNTK\text{-}I}}_{i;\delta}",
              "ddntk_II": r"m^{\mathrm{ddNTK\text{-}II}}_{i;\delta}"}
     for part, terms in _TERMS.items():
-        body = r" \\ &\quad + ".join(_term_latex(*t) for t in terms)
-        rhs = ("y_{i;" + a[3] + "}") if part == "dntk" else ("W_{i;" + "".join(a[3:]) + "}")
-        lines.append(heads[part] + r" &= -\Big[" + body + r"\Big]" + rhs)
-    lines.append("W_{i;" + "".join(a[3:]) + "} &= y_{i;" + a[3] + r"}\Big(\sum_j y_{j;" + a[4] + "}y_{j;"
-                 + a[5] + "} + n_L K^{(L)}_{" + a[4] + a[5] + r"}\Big) + y_{i;" + a[4] + "}K^{(L)}_{" + a[5] + a[3]
-                 + "} + y_{i;" + a[5] + "}K^{(L)}_{" + a[3] + a[4] + "}")
-    return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
+        summed = [al[c] for c in ("abcd" if part == "dntk" else "abcdef")]
+        rhs = y(A4) if part == "dntk" else _Component(
+            "W", i, sp.Symbol("".join(rf"\tilde{{\alpha}}_{{{k}}}" for k in (4, 5, 6))))
+        body = []
+        for group, proj, sup in terms:
+            if proj == "Bsym":
+                z = sp.Add(C["ZB"](*(al[c] for c in "abcd")), C["ZB"](*(al[c] for c in "badc")),
+                           evaluate=False)
+            else:
+                z = C["Z" + proj](*(al[c] for c in sup))
+            # one summed term per projector term, so the line breaks between them
+            body.append(sp.Mul(-1, SampleSum(sp.Mul(group_sum(group), z, rhs, evaluate=False), *summed),
+                               evaluate=False))
+        pairs.append((_Head(heads[part]), sp.Add(*body, evaluate=False)))
+    # (infinity.159)
+    fac = {"yy": lambda a, b: SampleSum(sp.Mul(y(a, j), y(b, j), evaluate=False), j),
+           "nLK": lambda a, b: sp.Mul(nL, C["K"](a, b, L), evaluate=False),
+           "K": lambda a, b: C["K"](a, b, L)}
+    wt = sp.Add(*(sp.Mul(y(al[ys]), fac[name](al[ks[0]], al[ks[1]]), evaluate=False)
+                  for ys, name, ks in _W_TERMS), evaluate=False)
+    pairs.append((_Component("W", i, sp.Symbol(r"\tilde{\alpha}_{4}\tilde{\alpha}_{5}\tilde{\alpha}_{6}")),
+                  wt))
+    # (infinity.155): the mean, the training-set subtraction and H = Theta + H1 / n
+    M = lambda s: _Component("M", i, s)                                      # noqa: E731
+    first = [
+        (_Head(r"m_{i;\dot{\beta}}"), sp.Add(
+            SampleSum(sp.Mul(C["H"](bd, A1), C["Hinv"](A1, A2), y(A2), evaluate=False), A1, A2),
+            sp.Mul(1 / nprev, sp.Add(M(bd), sp.Mul(-1, SampleSum(sp.Mul(
+                C["H"](bd, A1), C["Hinv"](A1, A2), M(A2), evaluate=False), A1, A2), evaluate=False),
+                evaluate=False), evaluate=False), evaluate=False)),
+        (C["H"](b1, b2), sp.Add(C["Theta"](b1, b2, L), sp.Mul(1 / nprev, C["H1"](b1, b2, L), evaluate=False),
+                                evaluate=False)),
+        (M(d), sp.Add(*(h for h, _ in pairs[:4]), evaluate=False)),
+    ]
+    return first + pairs
+
+
+@public
+def mean_latex(width: float | None = None) -> str:
+    r"""The :math:`O(1/n)` mean of trained networks, (∞.155)–(∞.160) as evaluated here, in LaTeX.
+
+    The expressions of :func:`mean_expressions` (the same term tables that
+    :func:`finite_width_mean` contracts, with the corrections to (∞.157), (∞.158) and (∞.160))
+    printed by :func:`effth.latex` and broken at term boundaries in an ``aligned`` block.
+    """
+    from effth.dmft.series.formulas import align_rows
+    from effth.printing import latex
+    from effth.printing.formula import LINE_WIDTH
+
+    lines = [f"{latex(lhs, order='none')}={latex(rhs, order='none')}" for lhs, rhs in mean_expressions()]
+    return align_rows(lines, LINE_WIDTH if width is None else width, "aligned")
 
 
 class _ExpansionParts(_Parts):
@@ -450,6 +533,10 @@ def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: st
     reads one, the covariance two): those must be finite, the others (NaN in a flow computed
     with ``ntk_flow(..., n_train=, max_test=)``) are set to zero, where they meet zero
     coefficients."""
+    held = getattr(getattr(tensors, "restrict", None), "n_train", None)
+    if held is not None and held != n_train:
+        raise DomainError(f"the flow was computed with n_train={held} (ntk_flow(..., n_train=)) "
+                          f"but n_train={n_train!r} here; the training inputs must be the same")
     if hasattr(tensors, "value") and hasattr(tensors, "layers"):
         lay = tensors.layers[-1] if layer is None else layer
         missing = [k for k in names if k not in tensors.names]
@@ -458,10 +545,18 @@ def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: st
                               "(kinked activations have no dNTK/ddNTK statistics, PDLT §∞.1)")
         T = {k: np.asarray(tensors.value(k, layer=lay), float) for k in names}
     else:
+        from collections.abc import Mapping
+        if not isinstance(tensors, Mapping):
+            raise DomainError(f"tensors must be an NTKFlow or a mapping of the statistics {names}, "
+                              f"got {type(tensors).__name__}")
         try:
             T = {k: np.asarray(tensors[k], float) for k in names}
         except KeyError as exc:
             raise DomainError(f"tensors lacks {exc.args[0]!r}; needs {names}") from None
+        except (TypeError, ValueError) as exc:
+            raise DomainError(f"tensors must hold real numeric arrays: {exc}") from None
+    if T["Theta"].ndim != 2:
+        raise DomainError(f"Theta must be an (N, N) matrix, got shape {T['Theta'].shape}")
     N = T["Theta"].shape[0]
     P = _n_train(n_train, N)
     need = SampleRestriction(P, max_test)
@@ -538,18 +633,16 @@ def finite_width_mean(tensors: Any, y_train: Any, *, n_train: int, algorithm: st
     yh = Z.to_eigenbasis(y, (0,)).T                                # (nL, P): y_{i;p}
     K = T["K"][:P, :P]
     # W_{i;a4 a5 a6}, (∞.159)
-    yy = y @ y.T
-    W = (np.einsum("di,ef->idef", y, yy + nL * K) + np.einsum("ei,fd->idef", y, K)
-         + np.einsum("fi,de->idef", y, K))
+    factors = {"yy": y @ y.T, "nLK": nL * K, "K": K}
+    W = sum(np.einsum(f"{ys}i,{ks}->idef", y, factors[name]) for ys, name, ks in _W_TERMS)
     Wh = Z.to_eigenbasis(W, (1, 2, 3))
-    A, B = T["A"], T["B"]
     parts = {}
     parts["H1"] = T["H1"][:, :P] @ v
     # (∞.157) with the sign of the exact expansion of the instance inverse (the printed (∞.154)
     # carries both Delta H lines with flipped signs)
-    parts["delta_ntk"] = -(np.einsum("Dabc,ab,ci->Di", _slots(A, "D123", P), Hinv, v)     # A_(d a1)(a2 a3)
-                           + np.einsum("Dabc,ab,ci->Di", _slots(B, "D213", P), Hinv, v)  # B_d a2 a1 a3
-                           + nL * np.einsum("Dabc,ab,ci->Di", _slots(B, "D312", P), Hinv, v))
+    parts["delta_ntk"] = -sum((nL if c == "nL" else 1) * np.einsum("Dabc,ab,ci->Di", _slots(T[t], slots, P),
+                                                                   Hinv, v)
+                              for c, t, slots in _DELTA_NTK)
     stats = {k: T[k] for k in "PQRSTU"}
     zc = dict(Z.coefficients, Bsym=Z.coefficients["B"] + Z.coefficients["B"].T)
     for part, terms in _TERMS.items():

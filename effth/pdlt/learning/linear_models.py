@@ -31,7 +31,7 @@ import numpy as np
 from effth._display import html_table
 from effth.errors import DomainError
 
-from effth._validate import finite_array
+from effth._validate import finite_array, nonnegative
 
 __all__ = ["LinearModel", "linear_model"]
 
@@ -108,9 +108,17 @@ def linear_model(features_train: Any, y_train: Any, features_test: Any, *, ridge
                           f"{Psi.shape[1]}: they must be the same functions")
     if y.shape[0] != Phi.shape[0]:
         raise DomainError(f"y_train has {y.shape[0]} rows for {Phi.shape[0]} training inputs")
-    a = float(ridge)
-    if not (a >= 0.0 and np.isfinite(a)):
-        raise DomainError(f"ridge must be a finite number >= 0, got {ridge!r}")
+    if Phi.shape[0] < 1 or Phi.shape[1] < 1 or Psi.shape[0] < 1:
+        raise DomainError(f"linear_model needs at least one training input, one test input and one "
+                          f"feature; got features_train {Phi.shape}, features_test {Psi.shape}")
+    a = nonnegative(ridge, "ridge")
+    # an overflow-free scale: the normal equations square the features
+    scale = float(max(np.max(np.abs(Phi)), np.max(np.abs(Psi))))
+    logs = 2 * np.log10(max(scale, 1e-300)) + np.log10(max(Phi.shape) * (1 + np.max(np.abs(y))))
+    if logs > 300 or a > 1e300:
+        raise DomainError(f"features up to {scale:.3g} overflow the normal equations (their squares "
+                          "exceed float64); rescale the features (the predictions of ridge=0 are "
+                          "unchanged by a common scale)")
     if a == 0.0:
         W, _, rank, _ = np.linalg.lstsq(Phi, y, rcond=None)
     elif Phi.shape[1] <= Phi.shape[0]:

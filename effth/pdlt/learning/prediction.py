@@ -42,7 +42,7 @@ from scipy.special import log_softmax, softmax
 from effth.algebra.tensors import SampleSum, SampleTensor
 from effth._results import TrainTestSplit
 from effth.errors import AccuracyWarning, DomainError
-from effth._validate import (finite_array, label_array, last_hidden_width, nonnegative,
+from effth._validate import (finite_array, psd_kernel, label_array, last_hidden_width, nonnegative,
                              symmetric_matrix)
 from effth.pdlt.learning._linalg import training_cholesky, training_spectrum
 
@@ -104,6 +104,10 @@ def output_kernels(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0
     X = finite_array(X, "X", (2,))
     if not hasattr(net, "depth") or not hasattr(net, "c_w_at"):
         raise DomainError(f"net must be an effth.MLP, got {type(net).__name__}")
+    from effth._validate import check_memory       # K and Theta of every layer: (L, N, N) each
+    check_memory(8.0 * float(X.shape[0]) ** 2 * (2 * net.depth + 2),
+                 f"the (N, N) kernels of N = {X.shape[0]} inputs through {net.depth} layers",
+                 "use fewer training and test inputs (the memory grows as N^2)")
     from effth.pdlt.initialization.kernel_flow import KernelScaleWarning
 
     with warnings.catch_warnings():
@@ -541,8 +545,10 @@ def prediction_latex(method: str, *, noise: bool = False, updates: int | None = 
         cov = _add(_K(b1, b2, L),
                    _neg(SampleSum(_mul(_K(b1, a3, L), _InvK(a3, a4, L), _K(a4, b2, L)), a3, a4)))
         nL = sp.Symbol("n_L")
-        logp = _add(_neg(_mul(nL / 2, sp.Symbol(r"\log\left|2\pi\widetilde{K}\right|"))),
-                    _neg(_mul(sp.Symbol(r"\tfrac{1}{2}"),
+        # the log evidence (6.34): the determinant of the training block as a matrix symbol
+        Ktilde = sp.MatrixSymbol(r"\widetilde{K}", sp.Symbol(r"N_{\mathcal{A}}"), sp.Symbol(r"N_{\mathcal{A}}"))
+        logp = _add(_neg(_mul(nL / 2, sp.log(sp.Determinant(sp.MatMul(2 * sp.pi, Ktilde))))),
+                    _neg(_mul(sp.UnevaluatedExpr(sp.Rational(1, 2)),
                               SampleSum(SampleSum(_mul(_InvK(a1, a2, L), y(a1), y(a2)), a1, a2), i))))
         pairs = [(_Head(r"m^{\infty}_{i;\dot{\beta}}"), mean),
                  (_Head(r"\mathbb{K}_{\dot{\beta}_{1}\dot{\beta}_{2}}"), cov),
@@ -656,9 +662,10 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
     if isinstance(n_train, bool) or not isinstance(n_train, (numbers.Integral,)) or not 0 < n_train < Kf.shape[0]:
         raise DomainError(f"n_train must be an int with 0 < n_train < N = {Kf.shape[0]} (training "
                           f"inputs first, then at least one test input), got {n_train!r}")
+    Kf = psd_kernel(Kf, "K", n_train=int(n_train))          # the test blocks too
     Tf = None
     if Theta is not None:
-        Tf = symmetric_matrix(finite_array(Theta, "Theta", (2,)), "Theta")
+        Tf = psd_kernel(finite_array(Theta, "Theta", (2,)), "Theta", n_train=int(n_train))
         if Tf.shape != Kf.shape:
             raise DomainError(f"Theta has shape {Tf.shape} but K has {Kf.shape}")
     elif method != "bayes":
@@ -938,6 +945,11 @@ def _width(widths: Any, net: Any, updates: Any, jitter: float, method: str) -> i
     if net is None:
         raise DomainError("widths= needs the network, predict(net, X_train, y_train, X_test, "
                           "widths=n): the O(1/n) mean needs its NTK hierarchy, not only K and Theta")
+    held = getattr(net, "widths", None)
+    if held is not None and all(isinstance(w, numbers.Integral) for w in held) \
+            and int(held[-1]) != int(width):
+        raise DomainError(f"the widths are given twice and differ: the network has widths="
+                          f"{tuple(int(w) for w in held)}, predict widths={widths!r}; give them once")
     if updates is not None and method != "gd":
         raise DomainError("widths= with updates= is finite-time gradient descent (PDLT §∞.2.2, "
                           "method='gd'); Newton at finite width is the converged two-step "
@@ -1167,7 +1179,7 @@ def log_evidence(net: Any = None, X_train: Any = None, y_train: Any = None, *, n
     else:
         if K is None or y_train is None:
             raise DomainError("log_evidence needs (net, X_train, y_train) or K= and y_train=")
-        Kt = symmetric_matrix(finite_array(K, "K", (2,)), "K")
+        Kt = psd_kernel(finite_array(K, "K", (2,)), "K")
     P = Kt.shape[0]
     y = label_array(y_train, P)
     if net is not None and getattr(net, "n_out", None) not in (None, 1 if y.ndim == 1 else y.shape[1]):

@@ -8,8 +8,8 @@ the dNTK :math:`P, Q` and the ddNTK means :math:`R, S, T, U`.
   prescriptions of ch. 9 (:func:`learning_rates`).
 """
 
-from effth.pdlt.ntk.ntk_flow import NTKFlow, NTKLayerStep, learning_rates, ntk_flow
+from effth.pdlt.ntk.ntk_flow import NTKFlow, NTKLayerStep, kinked_dntk_singular, learning_rates, ntk_flow
 from effth.pdlt.ntk.recursions import NTK_STATISTICS, NTKRecursion, derive_ntk
 
 __all__ = ["derive_ntk", "NTKRecursion", "NTK_STATISTICS", "ntk_flow", "NTKFlow", "NTKLayerStep",
-           "learning_rates"]
+           "learning_rates", "kinked_dntk_singular"]

@@ -36,11 +36,16 @@ identity acting on a product of :math:`\sigma` and :math:`\sigma'` (PDLT (8.70)�
   :math:`p_0,q_0\le1`, which are finite; the diagonal tables hold values satisfying all of them
   (:func:`effth.numerics.sample_tables.leibniz_pair_tables`), which makes the result exact.
 
-The dNTK and ddNTKs (:math:`P, Q, R, S, T, U`) have four-sample atoms such as
-:math:`\langle\sigma''_{\delta_0}\sigma'_{\delta_1}\sigma'_{\delta_2}\sigma_{\delta_3}\rangle`,
-which at :math:`\delta_0=\delta_1` is :math:`\langle\delta(z)\Theta(z)\cdots\rangle` and needs the
-undefined value :math:`\Theta(0)`: singular, refused (PDLT §∞.1: kinks change the scaling).  The
-linear activation is smooth and fully supported.
+The dNTK :math:`P, Q` of the piecewise-linear family (PDLT (11.49), (11.52), §11.3) has the
+four-sample atom :math:`\langle\sigma''_{\delta_0}\sigma'_{\delta_1}\sigma'_{\delta_2}
+\sigma_{\delta_3}\rangle`: a point mass by Gaussian conditioning on :math:`z_{\delta_0}=0` where
+:math:`\delta_0` is on its own, zero where :math:`\delta_0=\delta_3` (:math:`\sigma(0)=0`, PDLT
+(11.67)–(11.71)), and undefined where :math:`\delta_0` shares its sample with a :math:`\sigma'`
+only (:math:`\delta(z)\Theta(z)` needs :math:`\sigma'(0)`).  Those entries are NaN
+(:func:`kinked_dntk_singular`); a single input has none (:math:`P\equiv0`, (11.74)).  The ddNTKs
+:math:`R, S, T, U` contain :math:`\langle\sigma'^2\sigma''^2\rangle` or
+:math:`\langle\sigma'^3\sigma'''\rangle`, which diverge (PDLT (∞.40)): refused.  The linear
+activation is smooth and fully supported.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from effth._signature import public
 
 from effth._display import depth_text
 
+import contextvars
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -77,7 +83,7 @@ from effth.pdlt.initialization.kernel_flow import (FLOW_NAMES, Flow, _flow, _gri
                           _layer_index, _relative, _widths_summary)
 from effth.pdlt.ntk.recursions import NTK_STATISTICS, derive_ntk
 
-__all__ = ["ntk_flow", "NTKFlow", "NTKLayerStep", "learning_rates"]
+__all__ = ["ntk_flow", "NTKFlow", "NTKLayerStep", "learning_rates", "kinked_dntk_singular"]
 
 _NAME = {cls: name for name, cls in NTK_TENSORS.items()}
 _NAME[FourPointVertex] = "V"
@@ -233,6 +239,15 @@ class NTKFlow(WeightLayers):
     layers: tuple
     table_error: np.ndarray = field(default_factory=lambda: np.zeros(0))
     restrict: SampleRestriction | None = None
+
+    def expanded(self, index: np.ndarray) -> "NTKFlow":
+        """This flow of distinct inputs re-indexed to the inputs ``index`` maps them to."""
+        from effth._validate import expand_samples
+        from effth.pdlt.initialization.kernel_flow import expand_flow
+        return NTKFlow(expand_flow(self.kernel, index),
+                       {k: expand_samples(v, index, tuple(range(1, v.ndim)))
+                        for k, v in self.tensors.items()},
+                       self.lambda_b, self.lambda_w, self.layers, self.table_error, self.restrict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(int(x) for x in np.asarray(self.layers).ravel()))
@@ -443,10 +458,30 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     Raises
     ------
     DomainError
-        Kinked activation with the dNTK/ddNTK statistics (singular there; :math:`\Theta,
-        H^{\{1\}}, A, B, D, F` are evaluated), collinear inputs with a kinked activation, bad inputs
-        or learning rates, overflow (the layer is named).
+        Kinked activation with the ddNTK statistics (divergent; :math:`\Theta, H^{\{1\}}, A, B,
+        D, F` and, for the piecewise-linear family, :math:`P, Q` are evaluated, the entries of
+        :math:`P, Q` that need the undefined :math:`\sigma'(0)` NaN: :func:`kinked_dntk_singular`),
+        collinear inputs with a kinked activation, bad inputs or learning rates, overflow (the
+        layer is named).
     """
+    from effth._validate import restriction_arguments
+    restriction_arguments(n_train, max_test)
+    if net is None and K1 is None:            # before the symbolic closure
+        raise DomainError("ntk_flow needs (net, X) or K1= with Theta1=, depth= and activation=")
+    if n_train is None:       # repeated inputs evaluated once: their rows are identical
+        from effth.pdlt.initialization.kernel_flow import distinct_inputs
+        dup = distinct_inputs(net, X, K1, Theta1)
+        if dup is not None:
+            index, Xd, K1d, T1d = dup
+            nf = ntk_flow(net, Xd, K1=K1d, Theta1=T1d, depth=depth, hidden_layers=hidden_layers,
+                          activation=activation, c_w=c_w, c_b=c_b, ratios=ratios,
+                          lambda_b=lambda_b, lambda_w=lambda_w, statistics=statistics, rtol=rtol,
+                          progress=progress)
+            return nf.expanded(index)
+    call_args = dict(net=net, X=X, K1=K1, Theta1=Theta1, depth=depth, hidden_layers=hidden_layers,
+                     activation=activation, c_w=c_w, c_b=c_b, ratios=ratios, lambda_b=lambda_b,
+                     lambda_w=lambda_w, statistics=statistics, rtol=rtol, progress=progress,
+                     n_train=n_train, max_test=max_test, atom_cache=atom_cache)
     wanted = tuple(NTK_STATISTICS) if statistics is None else (
         (statistics,) if isinstance(statistics, str) else tuple(statistics))
     for s in wanted:
@@ -454,12 +489,28 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
             raise DomainError(f"unknown statistic {s!r}; expected some of {NTK_STATISTICS}")
     if net is not None and X is not None:   # bad inputs refused before the (symbolic) closure
         X = input_matrix(X, "X")
+        with np.errstate(over="ignore", invalid="ignore"):
+            gram = X @ X.T / X.shape[1]
+        if not np.isfinite(gram).all():
+            raise DomainError(f"X overflows: inputs up to {float(np.max(np.abs(X))):.3g} make the "
+                              "first-layer kernels lambda_b + lambda_W X X^T / n_0 infinite; rescale X")
     elif net is None and K1 is not None:
         L0 = resolve_depth(depth, hidden_layers, minimum=1)
         _per_layer(lambda_b, L0, "lambda_b"), _per_layer(lambda_w, L0, "lambda_w")
         n_k1 = kernel_matrix(K1, "K1").shape[0]
+        from effth.pdlt.initialization.kernel_flow import _resolve      # C_W, C_b, ratios too
+        _resolve(None, None, K1, depth, hidden_layers, activation, c_w, c_b, ratios)
         if Theta1 is not None:
             _check_theta(kernel_matrix(Theta1, "Theta1"), n_k1)
+    if net is not None:
+        n_in, L_in = (None if X is None else X.shape[0]), net.depth
+    else:
+        n_in, L_in = kernel_matrix(K1, "K1").shape[0], resolve_depth(depth, hidden_layers, minimum=1)
+    if n_in is not None and any(s not in ("Theta", "H1") for s in wanted):   # N^4: refuse up front
+        from effth._validate import check_memory
+        check_memory(_PEAK_COPIES * L_in * float(n_in) ** 4 * 8.0,
+                     f"the four-index NTK statistics of {n_in} inputs through {L_in} layers",
+                     "use fewer inputs (the memory grows as N^4), or statistics=('Theta',)")
     stats = _closure(wanted)
     # the kernel sector: what the NTK steps read (V, G1), K always
     kstats = ("K",) + tuple(sorted({r for s in stats for r in ntk_layer_step(s).reads} & {"V", "G1"}))
@@ -493,13 +544,22 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         kw = {"K1": K1, "depth": L, "activation": activation, "c_w": c_w, "c_b": c_b, "ratios": ratios}
     kinked = act is not None and not (act.is_smooth or act.is_polynomial)
     if kinked:
-        bad = [s for s in stats if ntk_layer_step(s).max_order > 1 and s not in _KINKED_OK]
+        bad = [s for s in stats if ntk_layer_step(s).max_order > 1
+               and s not in _KINKED_OK + _KINKED_DNTK]
         if bad:
             raise DomainError(
-                f"{act!r} is kinked: {bad} contain four-sample atoms with sigma'' = delta at a "
-                "label shared with sigma' (e.g. <delta(z) Theta(z) ...>, which needs the undefined "
-                "Theta(0)), so the dNTK and ddNTK statistics are singular (PDLT §∞.1: kinks change "
-                f"the scaling). Available for kinked activations: {list(_KINKED_OK)}.")
+                f"{act!r} is kinked: {bad} contain <sigma'' sigma''> at one sample or "
+                "sigma''' = delta' (e.g. <sigma'^2 sigma''^2> = <Theta(z)^2 delta(z)^2>), which "
+                "diverge (PDLT (∞.40): the ddNTKs of kinked activations do not exist, §∞.3). "
+                f"Available for kinked activations: {list(_KINKED_OK + _KINKED_DNTK)}.")
+        dntk = [s for s in stats if s in _KINKED_DNTK]
+        if dntk and act.family != "piecewise_linear":
+            raise DomainError(
+                f"{act!r}: the dNTK statistics {dntk} of kinked activations are evaluated for the "
+                "piecewise-linear family (kink at 0, sigma(0) = 0: relu, leaky_relu, ...) only. "
+                f"Available here: {list(_KINKED_OK)}.")
+        if dntk and _KINK_SLOPE.get() is None:
+            return _kinked_dntk_flow(call_args, dntk, act)
     N = Th.shape[0]
     if atom_cache is not None and (n_train is None or not isinstance(atom_cache, list)):
         raise DomainError("atom_cache= is a list shared by flows restricted with n_train= (got "
@@ -563,15 +623,104 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     return NTKFlow(kern, out, lb, lw, np.arange(1, L + 1), np.asarray(errs), restrict)
 
 
+#: peak memory of a full ntk_flow in (N, N, N, N) float64 tensors per layer (measured: tanh,
+#: depth 3, 49 inputs restricted to one test input held 4.9 GB)
+_PEAK_COPIES = 36
+
 #: statistics evaluated for kinked activations (with their dependencies Theta and B)
 _KINKED_OK = ("Theta", "H1", "B", "D", "F", "A")
+#: the dNTK statistics of the piecewise-linear family: finite except at the entries that depend
+#: on the undefined sigma'(0) (NaN there, :func:`_kinked_dntk_flow`)
+_KINKED_DNTK = ("P", "Q")
+#: m -> the value given to sigma'(0)^m in the atoms <delta(z_a) sigma'(z_a)^m ...> while a kinked
+#: dNTK flow is evaluated (None: not inside such an evaluation)
+_KINK_SLOPE: contextvars.ContextVar = contextvars.ContextVar("effth_kink_slope", default=None)
+
+
+@public
+def kinked_dntk_singular(statistic: str, N: int, layer: int | None = None) -> np.ndarray:
+    r"""Where the dNTK of a piecewise-linear activation is singular (PDLT (11.49), (11.52)).
+
+    A sample label :math:`\delta_0` that carries :math:`\sigma''=(a_+-a_-)\delta(z)` and shares
+    its sample with a :math:`\sigma'` factor gives the product :math:`\delta(z)\Theta(z)`, which
+    needs the undefined :math:`\sigma'(0)`: in the atom
+    :math:`\langle\sigma''_{\delta_0}\sigma'_{\delta_1}\sigma'_{\delta_2}\sigma_{\delta_3}\rangle`
+    of both recursions that is :math:`\delta_0\in\{\delta_1,\delta_2\}`,
+    :math:`\delta_0\neq\delta_3` (at :math:`\delta_0=\delta_3` the factor :math:`\sigma(0)=0`
+    makes it vanish).  The recursion of :math:`P` keeps the labels of each entry (its
+    :math:`\sum_\beta` reads only :math:`\beta\in\{\delta_0,\delta_3\}`, and
+    :math:`P_{\delta_0\delta_1\delta_2\delta_0}\equiv0`); that of :math:`Q` also reads
+    :math:`Q_{\delta_0\delta_1\delta_2\delta_2}`.  So (layer 1 has none)
+
+    * :math:`P_{\delta_0\delta_1\delta_2\delta_3}` is singular from layer 2 on iff
+      :math:`\delta_0\in\{\delta_1,\delta_2\}` and :math:`\delta_0\ne\delta_3`;
+    * :math:`Q_{\delta_0\delta_1\delta_2\delta_3}` is singular at layer 2 iff that holds, and
+      from layer 3 on also where :math:`\delta_0=\delta_1\ne\delta_2`.
+
+    A single input has no singular entry (:math:`P\equiv0`, PDLT (11.74)).
+    :func:`ntk_flow` finds the same entries by their dependence on :math:`\sigma'(0)`.
+
+    Parameters
+    ----------
+    statistic : {"P", "Q"}
+    N : int
+        Number of inputs.
+    layer : int, optional
+        Book layer :math:`\ell\ge1` (default: any layer from 3 on).
+
+    Returns
+    -------
+    ndarray of bool (N, N, N, N)
+        True at the singular entries (book slot order).
+    """
+    if statistic not in ("P", "Q"):
+        raise DomainError(f"statistic must be 'P' or 'Q', got {statistic!r}")
+    if not isinstance(N, (int, np.integer)) or N < 1:
+        raise DomainError(f"N must be a positive int, got {N!r}")
+    if layer is not None and (isinstance(layer, bool) or not isinstance(layer, (int, np.integer))
+                              or layer < 1):
+        raise DomainError(f"layer must be a positive int, got {layer!r}")
+    i = np.arange(N)
+    d0, d1, d2, d3 = np.ix_(i, i, i, i)
+    m = ((d0 == d1) | (d0 == d2)) & (d0 != d3) & (layer is None or layer >= 2)
+    if statistic == "Q" and (layer is None or layer >= 3):
+        m = m | ((d0 == d1) & (d0 != d2))
+    return np.broadcast_to(m, (N,) * 4).copy()
+
+
+def _kinked_dntk_flow(call_args: dict, dntk: list, act: Any) -> "NTKFlow":
+    r"""The flow of a piecewise-linear activation with dNTK statistics: evaluated with
+    :math:`\sigma'(0)` set to :math:`a_-`, :math:`a_+` and their mean; an entry of P or Q that
+    differs between them depends on the undefined :math:`\sigma'(0)` and is NaN (the dependence is
+    a polynomial of degree at most two, so three values decide it).  The other entries are the
+    exact distributional values (point masses by Gaussian conditioning)."""
+    am, ap = float(act.param("a_minus")), float(act.param("a_plus"))
+    # atoms depend on the value given to sigma'(0): no cache shared between the three flows
+    call_args = {**call_args, "atom_cache": None}
+    flows = []
+    for s0 in (am, ap, 0.5 * (am + ap)):
+        token = _KINK_SLOPE.set(lambda m, s0=s0: s0 ** m)
+        try:
+            flows.append(ntk_flow(**call_args))
+        finally:
+            _KINK_SLOPE.reset(token)
+    base = flows[0]
+    for s in dntk:
+        T = base.tensors[s]
+        scale = max(float(np.nanmax(np.abs(f.tensors[s]), initial=0.0)) for f in flows)
+        sing = np.zeros(T.shape, dtype=bool)
+        for f in flows[1:]:
+            sing |= np.abs(f.tensors[s] - T) > 1e-9 * max(scale, 1e-300)
+        T[sing] = np.nan
+    return base
 _ROW_ENTRIES = 1 << 16     # entries of one row block of the fused K/Theta step (cache-sized)
 
 
-def _row_args(inputs: list, rows: slice, blocks: dict, ones: dict, tensors: dict) -> list | None:
-    """The arguments of a compiled two-label step on the rows ``rows`` (all columns): two-sample
-    atoms from ``blocks`` (``(p, q) -> (rows, N)``), one-sample atoms from ``ones`` (``(p, q) ->
-    (N,)``), tensors by rows; ``None`` when an input is of another kind (no fused path)."""
+def _row_args(inputs: list, rows: slice, blocks: dict, ones: dict, tensors: dict,
+              cols: slice = slice(None)) -> list | None:
+    """The arguments of a compiled two-label step on the block ``rows`` x ``cols``: two-sample
+    atoms from ``blocks`` (``(p, q) -> (rows, cols)``), one-sample atoms from ``ones`` (``(p, q) ->
+    (N,)``), tensors by block; ``None`` when an input is of another kind (no fused path)."""
     args = []
     for _, key in inputs:
         if isinstance(key, tuple) and key and key[0] == "atom":          # NTKLayerStep
@@ -585,9 +734,9 @@ def _row_args(inputs: list, rows: slice, blocks: dict, ones: dict, tensors: dict
             T = tensors.get(name)
             if T is None or len(labs) != 2:
                 return None
-            args.append(T[rows] if tuple(labs) == (0, 1) else
-                        T[:, rows].T if tuple(labs) == (1, 0) else
-                        np.diagonal(T)[rows, None] if tuple(labs) == (0, 0) else np.diagonal(T)[None, :])
+            args.append(T[rows, cols] if tuple(labs) == (0, 1) else
+                        T[cols, rows].T if tuple(labs) == (1, 0) else
+                        np.diagonal(T)[rows, None] if tuple(labs) == (0, 0) else np.diagonal(T)[None, cols])
             continue
         elif getattr(key, "kind", None) == "pair":                      # LayerStep (kernel)
             labs, orders = key.labels, key.orders
@@ -601,7 +750,7 @@ def _row_args(inputs: list, rows: slice, blocks: dict, ones: dict, tensors: dict
         elif labs == (0, 0):
             args.append(ones[orders][rows, None])
         elif labs == (1, 1):
-            args.append(ones[orders][None, :])
+            args.append(ones[orders][None, cols])
         else:
             return None
     return args
@@ -611,9 +760,10 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
                         progress: Any) -> NTKFlow | None:
     r""":math:`K` and :math:`\Theta` through every layer (PDLT (4.118), (9.5)) when every two-point
     atom of the two steps has a direct closed form (erf, sin/cos, the arc-cosine family; exactly
-    symmetric, so each block computes whole rows and no mirror is needed): per layer, each block of rows is one fused pass
-    (closed forms, then the compiled K and Theta steps on the block, the one-sample values on its
-    diagonal), the blocks on :func:`effth._threads.thread_map`'s threads.  ``None`` (the general
+    symmetric): per layer, each block of rows is one fused pass over its columns on and above the
+    diagonal (closed forms, then the compiled K and Theta steps on the block, the one-sample
+    values on its diagonal) and its mirror below the diagonal, the blocks on
+    :func:`effth._threads.thread_map`'s threads (half the transcendental work; exactly symmetric).  ``None`` (the general
     path then runs) when an atom has no closed form, a layer's closed forms do not apply (kinked
     activation at a zero-variance input or an extreme scale) or give a non-finite value."""
     from effth._progress import progress_bar
@@ -636,7 +786,6 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
     Ks[0], Ths[0] = K1, Th1
     scale0 = float(np.max(np.abs(np.diag(K1))))
     warned = False
-    step = max(1, _ROW_ENTRIES // max(N, 1))
     with blas_threads(), progress_bar(L - 1, "ntk_flow: layers", progress=progress, unit="layer") as bar:
         for layer in range(1, L):
             K, T = Ks[layer - 1], Ths[layer - 1]
@@ -650,24 +799,31 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
             tv = [np.float64(x) for x in (cws[layer], cbs[layer], lb[layer], lw[layer], rats[layer - 1])]
 
             def block(i0: int, K=K, T=T, d=d, plans=plans, ones=ones, kv=kv, tv=tv, layer=layer) -> bool:
-                rows = slice(i0, min(N, i0 + step))
+                rows, cols = slice(i0, stops[i0]), slice(i0, N)
                 r = np.arange(rows.stop - i0)
                 with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                    da, db, kr = d[rows, None], d[None, :], K[rows]
+                    da, db, kr = d[rows, None], d[None, cols], K[rows, cols]
                     blocks = joint(da, db, kr) if joint is not None else {}
                     blocks.update({o: plans[o][0](da, db, kr) for o in plans if o not in blocks})
                     for o, B in blocks.items():
-                        B[r, i0 + r] = ones[o][rows]          # the one-sample values, as the tables
-                    shape = (len(r), N)
-                    ka = _row_args(ks._inputs, rows, blocks, ones, {})
-                    ta = _row_args(ts._inputs, rows, blocks, ones, {"Theta": T})
+                        B[r, r] = ones[o][rows]               # the one-sample values, as the tables
+                    shape = (len(r), N - i0)
+                    ka = _row_args(ks._inputs, rows, blocks, ones, {}, cols)
+                    ta = _row_args(ts._inputs, rows, blocks, ones, {"Theta": T}, cols)
                     if ka is None or ta is None:
                         return False
-                    kb = evaluate_terms(ks._terms, ka, kv, shape, Ks[layer, rows])
-                    tb = evaluate_terms(ts._terms, ta, tv, shape, Ths[layer, rows])
+                    kb = evaluate_terms(ks._terms, ka, kv, shape, Ks[layer, rows, cols])
+                    tb = evaluate_terms(ts._terms, ta, tv, shape, Ths[layer, rows, cols])
+                    Ks[layer, cols, rows] = kb.T                # the mirror (its own columns)
+                    Ths[layer, cols, rows] = tb.T
                 return bool(np.isfinite(kb).all() and np.isfinite(tb).all())
 
-            if not all(thread_map(block, range(0, N, step))):
+            # row blocks of about _ROW_ENTRIES entries of the upper triangle
+            stops, i0 = {}, 0                                  # start -> stop of each row block
+            while i0 < N:
+                stops[i0] = min(N, i0 + max(1, _ROW_ENTRIES // (N - i0)))
+                i0 = stops[i0]
+            if not all(thread_map(block, list(stops))):
                 return None                                    # the general path says why
             _check_layer(Ks[layer], layer + 1, scale0, warned)
             warned = warned or _scale_off(Ks[layer], scale0)
@@ -693,7 +849,18 @@ class _KinkedTables(AtomTables):
     smooth_only = False
 
     def _group(self, samples: np.ndarray, combos: list, mult: float) -> tuple:
-        return dispatched_group(self.K, samples, combos, self.act, self.rtol, closed_only=False)
+        dirac = [j for j, cb in enumerate(combos) if max(max(o) for o in cb if o) >= 2]
+        if not dirac:
+            return dispatched_group(self.K, samples, combos, self.act, self.rtol, closed_only=False)
+        reg = [j for j in range(len(combos)) if j not in dirac]
+        v = np.empty((len(samples), len(combos)))
+        if reg:
+            v[:, reg] = dispatched_group(self.K, samples, [combos[j] for j in reg], self.act,
+                                         self.rtol, closed_only=False)[0]
+        Kb = self.K[samples[:, :, None], samples[:, None, :]]
+        for j in dirac:
+            v[:, j] = _dirac_atoms(Kb, combos[j], self.act, self.rtol)
+        return v, np.zeros_like(v), np.abs(v)
 
     def _evaluate(self, S: tuple, keys: list) -> None:
         pos = {s: i for i, s in enumerate(S)}
@@ -701,6 +868,54 @@ class _KinkedTables(AtomTables):
         for key in keys:
             fac = [(pos[s], "sigma", o) for s, o in key]
             self._cache[key] = float(gaussian_expectation(fac, KS, self.act, rtol=self.rtol))
+
+
+def _dirac_atoms(Kb: np.ndarray, combo: tuple, act: Any, rtol: float) -> np.ndarray:
+    r"""Atoms of a piecewise-linear :math:`\sigma` with :math:`\sigma''=(a_+-a_-)\delta(z)`
+    factors, on a batch of kernels ``Kb (B, k, k)``; ``combo`` holds each sample's derivative
+    orders.  With :math:`\mathcal D` the samples carrying :math:`\sigma''`:
+
+    * a factor :math:`\sigma` on such a sample gives 0 (:math:`\sigma(0)=0`);
+    * :math:`m` factors :math:`\sigma'` on it give :math:`\sigma'(0)^m`, undefined: the value
+      set by :func:`_kinked_dntk_flow` (entries depending on it are singular);
+    * otherwise :math:`\prod(a_+-a_-)\,p_{\mathcal D}(0)\,
+      \mathbb E[\prod_{\rm rest}\mid z_{\mathcal D}=0]`, the conditional expectation on the Schur
+      complement :math:`K_{RR}-K_{R\mathcal D}K_{\mathcal D\mathcal D}^{-1}K_{\mathcal DR}`
+      (mean zero).
+
+    Two :math:`\sigma''` on one sample (:math:`\delta(z)^2`) or :math:`\sigma'''` diverge."""
+    jump = float(sum(c for _, c, k in act.singular_part(2) if k == 0))
+    for o in combo:
+        if any(x >= 3 for x in o) or o.count(2) > 1:
+            raise DomainError(f"{act!r}: the atom with derivative orders {combo} contains "
+                              "delta(z)^2 or delta'(z) on one sample and diverges (PDLT (∞.40))")
+    D = [p for p, o in enumerate(combo) if 2 in o]
+    fac = 1.0
+    for p in D:
+        o = combo[p]
+        if 0 in o:
+            return np.zeros(len(Kb))
+        m = o.count(1)
+        if m:
+            power = _KINK_SLOPE.get()
+            if power is None:
+                raise DomainError(f"{act!r}: <delta(z) sigma'(z)^{m} ...> on one sample needs the "
+                                  "undefined sigma'(0) (singular)")
+            fac *= power(m)
+        fac *= jump
+    R = [p for p in range(len(combo)) if p not in D and combo[p]]
+    KDD = Kb[:, D][:, :, D]
+    det = np.linalg.det(KDD)
+    if np.any(det <= 0):
+        raise DomainError("kinked dNTK atoms need inputs that are not collinear (|rho| < 1)")
+    pD = fac / np.sqrt((2.0 * np.pi) ** len(D) * det)
+    if not R:
+        return pD
+    KRD = Kb[:, R][:, :, D]
+    Kc = Kb[:, R][:, :, R] - KRD @ np.linalg.solve(KDD, np.swapaxes(KRD, 1, 2))
+    Kc = 0.5 * (Kc + np.swapaxes(Kc, 1, 2))
+    facs = [(i, "sigma", o) for i, p in enumerate(R) for o in combo[p]]
+    return pD * np.asarray(gaussian_expectation(facs, Kc, act, rtol=rtol), float)
 
 
 def _pair_served(factors: tuple, pair_orders: Any) -> bool:

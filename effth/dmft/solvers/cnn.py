@@ -1,0 +1,519 @@
+r"""The DMFT of convolutional networks with feature learning, by alternating Monte Carlo
+(Bordelon & Pehlevan 2022, app. G, eqs. (88)-(89); Algorithm 1 with pixel indices).
+
+The network is :class:`effth.arch.CNN` with ``parameterization='mup'`` (stride 1, ``'circular'``
+or ``'same'`` padding, ``'gap'`` or ``'flatten'`` readout, one output), trained by full-batch GD
+with the rates of :func:`effth.simulation.train_cnn`.  At infinitely many channels every channel
+of hidden layer :math:`\ell` carries one single-site field :math:`h^\ell_{\mu i}(t)` over
+(image :math:`\mu`, pixel :math:`i`, time), and the order parameters are the two-time kernels
+over image-pixel pairs, :math:`\Phi^\ell_{\mu i,\alpha j}(t,s)=\langle\phi(h^\ell_{\mu i}(t))
+\phi(h^\ell_{\alpha j}(s))\rangle` and :math:`G^\ell_{\mu i,\alpha j}(t,s)=\langle g^\ell_{\mu i}(t)
+g^\ell_{\alpha j}(s)\rangle`, :math:`g^\ell=\gamma_0N\,\partial f/\partial h^\ell`.
+
+Fields (derived here in effth's weight convention, fan-in :math:`qN`; the paper's eq. (89) has
+:math:`C_W/q` in place of :math:`C_W`).  With the patch operator
+:math:`\mathcal A_\ell[M]=q^{-1}\sum_d S_dMS_d^\top` of convolution :math:`\ell`
+(:func:`effth.pdlt.cnn.patch_average`; :math:`(S_dv)_i=v_{i+d}` with the padding) and its adjoint
+:math:`\mathcal A_\ell^\top[M]=q^{-1}\sum_dS_d^\top MS_d`, the forward and backward kernels that
+layer :math:`\ell` sees are
+
+.. math::
+
+    K^\ell_{\rm in}=C_b^{(\ell)}+C_W^{(\ell)}\mathcal A_\ell[\Phi^{\ell-1}],\qquad
+    G^\ell_{\rm in}=C_W^{(\ell+1)}\mathcal A_{\ell+1}^\top[G^{\ell+1}],
+
+:math:`\Phi^0_{\mu i,\alpha j}=x_{\mu i}\cdot x_{\alpha j}/C_0`; for the last hidden layer
+:math:`G^L_{\rm in}` is the readout's, :math:`C_W^{(L+1)}/|\mathcal P|^2` (global average pooling)
+or :math:`C_W^{(L+1)}\delta_{ij}/|\mathcal P|` (flatten).  On the GD grid :math:`t_k=k\eta`:
+
+.. math::
+
+    h^\ell(t) &= u^\ell(t)+\sum_{s<t}\Big[C_W^{(\ell)}\mathcal A_\ell[\bar A^{\ell-1}](t,s)
+        +\gamma_0\eta\,K^\ell_{\rm in}(t,s)D(s)\Big]g^\ell(s),\\
+    z^\ell(t) &= r^\ell(t)+\sum_{s\le t}C_W^{(\ell+1)}\mathcal A_{\ell+1}^\top[\bar B^{\ell}](t,s)
+        \,\phi(h^\ell(s))+\gamma_0\eta\sum_{s<t}G^\ell_{\rm in}(t,s)D(s)\phi(h^\ell(s)),\qquad
+    g^\ell=\phi'(h^\ell)\,z^\ell,
+
+(matrices over image-pixel pairs, :math:`D(s)` multiplies the column :math:`(\alpha,j)` by
+:math:`\Delta_\alpha(s)=y_\alpha-f_\alpha(s)`), with Gaussian sources
+:math:`u^\ell\sim\mathcal{GP}(0,K^\ell_{\rm in})`, :math:`r^\ell\sim\mathcal{GP}(0,G^\ell_{\rm in})`
+and the responses :math:`\bar A^\ell=\langle\partial\phi(h^\ell)/\partial r^\ell\rangle`,
+:math:`\bar B^\ell=\langle\partial g^{\ell+1}/\partial u^{\ell+1}\rangle`.  They follow from the
+cavity argument of the MLP (app. D) with the weights of one filter offset independent of the
+others: the pair of weights that links a channel to the field and back meets with the same offset
+:math:`d` on both sides, so every kernel and response is pulled through
+:math:`q^{-1}\sum_dS_d\,\cdot\,S_d^\top` (or its adjoint).  The predictions (exact closure, app. M)
+are
+
+.. math::
+
+    f_\mu(t)=\gamma_0^{-1}\Big\langle\sum_i r^L_{\mu i}\phi(h^L_{\mu i}(t))\Big\rangle
+        +\eta\sum_{s<t}\sum_\alpha\Phi^{\rm out}_{\mu\alpha}(t,s)\Delta_\alpha(s),\qquad
+    \Phi^{\rm out}=C_b^{(L+1)}+C_W^{(L+1)}\mathcal R[\Phi^L],
+
+:math:`\mathcal R` the readout's mean over pixel pairs (pooling) or equal pixels (flatten); the
+first term is evaluated by the readout's Stein regression as in
+:func:`effth.dmft.solve_monte_carlo`.  The equal-time NTK is
+:math:`K_{\mu\alpha}=\Phi^{\rm out}_{\mu\alpha}+\sum_\ell\sum_{ij}G^\ell_{\mu i,\alpha j}
+K^\ell_{{\rm in},\mu i,\alpha j}`, at initialization the CNTK :math:`\Theta` of
+:func:`effth.cnn_kernels`.
+
+Checks (``tests/dmft/test_cnn_dmft.py``): 1×1 filters on one-pixel images reproduce
+:func:`effth.dmft.solve_monte_carlo` sample for sample; the NTK of the initial state equals
+:func:`effth.cnn_kernels`' :math:`\Theta`; small :math:`\gamma_0` gives the lazy CNTK dynamics;
+trained CNNs approach the solution as the channels grow.
+
+Machinery shared with :mod:`effth.dmft.solvers.monte_carlo`: sampling of the sources, the forward
+substitution of the causal fields, the causal Stein regression of the responses, the window
+constants and the exact closure; :class:`~effth.dmft.grid.TimeGrid`,
+:class:`~effth.dmft.result.Diagnostics`; the result is a :class:`CNNDMFTResult`
+(a :class:`~effth.dmft.result.DMFTResult` with pixel-resolved kernels).
+
+Cost: the fields of one layer are ``S x T P |P|`` numbers and every kernel is dense over
+(time, image, pixel), :math:`(TP|\mathcal P|)^2` entries: per sweep and layer
+:math:`O((TP|\mathcal P|)^3)` for the source square roots and the Stein factorization and
+:math:`O(S(TP|\mathcal P|)^2)` for the fields, memory :math:`O((TP|\mathcal P|)^2)` per kernel --
+the dense cost the paper calls very computationally intensive (app. G).  Translation structure is
+not exploited: suitable for :math:`TP|\mathcal P|` up to about 2000 (``benchmarks/bench_cnn_dmft.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from effth import _validate as _v
+from effth._signature import public
+from effth.arch.cnn import CNN
+from effth.dmft.grid import TimeGrid, TrainingData, real_scalar
+from effth.dmft.result import Diagnostics, DMFTResult
+from effth.dmft.solvers.lazy import (activation_label, check_stability, check_stability_along,
+                                     static_ntk_dynamics)
+from effth.dmft.solvers.monte_carlo import (_exact_closure, _flag_growth, _sample, _solve_fields,
+                                            _stein, _window)
+from effth.errors import ConvergenceError, DomainError
+from effth.pdlt.cnn import _pads, _pair_tables, cnn_kernels, patch_average
+from effth._progress import progress_bar
+
+__all__ = ["CNNDMFTResult", "solve_cnn_monte_carlo", "patch_adjoint"]
+
+#: paddings the solver handles (every hidden layer keeps the image size)
+DMFT_PADDINGS = ("circular", "same")
+
+
+@public
+def patch_adjoint(M: Any, filter_shape: tuple, padding: str) -> np.ndarray:
+    r"""The adjoint patch operator :math:`\mathcal A^\top[M]=q^{-1}\sum_dS_d^\top MS_d`.
+
+    For every offset :math:`d` the entry :math:`M_{\alpha i,\beta j}` is added at
+    :math:`(\alpha, i+d;\ \beta, j+d)` (wrapped for ``'circular'``, dropped outside the image
+    for ``'same'``), so that :math:`\langle\mathcal A[X],Y\rangle=\langle X,\mathcal A^\top[Y]\rangle`
+    with :func:`effth.pdlt.cnn.patch_average`.
+
+    Parameters
+    ----------
+    M : ndarray (P, *spatial, P, *spatial)
+    filter_shape : tuple of int
+    padding : {'circular', 'same'}
+
+    Returns
+    -------
+    ndarray of the shape of ``M``
+    """
+    M = np.asarray(M, dtype=np.float64)
+    dims = len(filter_shape)
+    if padding not in DMFT_PADDINGS:
+        raise DomainError(f"padding={padding!r}: the adjoint is implemented for {DMFT_PADDINGS}")
+    if M.ndim != 2 + 2 * dims:
+        raise DomainError(f"M must have shape (P, *spatial, P, *spatial) with {dims} spatial axes, "
+                          f"got {M.shape}")
+    sp = M.shape[1:1 + dims]
+    pads = [_pads(f, padding) for f in filter_shape]
+    big = (M.shape[0],) + tuple(s + f - 1 for s, f in zip(sp, filter_shape))
+    acc = np.zeros(big + big)
+    for d in itertools.product(*(range(f) for f in filter_shape)):
+        sl = tuple(slice(dk, dk + s) for dk, s in zip(d, sp))
+        acc[(slice(None),) + sl + (slice(None),) + sl] += M
+    # back from padded to image coordinates, axis by axis (both sides)
+    for side in (0, 1 + dims):
+        for ax, ((pb, pa), n) in enumerate(zip(pads, sp)):
+            axis = side + 1 + ax
+            core = np.take(acc, np.arange(pb, pb + n), axis=axis)
+            if padding == "circular":
+                if pa:
+                    idx = [slice(None)] * core.ndim
+                    idx[axis] = slice(0, pa)
+                    core[tuple(idx)] += np.take(acc, np.arange(pb + n, pb + n + pa), axis=axis)
+                if pb:
+                    idx = [slice(None)] * core.ndim
+                    idx[axis] = slice(n - pb, n)
+                    core[tuple(idx)] += np.take(acc, np.arange(0, pb), axis=axis)
+            acc = core
+    return acc / float(np.prod(filter_shape))
+
+
+class _Ops:
+    """The pixel operators of one network on ``n`` images with ``S`` pixels, over the flattened
+    index ``(t, mu, i)`` (time-major, then image, then pixel in C order)."""
+
+    def __init__(self, net: CNN, shape: tuple, n: int, T: int):
+        self.net, self.shape, self.n, self.T = net, shape, n, T
+        self.S = int(np.prod(shape))
+        self.m = n * self.S                    # single-site "samples" per time: image-pixel pairs
+        L = net.depth - 1
+        self.L = L
+        S = self.S
+        # the readout: r^L = rho Lam, rho ~ N(0, cov)
+        cwL, cbL = net.c_w_at(L + 1), net.c_b_at(L + 1)
+        if net.readout == "gap":
+            self.lam = np.ones((1, T * self.m))
+            self.cov = np.array([[cwL / S ** 2]])
+            self.cols = np.array([0])
+        else:
+            self.lam = np.tile(np.eye(S), (1, T * n))
+            self.cov = cwL / S * np.eye(S)
+            self.cols = np.arange(S)
+        self.g_top = self.lam.T @ self.cov @ self.lam          # G^L_in (T m, T m)
+        self.cwL, self.cbL = cwL, cbL
+
+    def _pix(self, M: np.ndarray) -> np.ndarray:
+        return M.reshape((self.T * self.n, *self.shape, self.T * self.n, *self.shape))
+
+    def patch(self, M: np.ndarray, ell: int) -> np.ndarray:
+        """:math:`\\mathcal A_\\ell[M]` of a ``(T m, T m)`` matrix (convolution ``ell``)."""
+        out = patch_average(self._pix(M), self.net.filter_shapes[ell - 1], self.net.padding)
+        return out.reshape(M.shape)
+
+    def adjoint(self, M: np.ndarray, ell: int) -> np.ndarray:
+        out = patch_adjoint(self._pix(M), self.net.filter_shapes[ell - 1], self.net.padding)
+        return out.reshape(M.shape)
+
+    def k_in(self, Phi_prev: np.ndarray, ell: int) -> np.ndarray:
+        return self.net.c_b_at(ell) + self.net.c_w_at(ell) * self.patch(Phi_prev, ell)
+
+    def g_in(self, G_next: np.ndarray | None, ell: int) -> np.ndarray:
+        if ell == self.L:
+            return self.g_top
+        return self.net.c_w_at(ell + 1) * self.adjoint(G_next, ell + 1)
+
+    def readout_kernel(self, PhiL: np.ndarray) -> np.ndarray:
+        """:math:`\\Phi^{\\rm out}` over ``(t, mu)`` pairs, ``(T n, T n)``."""
+        X = PhiL.reshape(self.T * self.n, self.S, self.T * self.n, self.S)
+        if self.net.readout == "gap":
+            R = X.mean(axis=(1, 3))
+        else:
+            R = np.einsum("aibi->ab", X) / self.S
+        return self.cbL + self.cwL * R
+
+    def readout_response(self, ph: np.ndarray, rho: np.ndarray) -> np.ndarray:
+        r"""Per-sample :math:`\sum_i\sum_{kk'}\Lambda_{k,(t\mu i)}\mathrm{cov}_{kk'}
+        \widehat{\partial\phi_{t\mu i}/\partial\rho_{k'}}` ``(S, T, n)``: the readout term
+        :math:`\langle\sum_ir^L_{\mu i}\phi(h^L_{\mu i})\rangle` by Stein's identity, regressed on
+        the sample's own :math:`\rho` (exact for :math:`\phi` linear in :math:`\rho`)."""
+        S = ph.shape[0]
+        coef = rho @ np.linalg.inv(rho.T @ rho / S)                      # (S, k)
+        w = (coef @ self.cov) @ self.lam                                 # (S, T m)
+        return (ph * w).reshape(S, self.T, self.n, self.S).sum(axis=-1)
+
+
+def _initial_state(net: CNN, Xall: np.ndarray, ops: _Ops):
+    """The lazy (initialization) kernels: :math:`\\Phi^\\ell=\\langle\\phi\\phi\\rangle_{K^\\ell}`,
+    :math:`G^\\ell=\\langle\\phi'\\phi'\\rangle_{K^\\ell}\\odot G^\\ell_{\\rm in}` top down, tiled in
+    time, and the NTK :math:`\\Phi^{\\rm out}+\\sum_\\ell\\sum_{ij}G^\\ell K^\\ell_{\\rm in}` over
+    images."""
+    kern = cnn_kernels(net.with_widths(None), Xall, ntk=False)
+    n, S, L, T = ops.n, ops.S, ops.L, ops.T
+    m = n * S
+    ops.k_in1 = kern.value("K", layer=1).reshape(m, m)                  # C_b + C_W A[x x / C_0]
+    Q, Qd, Kin = [], [], []
+    for ell in range(1, L + 1):
+        K = kern.value("K", layer=ell).reshape(m, m)
+        q, qd = _pair_tables(K, net.act, True, 1e-10, ell)
+        Q.append(q)
+        Qd.append(qd)
+        Kin.append(K)
+    one = _Ops(net, ops.shape, n, 1)
+    G = [None] * L
+    for ell in range(L, 0, -1):
+        G[ell - 1] = Qd[ell - 1] * one.g_in(G[ell] if ell < L else None, ell)
+    ntk = one.readout_kernel(Q[-1])
+    for ell in range(L):
+        ntk = ntk + (G[ell] * Kin[ell]).reshape(n, S, n, S).sum(axis=(1, 3))
+    return ([np.tile(q, (T, T)) for q in Q], [np.tile(g, (T, T)) for g in G], ntk)
+
+
+@public
+@dataclass(repr=False)
+class CNNDMFTResult(DMFTResult):
+    r"""A :class:`~effth.dmft.result.DMFTResult` of the CNN DMFT, kernels over image-pixel pairs.
+
+    ``phi``, ``g`` are ``(L, T, n S, T, n S)`` (index ``(image, pixel)`` flattened, pixels in C
+    order), read with ``value("phi", layer=ℓ)`` (or ``pixels=True`` for
+    ``(T, n, *spatial, T, n, *spatial)``); ``A``, ``B`` the responses
+    :math:`\gamma_0^{-1}\bar A`, :math:`\gamma_0^{-1}\bar B` in the same layout; ``f``, ``delta``,
+    ``loss`` over images as for every DMFT result.  ``"ntk"`` is the equal-time NTK over images
+    (module docstring of :mod:`effth.dmft.solvers.cnn`).  ``data.kx`` is the image Gram matrix
+    :math:`x_\mu\cdot x_\alpha/(|\mathcal P|C_0)` of the flattened images.
+
+    Attributes
+    ----------
+    net : CNN
+    spatial_shape : tuple
+        The image size (every hidden layer keeps it).
+    ntk_equal_time : ndarray (T, n, n)
+    """
+
+    net: Any = None
+    spatial_shape: tuple = ()
+    ntk_equal_time: np.ndarray | None = None
+
+    @property
+    def ntk(self) -> np.ndarray:
+        """``(T, n, n)`` equal-time NTK over images."""
+        return self.ntk_equal_time
+
+    @property
+    def ntk_two_time(self):
+        raise DomainError("the CNN DMFT result holds the equal-time NTK only (value('ntk'))")
+
+    @property
+    def phi0(self):
+        raise DomainError("the CNN DMFT's input kernel is over image-pixel pairs; see "
+                          "effth.cnn_kernels for the layer kernels at initialization")
+
+    def value(self, name: str, layer: int | None = None, *, pixels: bool = False) -> np.ndarray:
+        """As :meth:`DMFTResult.value`; ``pixels=True`` restores the spatial axes of ``'phi'`` and
+        ``'g'`` at one layer."""
+        out = super().value(name, layer)
+        if pixels:
+            if name not in ("phi", "g") or layer is None:
+                raise DomainError("pixels=True needs name='phi' or 'g' and a layer=")
+            T, n = self.grid.steps, self.data.n_all
+            out = out.reshape((T, n, *self.spatial_shape, T, n, *self.spatial_shape))
+        return out
+
+    def __repr__(self) -> str:
+        return (f"CNNDMFTResult(monte_carlo, {self.net!r}, eta={self.grid.eta:g}, "
+                f"steps={self.grid.steps}, images={self.data.n_all} of shape {self.spatial_shape})")
+
+
+def _check_net(net: Any) -> CNN:
+    if not isinstance(net, CNN):
+        raise DomainError(f"net must be an effth.CNN, got {type(net).__name__} (for an MLP use "
+                          "effth.dmft.solve_monte_carlo)")
+    if net.parameterization != "mup":
+        raise DomainError("the CNN DMFT describes the muP / mean-field network: give "
+                          "CNN(..., parameterization='mup', gamma0=...) (an 'ntk' network is lazy "
+                          "at infinite width: use effth.cnn_kernels' Theta)")
+    if net.padding not in DMFT_PADDINGS:
+        raise DomainError(f"padding={net.padding!r} is not solved by the CNN DMFT (the layers "
+                          f"would change size); use one of {DMFT_PADDINGS}")
+    if net.n_out != 1:
+        raise DomainError(f"the CNN DMFT solves one output; net has n_out={net.n_out}")
+    return net
+
+
+@public
+def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X_test: Any = None,
+                          samples: int = 2000, iterations: int = 15, damping: float = 0.6,
+                          tol: float = 0.0, replicas: int = 4, stein_cut: float = 2.0,
+                          seed: Any = 0, diverge_at: float = 1e6,
+                          progress: bool | None = None) -> CNNDMFTResult:
+    r"""Solve the CNN DMFT (app. G, eq. (89)) by alternating Monte Carlo (module docstring).
+
+    Parameters
+    ----------
+    net : CNN
+        ``parameterization='mup'`` with ``gamma0`` (its ``widths`` are ignored), padding
+        ``'circular'`` or ``'same'``, ``n_out = 1``, any activation (Stein responses).
+    X : array_like (P, *spatial) or (P, *spatial, C_0)
+        Training images (channels last).
+    y : array_like (P,)
+        Targets (loss :math:`\frac12\sum_\mu(f_\mu-y_\mu)^2`).
+    eta, steps
+        GD step (the time step of :func:`effth.simulation.train_cnn`) and number of grid
+        points (``steps - 1`` updates).
+    X_test : array_like, optional
+        Test images of the same shape.
+    samples : int
+        Monte-Carlo draws per layer and sweep, split over ``replicas`` independent solves.
+    iterations, damping, tol, stein_cut, diverge_at
+        As for :func:`effth.dmft.solve_monte_carlo`.
+    replicas : int
+        Independent solves whose mean is returned and whose spread gives ``stderr`` of ``'f'``,
+        ``'loss'``, ``'phi'``, ``'g'`` (``1``: no standard errors).
+    seed : int, SeedSequence or Generator
+    progress : bool, optional
+
+    Returns
+    -------
+    CNNDMFTResult
+        A :class:`UserWarning` is issued when gradient descent leaves its stable region along the
+        run (:math:`\eta\lambda_{\max}` of the equal-time NTK above 2, recorded in
+        ``diagnostics.stability``): feature learning grows the NTK, and past that edge finite
+        networks oscillate away from the DMFT.
+
+    Raises
+    ------
+    DomainError
+        Not a μP CNN, ``'valid'`` padding, several outputs, images of unequal shape or a filter
+        larger than the image, bad ``y``, ``eta`` past the lazy stability edge, or a problem
+        whose dense kernels would not fit in memory.
+    ConvergenceError
+        A kernel entry exceeds ``diverge_at``.
+    """
+    net = _check_net(net)
+    Xa = net.images(X)
+    P = Xa.shape[0]
+    yv = _v.real_array(y, "y", finite=True)
+    if yv.shape != (P,):
+        raise DomainError(f"y must have shape ({P},) (one target per training image), got {yv.shape}")
+    Xall = Xa
+    if X_test is not None:
+        Xt = net.images(X_test, "X_test")
+        if Xt.shape[1:] != Xa.shape[1:]:
+            raise DomainError(f"X_test holds images of shape {Xt.shape[1:]}, the training images "
+                              f"{Xa.shape[1:]}: images must have equal shapes")
+        Xall = np.concatenate([Xa, Xt])
+    eta = real_scalar(eta, "eta")
+    grid = TimeGrid(eta, steps)
+    T = grid.steps
+    for name, v, lo in (("samples", samples, 4), ("iterations", iterations, 1),
+                        ("replicas", replicas, 1)):
+        _v.integer(v, name, minimum=lo)
+    if not (0.0 < damping <= 1.0):
+        raise DomainError(f"damping={damping!r} must lie in (0, 1]")
+    if not (np.isfinite(tol) and tol >= 0) or not (np.isfinite(stein_cut) and stein_cut >= 0):
+        raise DomainError(f"tol={tol!r} and stein_cut={stein_cut!r} must be finite and >= 0")
+    shape = tuple(Xa.shape[1:-1])
+    n = Xall.shape[0]
+    ops = _Ops(net, shape, n, T)
+    Tm = T * ops.m
+    R = int(replicas)
+    per = -(-int(samples) // R)
+    per += per % 2
+    _v.check_memory(8.0 * (Tm * Tm * (6 * ops.L + 8) + 4 * per * Tm),
+                    f"the CNN DMFT's dense kernels over (time, image, pixel) = {Tm} indices",
+                    "lower steps, the number of images or the image size")
+    Phi0, G0, ntk0 = _initial_state(net, Xall, ops)
+    check_stability(ntk0[:P, :P], grid.eta)
+    seed = _v.seed(seed)
+    if isinstance(seed, np.random.Generator):
+        gens = seed.spawn(R)
+    else:
+        ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+        gens = [np.random.default_rng(c) for c in ss.spawn(R)] if R > 1 else [np.random.default_rng(seed)]
+    t0 = time.perf_counter()
+    subs = []
+    with progress_bar(R * int(iterations), "CNN DMFT sweeps", progress=progress,
+                      unit="sweep") as bar:
+        for g in gens:
+            subs.append(_solve_one(net, ops, Phi0, G0, ntk0, yv, grid, per, int(iterations),
+                                   float(damping), float(tol), float(stein_cut), g,
+                                   float(diverge_at), bar))
+    keys = ("phi", "g", "A", "B", "f", "ntk")
+    stack = {k: np.stack([s[k] for s in subs]) for k in keys}
+    mean = {k: v.mean(axis=0) for k, v in stack.items()}
+    delta = yv[None] - mean["f"][:, :P]
+    diag = Diagnostics(iterations=int(iterations), tol=float(tol), replicas=R,
+                       residuals=[float(x) for x in np.max([s["res"] for s in subs], axis=0)])
+    diag.converged = None if tol == 0 else all(s["converged"] for s in subs)
+    _flag_growth(diag)
+    diag.seconds = time.perf_counter() - t0
+    se = None
+    if R > 1:
+        losses = 0.5 * np.sum((yv[None, None] - stack["f"][:, :, :P]) ** 2, axis=2)
+        se = {k: stack[k].std(axis=0, ddof=1) / np.sqrt(R) for k in ("phi", "g", "f")}
+        se["loss"] = losses.std(axis=0, ddof=1) / np.sqrt(R)
+    m = ops.m
+    gam = float(net.gamma0)
+    resp = lambda x: x.reshape(-1, T, m, T, m) / gam if x.size else np.zeros((0, T, m, T, m))
+    data = TrainingData(Xall.reshape(n, -1) @ Xall.reshape(n, -1).T / (ops.S * Xall.shape[-1]),
+                        yv, P)
+    return check_stability_along(CNNDMFTResult(grid=grid, data=data, hidden_layers=ops.L, gamma0=gam,
+                         activation=activation_label(net.act),
+                         phi=mean["phi"].reshape(ops.L, T, m, T, m),
+                         g=mean["g"].reshape(ops.L, T, m, T, m), A=resp(mean["A"]),
+                         B=resp(mean["B"]), f=mean["f"], delta=delta, method="monte_carlo",
+                         closure="exact", diagnostics=diag, mc_stderr=se, net=net,
+                         spatial_shape=shape, ntk_equal_time=mean["ntk"]))
+
+
+def _solve_one(net, ops, Phi0, G0, ntk0, y, grid, S, iterations, damping, tol, cut, rng,
+               diverge_at, bar):
+    """One alternating solve with ``S`` draws per layer and sweep (Jacobi sweeps over layers)."""
+    L, T, m, n = ops.L, ops.T, ops.m, ops.n
+    P = y.size
+    eta, gam = grid.eta, float(net.gamma0)
+    phi_f, dphi_f = net.act.numpy(0), net.act.numpy(1)
+    w = _window(T, m, 1, 1.0, np.zeros((m, m)))
+    Tm = T * m
+    delta = y[None] - static_ntk_dynamics(ntk0, y, eta, T)[:, :P]
+    Phi, G = [p.copy() for p in Phi0], [g.copy() for g in G0]
+    Ab = [np.zeros((Tm, Tm)) for _ in range(L - 1)]
+    Bb = [np.zeros((Tm, Tm)) for _ in range(L - 1)]
+    k0 = np.tile(ops.k_in1, (T, T))                                # K^1_in, constant in time
+    res_hist, converged, f = [], False, None
+    for it in range(iterations):
+        dl = np.zeros((T, n))
+        dl[:, :P] = delta
+        dcol = np.repeat(dl.reshape(T * n), ops.S)                    # Delta_alpha(s) on (s, alpha, j)
+        Phin, Gn, Abn, Bbn = [None] * L, [None] * L, [None] * (L - 1), [None] * (L - 1)
+        ro = None
+        with np.errstate(over="ignore", invalid="ignore"):
+            for ell in range(1, L + 1):
+                Kin = k0 if ell == 1 else ops.k_in(Phi[ell - 2], ell)
+                Gin = ops.g_in(G[ell] if ell < L else None, ell)
+                Cm = gam * eta * w.strict_r * Kin * dcol[None, :]
+                Dm = gam * eta * w.strict_r * Gin * dcol[None, :]
+                if ell >= 2:
+                    Cm = Cm + ops.net.c_w_at(ell) * ops.patch(Ab[ell - 2], ell)
+                if ell <= L - 1:
+                    Dm = Dm + ops.net.c_w_at(ell + 1) * ops.adjoint(Bb[ell - 1], ell + 1)
+                uh = _sample(rng, Kin, S // 2)
+                rh = _sample(rng, Gin, S // 2)
+                uh = np.concatenate([uh, uh])
+                rh = np.concatenate([rh, -rh])
+                h, z, g = _solve_fields(uh, rh, Cm, Dm, phi_f, dphi_f, T, m, 1)
+                ph = phi_f(h)
+                Phin[ell - 1] = ph.T @ ph / S
+                Gn[ell - 1] = g.T @ g / S
+                if ell <= L - 1:
+                    Abn[ell - 1] = w.mask_a * _stein(ph, rh, Gin, cut, True, w.pre_a)
+                if ell >= 2:
+                    Bbn[ell - 2] = w.mask_b * _stein(g, uh, Kin, cut, False, w.pre_b, w.eq_b)
+                if ell == L:
+                    ro = ops.readout_response(ph, rh[:, ops.cols])
+        bad = [x for x in Phin + Gn if not np.all(np.isfinite(x)) or np.max(np.abs(x)) > diverge_at]
+        if bad:
+            raise ConvergenceError(f"CNN DMFT diverged at iteration {it + 1}; lower gamma0 or eta, "
+                                   "raise samples or damp more")
+        Pout = ops.readout_kernel(Phin[-1])
+        f = _exact_closure(Pout, ro.mean(axis=0)[..., None] / gam, y[:, None], eta)[..., 0]
+        delta_new = y[None] - f[:, :P]
+        res = max(max(float(np.max(np.abs(a - b))) for a, b in zip(Phin + Gn, Phi + G)),
+                  float(np.max(np.abs(delta_new - delta))))
+        res_hist.append(res)
+        mix = lambda old, new: [(1 - damping) * a + damping * b for a, b in zip(old, new)]
+        Phi, G, Ab, Bb = mix(Phi, Phin), mix(G, Gn), mix(Ab, Abn), mix(Bb, Bbn)
+        delta = (1 - damping) * delta + damping * delta_new
+        bar.update()
+        if tol > 0 and res < tol:
+            converged = True
+            break
+    # equal-time NTK of the final state: Phi_out + sum_l sum_ij G^l K^l_in
+    idx = np.arange(T)
+    eq = lambda M: M.reshape(T, m, T, m)[idx, :, idx, :]                 # (T, m, m)
+    ntk = ops.readout_kernel(Phi[-1]).reshape(T, n, T, n)[idx, :, idx, :]
+    for ell in range(1, L + 1):
+        Kin = k0 if ell == 1 else ops.k_in(Phi[ell - 2], ell)
+        ntk = ntk + (eq(G[ell - 1]) * eq(Kin)).reshape(T, n, ops.S, n, ops.S).sum(axis=(2, 4))
+    return dict(phi=np.stack(Phi), g=np.stack(G),
+                A=np.stack(Ab) if Ab else np.zeros((0, Tm, Tm)),
+                B=np.stack(Bb) if Bb else np.zeros((0, Tm, Tm)), f=f, ntk=ntk, res=res_hist,
+                converged=converged)
+
