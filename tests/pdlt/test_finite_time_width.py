@@ -275,7 +275,8 @@ def test_predict_width_mean_in_test_chunks(monkeypatch):
     assert [c for c in calls if c < 5] == [4, 3], calls      # 2 training + (2, 1) test inputs
     for k in ("mean1", "mean", "mean1_dntk", "mean1_ddntk_II", "mean_at_width"):
         np.testing.assert_allclose(chunked.value(k), whole.value(k), rtol=1e-12, atol=1e-15)
-    monkeypatch.setenv("EFFTH_MAX_BYTES", "1000")
+    # a bound the kernels fit (about 1 KiB) but not one flow on the training inputs and one test input
+    monkeypatch.setenv("EFFTH_MAX_BYTES", str(pred.flow_bytes(3, 2) / 2))
     with pytest.raises(DomainError, match="needs .* for the O\\(1/n\\) mean's NTK hierarchy"):
         et.predict(net, X[:2], y, X[2:], eta=0.2, widths=32, progress=False)
 
