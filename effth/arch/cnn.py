@@ -294,3 +294,35 @@ class CNN(LayeredNetwork):
         return CNN(self.activation, self.depth, widths, [tuple(f) for f in self.filter_shapes],
                    self.dims, self.padding, self.readout, self.c_w, self.c_b,
                    self.parameterization, self.gamma0, self.n_out)
+
+
+# ------------------------------------------------------------------ the padding convention
+def padding_widths(f: int, padding: str) -> tuple[int, int]:
+    """Zeros (or wrapped pixels) added before and after an axis for a filter of size ``f``:
+    ``(0, 0)`` for ``'valid'``, else ``((f - 1) // 2, f - 1 - (f - 1) // 2)`` (the simulator,
+    the lazy kernels and the CNN DMFT share it)."""
+    if padding == "valid":
+        return 0, 0
+    before = (f - 1) // 2
+    return before, f - 1 - before
+
+
+def unpad(acc: np.ndarray, pads: Sequence[tuple[int, int]], spatial: Sequence[int], padding: str,
+          first_axis: int) -> np.ndarray:
+    """From padded back to image coordinates on the axes ``first_axis, first_axis + 1, ...``:
+    the core of each axis, with (``'circular'``) the padding wrapped back onto it; ``'same'``
+    drops it.  The adjoint of padding."""
+    for ax, ((pb, pa), n) in enumerate(zip(pads, spatial)):
+        axis = first_axis + ax
+        core = np.take(acc, np.arange(pb, pb + n), axis=axis)
+        if padding == "circular":
+            if pa:
+                idx = [slice(None)] * core.ndim
+                idx[axis] = slice(0, pa)
+                core[tuple(idx)] += np.take(acc, np.arange(pb + n, pb + n + pa), axis=axis)
+            if pb:
+                idx = [slice(None)] * core.ndim
+                idx[axis] = slice(n - pb, n)
+                core[tuple(idx)] += np.take(acc, np.arange(0, pb), axis=axis)
+        acc = core
+    return acc

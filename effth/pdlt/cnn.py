@@ -61,18 +61,12 @@ import numpy as np
 from effth._results import WeightLayers
 from effth._signature import public
 from effth.arch.cnn import CNN
+from effth.arch.cnn import padding_widths as _pads
 from effth.errors import DomainError
 from effth.numerics import gaussian_expectation
 from effth.numerics.sample_tables import closed_pair_tables, pair_tables
 
 __all__ = ["CNNKernels", "cnn_kernels", "patch_average"]
-
-
-def _pads(f: int, padding: str) -> tuple[int, int]:
-    if padding == "valid":
-        return 0, 0
-    before = (f - 1) // 2
-    return before, f - 1 - before
 
 
 @public

@@ -36,7 +36,8 @@ import numpy as np
 from .._progress import progress_bar
 from .._results import WeightLayers
 from effth._signature import public
-from effth.arch.cnn import CNN
+from effth.arch.cnn import CNN, unpad
+from effth.arch.cnn import padding_widths as _pads
 from ..errors import DomainError
 from ._inputs import as_generator
 from ._jackknife import group_units, jackknife_error
@@ -46,13 +47,6 @@ __all__ = ["CNNEnsembleStatistics", "simulate_cnn_ensemble"]
 
 
 # ------------------------------------------------------------------------- im2col and its adjoint
-def _pads(f: int, padding: str) -> tuple[int, int]:
-    if padding == "valid":
-        return 0, 0
-    before = (f - 1) // 2
-    return before, f - 1 - before
-
-
 def _patches(s: np.ndarray, filt: tuple, padding: str) -> np.ndarray:
     """``s (m, P, *sp, C)`` -> patches ``(m, P, *out, q, C)`` (offsets in C order)."""
     dims = len(filt)
@@ -78,20 +72,7 @@ def _fold(dp: np.ndarray, filt: tuple, padding: str, sp: tuple) -> np.ndarray:
         acc[sl] += dp[..., k, :]
     if padding == "valid":
         return acc
-    for ax, ((pb, pa), n) in enumerate(zip(pads, sp)):
-        axis = 2 + ax
-        core = np.take(acc, np.arange(pb, pb + n), axis=axis)
-        if padding == "circular":
-            if pa:
-                idx = [slice(None)] * core.ndim
-                idx[axis] = slice(0, pa)
-                core[tuple(idx)] += np.take(acc, np.arange(pb + n, pb + n + pa), axis=axis)
-            if pb:
-                idx = [slice(None)] * core.ndim
-                idx[axis] = slice(n - pb, n)
-                core[tuple(idx)] += np.take(acc, np.arange(0, pb), axis=axis)
-        acc = core
-    return acc
+    return unpad(acc, pads, sp, padding, 2)
 
 
 # ------------------------------------------------------------------------- one chunk of networks

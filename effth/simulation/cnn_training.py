@@ -49,7 +49,7 @@ from .._validate import check_memory, integer
 from ..errors import DomainError
 from ._inputs import as_generator
 from .cnn import _backprop, _forward, _gamma, _init, _ntk, _readout_init, _readout_signal
-from .learning import _RUNAWAY, TrainedEnsemble, _diverged, _loss_and_eps, _targets
+from .learning import _RUNAWAY, TrainedEnsemble, _diverged, _loss_and_eps, _targets, check_gd_step
 from .training import _real_scalar, _resolve_callables
 
 __all__ = ["train_cnn"]
@@ -214,16 +214,7 @@ def train_cnn(net: CNN, X: Any, y: Any, *, eta: float, updates: int, networks: i
                 first = [(w[:1], b[:1]) for w, b in params], tuple(r[:1] for r in readout)
                 fw1 = _forward(net, *first, Xa, fns, keep=True)[2]
                 H0 = _ntk(net, first[0], first[1], fw1, fns)[0]
-                if not np.isfinite(H0).all():
-                    raise DomainError("the training NTK at initialization is not finite "
-                                      "(overflowing network); reduce c_w or the input scale")
-                lmax = float(np.linalg.eigvalsh(H0)[-1])
-                bound = 2.0 / lmax if lmax > 0 else np.inf
-                if not eta < bound:
-                    raise DomainError(
-                        f"eta={eta:g} is beyond the stability bound of gradient descent, eta < "
-                        f"2 / lambda_max(training NTK at initialization) = {bound:.4g} (first "
-                        "network); lower eta")
+                check_gd_step(H0, eta, "overflowing network; reduce c_w or the input scale")
             f0, ref, r = None, None, 0
             for t in range(updates + 1):
                 f, _, fw = _forward(net, params, readout, Xall, fns, keep=True)

@@ -414,6 +414,21 @@ class _Diverged(Exception):
         self.step, self.network, self.loss, self.ref = step, network, loss, ref
 
 
+def check_gd_step(H0: np.ndarray, eta: float, overflow_hint: str) -> None:
+    """Refuse a learning rate beyond gradient descent's stability bound
+    ``eta < 2 / lambda_max(H0)`` of the first network's training NTK at initialization (the MLP
+    and CNN trainers share it); a non-finite NTK is reported with ``overflow_hint``."""
+    if not np.isfinite(H0).all():
+        raise DomainError(f"the training NTK at initialization is not finite ({overflow_hint})")
+    lam = float(np.linalg.eigvalsh(H0)[-1])
+    bound = 2.0 / lam if lam > 0 else np.inf
+    if not eta < bound:
+        raise DomainError(
+            f"eta={eta:g} is beyond the stability bound of gradient descent, eta < "
+            f"2 / lambda_max(training NTK at initialization) = {bound:.4g} (first network); "
+            "lower eta")
+
+
 @public
 def train_ensemble(net: MLP, X: Any, y: Any, *, eta: float, updates: int,
                    networks: int | None = None, seed: Any = _UNSET, params: Any = None, lambda_b: Any = 1.0,
@@ -590,16 +605,7 @@ def train_ensemble(net: MLP, X: Any, y: Any, *, eta: float, updates: int,
                         W1, b1 = [W[:1] for W in Ws], [b[:1] for b in bs]
                         fp = _mlp.forward(W1, b1, X, *fns)
                         H0 = _train_ntk(fp, W1, C, rate_b, rate_w)[0]
-                        if not np.isfinite(H0).all():
-                            raise DomainError("the training NTK at initialization is not finite "
-                                              "(overflowing network or activation derivative)")
-                        lam = float(np.linalg.eigvalsh(H0)[-1])
-                        bound = 2.0 / lam if lam > 0 else np.inf
-                        if not eta < bound:
-                            raise DomainError(
-                                f"eta={eta:g} is beyond the stability bound of gradient descent, "
-                                f"eta < 2 / lambda_max(training NTK at initialization) = "
-                                f"{bound:.4g} (first network); lower eta")
+                        check_gd_step(H0, eta, "overflowing network or activation derivative")
                     out.append(_run_chunk(Ws, bs, X, Xt, Y, fns, loss, method, eta, updates, rec,
                                           rate_b, rate_w, record_ntk, start))
                     bar.update(m)

@@ -88,7 +88,7 @@ import numpy as np
 
 from effth import _validate as _v
 from effth._signature import public
-from effth.arch.cnn import CNN
+from effth.arch.cnn import CNN, unpad
 from effth.dmft.grid import TimeGrid, TrainingData, real_scalar
 from effth.dmft.result import Diagnostics, DMFTResult
 from effth.dmft.solvers.lazy import (activation_label, check_stability, check_stability_along,
@@ -140,19 +140,7 @@ def patch_adjoint(M: Any, filter_shape: tuple, padding: str) -> np.ndarray:
         acc[(slice(None),) + sl + (slice(None),) + sl] += M
     # back from padded to image coordinates, axis by axis (both sides)
     for side in (0, 1 + dims):
-        for ax, ((pb, pa), n) in enumerate(zip(pads, sp)):
-            axis = side + 1 + ax
-            core = np.take(acc, np.arange(pb, pb + n), axis=axis)
-            if padding == "circular":
-                if pa:
-                    idx = [slice(None)] * core.ndim
-                    idx[axis] = slice(0, pa)
-                    core[tuple(idx)] += np.take(acc, np.arange(pb + n, pb + n + pa), axis=axis)
-                if pb:
-                    idx = [slice(None)] * core.ndim
-                    idx[axis] = slice(n - pb, n)
-                    core[tuple(idx)] += np.take(acc, np.arange(0, pb), axis=axis)
-            acc = core
+        acc = unpad(acc, pads, sp, padding, side + 1)
     return acc / float(np.prod(filter_shape))
 
 
