@@ -452,19 +452,9 @@ class DeepSeriesFormulas:
         :math:`\langle\prod_k\phi^{(k)}\rangle` over :math:`\mathcal N(0,\mathrm{variance})`
         (default: a dense trapezoid rule, step 0.02 standard deviations).
         """
-        from effth.dmft.series.formulas_nonlinear import _trapezoid_moment
-        from effth.dmft.solvers.lazy import require_smooth, resolve_activation
+        from effth.dmft.series.formulas_nonlinear import _one_input_arguments, _trapezoid_moment
 
-        L = self.hidden_layers if hidden_layers is None else int(hidden_layers)
-        if L is None or L < 1:
-            raise DomainError("evaluate() needs hidden_layers >= 1")
-        kx = np.atleast_2d(np.asarray(kx, dtype=float))
-        y = np.atleast_1d(np.asarray(y, dtype=float))
-        if kx.shape != (1, 1) or y.shape != (1,):
-            raise DomainError(f"these formulas are for one input: kx (1, 1) and y (1,), got "
-                              f"{kx.shape}, {y.shape}")
-        act = resolve_activation(activation)
-        require_smooth(act, "the gamma0-series")
+        L, kx, y, act = _one_input_arguments(self.hidden_layers, hidden_layers, kx, y, activation)
         N, T = int(self.order), int(steps)
         terms = self.printed_terms()
         top = max(max(mom, default=0) for tm in terms.values() for mom, _, _ in tm)

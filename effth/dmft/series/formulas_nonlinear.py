@@ -277,18 +277,7 @@ class NonlinearSeriesFormulas:
         a dense trapezoid rule, step 0.02 standard deviations; ``moment='quad'``: adaptive
         :func:`scipy.integrate.quad`).
         """
-        from effth.dmft.solvers.lazy import require_smooth, resolve_activation
-
-        L = self.hidden_layers if hidden_layers is None else int(hidden_layers)
-        if L is None or L < 1:
-            raise DomainError("evaluate() needs hidden_layers >= 1")
-        kx = np.atleast_2d(np.asarray(kx, dtype=float))
-        y = np.atleast_1d(np.asarray(y, dtype=float))
-        if kx.shape != (1, 1) or y.shape != (1,):
-            raise DomainError(f"these formulas are for one input: kx (1, 1) and y (1,), got "
-                              f"{kx.shape}, {y.shape}")
-        act = resolve_activation(activation)
-        require_smooth(act, "the gamma0-series")
+        L, kx, y, act = _one_input_arguments(self.hidden_layers, hidden_layers, kx, y, activation)
         fns = [act.numpy(k) for k in range(4)]
         if moment == "quad":
             moment = lambda ds, var: _quad_moment(fns, ds, var)             # noqa: E731
@@ -643,3 +632,21 @@ def evaluate_several_inputs(kx, y, *, activation, eta: float, steps: int, hidden
     idx = np.arange(T)
     return {"phi": np.stack(phi2), "g": np.stack(g2),
             "ntk": K2.reshape(T, n, T, n)[idx, :, idx, :]}
+
+
+def _one_input_arguments(own_layers, hidden_layers, kx, y, activation) -> tuple:
+    """``(L, kx (1, 1), y (1,), activation)`` checked for the one-input formulas' ``evaluate``
+    (smooth activation, one input, ``L >= 1``)."""
+    from effth.dmft.solvers.lazy import require_smooth, resolve_activation
+
+    L = own_layers if hidden_layers is None else int(hidden_layers)
+    if L is None or L < 1:
+        raise DomainError("evaluate() needs hidden_layers >= 1")
+    kx = np.atleast_2d(np.asarray(kx, dtype=float))
+    y = np.atleast_1d(np.asarray(y, dtype=float))
+    if kx.shape != (1, 1) or y.shape != (1,):
+        raise DomainError(f"these formulas are for one input: kx (1, 1) and y (1,), got "
+                          f"{kx.shape}, {y.shape}")
+    act = resolve_activation(activation)
+    require_smooth(act, "the gamma0-series")
+    return L, kx, y, act
