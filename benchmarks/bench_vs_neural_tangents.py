@@ -24,9 +24,10 @@ Parameterization: NT's ``Dense(W_std, b_std, parameterization="ntk")`` is the bo
 Without neural-tangents the script says so and times effth against the floor only.
 
 Measured on the 2-core development machine (1 BLAS thread, otherwise idle, interleaved, best of
-5), depth 8 / 20: erf 0.83x / 0.64x on two worker threads, 0.87x / 0.83x with
-``EFFTH_THREADS=1`` (neural-tangents 0.081 / 0.222 s); ReLU 0.65x / 0.30x, and 0.84x / 0.39x on one
-thread (0.127 / 0.708 s); runs ten minutes apart differ by about 10 %.
+5; 2026-12-03), depth 8 / 20: erf effth/floor 0.77 / 0.78, effth/neural-tangents 0.77 / 0.75
+(neural-tangents 0.075 / 0.213 s); ReLU effth/floor 1.08 / 0.91, effth/neural-tangents 0.45 / 0.27
+(0.175 / 0.712 s); two effth worker threads gain nothing over one (the fused pass is memory-bound);
+runs ten minutes apart differ by about 10 %.
 neural-tangents' jit compile takes 0.46-3.1 s on top; effth's first call reads its derivations
 from the disk cache. K agrees to 1e-15. For ReLU, neural-tangents' Theta differs from effth's by
 up to 2e-8 relative, on the diagonal: against a 40-digit mpmath iteration of the arc-cosine
