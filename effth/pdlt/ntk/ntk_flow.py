@@ -786,6 +786,10 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
     Ks[0], Ths[0] = K1, Th1
     scale0 = float(np.max(np.abs(np.diag(K1))))
     warned = False
+    stops, i0 = {}, 0            # start -> stop of each upper-triangle row block (same every layer)
+    while i0 < N:
+        stops[i0] = min(N, i0 + max(1, _ROW_ENTRIES // (N - i0)))
+        i0 = stops[i0]
     with blas_threads(), progress_bar(L - 1, "ntk_flow: layers", progress=progress, unit="layer") as bar:
         for layer in range(1, L):
             K, T = Ks[layer - 1], Ths[layer - 1]
@@ -819,10 +823,6 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
                 return bool(np.isfinite(kb).all() and np.isfinite(tb).all())
 
             # row blocks of about _ROW_ENTRIES entries of the upper triangle
-            stops, i0 = {}, 0                                  # start -> stop of each row block
-            while i0 < N:
-                stops[i0] = min(N, i0 + max(1, _ROW_ENTRIES // (N - i0)))
-                i0 = stops[i0]
             if not all(thread_map(block, list(stops))):
                 return None                                    # the general path says why
             _check_layer(Ks[layer], layer + 1, scale0, warned)
