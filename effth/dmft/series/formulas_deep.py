@@ -146,15 +146,20 @@ def _relabel(term, ren):
             tuple((n, f(a), f(b)) for n, a, b in mats))
 
 
-def _add(out: dict, term, coef) -> None:
+def _accumulate(out: dict, key, coef) -> None:
+    """``out[key] += coef`` for a canonical ``key``, dropping the entry when it cancels."""
     if coef == 0:
         return
-    key = _canon(*term)
     v = out.get(key, 0) + coef
     if v == 0:
         out.pop(key, None)
     else:
         out[key] = v
+
+
+def _add(out: dict, term, coef) -> None:
+    if coef != 0:                  # (canonicalizing costs; a zero adds nothing)
+        _accumulate(out, _canon(*term), coef)
 
 
 def _mul(E1: dict, E2: dict) -> dict:
@@ -177,11 +182,7 @@ def _plus(*Es) -> dict:
     out: dict = {}
     for E in Es:
         for k, v in E.items():
-            w = out.get(k, 0) + v
-            if w == 0:
-                out.pop(k, None)
-            else:
-                out[k] = w
+            _accumulate(out, k, v)
     return out
 
 
@@ -319,12 +320,7 @@ def _lazy(E: dict) -> dict:
             continue
         mom = tuple(sorted(k for k, _ in phis))
         net = _canon((), (), mats)[2]
-        key = (mom, m // 2, net)
-        v = out.get(key, 0) + c * _double_factorial(m)
-        if v == 0:
-            out.pop(key, None)
-        else:
-            out[key] = v
+        _accumulate(out, (mom, m // 2, net), c * _double_factorial(m))
     return out
 
 
