@@ -94,12 +94,12 @@ from effth.dmft.result import Diagnostics, DMFTResult
 from effth.dmft.solvers.lazy import (activation_label, check_stability, check_stability_along,
                                      static_ntk_dynamics)
 from effth.dmft.solvers.monte_carlo import (_exact_closure, _flag_growth, _sample, _solve_fields,
-                                            _stein, _window)
+                                            _stein, _unit_lower_inverse, _window)
 from effth.errors import ConvergenceError, DomainError
 from effth.pdlt.cnn import _pads, _pair_tables, cnn_kernels, patch_average
 from effth._progress import progress_bar
 
-__all__ = ["CNNDMFTResult", "solve_cnn_monte_carlo", "patch_adjoint"]
+__all__ = ["CNNDMFTResult", "solve_cnn_monte_carlo", "solve_cnn_deep_linear", "patch_adjoint"]
 
 #: paddings the solver handles (every hidden layer keeps the image size)
 DMFT_PADDINGS = ("circular", "same")
@@ -305,6 +305,25 @@ def _check_net(net: Any) -> CNN:
     return net
 
 
+def _prepare(net, X, y, X_test, eta, steps):
+    """Checked network, training images, all images (train then test), targets and grid."""
+    net = _check_net(net)
+    Xa = net.images(X)
+    P = Xa.shape[0]
+    yv = _v.real_array(y, "y", finite=True)
+    if yv.shape != (P,):
+        raise DomainError(f"y must have shape ({P},) (one target per training image), got {yv.shape}")
+    Xall = Xa
+    if X_test is not None:
+        Xt = net.images(X_test, "X_test")
+        if Xt.shape[1:] != Xa.shape[1:]:
+            raise DomainError(f"X_test holds images of shape {Xt.shape[1:]}, the training images "
+                              f"{Xa.shape[1:]}: images must have equal shapes")
+        Xall = np.concatenate([Xa, Xt])
+    eta = real_scalar(eta, "eta")
+    return net, Xa, Xall, yv, TimeGrid(eta, steps)
+
+
 @public
 def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X_test: Any = None,
                           samples: int = 2000, iterations: int = 15, damping: float = 0.6,
@@ -354,22 +373,8 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
     ConvergenceError
         A kernel entry exceeds ``diverge_at``.
     """
-    net = _check_net(net)
-    Xa = net.images(X)
-    P = Xa.shape[0]
-    yv = _v.real_array(y, "y", finite=True)
-    if yv.shape != (P,):
-        raise DomainError(f"y must have shape ({P},) (one target per training image), got {yv.shape}")
-    Xall = Xa
-    if X_test is not None:
-        Xt = net.images(X_test, "X_test")
-        if Xt.shape[1:] != Xa.shape[1:]:
-            raise DomainError(f"X_test holds images of shape {Xt.shape[1:]}, the training images "
-                              f"{Xa.shape[1:]}: images must have equal shapes")
-        Xall = np.concatenate([Xa, Xt])
-    eta = real_scalar(eta, "eta")
-    grid = TimeGrid(eta, steps)
-    T = grid.steps
+    net, Xa, Xall, yv, grid = _prepare(net, X, y, X_test, eta, steps)
+    P, T = Xa.shape[0], grid.steps
     for name, v, lo in (("samples", samples, 4), ("iterations", iterations, 1),
                         ("replicas", replicas, 1)):
         _v.integer(v, name, minimum=lo)
@@ -431,6 +436,23 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
                          spatial_shape=shape, ntk_equal_time=mean["ntk"]))
 
 
+def _drives(ops, w, ell, k0, Phi, G, Ab, Bb, dcol, ge):
+    """Layer ``ell``'s source covariances and drive matrices of the field equations (module
+    docstring): ``K_in``, ``G_in`` and ``Cm = C_W A[Abar] + gamma0 eta K_in D`` (maps ``g`` into
+    ``h``, strictly causal), ``Dm = C_W A^T[Bbar] + gamma0 eta G_in D`` (maps ``phi(h)`` into
+    ``z``); ``ge = gamma0 eta``, ``dcol`` the column weights ``Delta_alpha(s)``."""
+    L = ops.L
+    Kin = k0 if ell == 1 else ops.k_in(Phi[ell - 2], ell)
+    Gin = ops.g_in(G[ell] if ell < L else None, ell)
+    Cm = ge * w.strict_r * Kin * dcol[None, :]
+    Dm = ge * w.strict_r * Gin * dcol[None, :]
+    if ell >= 2:
+        Cm = Cm + ops.net.c_w_at(ell) * ops.patch(Ab[ell - 2], ell)
+    if ell <= L - 1:
+        Dm = Dm + ops.net.c_w_at(ell + 1) * ops.adjoint(Bb[ell - 1], ell + 1)
+    return Kin, Gin, Cm, Dm
+
+
 def _solve_one(net, ops, Phi0, G0, ntk0, y, grid, S, iterations, damping, tol, cut, rng,
                diverge_at, bar):
     """One alternating solve with ``S`` draws per layer and sweep (Jacobi sweeps over layers)."""
@@ -454,14 +476,7 @@ def _solve_one(net, ops, Phi0, G0, ntk0, y, grid, S, iterations, damping, tol, c
         ro = None
         with np.errstate(over="ignore", invalid="ignore"):
             for ell in range(1, L + 1):
-                Kin = k0 if ell == 1 else ops.k_in(Phi[ell - 2], ell)
-                Gin = ops.g_in(G[ell] if ell < L else None, ell)
-                Cm = gam * eta * w.strict_r * Kin * dcol[None, :]
-                Dm = gam * eta * w.strict_r * Gin * dcol[None, :]
-                if ell >= 2:
-                    Cm = Cm + ops.net.c_w_at(ell) * ops.patch(Ab[ell - 2], ell)
-                if ell <= L - 1:
-                    Dm = Dm + ops.net.c_w_at(ell + 1) * ops.adjoint(Bb[ell - 1], ell + 1)
+                Kin, Gin, Cm, Dm = _drives(ops, w, ell, k0, Phi, G, Ab, Bb, dcol, gam * eta)
                 uh = _sample(rng, Kin, S // 2)
                 rh = _sample(rng, Gin, S // 2)
                 uh = np.concatenate([uh, uh])
@@ -493,15 +508,199 @@ def _solve_one(net, ops, Phi0, G0, ntk0, y, grid, S, iterations, damping, tol, c
         if tol > 0 and res < tol:
             converged = True
             break
-    # equal-time NTK of the final state: Phi_out + sum_l sum_ij G^l K^l_in
+    ntk = _equal_time_ntk(ops, k0, Phi, G)
+    return dict(phi=np.stack(Phi), g=np.stack(G),
+                A=np.stack(Ab) if Ab else np.zeros((0, Tm, Tm)),
+                B=np.stack(Bb) if Bb else np.zeros((0, Tm, Tm)), f=f, ntk=ntk, res=res_hist,
+                converged=converged)
+
+
+
+def _equal_time_ntk(ops, k0, Phi, G):
+    r"""``(T, n, n)`` equal-time NTK :math:`\Phi^{\rm out}+\sum_\ell\sum_{ij}G^\ell K^\ell_{\rm in}`."""
+    T, m, n, L = ops.T, ops.m, ops.n, ops.L
     idx = np.arange(T)
     eq = lambda M: M.reshape(T, m, T, m)[idx, :, idx, :]                 # (T, m, m)
     ntk = ops.readout_kernel(Phi[-1]).reshape(T, n, T, n)[idx, :, idx, :]
     for ell in range(1, L + 1):
         Kin = k0 if ell == 1 else ops.k_in(Phi[ell - 2], ell)
         ntk = ntk + (eq(G[ell - 1]) * eq(Kin)).reshape(T, n, ops.S, n, ops.S).sum(axis=(2, 4))
-    return dict(phi=np.stack(Phi), g=np.stack(G),
-                A=np.stack(Ab) if Ab else np.zeros((0, Tm, Tm)),
-                B=np.stack(Bb) if Bb else np.zeros((0, Tm, Tm)), f=f, ntk=ntk, res=res_hist,
-                converged=converged)
+    return ntk
 
+
+def _is_identity(act) -> bool:
+    xs = np.linspace(-3.0, 3.0, 13)
+    return bool(np.allclose(act.numpy(0)(xs), xs, rtol=0, atol=1e-12)
+                and np.allclose(act.numpy(1)(xs), 1.0, rtol=0, atol=1e-12))
+
+
+@public
+def solve_cnn_deep_linear(net: CNN, X: Any, y: Any, *, eta: float, steps: int,
+                          X_test: Any = None, tol: float = 1e-11, max_iter: int | None = None,
+                          reduce: bool = False) -> DMFTResult:
+    r"""The CNN DMFT of a deep *linear* CNN in closed form, without sampling (app. G with
+    :math:`\phi(h)=h`; the CNN analogue of :func:`effth.dmft.solve_deep_linear`).
+
+    For :math:`\phi(h)=h` the field equations of :mod:`effth.dmft.solvers.cnn` are linear,
+    :math:`h=u+C_sz`, :math:`z=r+D_lh` (:math:`C_s` the strictly causal part of the drive of
+    :math:`h`, :math:`D_l` the causal part of the drive of :math:`z`, both over
+    (time, image, pixel)), so with :math:`M=(1-C_sD_l)^{-1}` (unit lower triangular by causality)
+    :math:`h=M(u+C_sr)` and :math:`z=(1+D_lMC_s)r+D_lMu` are Gaussian and every order parameter is
+    a matrix product,
+
+    .. math::
+
+        \Phi^\ell=M(K^\ell_{\rm in}+C_sG^\ell_{\rm in}C_s^\top)M^\top,\quad
+        G^\ell=N G^\ell_{\rm in}N^\top+D_lMK^\ell_{\rm in}M^\top D_l^\top\ (N=1+D_lMC_s),\quad
+        \bar A^\ell=MC_s,\quad \bar B^{\ell-1}=D_lM,
+
+    and the readout term of the exact closure is
+    :math:`\langle\sum_ir^L_{\mu i}h^L_{\mu i}(t)\rangle=\sum_i[MC_sG^L_{\rm in}]_{(t\mu i),(t\mu i)}`:
+    the expectations that :func:`solve_cnn_monte_carlo` estimates, taken exactly.  The
+    equations are iterated (Jacobi sweeps over layers, as the Monte-Carlo solver) to the fixed
+    point, which causality makes exact after finitely many sweeps.  Cost
+    :math:`O((TP|\mathcal P|)^3)` per sweep and layer, memory :math:`O((TP|\mathcal P|)^2)`.
+
+    ``reduce=True`` (circular padding, global average pooling, :math:`C_W=1`, :math:`C_b=0`): the
+    exact reduction to the deep linear MLP.  With circular padding the pixel mean
+    :math:`\bar h^{\ell+1}_j=\sum_{k}w^\ell_{jk}\bar h^\ell_k/\sqrt N` of a linear
+    convolution only sees the summed filter :math:`w^\ell=q^{-1/2}\sum_dW^\ell_d`, whose entries
+    are again :math:`\mathcal N(0,1)`; pooling reads out :math:`\bar h^L` only, and gradient
+    descent with one rate on every :math:`W_d` moves :math:`w` by the MLP's gradient step
+    (:math:`\partial w/\partial W_d=q^{-1/2}`, :math:`q` offsets).  So the CNN is, at every width
+    and step, the deep linear MLP of the same depth and :math:`\gamma_0` on the pixel-mean images
+    :math:`\bar x_\mu` (kernel :math:`\bar x_\mu\cdot\bar x_\alpha/C_0`), solved by
+    :func:`effth.dmft.solve_deep_linear` at :math:`O(T^2P^2)` cost whatever the image size.
+    Its ``phi`` are the pixel means :math:`|\mathcal P|^{-2}\sum_{ij}\Phi^\ell_{\mu i,\alpha j}`
+    of the CNN kernels, its ``g`` are :math:`|\mathcal P|^2G^\ell` (the backward fields of a linear
+    pooled CNN do not depend on the pixel), and ``f``, ``loss`` and the NTK are the CNN's.
+
+    Parameters
+    ----------
+    net : CNN
+        ``parameterization='mup'``, identity activation (``'linear'`` or ``'identity'``),
+        ``'circular'`` or ``'same'`` padding, one output.
+    X, y, X_test, eta, steps
+        As for :func:`solve_cnn_monte_carlo`.
+    tol : float
+        Stop when the largest change of a kernel, response or residual is below ``tol``.
+    max_iter : int, optional
+        Sweeps before :class:`ConvergenceError` (default ``2 T L + 10``).
+    reduce : bool
+        Use the exact reduction to :func:`effth.dmft.solve_deep_linear` (above).
+
+    Returns
+    -------
+    CNNDMFTResult or DMFTResult
+        The pixel-resolved result (``method='deep_linear'``, no standard errors), or with
+        ``reduce=True`` the deep linear MLP's :class:`~effth.dmft.result.DMFTResult`.
+
+    Raises
+    ------
+    DomainError
+        A nonlinear activation; with ``reduce=True`` a network outside the reduction's conditions;
+        otherwise as :func:`solve_cnn_monte_carlo`.
+    ConvergenceError
+        No fixed point within ``max_iter`` sweeps.
+    """
+    net, Xa, Xall, yv, grid = _prepare(net, X, y, X_test, eta, steps)
+    if not _is_identity(net.act):
+        raise DomainError(f"solve_cnn_deep_linear needs the identity activation ('linear' or "
+                          f"'identity'), got {net.act!r}; use solve_cnn_monte_carlo")
+    if not (np.isfinite(tol) and tol > 0):
+        raise DomainError(f"tol={tol!r} must be finite and > 0")
+    P, T, L = Xa.shape[0], grid.steps, net.depth - 1
+    if reduce:
+        from effth.dmft.solvers.deep_linear import solve_deep_linear
+        cw = [net.c_w_at(k) for k in range(1, net.depth + 1)]
+        cb = [net.c_b_at(k) for k in range(1, net.depth + 1)]
+        if net.padding != "circular" or net.readout != "gap" or any(c != 1.0 for c in cw) \
+                or any(c != 0.0 for c in cb):
+            raise DomainError("reduce=True is exact for circular padding, readout='gap', c_w=1 "
+                              f"and c_b=0 (got padding={net.padding!r}, readout={net.readout!r}, "
+                              f"c_w={tuple(cw)}, c_b={tuple(cb)}); use reduce=False")
+        xbar = Xall.reshape(Xall.shape[0], -1, Xall.shape[-1]).mean(axis=1)
+        kx = xbar @ xbar.T / Xall.shape[-1]
+        return solve_deep_linear(kernel=kx, y=yv, depth=net.depth, gamma0=float(net.gamma0),
+                                 eta=grid.eta, steps=T, tol=max(tol, 1e-10))
+    shape = tuple(Xa.shape[1:-1])
+    n = Xall.shape[0]
+    ops = _Ops(net, shape, n, T)
+    m, Tm = ops.m, T * ops.m
+    _v.check_memory(8.0 * Tm * Tm * (6 * L + 12),
+                    f"the linear CNN DMFT's dense kernels over (time, image, pixel) = {Tm} indices",
+                    "lower steps, the number of images or the image size")
+    max_iter = 2 * T * L + 10 if max_iter is None else _v.integer(max_iter, "max_iter", minimum=1)
+    Phi0, G0, ntk0 = _initial_state(net, Xall, ops)
+    check_stability(ntk0[:P, :P], grid.eta)
+    t0 = time.perf_counter()
+    out = _solve_linear(net, ops, Phi0, G0, ntk0, yv, grid, float(tol), int(max_iter))
+    diag = Diagnostics(iterations=len(out["res"]), tol=float(tol), residuals=out["res"])
+    diag.converged = True
+    diag.seconds = time.perf_counter() - t0
+    gam = float(net.gamma0)
+    resp = lambda x: x.reshape(-1, T, m, T, m) / gam if x.size else np.zeros((0, T, m, T, m))
+    data = TrainingData(Xall.reshape(n, -1) @ Xall.reshape(n, -1).T / (ops.S * Xall.shape[-1]),
+                        yv, P)
+    return check_stability_along(CNNDMFTResult(
+        grid=grid, data=data, hidden_layers=L, gamma0=gam, activation=activation_label(net.act),
+        phi=out["phi"].reshape(L, T, m, T, m), g=out["g"].reshape(L, T, m, T, m),
+        A=resp(out["A"]), B=resp(out["B"]), f=out["f"], delta=yv[None] - out["f"][:, :P],
+        method="deep_linear", closure="exact", diagnostics=diag, mc_stderr=None, net=net,
+        spatial_shape=shape, ntk_equal_time=out["ntk"]))
+
+
+def _solve_linear(net, ops, Phi0, G0, ntk0, y, grid, tol, max_iter):
+    """Jacobi sweeps of the exact Gaussian expectations (:func:`solve_cnn_deep_linear`)."""
+    L, T, m, n = ops.L, ops.T, ops.m, ops.n
+    P = y.size
+    eta, gam = grid.eta, float(net.gamma0)
+    w = _window(T, m, 1, 1.0, np.zeros((m, m)))
+    Tm = T * m
+    ones = np.ones((m, m))
+    strict = np.kron(np.tril(np.ones((T, T)), -1), ones)                # h sees g of s < t
+    causal = np.kron(np.tril(np.ones((T, T))), ones)                   # z sees h of s <= t
+    eye = np.eye(Tm)
+    delta = y[None] - static_ntk_dynamics(ntk0, y, eta, T)[:, :P]
+    Phi, G = [p.copy() for p in Phi0], [g.copy() for g in G0]
+    Ab = [np.zeros((Tm, Tm)) for _ in range(L - 1)]
+    Bb = [np.zeros((Tm, Tm)) for _ in range(L - 1)]
+    k0 = np.tile(ops.k_in1, (T, T))
+    res_hist, f = [], None
+    for it in range(max_iter):
+        dl = np.zeros((T, n))
+        dl[:, :P] = delta
+        dcol = np.repeat(dl.reshape(T * n), ops.S)
+        Phin, Gn, Abn, Bbn = [None] * L, [None] * L, [None] * (L - 1), [None] * (L - 1)
+        for ell in range(1, L + 1):
+            Kin, Gin, Cm, Dm = _drives(ops, w, ell, k0, Phi, G, Ab, Bb, dcol, gam * eta)
+            Cs, Dl = Cm * strict, Dm * causal
+            M = _unit_lower_inverse(eye - Cs @ Dl)
+            MC, DM = M @ Cs, Dl @ M
+            Phin[ell - 1] = M @ (Kin + Cs @ Gin @ Cs.T) @ M.T
+            N = eye + DM @ Cs
+            Gn[ell - 1] = N @ Gin @ N.T + DM @ Kin @ DM.T
+            if ell <= L - 1:
+                Abn[ell - 1] = w.mask_a * MC
+            if ell >= 2:
+                Bbn[ell - 2] = w.mask_b * DM
+            if ell == L:
+                ro = np.einsum("ii->i", MC @ Gin).reshape(T, n, ops.S).sum(axis=-1)
+        Pout = ops.readout_kernel(Phin[-1])
+        f = _exact_closure(Pout, ro[..., None] / gam, y[:, None], eta)[..., 0]
+        delta_new = y[None] - f[:, :P]
+        res = max(max(float(np.max(np.abs(a - b))) for a, b in zip(Phin + Gn + Abn + Bbn,
+                                                                   Phi + G + Ab + Bb)),
+                  float(np.max(np.abs(delta_new - delta))))
+        res_hist.append(res)
+        Phi, G, Ab, Bb, delta = Phin, Gn, Abn, Bbn, delta_new
+        if not np.isfinite(res):
+            break
+        if res < tol:
+            ntk = _equal_time_ntk(ops, k0, Phi, G)
+            return dict(phi=np.stack(Phi), g=np.stack(G),
+                        A=np.stack(Ab) if Ab else np.zeros((0, Tm, Tm)),
+                        B=np.stack(Bb) if Bb else np.zeros((0, Tm, Tm)), f=f, ntk=ntk,
+                        res=res_hist)
+    raise ConvergenceError(f"the linear CNN DMFT did not reach tol={tol:g} in {max_iter} sweeps "
+                           f"(last residual {res_hist[-1]:.3g}); lower gamma0 or eta")
