@@ -1,14 +1,21 @@
-"""Benchmark: cost of the CNN DMFT (effth.dmft.solve_cnn_monte_carlo) against T, P and |S|.
+"""Benchmark: cost of the CNN DMFT against T, P and |S| (effth.dmft.solve_cnn_monte_carlo), and
+of the closed form of deep linear CNNs (effth.dmft.solve_cnn_deep_linear).
 
-The solver is dense over the index (time, image, pixel), of size m = T P |S|: per sweep and layer
-it takes square roots of two (m x m) source covariances (eigh, O(m^3)), a causal Stein
-factorization (O(m^3)), the forward substitution of S fields (O(S m^2)) and the patch operators
-(O(q m^2)).  This script times one sweep of one replica at a grid of sizes and fits the exponent
-of the time in m; it then times the issue's reference problem when it fits (P = 10 digits,
-8x8 pixels, 3x3 filters, depth 3, T = 50: m = 32000, about 8 GB per kernel -- it does not, and
-the script says so instead of running it).  Not collected by pytest.
+The Monte-Carlo solver is dense over the index (time, image, pixel), of size m = T P |S|: per sweep
+and layer it takes symmetric square roots of two (m x m) source covariances (eigh, O(m^3); about
+60 % of a sweep at m = 2304), a causal Stein factorization (O(m^3)), the patch operator and its
+adjoint (O(q m^2), about 20 %) and the forward substitution of S fields (O(S m^2)).  The kernels
+have no pixel-difference (block-circulant) structure for a fixed data set -- circular padding makes
+the problem equivariant under shifting *all images*, not the kernels of given images functions of
+i - j -- so m cannot be split into per-frequency blocks.  This script times one sweep of one
+replica while varying T, P and |S| one at a time around a base point, fits the exponent of each,
+and extrapolates to the reference problem (P = 10 digits, 8x8 pixels, 3x3 filters, depth 3, T = 50:
+m = 32000, 8 GB per dense kernel), which it does not run.  It then times the deep linear closed
+form: pixel-resolved (dense, O(m^3) per sweep) at a small size, and the exact reduction of a
+circular pooled linear CNN to the deep linear MLP on pixel-mean images at the reference size.
+Not collected by pytest.
 
-Usage: ``python benchmarks/bench_cnn_dmft.py [--samples 1000] [--big]``.
+Usage: ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_cnn_dmft.py [--samples 1000] [--big]``.
 """
 
 from __future__ import annotations
@@ -19,46 +26,97 @@ import time
 import numpy as np
 
 
-def one(T, P, side, samples, dims=2):
+def _data(P, side, dims=2):
     import effth as et
-    from effth.dmft import solve_cnn_monte_carlo
-
     d = et.data.load_digits(P)
     X = d.images[:, :side, :side] if dims == 2 else d.images[:, 3, :side]
     X = X - X.mean(axis=tuple(range(1, X.ndim)), keepdims=True)
     X = X / np.sqrt(np.mean(X ** 2, axis=tuple(range(1, X.ndim)), keepdims=True))
-    net = et.CNN("relu", depth=3, filter_size=3, dims=dims, padding="circular", c_w=2.0,
+    return X, d.y
+
+
+def _eta(net, X):
+    import effth as et
+    return 1.0 / np.linalg.eigvalsh(et.cnn_kernels(net, X).value("Theta"))[-1]
+
+
+def one(T, P, side, samples, dims=2, act="relu"):
+    """Seconds of one sweep of one replica (depth 3, 3x3 filters, circular padding, gamma0 = 1)."""
+    import effth as et
+    from effth.dmft import solve_cnn_monte_carlo
+
+    X, y = _data(P, side, dims)
+    net = et.CNN(act, depth=3, filter_size=3, dims=dims, padding="circular", c_w=2.0,
                  parameterization="mup", gamma0=1.0)
-    Th = et.cnn_kernels(net, X).value("Theta")
-    eta = 1.0 / np.linalg.eigvalsh(Th)[-1]
     t = time.perf_counter()
-    r = solve_cnn_monte_carlo(net, X, d.y, eta=eta, steps=T, samples=samples, iterations=1,
-                              replicas=1, seed=0)
+    r = solve_cnn_monte_carlo(net, X, y, eta=_eta(net, X), steps=T, samples=samples,
+                              iterations=1, replicas=1, seed=0, progress=False)
     return time.perf_counter() - t, r
 
 
+def _slope(x, s):
+    return np.polyfit(np.log(np.asarray(x, float)), np.log(np.asarray(s, float)), 1)[0]
+
+
 def main() -> None:
+    import warnings
+
+    import effth as et
+    from effth.dmft import solve_cnn_deep_linear
+
+    warnings.simplefilter("ignore", UserWarning)   # stability warnings of the short ReLU runs
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=1000)
-    ap.add_argument("--big", action="store_true", help="also m = 2560 (8x8 pixels; minutes)")
+    ap.add_argument("--big", action="store_true", help="also the largest point of each scan")
     args = ap.parse_args()
-    rows = []
-    sizes = [(5, 2, 4), (10, 2, 4), (10, 4, 4), (20, 4, 4), (10, 4, 6), (10, 6, 6)]
-    for T, P, side in sizes + ([(10, 4, 8)] if args.big else []):
-        m = T * P * side * side
-        sec, _ = one(T, P, side, args.samples)
-        rows.append((m, sec))
-        print(f"T={T:3d} P={P:2d} |S|={side}x{side}: m = T P |S| = {m:5d}, one sweep "
-              f"({args.samples} draws, depth 3): {sec:7.2f} s")
-    m, s = np.array(rows, dtype=float).T
-    big = m >= 600
-    p = np.polyfit(np.log(m[big]), np.log(s[big]), 1)
-    print(f"time per sweep ~ m^{p[0]:.2f} for m >= 600")
+    base = dict(T=8, P=3, side=4)
+    scans = {"T": [8, 16, 32], "P": [3, 6, 12], "side": [4, 6, 8]}
+    if not args.big:
+        scans = {k: v[:2] for k, v in scans.items()}
+    fits, timed = {}, {}
+    for key, values in scans.items():
+        secs = []
+        for v in values:
+            kw = dict(base, **{key: v})
+            k = (kw["T"], kw["P"], kw["side"])
+            if k not in timed:
+                timed[k] = one(*k, args.samples)[0]
+            m = kw["T"] * kw["P"] * kw["side"] ** 2
+            secs.append(timed[k])
+            print(f"T={kw['T']:3d} P={kw['P']:2d} |S|={kw['side']}x{kw['side']}: m = {m:5d}, "
+                  f"one sweep ({args.samples} draws): {timed[k]:7.2f} s", flush=True)
+        x = values if key != "side" else [v * v for v in values]
+        fits[key] = _slope(x, secs)
+    print("time per sweep ~ " + ", ".join(f"{'|S|' if k == 'side' else k}^{v:.2f}"
+                                          for k, v in fits.items()))
+    ms = np.array([T * P * s * s for T, P, s in timed], float)
+    secs = np.array(list(timed.values()))
+    p = np.polyfit(np.log(ms), np.log(secs), 1)
     m_ref = 50 * 10 * 64
     est = np.exp(np.polyval(p, np.log(m_ref)))
-    print(f"reference problem (P=10, 8x8, T=50): m = {m_ref}, {8 * m_ref ** 2 / 1e9:.1f} GB per "
-          f"dense kernel, extrapolated {est / 3600:.1f} h per sweep: not run (the dense solver "
-          "does not reach it; translation structure is not exploited)")
+    cubic = secs[np.argmax(ms)] * (m_ref / ms.max()) ** 3
+    print(f"all points: ~ m^{p[0]:.2f}; reference problem (P=10, 8x8, T=50): m = {m_ref}, "
+          f"{8 * m_ref ** 2 / 1e9:.1f} GB per dense kernel, extrapolated {est / 3600:.1f} h "
+          f"(fit) to {cubic / 3600:.1f} h (m^3 from the largest point) per sweep and replica: "
+          "not run")
+    # the closed form of deep linear CNNs
+    X, y = _data(4, 4)
+    net = et.CNN("linear", depth=3, filter_size=3, padding="same", readout="flatten",
+                 parameterization="mup", gamma0=1.0)
+    t = time.perf_counter()
+    r = solve_cnn_deep_linear(net, X, y, eta=_eta(net, X), steps=10)
+    print(f"linear CNN, pixel-resolved closed form (P=4, 4x4, T=10, m=640, same padding, "
+          f"flatten): {time.perf_counter() - t:.2f} s, {r.diagnostics.iterations} sweeps")
+    d = et.data.load_digits(10, scale="max")   # not centred: a pooled linear CNN sees the pixel mean
+    X, y = d.images, d.y
+    net = et.CNN("linear", depth=3, filter_size=3, padding="circular", readout="gap",
+                 parameterization="mup", gamma0=1.0)
+    eta = 0.5 * _eta(net, X)
+    t = time.perf_counter()
+    r = solve_cnn_deep_linear(net, X, y, eta=eta, steps=50, reduce=True)
+    print(f"linear CNN, reference problem (P=10, 8x8, 3x3, L=2, T=50, circular, pooled) by the "
+          f"exact reduction to the deep linear MLP: {time.perf_counter() - t:.3f} s, "
+          f"final loss {r.value('loss')[-1]:.4f}")
 
 
 if __name__ == "__main__":

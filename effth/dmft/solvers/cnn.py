@@ -73,8 +73,13 @@ Cost: the fields of one layer are ``S x T P |P|`` numbers and every kernel is de
 (time, image, pixel), :math:`(TP|\mathcal P|)^2` entries: per sweep and layer
 :math:`O((TP|\mathcal P|)^3)` for the source square roots and the Stein factorization and
 :math:`O(S(TP|\mathcal P|)^2)` for the fields, memory :math:`O((TP|\mathcal P|)^2)` per kernel --
-the dense cost the paper calls very computationally intensive (app. G).  Translation structure is
-not exploited: suitable for :math:`TP|\mathcal P|` up to about 2000 (``benchmarks/bench_cnn_dmft.py``).
+the dense cost the paper calls very computationally intensive (app. G); suitable for
+:math:`TP|\mathcal P|` up to about 2000 (``benchmarks/bench_cnn_dmft.py``).  Circular padding
+makes the problem equivariant under a common shift of all images, but the kernels of a fixed
+data set are not functions of pixel differences (already :math:`\Phi^0_{\mu i,\alpha j}=
+x_{\mu i}\cdot x_{\alpha j}/C_0` is not), so there is no block-circulant structure to split the
+index by.  For deep *linear* CNNs :func:`solve_cnn_deep_linear` takes the same expectations in
+closed form, and reduces circular pooled ones exactly to :func:`effth.dmft.solve_deep_linear`.
 """
 
 from __future__ import annotations
