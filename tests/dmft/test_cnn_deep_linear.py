@@ -51,16 +51,18 @@ def test_circular_pooled_linear_cnn_is_the_deep_linear_mlp_on_pixel_means():
     assert np.abs(b.f - static_ntk_dynamics(b.ntk[0], Y, eta, T)).max() > 1e-2 * scale
 
 
-def test_closed_form_is_the_linear_monte_carlo_cnn_dmft():
-    """'same' padding and flatten (no reduction): the Monte-Carlo CNN DMFT with a linear
-    activation agrees with the closed form within 4.5 standard errors (replicas) on every image
-    and step; the lazy CNTK dynamics are rejected."""
+@pytest.mark.parametrize("padding", ["same", "valid"])
+def test_closed_form_is_the_linear_monte_carlo_cnn_dmft(padding):
+    """'same' or 'valid' padding and flatten (no reduction): the Monte-Carlo CNN DMFT with a
+    linear activation agrees with the closed form within 4.5 standard errors (replicas) on every
+    image and step; the lazy CNTK dynamics are rejected."""
     X, T = _x(), 6
-    net = _net(2.0, padding="same", readout="flatten", c_w=1.5, c_b=0.1)
+    net = _net(2.0, padding=padding, readout="flatten", c_w=1.5, c_b=0.1)
     eta = _eta(net, X)
     a = solve_cnn_deep_linear(net, X[:4], Y, X_test=X[4:], eta=eta, steps=T)
     r = solve_cnn_monte_carlo(net, X[:4], Y, X_test=X[4:], eta=eta, steps=T, samples=1600,
-                              iterations=16, replicas=6, seed=1)
+                              iterations=20, replicas=6, seed=1)
+    print(f"|z| <= {(np.abs(a.f - r.f)[1:] / r.stderr('f')[1:]).max():.2f}")
     se = r.stderr("f")[1:]
     assert (np.abs(a.f - r.f)[1:] / se).max() < 4.5
     lazy = static_ntk_dynamics(et.cnn_kernels(net, X).value("Theta"), Y, eta, T)
@@ -77,8 +79,8 @@ def test_bad_input():
         solve_cnn_deep_linear(_net(padding="same"), X[:4], Y, eta=0.1, steps=3, reduce=True)
     with pytest.raises(DomainError, match="reduce=True is exact"):
         solve_cnn_deep_linear(_net(c_w=2.0), X[:4], Y, eta=0.1, steps=3, reduce=True)
-    with pytest.raises(DomainError, match="valid"):
-        solve_cnn_deep_linear(_net(padding="valid"), X[:4], Y, eta=0.1, steps=3)
+    with pytest.raises(DomainError, match="one output"):
+        solve_cnn_deep_linear(_net(n_out=2), X[:4], Y, eta=0.1, steps=3)
     with pytest.raises(DomainError, match="tol"):
         solve_cnn_deep_linear(_net(), X[:4], Y, eta=0.1, steps=3, tol=0.0)
 

@@ -1,8 +1,8 @@
 r"""The DMFT of convolutional networks with feature learning, by alternating Monte Carlo
 (Bordelon & Pehlevan 2022, app. G, eqs. (88)-(89); Algorithm 1 with pixel indices).
 
-The network is :class:`effth.arch.CNN` with ``parameterization='mup'`` (stride 1, ``'circular'``
-or ``'same'`` padding, ``'gap'`` or ``'flatten'`` readout, one output), trained by full-batch GD
+The network is :class:`effth.arch.CNN` with ``parameterization='mup'`` (stride 1, ``'circular'``,
+``'same'`` or ``'valid'`` padding, ``'gap'`` or ``'flatten'`` readout, one output), trained by full-batch GD
 with the rates of :func:`effth.simulation.train_cnn`.  At infinitely many channels every channel
 of hidden layer :math:`\ell` carries one single-site field :math:`h^\ell_{\mu i}(t)` over
 (image :math:`\mu`, pixel :math:`i`, time), and the order parameters are the two-time kernels
@@ -106,8 +106,8 @@ from effth._progress import progress_bar
 
 __all__ = ["CNNDMFTResult", "solve_cnn_monte_carlo", "solve_cnn_deep_linear", "patch_adjoint"]
 
-#: paddings the solver handles (every hidden layer keeps the image size)
-DMFT_PADDINGS = ("circular", "same")
+#: paddings the solver handles (``'valid'``: every convolution shrinks the pixel grid)
+DMFT_PADDINGS = ("circular", "same", "valid")
 
 
 @public
@@ -143,22 +143,27 @@ def patch_adjoint(M: Any, filter_shape: tuple, padding: str) -> np.ndarray:
     for d in itertools.product(*(range(f) for f in filter_shape)):
         sl = tuple(slice(dk, dk + s) for dk, s in zip(d, sp))
         acc[(slice(None),) + sl + (slice(None),) + sl] += M
-    # back from padded to image coordinates, axis by axis (both sides)
-    for side in (0, 1 + dims):
-        acc = unpad(acc, pads, sp, padding, side + 1)
+    if padding != "valid":
+        # back from padded to image coordinates, axis by axis (both sides)
+        for side in (0, 1 + dims):
+            acc = unpad(acc, pads, sp, padding, side + 1)
     return acc / float(np.prod(filter_shape))
 
 
 class _Ops:
-    """The pixel operators of one network on ``n`` images with ``S`` pixels, over the flattened
-    index ``(t, mu, i)`` (time-major, then image, then pixel in C order)."""
+    """The pixel operators of one network on ``n`` images of spatial shape ``shape``, over the
+    flattened index ``(t, mu, i)`` (time-major, then image, then pixel in C order).  Layer ``l``
+    (``0``: the input) has ``Ss[l]`` pixels and ``ms[l] = n Ss[l]`` image-pixel pairs; ``S``,
+    ``m`` are those of the last hidden layer (the readout's)."""
 
     def __init__(self, net: CNN, shape: tuple, n: int, T: int):
-        self.net, self.shape, self.n, self.T = net, shape, n, T
-        self.S = int(np.prod(shape))
-        self.m = n * self.S                    # single-site "samples" per time: image-pixel pairs
+        self.net, self.n, self.T = net, n, T
+        self.shapes = net.spatial_shapes(shape)          # input, hidden layers 1..L
+        self.Ss = tuple(int(np.prod(sh)) for sh in self.shapes)
+        self.ms = tuple(n * S for S in self.Ss)
         L = net.depth - 1
         self.L = L
+        self.shape, self.S, self.m = self.shapes[L], self.Ss[L], self.ms[L]
         S = self.S
         # the readout: r^L = rho Lam, rho ~ N(0, cov)
         cwL, cbL = net.c_w_at(L + 1), net.c_b_at(L + 1)
@@ -173,17 +178,25 @@ class _Ops:
         self.g_top = self.lam.T @ self.cov @ self.lam          # G^L_in (T m, T m)
         self.cwL, self.cbL = cwL, cbL
 
-    def _pix(self, M: np.ndarray) -> np.ndarray:
-        return M.reshape((self.T * self.n, *self.shape, self.T * self.n, *self.shape))
+    def _pix(self, M: np.ndarray, layer: int) -> np.ndarray:
+        sh = self.shapes[layer]
+        return M.reshape((self.T * self.n, *sh, self.T * self.n, *sh))
+
+    def _flat(self, M: np.ndarray, layer: int) -> np.ndarray:
+        k = self.T * self.ms[layer]
+        return M.reshape(k, k)
 
     def patch(self, M: np.ndarray, ell: int) -> np.ndarray:
-        """:math:`\\mathcal A_\\ell[M]` of a ``(T m, T m)`` matrix (convolution ``ell``)."""
-        out = patch_average(self._pix(M), self.net.filter_shapes[ell - 1], self.net.padding)
-        return out.reshape(M.shape)
+        """:math:`\\mathcal A_\\ell[M]` of a ``(T m, T m)`` matrix over layer ``ell - 1``'s pixels
+        (convolution ``ell``), over layer ``ell``'s."""
+        out = patch_average(self._pix(M, ell - 1), self.net.filter_shapes[ell - 1],
+                            self.net.padding)
+        return self._flat(out, ell)
 
     def adjoint(self, M: np.ndarray, ell: int) -> np.ndarray:
-        out = patch_adjoint(self._pix(M), self.net.filter_shapes[ell - 1], self.net.padding)
-        return out.reshape(M.shape)
+        """:math:`\\mathcal A_\\ell^\\top[M]`: from layer ``ell``'s pixels to layer ``ell - 1``'s."""
+        out = patch_adjoint(self._pix(M, ell), self.net.filter_shapes[ell - 1], self.net.padding)
+        return self._flat(out, ell - 1)
 
     def k_in(self, Phi_prev: np.ndarray, ell: int) -> np.ndarray:
         return self.net.c_b_at(ell) + self.net.c_w_at(ell) * self.patch(Phi_prev, ell)
@@ -219,22 +232,22 @@ def _initial_state(net: CNN, Xall: np.ndarray, ops: _Ops):
     time, and the NTK :math:`\\Phi^{\\rm out}+\\sum_\\ell\\sum_{ij}G^\\ell K^\\ell_{\\rm in}` over
     images."""
     kern = cnn_kernels(net.with_widths(None), Xall, ntk=False)
-    n, S, L, T = ops.n, ops.S, ops.L, ops.T
-    m = n * S
-    ops.k_in1 = kern.value("K", layer=1).reshape(m, m)                  # C_b + C_W A[x x / C_0]
+    n, L, T, ms, Ss = ops.n, ops.L, ops.T, ops.ms, ops.Ss
+    ops.k_in1 = kern.value("K", layer=1).reshape(ms[1], ms[1])          # C_b + C_W A[x x / C_0]
     Q, Qd, Kin = [], [], []
     for ell in range(1, L + 1):
-        K = kern.value("K", layer=ell).reshape(m, m)
+        K = kern.value("K", layer=ell).reshape(ms[ell], ms[ell])
         q, qd = _pair_tables(K, net.act, True, 1e-10, ell)
         Q.append(q)
         Qd.append(qd)
         Kin.append(K)
-    one = _Ops(net, ops.shape, n, 1)
+    one = _Ops(net, ops.shapes[0], n, 1)
     G = [None] * L
     for ell in range(L, 0, -1):
         G[ell - 1] = Qd[ell - 1] * one.g_in(G[ell] if ell < L else None, ell)
     ntk = one.readout_kernel(Q[-1])
     for ell in range(L):
+        S = Ss[ell + 1]
         ntk = ntk + (G[ell] * Kin[ell]).reshape(n, S, n, S).sum(axis=(1, 3))
     return ([np.tile(q, (T, T)) for q in Q], [np.tile(g, (T, T)) for g in G], ntk)
 
@@ -254,14 +267,23 @@ class CNNDMFTResult(DMFTResult):
 
     Attributes
     ----------
+    With ``'valid'`` padding the layers have different pixel grids and ``phi``, ``g``, ``A``,
+    ``B`` (and the standard errors of ``phi``, ``g``) are tuples with one ``(T, n S_l, T, n S_l)``
+    array per layer instead of stacked arrays.
+
+    Attributes
+    ----------
     net : CNN
     spatial_shape : tuple
-        The image size (every hidden layer keeps it).
+        The image size.
+    layer_shapes : tuple of tuple
+        The pixel grid of every hidden layer (all equal to ``spatial_shape`` but for ``'valid'``).
     ntk_equal_time : ndarray (T, n, n)
     """
 
     net: Any = None
     spatial_shape: tuple = ()
+    layer_shapes: tuple = ()
     ntk_equal_time: np.ndarray | None = None
 
     @property
@@ -286,11 +308,12 @@ class CNNDMFTResult(DMFTResult):
             if name not in ("phi", "g") or layer is None:
                 raise DomainError("pixels=True needs name='phi' or 'g' and a layer=")
             T, n = self.grid.steps, self.data.n_all
-            out = out.reshape((T, n, *self.spatial_shape, T, n, *self.spatial_shape))
+            sh = self.layer_shapes[int(layer) - 1] if self.layer_shapes else self.spatial_shape
+            out = out.reshape((T, n, *sh, T, n, *sh))
         return out
 
     def __repr__(self) -> str:
-        return (f"CNNDMFTResult(monte_carlo, {self.net!r}, eta={self.grid.eta:g}, "
+        return (f"CNNDMFTResult({self.method}, {self.net!r}, eta={self.grid.eta:g}, "
                 f"steps={self.grid.steps}, images={self.data.n_all} of shape {self.spatial_shape})")
 
 
@@ -341,7 +364,10 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
     ----------
     net : CNN
         ``parameterization='mup'`` with ``gamma0`` (its ``widths`` are ignored), padding
-        ``'circular'`` or ``'same'``, ``n_out = 1``, any activation (Stein responses).
+        ``'circular'``, ``'same'`` or ``'valid'`` (each convolution then shrinks the pixel grid:
+        the kernels of layer :math:`\ell` live on its own pixels, :math:`\mathcal A_\ell` maps
+        layer :math:`\ell-1`'s grid to :math:`\ell`'s), ``n_out = 1``, any activation (Stein
+        responses).
     X : array_like (P, *spatial) or (P, *spatial, C_0)
         Training images (channels last).
     y : array_like (P,)
@@ -372,8 +398,8 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
     Raises
     ------
     DomainError
-        Not a μP CNN, ``'valid'`` padding, several outputs, images of unequal shape or a filter
-        larger than the image, bad ``y``, ``eta`` past the lazy stability edge, or a problem
+        Not a μP CNN, several outputs, images of unequal shape or a filter larger than the image
+        (or than a layer's output with ``'valid'``), bad ``y``, ``eta`` past the lazy stability edge, or a problem
         whose dense kernels would not fit in memory.
     ConvergenceError
         A kernel entry exceeds ``diverge_at``.
@@ -390,7 +416,7 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
     shape = tuple(Xa.shape[1:-1])
     n = Xall.shape[0]
     ops = _Ops(net, shape, n, T)
-    Tm = T * ops.m
+    Tm = T * max(ops.ms[1:])
     R = int(replicas)
     per = -(-int(samples) // R)
     per += per % 2
@@ -413,9 +439,12 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
             subs.append(_solve_one(net, ops, Phi0, G0, ntk0, yv, grid, per, int(iterations),
                                    float(damping), float(tol), float(stein_cut), g,
                                    float(diverge_at), bar))
-    keys = ("phi", "g", "A", "B", "f", "ntk")
-    stack = {k: np.stack([s[k] for s in subs]) for k in keys}
+    stack = {k: np.stack([s[k] for s in subs]) for k in ("f", "ntk")}
     mean = {k: v.mean(axis=0) for k, v in stack.items()}
+    per = {k: [np.stack([s[k][j] for s in subs]) for j in range(len(subs[0][k]))]
+           for k in ("phi", "g", "A", "B")}                      # per layer, replicas first
+    for k, v in per.items():
+        mean[k] = [x.mean(axis=0) for x in v]
     delta = yv[None] - mean["f"][:, :P]
     diag = Diagnostics(iterations=int(iterations), tol=float(tol), replicas=R,
                        residuals=[float(x) for x in np.max([s["res"] for s in subs], axis=0)])
@@ -425,20 +454,25 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
     se = None
     if R > 1:
         losses = 0.5 * np.sum((yv[None, None] - stack["f"][:, :, :P]) ** 2, axis=2)
-        se = {k: stack[k].std(axis=0, ddof=1) / np.sqrt(R) for k in ("phi", "g", "f")}
+        se = {"f": stack["f"].std(axis=0, ddof=1) / np.sqrt(R)}
+        for k in ("phi", "g"):
+            se[k] = _layered([x.std(axis=0, ddof=1) / np.sqrt(R) for x in per[k]], T,
+                             ops.ms[1:], ops.m)
         se["loss"] = losses.std(axis=0, ddof=1) / np.sqrt(R)
-    m = ops.m
-    gam = float(net.gamma0)
-    resp = lambda x: x.reshape(-1, T, m, T, m) / gam if x.size else np.zeros((0, T, m, T, m))
-    data = TrainingData(Xall.reshape(n, -1) @ Xall.reshape(n, -1).T / (ops.S * Xall.shape[-1]),
-                        yv, P)
-    return check_stability_along(CNNDMFTResult(grid=grid, data=data, hidden_layers=ops.L, gamma0=gam,
-                         activation=activation_label(net.act),
-                         phi=mean["phi"].reshape(ops.L, T, m, T, m),
-                         g=mean["g"].reshape(ops.L, T, m, T, m), A=resp(mean["A"]),
-                         B=resp(mean["B"]), f=mean["f"], delta=delta, method="monte_carlo",
-                         closure="exact", diagnostics=diag, mc_stderr=se, net=net,
-                         spatial_shape=shape, ntk_equal_time=mean["ntk"]))
+    return _result(net, ops, grid, Xall, yv, mean, delta, "monte_carlo", diag, se)
+
+
+def _result(net, ops, grid, Xall, yv, out, delta, method, diag, se):
+    T, n, L, ms, gam = grid.steps, ops.n, ops.L, ops.ms, float(net.gamma0)
+    data = TrainingData(Xall.reshape(n, -1) @ Xall.reshape(n, -1).T / (ops.Ss[0] * Xall.shape[-1]),
+                        yv, yv.size)
+    return check_stability_along(CNNDMFTResult(
+        grid=grid, data=data, hidden_layers=L, gamma0=gam, activation=activation_label(net.act),
+        phi=_layered(out["phi"], T, ms[1:], ops.m), g=_layered(out["g"], T, ms[1:], ops.m),
+        A=_layered(out["A"], T, ms[1:L], ops.m, gam), B=_layered(out["B"], T, ms[2:], ops.m, gam),
+        f=out["f"], delta=delta, method=method, closure="exact", diagnostics=diag, mc_stderr=se,
+        net=net, spatial_shape=ops.shapes[0], layer_shapes=ops.shapes[1:],
+        ntk_equal_time=out["ntk"]))
 
 
 def _drives(ops, w, ell, k0, Phi, G, Ab, Bb, dcol, ge):
@@ -461,27 +495,24 @@ def _drives(ops, w, ell, k0, Phi, G, Ab, Bb, dcol, ge):
 def _solve_one(net, ops, Phi0, G0, ntk0, y, grid, S, iterations, damping, tol, cut, rng,
                diverge_at, bar):
     """One alternating solve with ``S`` draws per layer and sweep (Jacobi sweeps over layers)."""
-    L, T, m, n = ops.L, ops.T, ops.m, ops.n
+    L, T = ops.L, ops.T
     P = y.size
     eta, gam = grid.eta, float(net.gamma0)
     phi_f, dphi_f = net.act.numpy(0), net.act.numpy(1)
-    w = _window(T, m, 1, 1.0, np.zeros((m, m)))
-    Tm = T * m
+    ws = _windows(ops)
     delta = y[None] - static_ntk_dynamics(ntk0, y, eta, T)[:, :P]
     Phi, G = [p.copy() for p in Phi0], [g.copy() for g in G0]
-    Ab = [np.zeros((Tm, Tm)) for _ in range(L - 1)]
-    Bb = [np.zeros((Tm, Tm)) for _ in range(L - 1)]
+    Ab, Bb = _zero_responses(ops)
     k0 = np.tile(ops.k_in1, (T, T))                                # K^1_in, constant in time
     res_hist, converged, f = [], False, None
     for it in range(iterations):
-        dl = np.zeros((T, n))
-        dl[:, :P] = delta
-        dcol = np.repeat(dl.reshape(T * n), ops.S)                    # Delta_alpha(s) on (s, alpha, j)
+        dcols = _error_columns(ops, delta, P)
         Phin, Gn, Abn, Bbn = [None] * L, [None] * L, [None] * (L - 1), [None] * (L - 1)
         ro = None
         with np.errstate(over="ignore", invalid="ignore"):
             for ell in range(1, L + 1):
-                Kin, Gin, Cm, Dm = _drives(ops, w, ell, k0, Phi, G, Ab, Bb, dcol, gam * eta)
+                w, m = ws[ell], ops.ms[ell]
+                Kin, Gin, Cm, Dm = _drives(ops, w, ell, k0, Phi, G, Ab, Bb, dcols[ell], gam * eta)
                 uh = _sample(rng, Kin, S // 2)
                 rh = _sample(rng, Gin, S // 2)
                 uh = np.concatenate([uh, uh])
@@ -514,22 +545,54 @@ def _solve_one(net, ops, Phi0, G0, ntk0, y, grid, S, iterations, damping, tol, c
             converged = True
             break
     ntk = _equal_time_ntk(ops, k0, Phi, G)
-    return dict(phi=np.stack(Phi), g=np.stack(G),
-                A=np.stack(Ab) if Ab else np.zeros((0, Tm, Tm)),
-                B=np.stack(Bb) if Bb else np.zeros((0, Tm, Tm)), f=f, ntk=ntk, res=res_hist,
-                converged=converged)
+    return dict(phi=Phi, g=G, A=Ab, B=Bb, f=f, ntk=ntk, res=res_hist, converged=converged)
+
+
+def _windows(ops):
+    """The Monte-Carlo window constants of every hidden layer (shared between equal sizes)."""
+    cache = {}
+    for m in set(ops.ms[1:]):
+        cache[m] = _window(ops.T, m, 1, 1.0, np.zeros((m, m)))
+    return [None] + [cache[m] for m in ops.ms[1:]]
+
+
+def _zero_responses(ops):
+    """``Abar^1..Abar^{L-1}`` (layers 1..L-1) and ``Bbar^1..Bbar^{L-1}`` (on layers 2..L), zero."""
+    T, L = ops.T, ops.L
+    return ([np.zeros((T * ops.ms[k], T * ops.ms[k])) for k in range(1, L)],
+            [np.zeros((T * ops.ms[k], T * ops.ms[k])) for k in range(2, L + 1)])
+
+
+def _error_columns(ops, delta, P):
+    """Per hidden layer, :math:`\\Delta_\\alpha(s)` on the columns ``(s, alpha, j)``."""
+    dl = np.zeros((ops.T, ops.n))
+    dl[:, :P] = delta
+    flat = dl.reshape(-1)
+    return [None] + [np.repeat(flat, S) for S in ops.Ss[1:]]
+
+
+def _layered(arrs, T, ms, m_default, scale=1.0):
+    """Per-layer flat ``(T m, T m)`` arrays as ``(k, T, m, T, m)`` when the layers share ``m``
+    (every padding but ``'valid'``), else a tuple of ``(T, m_l, T, m_l)`` arrays."""
+    shaped = [a.reshape(T, m, T, m) / scale for a, m in zip(arrs, ms)]
+    if len(set(ms)) > 1:
+        return tuple(shaped)
+    if not shaped:
+        return np.zeros((0, T, m_default, T, m_default))
+    return np.stack(shaped)
 
 
 
 def _equal_time_ntk(ops, k0, Phi, G):
     r"""``(T, n, n)`` equal-time NTK :math:`\Phi^{\rm out}+\sum_\ell\sum_{ij}G^\ell K^\ell_{\rm in}`."""
-    T, m, n, L = ops.T, ops.m, ops.n, ops.L
+    T, n, L = ops.T, ops.n, ops.L
     idx = np.arange(T)
-    eq = lambda M: M.reshape(T, m, T, m)[idx, :, idx, :]                 # (T, m, m)
+    eq = lambda M, m: M.reshape(T, m, T, m)[idx, :, idx, :]              # (T, m, m)
     ntk = ops.readout_kernel(Phi[-1]).reshape(T, n, T, n)[idx, :, idx, :]
     for ell in range(1, L + 1):
         Kin = k0 if ell == 1 else ops.k_in(Phi[ell - 2], ell)
-        ntk = ntk + (eq(G[ell - 1]) * eq(Kin)).reshape(T, n, ops.S, n, ops.S).sum(axis=(2, 4))
+        m, S = ops.ms[ell], ops.Ss[ell]
+        ntk = ntk + (eq(G[ell - 1], m) * eq(Kin, m)).reshape(T, n, S, n, S).sum(axis=(2, 4))
     return ntk
 
 
@@ -584,7 +647,7 @@ def solve_cnn_deep_linear(net: CNN, X: Any, y: Any, *, eta: float, steps: int,
     ----------
     net : CNN
         ``parameterization='mup'``, identity activation (``'linear'`` or ``'identity'``),
-        ``'circular'`` or ``'same'`` padding, one output.
+        ``'circular'``, ``'same'`` or ``'valid'`` padding, one output.
     X, y, X_test, eta, steps
         As for :func:`solve_cnn_monte_carlo`.
     tol : float
@@ -631,7 +694,7 @@ def solve_cnn_deep_linear(net: CNN, X: Any, y: Any, *, eta: float, steps: int,
     shape = tuple(Xa.shape[1:-1])
     n = Xall.shape[0]
     ops = _Ops(net, shape, n, T)
-    m, Tm = ops.m, T * ops.m
+    Tm = T * max(ops.ms[1:])
     _v.check_memory(8.0 * Tm * Tm * (6 * L + 12),
                     f"the linear CNN DMFT's dense kernels over (time, image, pixel) = {Tm} indices",
                     "lower steps, the number of images or the image size")
@@ -643,42 +706,34 @@ def solve_cnn_deep_linear(net: CNN, X: Any, y: Any, *, eta: float, steps: int,
     diag = Diagnostics(iterations=len(out["res"]), tol=float(tol), residuals=out["res"])
     diag.converged = True
     diag.seconds = time.perf_counter() - t0
-    gam = float(net.gamma0)
-    resp = lambda x: x.reshape(-1, T, m, T, m) / gam if x.size else np.zeros((0, T, m, T, m))
-    data = TrainingData(Xall.reshape(n, -1) @ Xall.reshape(n, -1).T / (ops.S * Xall.shape[-1]),
-                        yv, P)
-    return check_stability_along(CNNDMFTResult(
-        grid=grid, data=data, hidden_layers=L, gamma0=gam, activation=activation_label(net.act),
-        phi=out["phi"].reshape(L, T, m, T, m), g=out["g"].reshape(L, T, m, T, m),
-        A=resp(out["A"]), B=resp(out["B"]), f=out["f"], delta=yv[None] - out["f"][:, :P],
-        method="deep_linear", closure="exact", diagnostics=diag, mc_stderr=None, net=net,
-        spatial_shape=shape, ntk_equal_time=out["ntk"]))
+    return _result(net, ops, grid, Xall, yv, out, yv[None] - out["f"][:, :P], "deep_linear", diag,
+                   None)
 
 
 def _solve_linear(net, ops, Phi0, G0, ntk0, y, grid, tol, max_iter):
     """Jacobi sweeps of the exact Gaussian expectations (:func:`solve_cnn_deep_linear`)."""
-    L, T, m, n = ops.L, ops.T, ops.m, ops.n
+    L, T, n = ops.L, ops.T, ops.n
     P = y.size
     eta, gam = grid.eta, float(net.gamma0)
-    w = _window(T, m, 1, 1.0, np.zeros((m, m)))
-    Tm = T * m
-    ones = np.ones((m, m))
-    strict = np.kron(np.tril(np.ones((T, T)), -1), ones)                # h sees g of s < t
-    causal = np.kron(np.tril(np.ones((T, T))), ones)                   # z sees h of s <= t
-    eye = np.eye(Tm)
+    ws = _windows(ops)
+    masks = {}
+    for m in set(ops.ms[1:]):
+        ones = np.ones((m, m))
+        masks[m] = (np.kron(np.tril(np.ones((T, T)), -1), ones),       # h sees g of s < t
+                    np.kron(np.tril(np.ones((T, T))), ones),           # z sees h of s <= t
+                    np.eye(T * m))
     delta = y[None] - static_ntk_dynamics(ntk0, y, eta, T)[:, :P]
     Phi, G = [p.copy() for p in Phi0], [g.copy() for g in G0]
-    Ab = [np.zeros((Tm, Tm)) for _ in range(L - 1)]
-    Bb = [np.zeros((Tm, Tm)) for _ in range(L - 1)]
+    Ab, Bb = _zero_responses(ops)
     k0 = np.tile(ops.k_in1, (T, T))
     res_hist, f = [], None
     for it in range(max_iter):
-        dl = np.zeros((T, n))
-        dl[:, :P] = delta
-        dcol = np.repeat(dl.reshape(T * n), ops.S)
+        dcols = _error_columns(ops, delta, P)
         Phin, Gn, Abn, Bbn = [None] * L, [None] * L, [None] * (L - 1), [None] * (L - 1)
         for ell in range(1, L + 1):
-            Kin, Gin, Cm, Dm = _drives(ops, w, ell, k0, Phi, G, Ab, Bb, dcol, gam * eta)
+            w = ws[ell]
+            strict, causal, eye = masks[ops.ms[ell]]
+            Kin, Gin, Cm, Dm = _drives(ops, w, ell, k0, Phi, G, Ab, Bb, dcols[ell], gam * eta)
             Cs, Dl = Cm * strict, Dm * causal
             M = _unit_lower_inverse(eye - Cs @ Dl)
             MC, DM = M @ Cs, Dl @ M
@@ -703,9 +758,6 @@ def _solve_linear(net, ops, Phi0, G0, ntk0, y, grid, tol, max_iter):
             break
         if res < tol:
             ntk = _equal_time_ntk(ops, k0, Phi, G)
-            return dict(phi=np.stack(Phi), g=np.stack(G),
-                        A=np.stack(Ab) if Ab else np.zeros((0, Tm, Tm)),
-                        B=np.stack(Bb) if Bb else np.zeros((0, Tm, Tm)), f=f, ntk=ntk,
-                        res=res_hist)
+            return dict(phi=Phi, g=G, A=Ab, B=Bb, f=f, ntk=ntk, res=res_hist)
     raise ConvergenceError(f"the linear CNN DMFT did not reach tol={tol:g} in {max_iter} sweeps "
                            f"(last residual {res_hist[-1]:.3g}); lower gamma0 or eta")
