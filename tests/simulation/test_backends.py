@@ -1,0 +1,105 @@
+"""The array backends of the simulators (``backend="numpy"`` default, ``backend="jax"``).
+
+With ``draws="host"`` the JAX backend runs the same networks as NumPy (the Gaussian draws come
+from the same NumPy generator calls), so every statistic must agree to round-off; with
+``draws="device"`` (``jax.random``) the networks differ and the statistics are held to exact
+layer-2 values of PDLT (4.76) within standard errors, with a wrong value (x0.9) rejected.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from effth.arch import MLP
+from effth.errors import DomainError
+from effth.simulation import simulate_ensemble
+from effth.simulation.ensemble import STAT_NAMES
+
+X3 = np.array([[0.3, -1.1, 0.7, 0.2], [1.2, 0.4, -0.5, 0.9], [-0.8, 0.6, 0.1, -0.3]])
+
+
+def _rel(a, b) -> float:
+    """Largest difference relative to the largest magnitude (NaN entries must match)."""
+    a, b = np.asarray(a), np.asarray(b)
+    assert np.array_equal(np.isnan(a), np.isnan(b))
+    ok = ~np.isnan(a)
+    scale = max(float(np.abs(a[ok]).max(initial=0.0)), 1e-300)
+    return float(np.abs(a[ok] - b[ok]).max(initial=0.0)) / scale
+
+
+def _jax():
+    return pytest.importorskip("jax", reason="the JAX backend needs the optional extra "
+                                             "`pip install effth[jax]`")
+
+
+# ----------------------------------------------------------------------------- validation
+def test_bad_backend_and_draws():
+    net = MLP("tanh", depth=2, widths=4)
+    with pytest.raises(DomainError, match="backend='torch'"):
+        simulate_ensemble(net, X3, networks=4, backend="torch")
+    with pytest.raises(DomainError, match="needs backend='jax'"):
+        simulate_ensemble(net, X3, networks=4, draws="device")
+    with pytest.raises(DomainError, match="draws='gpu'"):
+        simulate_ensemble(net, X3, networks=4, backend="jax", draws="gpu")
+
+
+def test_missing_jax_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "jax", None)          # `import jax` raises ImportError
+    monkeypatch.setitem(sys.modules, "jax.numpy", None)
+    with pytest.raises(DomainError, match=r"pip install effth\[jax\]"):
+        simulate_ensemble(MLP("tanh", depth=2, widths=4), X3, networks=4, backend="jax")
+
+
+# ------------------------------------------------------------- same networks: round-off
+@pytest.mark.parametrize("net, method", [
+    (MLP("tanh", depth=3, widths=[12, 9], c_w=1.5, c_b=0.2), "weights"),
+    (MLP("relu", depth=3, widths=10, c_w=2.0, c_b=0.1), "conditional"),
+    (MLP("erf", depth=3, widths=8, c_w=1.2, c_b=0.1, gamma=0.5, xi=1.0), "weights"),
+], ids=["tanh-weights", "relu-conditional", "erf-residual"])
+def test_jax_equals_numpy_same_seed(net, method):
+    _jax()
+    kw = dict(networks=90, seed=7, batch=25, method=method, keep_samples=True)
+    a = simulate_ensemble(net, X3, **kw)
+    b = simulate_ensemble(net, X3, backend="jax", **kw)
+    assert b.layers == a.layers and b.n_groups == a.n_groups
+    for layer in a.layers:
+        assert _rel(a.samples[layer], b.samples[layer]) <= 1e-12
+        for name in STAT_NAMES:
+            assert _rel(a.value(name, layer), b.value(name, layer)) <= 1e-12, (name, layer)
+            assert _rel(a.stderr(name, layer), b.stderr(name, layer)) <= 1e-10, (name, layer)
+    # and the comparison can fail: another seed gives other networks
+    c = simulate_ensemble(net, X3, **{**kw, "seed": 8})
+    assert _rel(a.value("V", a.layers[-1]), c.value("V", a.layers[-1])) > 1e-3
+
+
+# --------------------------------------------------------- device draws: the statistics
+def test_device_draws_exact_layer2_relu():
+    r"""ReLU with C_W = 2, C_b = 0: E[G_hat^(2)] = G^(1) and V^(2) = 5 (G^(1))^2 on the diagonal,
+    exactly at any width (PDLT (4.76) with E[relu(z)^2] = G/2, E[relu(z)^4] = 3 G^2 / 2)."""
+    _jax()
+    X = np.array([[0.9, -0.4]])
+    G1 = 2.0 * float((X @ X.T)[0, 0]) / 2
+    st = simulate_ensemble(MLP("relu", depth=2, widths=6, c_w=2.0, c_b=0.0), X, networks=6000,
+                           seed=11, backend="jax", draws="device", layers=[2])
+    G, Ge = st.value("G_rb", 2)[0, 0], st.stderr("G_rb", 2)[0, 0]
+    V, Ve = st.value("V", 2)[0, 0, 0, 0], st.stderr("V", 2)[0, 0, 0, 0]
+    assert abs(G - G1) <= 3 * Ge and abs(V - 5 * G1 ** 2) <= 3 * Ve
+    assert abs(G - 0.9 * G1) > 3 * Ge and abs(V - 0.9 * 5 * G1 ** 2) > 3 * Ve   # x0.9 rejected
+    host = simulate_ensemble(MLP("relu", depth=2, widths=6, c_w=2.0, c_b=0.0), X, networks=6000,
+                             seed=11, backend="jax", layers=[2])
+    assert host.value("V", 2)[0, 0, 0, 0] != V                                   # other networks
+    # reproducible for a fixed seed, and other networks than the host draws
+    again = simulate_ensemble(MLP("relu", depth=2, widths=6, c_w=2.0, c_b=0.0), X, networks=6000,
+                              seed=11, backend="jax", draws="device", layers=[2])
+    assert again.value("V", 2)[0, 0, 0, 0] == V
+
+
+def test_jax_overflow_names_the_layer():
+    _jax()
+    from effth.activations import get_activation
+    net = MLP(get_activation("monomial", degree=5), depth=4, widths=4, c_w=50.0, c_b=0.0)
+    with pytest.raises(DomainError, match="non-finite .* at layer"):
+        simulate_ensemble(net, 30 * X3, networks=8, backend="jax")
