@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import DomainError
 
-__all__ = ["Backend", "BACKENDS", "DRAWS", "resolve", "activation", "has_jax"]
+__all__ = ["Backend", "BACKENDS", "DRAWS", "resolve", "activation", "has_jax", "namespace"]
 
 #: Accepted values of ``backend=``.
 BACKENDS = ("numpy", "jax")
@@ -144,6 +144,12 @@ class Backend:
         platforms (the statistics do not)."""
         import jax
         return jax.random.key(int(gen.integers(0, 2 ** 63 - 1)), impl="rbg")
+
+
+def namespace(a: Any):
+    """Array namespace of a non-NumPy array ``a`` (a JAX array or a tracer): ``jax.numpy``."""
+    import jax.numpy as jnp
+    return jnp
 
 
 def resolve(backend: Any = "numpy", draws: Any = "host") -> Backend:

@@ -103,3 +103,63 @@ def test_jax_overflow_names_the_layer():
     net = MLP(get_activation("monomial", degree=5), depth=4, widths=4, c_w=50.0, c_b=0.0)
     with pytest.raises(DomainError, match="non-finite .* at layer"):
         simulate_ensemble(net, 30 * X3, networks=8, backend="jax")
+
+
+# ------------------------------------------------------------------ NTK ensemble, trainer
+def test_ntk_ensemble_jax_equals_numpy_order3():
+    """The whole hierarchy (NTK, dNTK, both ddNTKs) through the compiled pass, same networks."""
+    _jax()
+    from effth.simulation import simulate_ntk_ensemble
+    net = MLP("tanh", depth=3, widths=5, n_out=2)
+    kw = dict(networks=24, seed=2, order=3, batch=7)
+    a = simulate_ntk_ensemble(net, X3[:2, :3], **kw)
+    b = simulate_ntk_ensemble(net, X3[:2, :3], backend="jax", **kw)
+    for k in a.stats:
+        assert _rel(a.stats[k], b.stats[k]) <= 1e-12, k
+        assert _rel(a.err[k], b.err[k]) <= 1e-10, k
+    other = simulate_ntk_ensemble(net, X3[:2, :3], **{**kw, "seed": 3})
+    assert _rel(a.stats["A"], other.stats["A"]) > 1e-3
+
+
+def test_ntk_ensemble_device_draws_frozen_ntk():
+    r"""Depth 1 (z = b + W x): the NTK is exactly lambda_b + lambda_w x.x / n_0 for every network,
+    so the device-drawn ensemble mean is exact and its A, B vanish; with depth 2 the mean of
+    H agrees with the host-drawn ensemble within standard errors."""
+    _jax()
+    from effth.simulation import simulate_ntk_ensemble
+    X = X3[:2]
+    lin = simulate_ntk_ensemble(MLP("tanh", depth=1, widths=(), n_out=2), X, networks=64, seed=1, order=1,
+                                backend="jax", draws="device")
+    assert np.allclose(lin.value("Theta"), 1.0 + X @ X.T / X.shape[1], rtol=1e-13, atol=0)
+    net = MLP("erf", depth=2, widths=16, n_out=2, c_w=1.5, c_b=0.1)
+    dev = simulate_ntk_ensemble(net, X, networks=3000, seed=4, order=1, backend="jax",
+                                draws="device")
+    host = simulate_ntk_ensemble(net, X, networks=3000, seed=4, order=1)
+    diff = dev.value("Theta") - host.value("Theta")
+    se = np.hypot(dev.stderr("Theta"), host.stderr("Theta"))
+    assert np.all(np.abs(diff) <= 3 * se)
+    assert np.any(np.abs(0.9 * dev.value("Theta") - host.value("Theta")) > 3 * se)  # x0.9 seen
+
+
+@pytest.mark.parametrize("kw", [dict(method="gd", eta=0.1, record_ntk=True),
+                                dict(method="newton", eta=0.5)], ids=["gd", "newton"])
+def test_train_ensemble_jax_equals_numpy(kw):
+    _jax()
+    from effth.simulation import train_ensemble
+    net = MLP("tanh", depth=3, widths=10)
+    y = np.array([0.5, -0.3, 0.1])
+    args = dict(updates=12, networks=6, seed=4, X_test=0.5 * X3[:2], record_every=4, **kw)
+    a = train_ensemble(net, X3, y, **args)
+    b = train_ensemble(net, X3, y, backend="jax", batch=4, **args)     # other chunks: same nets
+    for name in ("f_train", "f_test", "loss") + (("ntk",) if kw.get("record_ntk") else ()):
+        assert _rel(getattr(a, name), getattr(b, name)) <= 1e-12, name
+    assert _rel(a.f_train[:, 0], a.f_train[:, -1]) > 1e-2           # the networks did move
+
+
+def test_train_ensemble_jax_singular_newton():
+    _jax()
+    from effth.simulation import train_ensemble
+    X = np.array([[1.0, 0.5], [1.0, 0.5], [0.2, -0.3]])            # duplicate inputs
+    with pytest.raises(DomainError, match="singular"):
+        train_ensemble(MLP("tanh", depth=2, widths=4), X, np.array([0.1, 0.2, 0.3]), updates=2,
+                       networks=3, eta=0.5, method="newton", backend="jax")
