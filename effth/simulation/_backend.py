@@ -50,6 +50,8 @@ DRAWS = ("host", "device")
 _CPU_CHUNK_BYTES = 256 * 2 ** 20
 #: Fraction of an accelerator's memory one chunk may take (the rest: XLA workspace, fragmentation).
 _DEVICE_FRACTION = 0.25
+#: Most elements of one array of a chunk (32-bit indexing stays safe in every XLA kernel).
+MAX_ELEMENTS = 2 ** 31 - 1
 
 
 def has_jax() -> bool:
@@ -135,6 +137,12 @@ class Backend:
         except Exception:  # pragma: no cover - platform without memory statistics
             limit = 0.0
         return _DEVICE_FRACTION * limit if limit > 0 else 4.0 * 2 ** 30
+
+    def flop_rate(self) -> float:
+        """Optimistic float64 rate (FLOP/s) for the run-time bound of ``check_work``: 2 GFLOP/s
+        per CPU core as elsewhere in effth, 5e13 on an accelerator (above any current GPU's
+        float64 peak, so the bound never refuses a feasible run)."""
+        return 2e9 if self.device() == "cpu" else 5e13
 
     def key(self, gen: np.random.Generator):
         """A ``jax.random`` key drawn from the NumPy generator ``gen`` (deterministic in the seed).

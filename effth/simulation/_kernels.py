@@ -302,16 +302,28 @@ def draw_shapes(plan: Plan, m: int) -> list[tuple[int, ...]]:
     return shapes
 
 
-def chunk_bytes(plan: Plan, m: int) -> float:
+def chunk_bytes(plan: Plan, m: int, device_draws: bool = False) -> float:
     """Estimated peak device memory (bytes) of a compiled chunk (:func:`device_chunk`) of ``m``
-    networks: every layer's draws, a layer's preactivations, activations and metric, and the
-    packed pair products of the sums."""
+    networks: every layer's draws (four times over when drawn on the device: the random bits,
+    their intermediate transforms and the normals of the one draw are live together, per XLA's
+    memory analysis), a layer's preactivations, activations and metric,
+    and the packed pair products of the sums.  Tests hold it against XLA's own memory analysis
+    of the compiled chunk."""
     widths, N = plan.widths, plan.X.shape[0]
     p = N * (N + 1) // 2
     draws = sum(int(np.prod(s[1:])) for s in draw_shapes(plan, 1))
     n = max(widths[1:plan.last + 1])
     per_layer = 4 * N * n + 3 * N * N + 2 * p * n
-    return 8.0 * m * (draws + per_layer)
+    return 8.0 * m * ((4 if device_draws else 1) * draws + per_layer)
+
+
+def chunk_elements(plan: Plan, m: int) -> int:
+    """Elements of the largest single array of a compiled chunk of ``m`` networks (the one draw
+    of every layer's normals with ``draws="device"``, or the packed pair products)."""
+    widths, N = plan.widths, plan.X.shape[0]
+    p = N * (N + 1) // 2
+    draws = sum(int(np.prod(s[1:])) for s in draw_shapes(plan, 1))
+    return m * max(draws, p * max(widths[1:plan.last + 1]))
 
 
 _COMPILED: dict = {}

@@ -52,9 +52,9 @@ from .._validate import check_memory, check_work
 from ._inputs import as_generator, check_ensemble
 from ._jackknife import group_units
 from ._estimators import layer_estimates
-from ._kernels import (LayerSums, Plan, _factor, chunk_bytes, device_chunk, draw_shapes,
-                       finite_checks, pair_index, run_chunk)
-from ._backend import resolve as _resolve_backend
+from ._kernels import (LayerSums, Plan, _factor, chunk_bytes, chunk_elements, device_chunk,
+                       draw_shapes, finite_checks, pair_index, run_chunk)
+from ._backend import MAX_ELEMENTS, resolve as _resolve_backend
 
 __all__ = ["EnsembleStatistics", "simulate_ensemble", "ESTIMATORS", "STAT_NAMES"]
 
@@ -389,14 +389,9 @@ def simulate_ensemble(net: MLP, X: Any, *, networks: int,
     xi = tuple(net.xi_at(k) for k in range(1, net.depth + 1))
     plan = Plan(widths=widths, c_w=c_w, c_b=c_b, sigma=sigma, X=Xa, G1=G1, last=last,
                 layers=frozenset(lay), method=method, keep=bool(keep_samples), gamma=gamma, xi=xi)
-    if batch is not None:
-        bsz = int(batch)
-    elif be.is_numpy:
-        bsz = _default_batch(widths, last, N)
-    else:
-        bsz = max(1, int(be.chunk_bytes() // chunk_bytes(plan, 1)))
+    bsz = _chunk_size(plan, be, batch)
     flops = 2.0 * N * sum(float(widths[k - 1]) * widths[k] for k in range(1, last + 1))
-    check_work(size * (1e-6 + flops / 2e9),               # >= 1 us per network, <= 2 GFLOP/s
+    check_work(size * ((1e-6 if be.is_numpy else 1e-8) + flops / be.flop_rate()),  # optimistic
                f"simulating {size} networks (widths {tuple(widths[:last + 1])}, {N} inputs)",
                "lower networks or widths")
     if keep_samples:
@@ -444,6 +439,18 @@ def simulate_ensemble(net: MLP, X: Any, *, networks: int,
         samples=_frozen({k: v[0] for k, v in kept.items()}) if kept else None,
         G_hat_samples=_frozen({k: v[1] for k, v in kept.items()}) if kept else None,
     )
+
+
+def _chunk_size(plan: Plan, be, batch: int | None) -> int:
+    """Networks per chunk: ``batch``, else ~32 MB temporaries on NumPy, else as many as fit in
+    :meth:`~effth.simulation._backend.Backend.chunk_bytes` of the device by
+    :func:`~effth.simulation._kernels.chunk_bytes` (with no array above ``MAX_ELEMENTS``)."""
+    if batch is not None:
+        return int(batch)
+    if be.is_numpy:
+        return _default_batch(plan.widths, plan.last, plan.X.shape[0])
+    bsz = max(1, int(be.chunk_bytes() // chunk_bytes(plan, 1, be.draws == "device")))
+    return min(bsz, MAX_ELEMENTS // max(chunk_elements(plan, 1), 1))
 
 
 def _device_chunks(plan: Plan, be, net: MLP, units, children):

@@ -1128,7 +1128,8 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
     per_net = max(max(widths[k] * widths[k - 1] for k in range(1, L + 1)), M * N * nmax,
                   (M * M * N * nmax if order >= 3 else 0), (M * M * nmax if do_II else 0),
                   (M ** 4 if order >= 3 or do_II else M ** 3))
-    check_networks(size, per_net, "an NTK ensemble")
+    check_networks(size, per_net if be.is_numpy else per_net * 2e9 / be.flop_rate(),
+                   "an NTK ensemble")
     if batch is not None:
         bsz = int(batch)
     elif be.is_numpy:

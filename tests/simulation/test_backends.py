@@ -163,3 +163,47 @@ def test_train_ensemble_jax_singular_newton():
     with pytest.raises(DomainError, match="singular"):
         train_ensemble(MLP("tanh", depth=2, widths=4), X, np.array([0.1, 0.2, 0.3]), updates=2,
                        networks=3, eta=0.5, method="newton", backend="jax")
+
+
+# ------------------------------------------------------------------- memory of the chunks
+def test_chunk_memory_bound_and_the_million_network_plan(monkeypatch):
+    """The per-chunk memory estimate bounds XLA's own analysis of the compiled chunk (arguments +
+    temporaries) for width 512 at depth 5, and it grows linearly in the chunk; so 10^6 such
+    networks on a 139 GiB accelerator run in chunks that each fit a quarter of its memory."""
+    _jax()
+    import jax
+    from effth.simulation import _kernels as K
+    from effth.simulation._backend import Backend, resolve
+    from effth.simulation._jackknife import group_units
+    from effth.simulation.ensemble import _chunk_size
+    net = MLP("tanh", depth=5, widths=512)
+    X = np.random.default_rng(0).standard_normal((4, 16))
+    widths = net.layer_widths(16)
+    c_w = tuple(net.c_w_at(k) for k in range(1, 6))
+    c_b = tuple(net.c_b_at(k) for k in range(1, 6))
+    plan = K.Plan(widths=widths, c_w=c_w, c_b=c_b, sigma=None, X=X,
+                  G1=c_b[0] + c_w[0] * X @ X.T / 16, last=5, layers=frozenset(range(1, 6)),
+                  method="weights", keep=False, gamma=(0.0,) * 5, xi=(1.0,) * 5)
+    used = {}
+    for draws, m in (("host", 8), ("device", 8), ("device", 16)):
+        be = resolve("jax", draws)
+        with be.scope():
+            fn = K.device_chunk(plan, be, net.act, m)
+            src = ([jax.ShapeDtypeStruct(s, np.float64) for s in K.draw_shapes(plan, m)]
+                   if draws == "host" else be.key(np.random.default_rng(0)))
+            ma = fn.lower(be.put(X), be.put(plan.G1), be.put(np.zeros((1, 1))), src,
+                          be.put(np.ones(m))).compile().memory_analysis()
+        used[draws, m] = ma.argument_size_in_bytes + ma.temp_size_in_bytes
+        assert used[draws, m] <= K.chunk_bytes(plan, m, draws == "device"), (draws, m)
+        assert used[draws, m] >= 0.3 * K.chunk_bytes(plan, m, draws == "device")   # not vacuous
+    assert used["device", 16] <= 2.1 * used["device", 8]                        # linear in m
+    budget = 0.25 * 139 * 2 ** 30
+    monkeypatch.setattr(Backend, "chunk_bytes", lambda self: budget)
+    for draws in ("host", "device"):
+        be = resolve("jax", draws)
+        bsz = _chunk_size(plan, be, None)
+        _, units = group_units(10 ** 6, bsz)
+        m_pad = max(u[2] for u in units)
+        assert K.chunk_bytes(plan, m_pad, draws == "device") <= budget
+        assert K.chunk_elements(plan, m_pad) <= 2 ** 31 - 1
+        assert sum(u[2] for u in units) == 10 ** 6 and len(units) <= 2000
