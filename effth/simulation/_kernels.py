@@ -283,3 +283,179 @@ def _run_chunk(plan: Plan, rng: np.random.Generator, m: int):
                 Gk = np.broadcast_to(G_hat, (m, N, N)).copy()
                 samples[layer] = (z.copy(), Gk)
     return sums, samples
+
+
+# ------------------------------------------------------------------ array-backend chunk (JAX)
+def draw_shapes(plan: Plan, m: int) -> list[tuple[int, ...]]:
+    """Shapes of the standard normal draws of one chunk of ``m`` networks, in the order
+    :func:`run_chunk` makes them (so a NumPy generator fills them with the same numbers)."""
+    widths, N = plan.widths, plan.X.shape[0]
+    shapes = []
+    for layer in range(1, plan.last + 1):
+        n_prev, n_cur = widths[layer - 1], widths[layer]
+        if plan.method == "weights":
+            shapes.append((m, n_prev, n_cur))
+            if plan.c_b[layer - 1] > 0.0:
+                shapes.append((m, 1, n_cur))
+        else:
+            shapes.append((m, N, n_cur))
+    return shapes
+
+
+def chunk_bytes(plan: Plan, m: int, device_draws: bool = False) -> float:
+    """Estimated peak device memory (bytes) of a compiled chunk (:func:`device_chunk`) of ``m``
+    networks: every layer's draws (four times over when drawn on the device: the random bits,
+    their intermediate transforms and the normals of the one draw are live together, per XLA's
+    memory analysis), a layer's preactivations, activations and metric,
+    and the packed pair products of the sums.  Tests hold it against XLA's own memory analysis
+    of the compiled chunk."""
+    widths, N = plan.widths, plan.X.shape[0]
+    p = N * (N + 1) // 2
+    draws = sum(int(np.prod(s[1:])) for s in draw_shapes(plan, 1))
+    n = max(widths[1:plan.last + 1])
+    per_layer = 4 * N * n + 3 * N * N + 2 * p * n
+    return 8.0 * m * ((4 if device_draws else 1) * draws + per_layer)
+
+
+def chunk_elements(plan: Plan, m: int) -> int:
+    """Elements of the largest single array of a compiled chunk of ``m`` networks (the one draw
+    of every layer's normals with ``draws="device"``, or the packed pair products)."""
+    widths, N = plan.widths, plan.X.shape[0]
+    p = N * (N + 1) // 2
+    draws = sum(int(np.prod(s[1:])) for s in draw_shapes(plan, 1))
+    return m * max(draws, p * max(widths[1:plan.last + 1]))
+
+
+_COMPILED: dict = {}
+
+
+def device_chunk(plan: Plan, be, act, m: int) -> Callable:
+    r"""The forward pass and per-layer sums of :func:`run_chunk` as one compiled function of the
+    backend ``be`` (``jax.jit``) for chunks of ``m`` networks with a 0/1 mask over them (padding
+    networks contribute exactly zero, so every chunk of a run shares one compilation; the
+    compilation is kept for later runs of the same architecture, widths and number of inputs).
+
+    Returns ``fn(X, G1, A1, source, mask) -> (sums, finite, samples)``: ``sums[layer]`` the seven
+    arrays of :class:`LayerSums` (count excluded), ``finite`` the flags of the checks of
+    :func:`run_chunk` in its order (:func:`finite_checks`), ``samples[layer] = (z, G_hat)`` if
+    ``plan.keep``.  ``source`` is the list of standard normal arrays of :func:`draw_shapes`
+    (``draws="host"``) or a ``jax.random`` key (``draws="device"``: one draw of every layer's
+    normals at once, split by slicing).
+    """
+    sig = (plan.widths, plan.c_w, plan.c_b, plan.gamma, plan.xi, plan.last, plan.layers,
+           plan.method, plan.keep, plan.X.shape, be.name, be.draws, act, m)
+    fn = _COMPILED.get(sig)
+    if fn is None:
+        if len(_COMPILED) >= 32:
+            _COMPILED.clear()
+        from ._backend import activation
+        fn = _COMPILED[sig] = be.jit(_chunk_program(plan, be, activation(act, 0, be)))
+    return fn
+
+
+def _chunk_program(plan: Plan, be, sigma) -> Callable:
+    xp = be.xp
+    widths = plan.widths
+    N = plan.X.shape[0]
+    iu, ju, _ = pair_index(N)
+    device_rng = be.draws == "device"
+
+    def factor(G):
+        sym = 0.5 * (G + xp.swapaxes(G, -1, -2))
+        lam, U = xp.linalg.eigh(sym)
+        return U * xp.sqrt(xp.clip(lam, 0.0, None))[..., None, :]
+
+    def fn(X, G1, A1, source, mask):
+        m = mask.shape[0]
+        shapes = draw_shapes(plan, m)
+        if device_rng:
+            import jax
+            sizes = [int(np.prod(sh[1:])) for sh in shapes]
+            flat = jax.random.normal(source, (m, sum(sizes)), dtype=xp.float64)
+            offs = np.concatenate([[0], np.cumsum(sizes)])
+            draws = iter(flat[:, offs[i]:offs[i + 1]].reshape(sh) for i, sh in enumerate(shapes))
+        else:
+            draws = iter(source)
+        live = mask > 0.5
+        flags = []
+
+        def finite(a):
+            return xp.all(xp.isfinite(xp.where(live.reshape((m,) + (1,) * (a.ndim - 1)), a, 0.0)))
+
+        sums, samples = {}, {}
+        G_hat = G1
+        n0 = widths[0]
+        if plan.method == "weights":
+            W = next(draws) * np.sqrt(plan.c_w[0] / n0)
+            z = xp.matmul(X, W)
+            if plan.c_b[0] > 0.0:
+                z = z + np.sqrt(plan.c_b[0]) * next(draws)
+        else:
+            z = xp.matmul(A1, next(draws))
+        flags.append(finite(z))
+        for layer in range(1, plan.last + 1):
+            if layer > 1:
+                n_prev = widths[layer - 1]
+                cw, cb = plan.c_w[layer - 1], plan.c_b[layer - 1]
+                g, x = plan.skip(layer), plan.branch(layer)
+                s = sigma(z)
+                flags.append(finite(s))
+                G_hat = xp.matmul(s, xp.swapaxes(s, 1, 2)) * (cw / n_prev) + cb
+                if x != 1.0:
+                    G_hat = G_hat * (x * x)
+                flags.append(finite(G_hat))
+                if plan.method == "weights":
+                    z_new = xp.matmul(s * (x * np.sqrt(cw / n_prev)), next(draws))
+                    if cb > 0.0:
+                        z_new = z_new + (x * np.sqrt(cb)) * next(draws)
+                else:
+                    z_new = xp.matmul(factor(G_hat), next(draws))
+                if g != 0.0:
+                    G_hat = G_hat + (g * g / n_prev) * xp.matmul(z, xp.swapaxes(z, 1, 2))
+                    z_new = z_new + g * z
+                z = z_new
+                flags.append(finite(z))
+            if layer in plan.layers:
+                zm = xp.where(live[:, None, None], z, 0.0)
+                sums[layer] = _layer_sums_xp(xp, zm, G_hat, mask, iu, ju)
+                if plan.keep:
+                    samples[layer] = (zm, xp.broadcast_to(G_hat, (m, N, N)))
+        return sums, xp.stack(flags), samples
+
+    return fn
+
+
+def finite_checks(plan: Plan) -> list[tuple[int, str]]:
+    """``(layer, what)`` of every finiteness check of :func:`run_chunk`, in its order."""
+    out = [(1, "preactivations")]
+    for layer in range(2, plan.last + 1):
+        out += [(layer - 1, "activations"), (layer, "stochastic metric"), (layer, "preactivations")]
+    return out
+
+
+def _layer_sums_xp(xp, z, G_hat, mask, iu, ju):
+    """:func:`_layer_sums` in the namespace ``xp``, for ``z`` with zeros on masked networks;
+    returns ``(sG, sGG, sg, sgg, sq, s3, s3x)``."""
+    m, _, n = z.shape
+    p = iu.size
+    zt = xp.swapaxes(z, 0, 1)                            # (N, m, n)
+    zp = zt[iu] * zt[ju]                                 # (p, m, n): z_a z_b per neuron
+    gp = zp.mean(axis=2).T                               # (m, p)
+    if G_hat.ndim == 2:
+        Gp1 = G_hat[iu, ju]
+        count = mask.sum()
+        sG = count * Gp1
+        sGG = count * xp.outer(Gp1, Gp1)
+    else:
+        Gp = G_hat[:, iu, ju] * mask[:, None]           # (m, p), masked rows zero
+        sG = Gp.sum(axis=0)
+        sGG = Gp.T @ Gp
+    flat = zp.reshape(p, m * n)
+    sq = (flat @ flat.T) / n
+    zc = zt.reshape(zt.shape[0], m * n)
+    s3 = (flat @ zc.T) / n
+    if n >= 2:
+        s3x = (zp.sum(axis=2) @ zt.sum(axis=2).T - n * s3) / (n * (n - 1))
+    else:
+        s3x = xp.zeros_like(s3)
+    return sG, sGG, gp.sum(axis=0), gp.T @ gp, sq, s3, s3x

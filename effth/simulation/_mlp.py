@@ -24,7 +24,9 @@ the Newton step are built).  Parameter derivatives (8.11): :math:`dz_i/db_j=\del
 Layouts: inputs ``X`` ``(n, n_0)`` (shared by all networks) or ``(S, n, n_0)``; ``W[l-1]``
 ``(S, n_l, n_{l-1})``; ``b[l-1]`` ``(S, n_l)`` or ``None`` (no bias); preactivations
 ``z[l-1]`` ``(S, n, n_l)``; a co-vector at the output ``(S, n, [k,] n_L)`` with an optional
-direction axis ``k``.  NumPy only (the ground truth never imports theory code).
+direction axis ``k``.  The arrays are NumPy's, or JAX's for ``backend="jax"``
+(:mod:`effth.simulation._backend`): every function works in the namespace of its array arguments
+(traceable by ``jax.jit``); the ground truth never imports theory code.
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ from typing import Callable, Sequence
 import numpy as np
 
 __all__ = ["Pass", "forward", "backward", "param_grads", "ntk"]
+
+
+def _ns(a):
+    """``numpy`` for a NumPy array, else the array's own namespace (``jax.numpy``)."""
+    if isinstance(a, np.ndarray):
+        return np
+    from ._backend import namespace
+    return namespace(a)
 
 
 @dataclass
@@ -66,13 +76,14 @@ def forward(Ws: Sequence[np.ndarray], bs: Sequence[np.ndarray | None], X: np.nda
     """Forward pass of ``S`` networks (module docstring); ``dact`` also stores ``sigma'``."""
     L = len(Ws)
     a = _scales(scales, L)
+    xp = _ns(Ws[0])
     s = [X]
     zs, ds = [], ([] if dact is not None else None)
     for ell in range(L):
         x = s[-1]
         if a[ell] != 1.0:
             x = a[ell] * x
-        z = np.matmul(x, np.swapaxes(Ws[ell], -1, -2))
+        z = xp.matmul(x, xp.swapaxes(Ws[ell], -1, -2))
         if bs[ell] is not None:
             z = z + bs[ell][:, None, :]
         zs.append(z)
@@ -93,13 +104,14 @@ def backward(Ws: Sequence[np.ndarray], fp: Pass, cov: np.ndarray) -> list:
     L = len(Ws)
     if fp.ds is None:
         raise ValueError("backward needs a forward pass with dact")
+    xp = _ns(Ws[-1])
     g = [None] * L
     g[L - 1] = cov
     S = cov.shape[0]
     lead = cov.shape[1:-1]
     for ell in range(L - 1, 0, -1):
         flat = g[ell].reshape(S, -1, g[ell].shape[-1])
-        h = np.matmul(flat, Ws[ell]).reshape((S,) + lead + (Ws[ell].shape[-1],))
+        h = xp.matmul(flat, Ws[ell]).reshape((S,) + lead + (Ws[ell].shape[-1],))
         if fp.scales[ell] != 1.0:
             h = h * fp.scales[ell]
         d = fp.ds[ell - 1]
@@ -114,8 +126,9 @@ def param_grads(fp: Pass, g: list) -> tuple[list, list]:
     ``dW[l-1] = a_l sum_alpha g_alpha (x) s^(l-1)_alpha`` ``(S, n_l, n_{l-1})`` and
     ``db[l-1] = sum_alpha g_alpha`` ``(S, n_l)``."""
     dW, db = [], []
+    xp = _ns(g[0])
     for ell, gl in enumerate(g):
-        w = np.matmul(np.swapaxes(gl, -1, -2), fp.s[ell])
+        w = xp.matmul(xp.swapaxes(gl, -1, -2), fp.s[ell])
         if fp.scales[ell] != 1.0:
             w = w * fp.scales[ell]
         dW.append(w)
@@ -134,12 +147,13 @@ def ntk(fp: Pass, jac: list, rate_b: Sequence[float], rate_w: Sequence[float]) -
     with shape ``(S, n, k, n, k)``.
     """
     S, n, k = jac[-1].shape[:3]
-    H = np.zeros((S, n, k, n, k))
+    xp = _ns(jac[-1])
+    H = xp.zeros((S, n, k, n, k))
     for ell, gl in enumerate(jac):
         flat = gl.reshape(S, n * k, gl.shape[-1])
-        gg = np.matmul(flat, np.swapaxes(flat, -1, -2)).reshape(S, n, k, n, k)
+        gg = xp.matmul(flat, xp.swapaxes(flat, -1, -2)).reshape(S, n, k, n, k)
         x = fp.s[ell]
-        ss = np.matmul(x, np.swapaxes(x, -1, -2))
+        ss = xp.matmul(x, xp.swapaxes(x, -1, -2))
         if ss.ndim == 2:
             ss = ss[None]
         coef = rate_b[ell] + rate_w[ell] * fp.scales[ell] ** 2 * ss        # (S or 1, n, n)

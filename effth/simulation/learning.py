@@ -21,8 +21,9 @@ update (10.19) with :math:`\eta\kappa=\eta\,\tilde H^{-1}` (Newton's method (10.
 leap (10.30)), built from each network's own empirical training NTK.
 
 Everything is batched over a leading axis of networks through the pass of
-:mod:`effth.simulation._mlp`, in chunks that bound memory.  NumPy only: this module never imports
-theory code.  See ``docs/training.md``.
+:mod:`effth.simulation._mlp`, in chunks that bound memory, on NumPy or (``backend="jax"``) JAX's
+device (:mod:`effth.simulation._backend`).  This module never imports theory code.  See
+``docs/training.md``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from effth.arch import MLP
 from effth.arch._common import as_real
 from ..errors import DomainError
 from . import _mlp
+from ._backend import activation as _backend_activation, resolve as _resolve_backend
 from ._inputs import as_generator
 from ._jackknife import MAX_GROUPS, jackknife_error
 from .ntk import init_params
@@ -404,6 +406,110 @@ def _run_chunk(Ws, bs, X, Xt, Y, fns, kind, method, eta, steps, rec, rate_b, rat
     return f_tr, f_te, loss_rec, ntk_rec
 
 
+_COMPILED: dict = {}
+
+
+def _device_program(be, fns, kind, method, eta, rate_b, rate_w, C, record_ntk, key):
+    """Compiled ``step(Ws, bs, X, Y)`` and ``record(Ws, bs, Xt, Xall)`` of :func:`_run_chunk` on
+    the backend ``be`` (cached by ``key``: the architecture, data shapes and hyperparameters)."""
+    got = _COMPILED.get(key)
+    if got is not None:
+        return got
+    import jax
+    xp = be.xp
+    act, dact = fns
+
+    def loss_eps(z, Y):
+        if kind == "mse":
+            eps = z - Y
+            return 0.5 * xp.sum(eps * eps, axis=(1, 2)), eps
+        logq = jax.nn.log_softmax(z, axis=2)
+        return -xp.sum(Y * logq, axis=(1, 2)), xp.exp(logq) - Y
+
+    def step(Ws, bs, X, Y):
+        fp = _mlp.forward(Ws, bs, X, act, dact)
+        z = fp.out
+        loss, eps = loss_eps(z, Y)
+        finite = xp.isfinite(z).all(axis=(1, 2))
+        solved = xp.ones(z.shape[0], dtype=bool)
+        if method == "newton":
+            S, P = z.shape[:2]
+            eye = xp.broadcast_to(xp.eye(C), (S, P, C, C))
+            H = _mlp.ntk(fp, _mlp.backward(Ws, fp, eye), rate_b, rate_w).reshape(S, P * C, P * C)
+            eps = xp.linalg.solve(H, eps.reshape(S, P * C, 1)).reshape(S, P, C)
+            solved = xp.isfinite(eps).all(axis=(1, 2))
+        g = _mlp.backward(Ws, fp, eps)
+        dW, db = _mlp.param_grads(fp, g)
+        newW = [W - d * (eta * rate_w[ell]) for ell, (W, d) in enumerate(zip(Ws, dW))]
+        newb = [b - d * (eta * rate_b[ell]) for ell, (b, d) in enumerate(zip(bs, db))]
+        return z, loss, finite, solved, newW, newb
+
+    def record(Ws, bs, Xt, Xall):
+        f_te = None if Xt is None else _mlp.forward(Ws, bs, Xt, act).out
+        ntk = None
+        if record_ntk:
+            fa = _mlp.forward(Ws, bs, Xall, act, dact)
+            S, n = fa.out.shape[:2]
+            eye = xp.broadcast_to(xp.eye(C), (S, n, C, C))
+            ntk = _mlp.ntk(fa, _mlp.backward(Ws, fa, eye), rate_b, rate_w)
+        return f_te, ntk
+
+    if len(_COMPILED) >= 16:
+        _COMPILED.clear()
+    got = _COMPILED[key] = (be.jit(step), be.jit(record))
+    return got
+
+
+def _run_chunk_device(be, programs, Ws, bs, X, Xt, Y, kind, steps, rec, record_ntk, first):
+    """:func:`_run_chunk` on the backend ``be``: the same updates, compiled; the divergence
+    checks and the records on the host (one small transfer per step)."""
+    step, record = programs
+    S = Ws[0].shape[0]
+    P, C = Y.shape
+    T = len(rec)
+    Q = 0 if Xt is None else Xt.shape[0]
+    f_tr = np.empty((S, T, P, C))
+    f_te = np.empty((S, T, Q, C))
+    loss_rec = np.empty((S, T))
+    ntk_rec = np.empty((S, T, P + Q, C, P + Q, C)) if record_ntk else None
+    Ws, bs = [be.put(W) for W in Ws], [be.put(b) for b in bs]
+    Xd, Yd = be.put(X), be.put(Y)
+    Xtd = None if Xt is None else be.put(Xt)
+    Xall = be.put(X if Xt is None else np.vstack([X, Xt]))
+    ref = None
+    r = 0
+    for t in range(steps + 1):
+        z, loss, finite, solved, newW, newb = step(Ws, bs, Xd, Yd)
+        loss_h, finite_h = be.get(loss), be.get(finite)
+        if ref is None:
+            ref = np.maximum(loss_h, 0.5 * np.sum(Y * Y) if kind == "mse" else 1.0)
+            ref = np.where(ref > 0, ref, 1.0)
+        bad = ~(np.isfinite(loss_h) & (loss_h <= _RUNAWAY * ref) & finite_h)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise _Diverged(t, first + k, float(loss_h[k]), float(ref[k]))
+        if r < T and rec[r] == t:
+            f_tr[:, r] = be.get(z)
+            loss_rec[:, r] = loss_h
+            if Q or record_ntk:
+                fte, ntk = record(Ws, bs, Xtd, Xall)
+                if Q:
+                    f_te[:, r] = be.get(fte)
+                if record_ntk:
+                    ntk_rec[:, r] = be.get(ntk)
+            r += 1
+        if t == steps:
+            break
+        if not be.get(solved).all():
+            raise DomainError(f"method='newton': the training NTK of a network is singular at "
+                              f"step {t} (duplicate training inputs, or more training outputs "
+                              "P*C than parameters); use method='gd'")
+        Ws, bs = newW, newb
+    if ntk_rec is not None:
+        ntk_rec = ntk_rec.transpose(0, 1, 2, 4, 3, 5)           # (S, T, n, n, C, C)
+    return f_tr, f_te, loss_rec, ntk_rec
+
+
 #: marks ``seed`` not given (the default seed is 0; ``params=`` excludes any ``seed``)
 _UNSET = object()
 
@@ -434,7 +540,8 @@ def train_ensemble(net: MLP, X: Any, y: Any, *, eta: float, updates: int,
                    networks: int | None = None, seed: Any = _UNSET, params: Any = None, lambda_b: Any = 1.0,
                    lambda_w: Any = 1.0, X_test: Any = None, loss: str = "mse",
                    method: str = "gd", record_every: int = 1, record_ntk: bool = False,
-                   batch: int | None = None, progress: bool | None = None) -> TrainedEnsemble:
+                   batch: int | None = None, progress: bool | None = None,
+                   backend: str = "numpy") -> TrainedEnsemble:
     r"""Train ``networks`` independently initialized networks on the same data, in one batched run.
 
     The book's parameterization and learning-rate tensor (module docstring; PDLT (2.19)-(2.20),
@@ -493,6 +600,13 @@ def train_ensemble(net: MLP, X: Any, y: Any, *, eta: float, updates: int,
         Networks per chunk (default: about 32 MB per temporary).
     progress : bool, optional
         Progress bar over the networks (``docs/conventions.md``).
+    backend : {"numpy", "jax"}
+        Array library of the forward/backward passes and the updates.  ``"numpy"`` (default);
+        ``"jax"``: every update compiled (``jax.jit``) on JAX's default device (a GPU when JAX
+        finds one), float64 in JAX's scoped ``enable_x64`` (the global JAX configuration is not
+        changed), chunks of networks sized to a quarter of the accelerator's memory (256 MiB on a
+        CPU) unless ``batch`` is given; the initial parameters are drawn on the host exactly as
+        for NumPy, so the trajectories agree to round-off.  Needs ``pip install effth[jax]``.
 
     Returns
     -------
@@ -507,6 +621,7 @@ def train_ensemble(net: MLP, X: Any, y: Any, *, eta: float, updates: int,
     """
     if not isinstance(net, MLP):
         raise DomainError(f"net must be an effth.MLP, got {type(net).__name__}")
+    be = _resolve_backend(backend)
     from effth.arch._common import require_plain
     require_plain(net, "the trainer")
     if net.widths is None and net.depth == 1:
@@ -591,12 +706,21 @@ def train_ensemble(net: MLP, X: Any, y: Any, *, eta: float, updates: int,
                   n_all * C * max(widths), n_all * max(widths) * 4,
                   len(rec) * n_all * C * (1 + (n_all * C if record_ntk else 0)))
     if batch is None:
-        batch = max(1, min(size, _CHUNK_ELEMENTS // max(per_net, 1)))
+        elements = _CHUNK_ELEMENTS if be.is_numpy else int(be.chunk_bytes() // 8)
+        batch = max(1, min(size, elements // max(per_net, 1)))
     chunks = [(s0, min(batch, size - s0)) for s0 in range(0, size, batch)]
     out = []
     bound = None
+    programs = None
+    if not be.is_numpy:
+        with be.scope():
+            jfns = (_backend_activation(net.act, 0, be), _backend_activation(net.act, 1, be))
+            key = (net.act, tuple(widths), loss, method, float(eta), rate_b, rate_w, C,
+                   bool(record_ntk), P, 0 if Xt is None else Xt.shape[0])
+            programs = _device_program(be, jfns, loss, method, float(eta), rate_b, rate_w, C,
+                                       bool(record_ntk), key)
     with blas_threads(), progress_bar(size, "training networks", progress=progress,
-                                      unit="net") as bar:
+                                      unit="net") as bar, be.scope():
         try:
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 for k, (start, m) in enumerate(chunks):
@@ -606,8 +730,12 @@ def train_ensemble(net: MLP, X: Any, y: Any, *, eta: float, updates: int,
                         fp = _mlp.forward(W1, b1, X, *fns)
                         H0 = _train_ntk(fp, W1, C, rate_b, rate_w)[0]
                         check_gd_step(H0, eta, "overflowing network or activation derivative")
-                    out.append(_run_chunk(Ws, bs, X, Xt, Y, fns, loss, method, eta, updates, rec,
-                                          rate_b, rate_w, record_ntk, start))
+                    if programs is not None:
+                        out.append(_run_chunk_device(be, programs, Ws, bs, X, Xt, Y, loss,
+                                                     updates, rec, record_ntk, start))
+                    else:
+                        out.append(_run_chunk(Ws, bs, X, Xt, Y, fns, loss, method, eta, updates,
+                                              rec, rate_b, rate_w, record_ntk, start))
                     bar.update(m)
         except _Diverged as exc:
             what = ("non-finite outputs" if not np.isfinite(exc.loss) else

@@ -59,6 +59,8 @@ from ..errors import DomainError
 from .._display import depth_text, html_table, short
 from .._results import WeightLayers
 from ._inputs import as_generator, check_ensemble, check_inputs
+from ._mlp import _ns
+from ._backend import resolve as _resolve_backend
 from ._jackknife import group_units, jackknife_error
 
 __all__ = [
@@ -162,6 +164,7 @@ class _Net:
     dd: np.ndarray      # (M,) input of direction a
     do: np.ndarray      # (M,) output neuron of direction a
     xi: list | None = None   # xi[l], l = 1..L: residual branch gains (PDLT (B.4)); None: plain
+    finite: list | None = None   # traced arrays (JAX): per layer 1..L, preactivations finite
 
 
 def _forward_backward(Ws, bs, X, fs, outputs, res=None) -> _Net:
@@ -169,25 +172,31 @@ def _forward_backward(Ws, bs, X, fs, outputs, res=None) -> _Net:
     it the residual MLP of PDLT (B.4): :math:`z^{(\ell+1)}=\xi^{(\ell+1)}[b+W\sigma(z^{(\ell)})]
     +\gamma^{(\ell+1)}z^{(\ell)}`, so :math:`g^{(\ell)}=\xi^{(\ell+1)}(g^{(\ell+1)}W^{(\ell+1)})
     \sigma'(z^{(\ell)})+\gamma^{(\ell+1)}g^{(\ell+1)}`."""
+    xp = _ns(Ws[1])
     L = len(Ws) - 1
     gam_, xi_ = res if res is not None else ([0.0] * (L + 1), [1.0] * (L + 1))
     B = Ws[1].shape[0]
     N = X.shape[0]
-    s = [np.broadcast_to(X, (B,) + X.shape)]
+    s = [xp.broadcast_to(X, (B,) + X.shape)]
     d = {k: [None] * L for k in range(1, len(fs))}
-    z = np.einsum("bkj,dj->bdk", Ws[1], X) + bs[1][:, None, :]
+    z = xp.einsum("bkj,dj->bdk", Ws[1], X) + bs[1][:, None, :]
     if xi_[1] != 1.0:
         z = xi_[1] * z
+    flags = None if xp is np else []        # under jax.jit: flags for the caller, no raise
+
+    def check(z, layer):
+        if flags is not None:
+            flags.append(xp.isfinite(z).all())
+        elif not np.isfinite(z).all():
+            raise DomainError(f"non-finite preactivations in layer {layer}")
     for ell in range(1, L):
-        if not np.isfinite(z).all():
-            raise DomainError(f"non-finite preactivations in layer {ell}")
+        check(z, ell)
         s.append(fs[0](z))
         for k, lst in d.items():
             lst[ell] = fs[k](z)
-        branch = np.matmul(s[ell], np.swapaxes(Ws[ell + 1], 1, 2)) + bs[ell + 1][:, None, :]
+        branch = xp.matmul(s[ell], xp.swapaxes(Ws[ell + 1], 1, 2)) + bs[ell + 1][:, None, :]
         z = (branch if xi_[ell + 1] == 1.0 else xi_[ell + 1] * branch) + (gam_[ell + 1] * z if gam_[ell + 1] else 0.0)
-    if not np.isfinite(z).all():
-        raise DomainError(f"non-finite preactivations in layer {L}")
+    check(z, L)
     m = len(outputs)
     dd = np.tile(np.arange(N), m)
     do = np.repeat(np.asarray(outputs, dtype=np.intp), N)
@@ -195,18 +204,23 @@ def _forward_backward(Ws, bs, X, fs, outputs, res=None) -> _Net:
     nL = Ws[L].shape[1]
     g = [None] * (L + 1)
     h = [None] * (L + 1)
-    gL = np.zeros((B, M, nL))
-    gL[:, np.arange(M), do] = 1.0
+    if xp is np:
+        gL = np.zeros((B, M, nL))
+        gL[:, np.arange(M), do] = 1.0
+    else:
+        onehot = np.zeros((M, nL))
+        onehot[np.arange(M), do] = 1.0
+        gL = xp.broadcast_to(xp.asarray(onehot), (B, M, nL))
     g[L] = gL
     for ell in range(L - 1, 0, -1):
-        h[ell] = np.matmul(g[ell + 1], Ws[ell + 1])
+        h[ell] = xp.matmul(g[ell + 1], Ws[ell + 1])
         g[ell] = h[ell] * d[1][ell][:, dd, :]
         if res is not None:
             g[ell] = xi_[ell + 1] * g[ell] + (gam_[ell + 1] * g[ell + 1] if gam_[ell + 1] else 0.0)
-    ssd = [np.matmul(sl, np.swapaxes(sl, 1, 2)) for sl in s]
-    gam = [None] + [np.matmul(g[ell], np.swapaxes(g[ell], 1, 2)) for ell in range(1, L + 1)]
+    ssd = [xp.matmul(sl, xp.swapaxes(sl, 1, 2)) for sl in s]
+    gam = [None] + [xp.matmul(g[ell], xp.swapaxes(g[ell], 1, 2)) for ell in range(1, L + 1)]
     return _Net(Ws=Ws, s=s, d=d, zL=z, g=g, h=h, ssd=ssd, gam=gam, dd=dd, do=do,
-                xi=None if res is None else list(xi_))
+                xi=None if res is None else list(xi_), finite=flags)
 
 
 def _ntk(net: _Net, lb, lw, widths) -> np.ndarray:
@@ -228,6 +242,7 @@ def _tangents(net: _Net, lb, lw, widths, fs) -> tuple[list, list, list]:
     Also S1[l] = sigma'(z^(l)) Z1[l] (activation tangents, S1[0] = 0) and
     X1[l] (B, N, M, N) = s^(l)_delta . S1[l]_{a; delta0}.
     """
+    xp = _ns(net.Ws[1])
     L = len(net.Ws) - 1
     dd = net.dd
     B, M, _ = net.g[1].shape
@@ -240,11 +255,11 @@ def _tangents(net: _Net, lb, lw, widths, fs) -> tuple[list, list, list]:
     for ell in range(1, L):
         S1[ell] = net.d[1][ell][:, None, :, :] * Z1[ell]
         # X1[b, d, a, z] = s_{d} . S1_{a; z}
-        X1[ell] = np.moveaxis(np.matmul(S1[ell].reshape(B, M * N, -1),
-                                        np.swapaxes(net.s[ell], 1, 2)).reshape(B, M, N, N), 3, 1)
+        X1[ell] = xp.moveaxis(xp.matmul(S1[ell].reshape(B, M * N, -1),
+                                        xp.swapaxes(net.s[ell], 1, 2)).reshape(B, M, N, N), 3, 1)
         coef = lb[ell] + lw[ell] / widths[ell] * net.ssd[ell][:, dd, :]
         n_next = net.Ws[ell + 1].shape[1]
-        prop = np.matmul(S1[ell].reshape(B, M * N, -1), np.swapaxes(net.Ws[ell + 1], 1, 2))
+        prop = xp.matmul(S1[ell].reshape(B, M * N, -1), xp.swapaxes(net.Ws[ell + 1], 1, 2))
         Z1[ell + 1] = net.g[ell + 1][:, :, None, :] * coef[..., None] + prop.reshape(B, M, N, n_next)
     return Z1, S1, X1
 
@@ -252,30 +267,33 @@ def _tangents(net: _Net, lb, lw, widths, fs) -> tuple[list, list, list]:
 def _gather_delta0(A: np.ndarray, dd: np.ndarray, axis_delta: int) -> np.ndarray:
     """Select, for every direction c0, the input delta(c0) on ``axis_delta``; the new axis
     (c0, size M) replaces it."""
-    return np.take(A, dd, axis=axis_delta)
+    xp = _ns(A)
+    return xp.take(A, dd, axis=axis_delta)
 
 
 def _dntk(net: _Net, Z1, X1, lw, widths) -> np.ndarray:
     """dH[b, c0, a1, a2] (11.8), by the backward closing of the second-order tangent."""
+    xp = _ns(net.Ws[1])
     L = len(net.Ws) - 1
     dd = net.dd
     B, M, _ = net.g[1].shape
-    out = np.zeros((B, M, M, M))
+    out = xp.zeros((B, M, M, M))
     for ell in range(1, L):
         c = lw[ell] / widths[ell]
         # X1g[b, a, a', c0] = s_{delta_a} . S1_{a'; delta(c0)}
         X1g = _gather_delta0(X1[ell][:, dd, :, :], dd, 3)
-        t1 = net.gam[ell + 1][:, :, :, None] * np.transpose(X1g, (0, 3, 1, 2))   # [c0,a,a']
-        out += c * (t1 + np.swapaxes(t1, 2, 3))
+        t1 = net.gam[ell + 1][:, :, :, None] * xp.transpose(X1g, (0, 3, 1, 2))   # [c0,a,a']
+        out += c * (t1 + xp.swapaxes(t1, 2, 3))
         hd2 = net.h[ell] * net.d[2][ell][:, dd, :]                               # (B, c0, n)
-        Zc = np.moveaxis(_gather_delta0(Z1[ell], dd, 2), 2, 1)                   # (B, c0, a, n)
-        out += np.matmul(hd2[:, :, None, :] * Zc, np.swapaxes(Zc, 2, 3))
+        Zc = xp.moveaxis(_gather_delta0(Z1[ell], dd, 2), 2, 1)                   # (B, c0, a, n)
+        out += xp.matmul(hd2[:, :, None, :] * Zc, xp.swapaxes(Zc, 2, 3))
     return out
 
 
 def _second_tangents(net: _Net, Z1, S1, X1, lw, widths) -> tuple[list, list]:
     """Z2[l] (B, M, M, N, n_l): second-order tangents along (v_a, v_a'), l = 1..L-1, and
     S2[l] = sigma'' Z1_a Z1_a' + sigma' Z2 (activation second tangents)."""
+    xp = _ns(net.Ws[1])
     L = len(net.Ws) - 1
     dd = net.dd
     B, M, _ = net.g[1].shape
@@ -294,83 +312,85 @@ def _second_tangents(net: _Net, Z1, S1, X1, lw, widths) -> tuple[list, list]:
             g1 = net.g[ell + 1]                                         # (B, M, n')
             X1a = X1[ell][:, dd, :, :]                                  # (B, a, a', delta0)
             src = c * (g1[:, :, None, None, :] * X1a[..., None]
-                       + g1[:, None, :, None, :] * np.swapaxes(X1a, 1, 2)[..., None])
-            prop = np.matmul(S.reshape(B, M * M * N, -1), np.swapaxes(net.Ws[ell + 1], 1, 2))
+                       + g1[:, None, :, None, :] * xp.swapaxes(X1a, 1, 2)[..., None])
+            prop = xp.matmul(S.reshape(B, M * M * N, -1), xp.swapaxes(net.Ws[ell + 1], 1, 2))
             Z2[ell + 1] = src + prop.reshape(B, M, M, N, n_next)
     return Z2, S2
 
 
 def _ddntk_I(net: _Net, Z1, Z2, S2, lw, widths) -> np.ndarray:
     """ddIH[b, c0, a1, a2, a3] (∞.5), backward closing of the third-order tangent."""
+    xp = _ns(net.Ws[1])
     L = len(net.Ws) - 1
     dd = net.dd
     B, M, _ = net.g[1].shape
     N = net.s[0].shape[1]
-    out = np.zeros((B, M, M, M, M))
+    out = xp.zeros((B, M, M, M, M))
     for ell in range(1, L):
         c = lw[ell] / widths[ell]
         # Y[b, delta, a', a'', delta0] = s_delta . S2_{a'a''; delta0}
-        Y = np.matmul(S2[ell].reshape(B, M * M * N, -1), np.swapaxes(net.s[ell], 1, 2))
-        Y = np.moveaxis(Y.reshape(B, M, M, N, N), 4, 1)
+        Y = xp.matmul(S2[ell].reshape(B, M * M * N, -1), xp.swapaxes(net.s[ell], 1, 2))
+        Y = xp.moveaxis(Y.reshape(B, M, M, N, N), 4, 1)
         Yg = _gather_delta0(Y[:, dd], dd, 4)                 # (B, a, a', a'', c0)
-        Yg = np.moveaxis(Yg, 4, 1)                           # (B, c0, a, a', a'')
+        Yg = xp.moveaxis(Yg, 4, 1)                           # (B, c0, a, a', a'')
         gam = net.gam[ell + 1][:, :, :, None, None]          # [c0, a]
         t = gam * Yg                                         # Gamma[c0,a] Y[d_a, a', a'', d0]
-        out += c * (t + np.transpose(t, (0, 1, 3, 2, 4)) + np.transpose(t, (0, 1, 3, 4, 2)))
-        Zc = np.moveaxis(_gather_delta0(Z1[ell], dd, 2), 2, 1)          # (B, c0, a, n)
+        out += c * (t + xp.transpose(t, (0, 1, 3, 2, 4)) + xp.transpose(t, (0, 1, 3, 4, 2)))
+        Zc = xp.moveaxis(_gather_delta0(Z1[ell], dd, 2), 2, 1)          # (B, c0, a, n)
         n_l = Zc.shape[-1]
         hd3 = net.h[ell] * net.d[3][ell][:, dd, :]
         AD = (hd3[:, :, None, None, :] * Zc[:, :, :, None, :] * Zc[:, :, None, :, :])
-        out += np.matmul(AD.reshape(B, M, M * M, n_l),
-                         np.swapaxes(Zc, 2, 3)).reshape(B, M, M, M, M)
+        out += xp.matmul(AD.reshape(B, M, M * M, n_l),
+                         xp.swapaxes(Zc, 2, 3)).reshape(B, M, M, M, M)
         if Z2[ell] is not None:
             hd2 = net.h[ell] * net.d[2][ell][:, dd, :]
-            Z2c = np.moveaxis(_gather_delta0(Z2[ell], dd, 3), 3, 1)     # (B, c0, a', a'', n)
-            T = np.matmul(hd2[:, :, None, :] * Zc,
-                          np.swapaxes(Z2c.reshape(B, M, M * M, n_l), 2, 3)).reshape(B, M, M, M, M)
-            out += T + np.transpose(T, (0, 1, 3, 2, 4)) + np.transpose(T, (0, 1, 3, 4, 2))
+            Z2c = xp.moveaxis(_gather_delta0(Z2[ell], dd, 3), 3, 1)     # (B, c0, a', a'', n)
+            T = xp.matmul(hd2[:, :, None, :] * Zc,
+                          xp.swapaxes(Z2c.reshape(B, M, M * M, n_l), 2, 3)).reshape(B, M, M, M, M)
+            out += T + xp.transpose(T, (0, 1, 3, 2, 4)) + xp.transpose(T, (0, 1, 3, 4, 2))
     return out
 
 
 def _ddntk_II(net: _Net, Z1, S1, X1, lb, lw, widths) -> np.ndarray:
     """ddIIH[b, r1, r2, c3, c4] (∞.7) as inner products of Hessian-vector products."""
+    xp = _ns(net.Ws[1])
     L = len(net.Ws) - 1
     dd = net.dd
     B, M, _ = net.g[1].shape
     N = net.s[0].shape[1]
     # gdot[l] (B, r, c, n_l): tangent of g^(l)_r along v_c.
     gdot = [None] * (L + 1)
-    gdot[L] = np.zeros((B, M, M, net.Ws[L].shape[1]))
+    gdot[L] = xp.zeros((B, M, M, net.Ws[L].shape[1]))
     for ell in range(L - 1, 0, -1):
         c = lw[ell] / widths[ell]
         n_l = net.Ws[ell + 1].shape[2]
         hdot = (c * net.gam[ell + 1][..., None] * net.s[ell][:, dd, :][:, None, :, :]
-                + np.matmul(gdot[ell + 1].reshape(B, M * M, -1), net.Ws[ell + 1]).reshape(B, M, M, n_l))
-        Z1r = np.swapaxes(_gather_delta0(Z1[ell], dd, 2), 1, 2)          # (B, r, c, n)
+                + xp.matmul(gdot[ell + 1].reshape(B, M * M, -1), net.Ws[ell + 1]).reshape(B, M, M, n_l))
+        Z1r = xp.swapaxes(_gather_delta0(Z1[ell], dd, 2), 1, 2)          # (B, r, c, n)
         gdot[ell] = (net.d[2][ell][:, dd, :][:, :, None, :] * Z1r * net.h[ell][:, :, None, :]
                      + net.d[1][ell][:, dd, :][:, :, None, :] * hdot)
-    out = np.zeros((B, M, M, M, M))
+    out = xp.zeros((B, M, M, M, M))
     for ell in range(1, L + 1):
         gd = gdot[ell].reshape(B, M * M, -1)
-        GG = np.matmul(gd, np.swapaxes(gd, 1, 2)).reshape(B, M, M, M, M)   # [r1,c3,r2,c4]
-        GG = np.transpose(GG, (0, 1, 3, 2, 4))                              # [r1,r2,c3,c4]
+        GG = xp.matmul(gd, xp.swapaxes(gd, 1, 2)).reshape(B, M, M, M, M)   # [r1,c3,r2,c4]
+        GG = xp.transpose(GG, (0, 1, 3, 2, 4))                              # [r1,r2,c3,c4]
         ssd = net.ssd[ell - 1][:, dd[:, None], dd[None, :]]                 # [r1, r2]
         term = (lb[ell - 1] + lw[ell - 1] / widths[ell - 1] * ssd[..., None, None]) * GG
         if ell >= 2:
             cw = lw[ell - 1] / widths[ell - 1]
             # Gg[r1, c3, r2] = gdot[r1,c3] . g[r2]
-            Gg = np.matmul(gd, np.swapaxes(net.g[ell], 1, 2)).reshape(B, M, M, M)
+            Gg = xp.matmul(gd, xp.swapaxes(net.g[ell], 1, 2)).reshape(B, M, M, M)
             X1p = X1[ell - 1]                                               # (B, N, M, N)
             # X1[delta_r1, c4, delta_r2] -> [r1, c4, r2]
             Xr = X1p[:, dd][:, :, :, dd]
             # (gdot[r1,c3].g[r2]) * X1[d_r1, c4, d_r2] -> [r1,r2,c3,c4]
-            t2 = np.einsum("bxcy,bxdy->bxycd", Gg, Xr)
+            t2 = xp.einsum("bxcy,bxdy->bxycd", Gg, Xr)
             # (g[r1].gdot[r2,c4]) * X1[d_r2, c3, d_r1]
-            t3 = np.einsum("bydx,bycx->bxycd", Gg, Xr)
+            t3 = xp.einsum("bydx,bycx->bxycd", Gg, Xr)
             S1f = S1[ell - 1].reshape(B, M * N, -1)
-            SS = np.matmul(S1f, np.swapaxes(S1f, 1, 2)).reshape(B, M, N, M, N)
+            SS = xp.matmul(S1f, xp.swapaxes(S1f, 1, 2)).reshape(B, M, N, M, N)
             SSg = SS[:, :, dd][:, :, :, :, dd]                              # [c3, r1, c4, r2]
-            t4 = net.gam[ell][:, :, :, None, None] * np.transpose(SSg, (0, 2, 4, 1, 3))
+            t4 = net.gam[ell][:, :, :, None, None] * xp.transpose(SSg, (0, 2, 4, 1, 3))
             term = term + cw * (t2 + t3 + t4)
         out += term
     return out
@@ -440,10 +460,11 @@ class NTKResult:
 
 def _unflatten(T: np.ndarray, m: int, N: int, k: int) -> np.ndarray:
     """(B, M, ..., M) over k direction axes -> (B, m, ..., m, N, ..., N)."""
+    xp = _ns(T)
     B = T.shape[0]
     T = T.reshape((B,) + (m, N) * k)
     perm = (0,) + tuple(1 + 2 * j for j in range(k)) + tuple(2 + 2 * j for j in range(k))
-    return np.transpose(T, perm)
+    return xp.transpose(T, perm)
 
 
 def _check_finite(arrays) -> None:
@@ -453,12 +474,18 @@ def _check_finite(arrays) -> None:
                               "derivative)")
 
 
-def _compute(Ws, bs, X, fs, lb, lw, widths, outputs, order: int, ddII: bool, res=None):
+def _compute(Ws, bs, X, fs, lb, lw, widths, outputs, order: int, ddII: bool, res=None,
+             flags: list | None = None):
+    """``(z, H, dH, ddIH, ddIIH)`` of a batch of networks; under ``jax.jit`` the per-layer
+    finiteness flags of the preactivations are appended to ``flags`` instead of raising."""
     if res is not None and (order >= 2 or ddII):
         raise DomainError("residual networks: only the NTK statistics (order=1) are simulated")
     net = _forward_backward(Ws, bs, X, fs, outputs, res)
+    if flags is not None and net.finite is not None:
+        flags.extend(net.finite)
+    xp = _ns(Ws[1])
     m, N = len(outputs), X.shape[0]
-    z = np.transpose(net.zL[:, :, list(outputs)], (0, 2, 1))
+    z = xp.transpose(net.zL[:, :, list(outputs)], (0, 2, 1))
     H = _unflatten(_ntk(net, lb, lw, widths), m, N, 2)
     dH = ddI = ddIIr = None
     if order >= 2 or ddII:
@@ -808,35 +835,36 @@ _SUM_KEYS = ("zz", "Hd", "Hoff", "Hsame", "HdHd", "HHcross", "Bm", "Dm", "zzHd",
 
 def _features(z, H, dH, ddI, ddII) -> dict[str, np.ndarray]:
     """Per-chunk sums over networks of the per-network features (see NTK_ESTIMATORS)."""
+    xp = _ns(z)
     _B, m, _N = z.shape
     f: dict[str, np.ndarray] = {}
     diag = np.arange(m)
     Hii = H[:, diag, diag]                                    # (B, m, N, N)
-    zz_i = np.einsum("Zia,Zic->Ziac", z, z)
+    zz_i = xp.einsum("Zia,Zic->Ziac", z, z)
     Hd = Hii.mean(1)
     zz = zz_i.mean(1)
     f["zz"] = zz.sum(0)
     f["Hd"] = Hd.sum(0)
-    f["Hsame"] = np.einsum("Ziab,Zicd->abcd", Hii, Hii) / m
-    f["HdHd"] = np.einsum("Zab,Zcd->abcd", Hd, Hd)
-    f["zzHd"] = np.einsum("Zab,Zcd->abcd", zz, Hd)
+    f["Hsame"] = xp.einsum("Ziab,Zicd->abcd", Hii, Hii) / m
+    f["HdHd"] = xp.einsum("Zab,Zcd->abcd", Hd, Hd)
+    f["zzHd"] = xp.einsum("Zab,Zcd->abcd", zz, Hd)
     if dH is not None:
-        f["PQs"] = np.einsum("Ziabc,Zid->abcd", dH[:, diag, diag, diag], z) / m
+        f["PQs"] = xp.einsum("Ziabc,Zid->abcd", dH[:, diag, diag, diag], z) / m
     pairs = [(i, j) for i in range(m) for j in range(m) if i != j]
     if pairs:
         I = np.array([p[0] for p in pairs])
         J = np.array([p[1] for p in pairs])
         npairs = len(pairs)
         f["Hoff"] = H[:, I, J].sum((0, 1)) / npairs
-        f["HHcross"] = np.einsum("Zpab,Zpcd->abcd", Hii[:, I], Hii[:, J]) / npairs
+        f["HHcross"] = xp.einsum("Zpab,Zpcd->abcd", Hii[:, I], Hii[:, J]) / npairs
         Hij = H[:, I, J]                                        # (B, p, N, N)
-        f["Bm"] = np.einsum("Zpab,Zpcd->abcd", Hij, Hij) / npairs
-        f["Dm"] = np.einsum("Zpab,Zpcd->abcd", zz_i[:, I], Hii[:, J]) / npairs
+        f["Bm"] = xp.einsum("Zpab,Zpcd->abcd", Hij, Hij) / npairs
+        f["Dm"] = xp.einsum("Zpab,Zpcd->abcd", zz_i[:, I], Hii[:, J]) / npairs
         # F[a1, a3, a2, a4] = z_{i;a1} z_{j;a2} H_{ij;a3a4}
-        f["Fm"] = np.einsum("Zpa,Zpc,Zpbd->abcd", z[:, I], z[:, J], Hij) / npairs
+        f["Fm"] = xp.einsum("Zpa,Zpc,Zpbd->abcd", z[:, I], z[:, J], Hij) / npairs
         if dH is not None:
-            f["Pm"] = np.einsum("Zpxyz,Zpw->xyzw", dH[:, I, J, J], z[:, I]) / npairs
-            f["Qm"] = np.einsum("Zpxyz,Zpw->xyzw", dH[:, I, I, J], z[:, J]) / npairs
+            f["Pm"] = xp.einsum("Zpxyz,Zpw->xyzw", dH[:, I, J, J], z[:, I]) / npairs
+            f["Qm"] = xp.einsum("Zpxyz,Zpw->xyzw", dH[:, I, I, J], z[:, J]) / npairs
         if ddI is not None:
             f["Rm"] = ddI[:, I, I, J, J].sum((0, 1)) / npairs
         if ddII is not None:
@@ -844,6 +872,71 @@ def _features(z, H, dH, ddI, ddII) -> dict[str, np.ndarray]:
             f["Tm"] = ddII[:, I, J, I, J].sum((0, 1)) / npairs
             f["Um"] = ddII[:, I, J, J, I].sum((0, 1)) / npairs
     return f
+
+
+def _host_chunks(net, Xa, units, children, fs, lb, lw, widths, out, order, do_II, resid,
+                 overflow):
+    """Per-chunk feature sums on NumPy (the chunks of ``units``, in order)."""
+    for (_, _, mnet), child in zip(units, children):
+        params = init_params(net, Xa.shape[1], child, networks=mnet)
+        Ws = [None] + [p[0] for p in params]
+        bs = [None] + [p[1] for p in params]
+        res = _compute(Ws, bs, Xa, fs, lb, lw, widths, out, order, do_II, resid)
+        _check_finite(res)
+        feats = _features(*res)
+        for v in feats.values():
+            if not np.isfinite(v).all():
+                raise DomainError(overflow)
+        yield feats
+
+
+def _device_chunks(be, net, Xa, units, children, lb, lw, widths, out, order, do_II, resid,
+                   overflow):
+    """Per-chunk feature sums on the backend ``be``: every chunk padded to the largest (one
+    compilation); the next chunk is drawn and launched before the current one is read back."""
+    from ._backend import activation
+    with be.scope():
+        fs = tuple(activation(net.act, k, be) for k in range(4 if (order >= 3 or do_II) else 3))
+        m_pad = max(u[2] for u in units)
+        fn = _device_program(be, net, fs, lb, lw, widths, out, order, do_II, resid, m_pad)
+        X = be.put(Xa)
+
+        def launch(i):
+            m = units[i][2]
+            mask = np.zeros(m_pad)
+            mask[:m] = 1.0
+            if be.draws == "device":
+                source = be.key(children[i])
+            else:
+                params = init_params(net, Xa.shape[1], children[i], networks=m)
+                pad = [(np.concatenate([W, np.zeros((m_pad - m,) + W.shape[1:])]),
+                        np.concatenate([b, np.zeros((m_pad - m,) + b.shape[1:])]))
+                       for W, b in params]
+                source = ([be.put(W) for W, _ in pad], [be.put(b) for _, b in pad])
+            return fn(source, X, be.put(mask))
+
+        def finish(res):
+            feats, layer_ok, tensor_ok, feats_ok = res
+            layer_ok = be.get(layer_ok)
+            if not layer_ok.all():
+                raise DomainError(f"non-finite preactivations in layer {int(np.argmin(layer_ok)) + 1}")
+            tensor_ok = be.get(tensor_ok)
+            if not tensor_ok.all():
+                name = ("z", "H", "dH", "ddIH", "ddIIH")[int(np.argmin(tensor_ok))]
+                raise DomainError(f"non-finite values in {name} (overflowing network or "
+                                  "activation derivative)")
+            if not all(bool(v) for v in feats_ok.values()):
+                raise DomainError(overflow)
+            return {k: be.get(v) for k, v in feats.items()}
+
+        pending = None
+        for i in range(len(units)):
+            nxt = launch(i)
+            if pending is not None:
+                yield finish(pending)
+            pending = nxt
+        if pending is not None:
+            yield finish(pending)
 
 
 def _estimates(S: dict[str, np.ndarray], count: int, n: int, N: int) -> dict[str, np.ndarray]:
@@ -873,6 +966,57 @@ def _estimates(S: dict[str, np.ndarray], count: int, n: int, N: int) -> dict[str
     return out
 
 
+_COMPILED: dict = {}
+
+
+def _device_program(be, net: MLP, fs, lb, lw, widths, outputs, order, ddII, resid, m: int):
+    """Compiled chunk of :func:`simulate_ntk_ensemble` on the backend ``be`` for ``m`` networks
+    (a 0/1 mask over them; padding networks have zero parameters and their features are
+    zeroed): ``fn(source, X, mask) -> (features, layer_flags, tensor_flags, feature_flags)``
+    with ``source`` the parameters ``(Ws, bs)`` (``draws="host"``) or a ``jax.random`` key.
+    Cached for later runs of the same architecture and sizes."""
+    key = (net.act, widths, tuple(net.c_w_at(k) for k in range(1, net.depth + 1)),
+           tuple(net.c_b_at(k) for k in range(1, net.depth + 1)), lb, lw, outputs, order, ddII,
+           None if resid is None else tuple(map(tuple, resid)), m, be.name, be.draws)
+    fn = _COMPILED.get(key)
+    if fn is not None:
+        return fn
+    xp = be.xp
+    L = net.depth
+
+    def chunk(source, X, mask):
+        live = mask > 0.5
+        if be.draws == "device":                # one draw of every layer's normals, sliced
+            import jax
+            shapes = [sh for ell in range(1, L + 1)
+                      for sh in ((widths[ell], widths[ell - 1]), (widths[ell],))]
+            sizes = [int(np.prod(sh)) for sh in shapes]
+            offs = np.concatenate([[0], np.cumsum(sizes)])
+            flat = jax.random.normal(source, (m, int(offs[-1])), dtype=xp.float64)
+            flat = xp.where(live[:, None], flat, 0.0)
+            parts = [flat[:, offs[i]:offs[i + 1]].reshape((m,) + sh) for i, sh in enumerate(shapes)]
+            Ws = [parts[2 * ell - 2] * np.sqrt(net.c_w_at(ell) / widths[ell - 1])
+                  for ell in range(1, L + 1)]
+            bs = [parts[2 * ell - 1] * np.sqrt(net.c_b_at(ell)) for ell in range(1, L + 1)]
+        else:
+            Ws, bs = source
+        flags: list = []
+        res = _compute([None] + list(Ws), [None] + list(bs), X, fs, lb, lw, widths, outputs,
+                       order, ddII, resid, flags)
+        tensor_ok = xp.stack([xp.all(xp.isfinite(a)) if a is not None else xp.asarray(True)
+                              for a in res])
+        res = tuple(None if a is None else
+                    xp.where(live.reshape((m,) + (1,) * (a.ndim - 1)), a, 0.0) for a in res)
+        feats = _features(*res)
+        feats_ok = {k: xp.all(xp.isfinite(v)) for k, v in feats.items()}
+        return feats, xp.stack(flags), tensor_ok, feats_ok
+
+    if len(_COMPILED) >= 16:
+        _COMPILED.clear()
+    fn = _COMPILED[key] = be.jit(chunk)
+    return fn
+
+
 @public
 def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
                           seed: int | np.random.SeedSequence | np.random.Generator | None = 0,
@@ -880,7 +1024,8 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
                           outputs: Iterable[int] | None = None, order: int = 3,
                           ddntk_II: bool | None = None,
                           batch: int | None = None,
-                          progress: bool | None = None) -> NTKEnsembleStatistics:
+                          progress: bool | None = None, backend: str = "numpy",
+                          draws: str = "host") -> NTKEnsembleStatistics:
     r"""Simulate ``networks`` random networks and estimate the NTK hierarchy statistics.
 
     For the output layer :math:`L` of ``net`` (so ``n = n_{L-1}``), estimates with
@@ -921,6 +1066,17 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
     progress : bool, optional
         Draw a progress bar over the chunks (``None``: when stderr is a terminal or in a
         notebook, unless ``EFFTH_PROGRESS=0``).
+    backend : {"numpy", "jax"}
+        Array library of the forward/backward passes, the tangents and the per-chunk feature
+        sums: ``"numpy"`` (default) or ``"jax"`` (one compiled function per run on JAX's default
+        device, float64 in JAX's scoped ``enable_x64``; chunks sized to the accelerator's memory
+        unless ``batch`` is given; ``pip install effth[jax]``).  The estimators and the jackknife
+        run on the host.
+    draws : {"host", "device"}
+        ``"host"`` (default): the parameters come from :func:`init_params` with the seed's
+        generators, so for the same ``(seed, networks, batch)`` both backends simulate the same
+        networks and agree to round-off; ``"device"`` (``backend="jax"``): ``jax.random`` on the
+        device (reproducible, other networks: agreement within standard errors).
 
     Returns
     -------
@@ -949,6 +1105,7 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
         require_plain(net, "simulate_ntk_ensemble with order >= 2 or ddntk_II (residual networks: "
                       "order=1)")
     Xa = check_ensemble(net, X, networks, batch)
+    be = _resolve_backend(backend, draws)
     if order not in (1, 2, 3):
         raise DomainError(f"order must be 1, 2 or 3, got {order!r}")
     size = int(networks)
@@ -971,28 +1128,33 @@ def simulate_ntk_ensemble(net: MLP, X: Any, *, networks: int,
     per_net = max(max(widths[k] * widths[k - 1] for k in range(1, L + 1)), M * N * nmax,
                   (M * M * N * nmax if order >= 3 else 0), (M * M * nmax if do_II else 0),
                   (M ** 4 if order >= 3 or do_II else M ** 3))
-    check_networks(size, per_net, "an NTK ensemble")
-    bsz = int(batch) if batch is not None else max(1, _CHUNK_ELEMENTS // per_net)
+    check_networks(size, per_net if be.is_numpy else per_net * 2e9 / be.flop_rate(),
+                   "an NTK ensemble")
+    if batch is not None:
+        bsz = int(batch)
+    elif be.is_numpy:
+        bsz = max(1, _CHUNK_ELEMENTS // per_net)
+    else:                               # the largest temporary: a quarter of the chunk budget
+        bsz = max(1, int(be.chunk_bytes() // (4 * 8 * per_net)))
     K, units = group_units(size, bsz)
     rng = as_generator(seed)
     children = rng.spawn(len(units))
     groups: list[dict[str, np.ndarray]] = [{} for _ in range(K)]
     counts = np.zeros(K, dtype=np.int64)
+    overflow = (f"the products of the output-layer (layer {L}) NTK hierarchy and preactivations "
+                "summed over networks overflow float64 (fourth moments); use a smaller c_w (or "
+                "c_b), smaller learning rates, a smaller depth or smaller inputs")
+    if be.is_numpy:
+        chunks = _host_chunks(net, Xa, units, children, fs, lb, lw, widths, out, order, do_II,
+                              resid, overflow)
+    else:
+        chunks = _device_chunks(be, net, Xa, units, children, lb, lw, widths, out, order, do_II,
+                                resid, overflow)
     with blas_threads(), progress_bar(len(units), "NTK ensemble", progress=progress,
                                       unit="chunk") as bar, \
             np.errstate(over="ignore", invalid="ignore"):
-        for (k, _, mnet), child in zip(units, children):
-            params = init_params(net, Xa.shape[1], child, networks=mnet)
-            Ws = [None] + [p[0] for p in params]
-            bs = [None] + [p[1] for p in params]
-            res = _compute(Ws, bs, Xa, fs, lb, lw, widths, out, order, do_II, resid)
-            _check_finite(res)
-            for name, v in _features(*res).items():
-                if not np.isfinite(v).all():
-                    raise DomainError(f"the products of the output-layer (layer {L}) NTK "
-                                      "hierarchy and preactivations summed over networks overflow "
-                                      "float64 (fourth moments); use a smaller c_w (or c_b), "
-                                      "smaller learning rates, a smaller depth or smaller inputs")
+        for (k, _, mnet), feats in zip(units, chunks):
+            for name, v in feats.items():
                 groups[k][name] = groups[k].get(name, 0.0) + v
             counts[k] += mnet
             bar.update()
