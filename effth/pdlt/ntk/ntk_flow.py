@@ -80,6 +80,7 @@ from effth.pdlt.derivation.pipeline import CB, CW
 from effth.pdlt.derivation.ntk_forward import LAMBDA_B, LAMBDA_W
 from effth.pdlt.initialization.recursions import RATIO
 from effth.pdlt.initialization.kernel_flow import (FLOW_NAMES, Flow, _flow, _grids, evaluate_terms, gather_labels, polynomial_terms, run_step, _html_table,
+                          entry_atom, prepare_atoms, run_entries,
                           _layer_index, _relative, _widths_summary)
 from effth.pdlt.ntk.recursions import NTK_STATISTICS, derive_ntk
 
@@ -151,9 +152,22 @@ class NTKLayerStep:
     def __call__(self, N: int, tables: AtomTables, tensors: dict, params: dict,
                  out: np.ndarray | None = None, entries: tuple | None = None) -> np.ndarray:
         """Evaluate on all labels: an array of shape ``(N,) * rank`` (written into ``out`` if
-        given); with ``entries`` (``rank`` flat index arrays) only on those."""
-        grids = _grids(N, self.rank) if entries is None else entries
+        given); with ``entries`` (``rank`` flat index arrays) only on those, chunk by chunk (the
+        atoms of a restricted flow's tables read per entry, :meth:`_PairFirstTables.on_entries`)."""
+        vals = [np.float64(params[k]) for k in ("c_w", "c_b", "lambda_b", "lambda_w", "ratio")]
+        if entries is not None:
+            return run_entries(self._terms, self._fn,
+                               lambda ch: self._args(N, tables, tensors, None, ch), vals, N,
+                               self.rank, out, entries)
+        return run_step(self._terms, self._fn, self._args(N, tables, tensors, _grids(N, self.rank), None),
+                        vals, N, self.rank, out, None)
+
+    def _args(self, N: int, tables: Any, tensors: dict, grids: tuple | None,
+              entries: tuple | None) -> list:
+        """The step's arguments over all labels (``grids``) or on ``entries``."""
         whole = entries is None and self.rank == 2
+        grids = entries if grids is None else grids
+        per_entry = getattr(tables, "on_entries", None) if entries is not None else None
         args = []
         for _, key in self._inputs:
             if key[0] == "atom":
@@ -162,15 +176,15 @@ class NTKLayerStep:
                 if whole and labs == [0, 1]:
                     args.append(tables.table(fac))      # the table itself: no index copy
                     continue
-                args.append(gather_labels(tables.table(fac), labs, N, grids, entries))
+                v = None if per_entry is None else per_entry(fac, tuple(labs), entries, N)
+                args.append(v if v is not None else gather_labels(tables.table(fac), labs, N, grids, entries))
             else:
                 _, name, labs = key
                 if whole and tuple(labs) in ((0, 1), (1, 0)):   # a view, no index copy
                     args.append(tensors[name] if tuple(labs) == (0, 1) else tensors[name].T)
                     continue
                 args.append(gather_labels(tensors[name], labs, N, grids, entries))
-        vals = [np.float64(params[k]) for k in ("c_w", "c_b", "lambda_b", "lambda_w", "ratio")]
-        return run_step(self._terms, self._fn, args, vals, N, self.rank, out, entries)
+        return args
 
 
 @lru_cache(maxsize=None)
@@ -969,8 +983,25 @@ class _PairFirstTables:
         """Evaluate the atoms that no two-point table serves together (their integrals over
         each subset of samples are shared)."""
         rest = [f for f in patterns if not _pair_served(f, self._pairs)]
+        if rest and self._per_entry():
+            # a restricted flow: the subsets integrated, the atoms of three or more labels read
+            # per entry by the steps (on_entries), never gathered into (N,)*m tables
+            prepare_atoms(self.base, rest)
+            rest = [f for f in rest if len({p for p, _ in f}) < 3]
         if rest:
             self.base.tables(rest)
+
+    def _per_entry(self) -> bool:
+        b = self._base
+        return (b is not None and type(b) is AtomTables and b.restrict is not None
+                and not b._keyed)
+
+    def on_entries(self, factors: tuple, labs: tuple, chunk: tuple, N: int) -> np.ndarray | None:
+        """The atom at the entries ``chunk`` (labels ``labs``) read from the stores, for atoms of
+        three or more labels of a restricted flow; ``None``: gather from :meth:`table`."""
+        if len(labs) < 3 or _pair_served(factors, self._pairs) or not self._per_entry():
+            return None
+        return entry_atom(self._base, factors, labs, chunk, N)
 
     def table(self, factors: tuple) -> np.ndarray:
         if _pair_served(factors, self._pairs):
