@@ -1024,8 +1024,18 @@ def _check_layer(K: np.ndarray, layer: int, scale0: float, warned: bool) -> None
                       KernelScaleWarning, stacklevel=4)
 
 
-def _check_widths(fl: Flow) -> None:
-    n = _prev_widths(fl, None)
+#: both figures of :func:`width_figures` above this: the 1/n expansion is flagged unreliable
+WIDTH_LIMIT = 0.5
+
+
+def width_figures(fl: Flow, widths: Any = None) -> tuple[float, float]:
+    r"""The two figures the :class:`WidthWarning` criterion reads: the depth-to-width ratio
+    :math:`L/\min_\ell n_\ell` (PDLT §3.3, the expansion parameter of deep networks) and the
+    largest normalized four-point vertex :math:`V^{(\ell)}_{lphalphalphalpha}/
+    (n_{\ell-1}(K^{(\ell)}_{lphalpha})^2)` over layers and inputs (the size of the
+    :math:`1/n` correction to the output variance, PDLT (4.81)); ``widths`` as
+    :meth:`Flow.value`."""
+    n = _prev_widths(fl, widths)
     L = len(fl.layers)
     ratio = L / float(np.min(n[1:])) if L > 1 else 0.0
     worst = 0.0
@@ -1033,6 +1043,19 @@ def _check_widths(fl: Flow) -> None:
         d = np.einsum("laa->la", fl.K)
         vn = np.einsum("laaaa->la", fl.V) / np.maximum(d * d, 1e-300) / n[:, None]
         worst = float(np.nanmax(vn))            # NaN: a diagonal a restricted flow skipped
-    if ratio > 0.5 or worst > 0.5:
-        warnings.warn(f"depth/width L/n = {ratio:.2f} and max V/(n K^2) = {worst:.2f}: the 1/n "
-                      f"expansion is not reliable (want both << 1)", WidthWarning, stacklevel=4)
+    return ratio, worst
+
+
+def width_message(ratio: float, worst: float) -> str | None:
+    """The :class:`WidthWarning` text for :func:`width_figures`, ``None`` when both are at most
+    :data:`WIDTH_LIMIT`."""
+    if ratio <= WIDTH_LIMIT and worst <= WIDTH_LIMIT:
+        return None
+    return (f"depth/width L/n = {ratio:.2f} and max V/(n K^2) = {worst:.2f}: the 1/n "
+            f"expansion is not reliable (want both << 1; warned above {WIDTH_LIMIT})")
+
+
+def _check_widths(fl: Flow) -> None:
+    msg = width_message(*width_figures(fl))
+    if msg is not None:
+        warnings.warn(msg, WidthWarning, stacklevel=4)
