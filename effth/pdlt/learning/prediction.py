@@ -51,7 +51,7 @@ from effth.pdlt.learning.finite_width import (COVARIANCE_PARTS as _COV_PARTS,
                                     finite_width_mean)
 from effth.pdlt.initialization.kernel_flow import flow
 from effth.pdlt.initialization.kernel_flow import WidthWarning, width_figures, width_message
-from effth.pdlt.ntk.ntk_flow import _per_layer as _lambda_per_layer, ntk_flow
+from effth.pdlt.ntk.ntk_flow import _per_layer as _lambda_per_layer, last_layer_kernels, ntk_flow
 
 __all__ = ["predict", "Prediction", "output_kernels", "log_evidence", "log_bayes_factor",
            "log_evidence_two_inputs", "evidence_scan", "EvidenceScan", "PREDICTION_NAMES"]
@@ -115,6 +115,10 @@ def output_kernels(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0
         # evidence scans and predictions cross non-critical C_W on purpose: the output kernel is
         # what is asked for, not a warning about its growth with depth
         warnings.simplefilter("ignore", KernelScaleWarning)
+        # the last layer only, two layers held at a time, where the fused closed-form pass applies
+        last = last_layer_kernels(net, X, lambda_b, lambda_w, ntk=ntk)
+        if last is not None:
+            return last
         if not ntk:
             return flow(net, X, statistics=("K",), rtol=rtol, progress=False).K[-1].copy(), None
         nf = ntk_flow(net, X, lambda_b=lambda_b, lambda_w=lambda_w, statistics=("Theta",),

@@ -770,8 +770,8 @@ def _row_args(inputs: list, rows: slice, blocks: dict, ones: dict, tensors: dict
     return args
 
 
-def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarray,
-                        progress: Any) -> NTKFlow | None:
+def _theta_flow_blocked(kw: dict, Th1: np.ndarray | None, lb: np.ndarray, lw: np.ndarray,
+                        progress: Any, last_only: bool = False) -> NTKFlow | tuple | None:
     r""":math:`K` and :math:`\Theta` through every layer (PDLT (4.118), (9.5)) when every two-point
     atom of the two steps has a direct closed form (erf, sin/cos, the arc-cosine family; exactly
     symmetric): per layer, each block of rows is one fused pass over its columns on and above the
@@ -779,7 +779,11 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
     values on its diagonal) and its mirror below the diagonal, the blocks on
     :func:`effth._threads.thread_map`'s threads (half the transcendental work; exactly symmetric).  ``None`` (the general
     path then runs) when an atom has no closed form, a layer's closed forms do not apply (kinked
-    activation at a zero-variance input or an extreme scale) or give a non-finite value."""
+    activation at a zero-variance input or an extreme scale) or give a non-finite value.
+
+    ``last_only``: only two layers are held at a time and ``(K^{(L)}, Theta^{(L)})`` is returned
+    (``Th1`` None: :math:`K` alone, ``(K^{(L)}, None)``), what a prediction reads, in
+    :math:`4N^2` floats instead of :math:`2LN^2`."""
     from effth._progress import progress_bar
     from effth._threads import blas_threads, thread_map
     from effth.numerics.sample_tables import fast_pair_joint, pair_plans
@@ -791,13 +795,18 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
                                                   kw.get("activation"), kw.get("c_w", 1.0),
                                                   kw.get("c_b", 0.0), kw.get("ratios", 1.0))
     ks, ts = layer_step("K"), ntk_layer_step("Theta")
-    orders = set(ks.pair_orders) | set(ts.pair_orders)
+    with_theta = Th1 is not None
+    orders = set(ks.pair_orders) | (set(ts.pair_orders) if with_theta else set())
     joint = fast_pair_joint(act) if orders == {(0, 0), (1, 1)} else None
     if ts._terms is None or ks._terms is None or set(ts.reads) - {"Theta"}:
         return None
     N = K1.shape[0]
-    Ks, Ths = np.empty((L, N, N)), np.empty((L, N, N))
-    Ks[0], Ths[0] = K1, Th1
+    if last_only:          # two layers at a time: the one read and the one written
+        Ks = [np.asarray(K1, float), np.empty((N, N))]
+        Ths = [Th1, np.empty((N, N)) if with_theta else None]
+    else:
+        Ks, Ths = np.empty((L, N, N)), np.empty((L, N, N))
+        Ks[0], Ths[0] = K1, Th1
     scale0 = float(np.max(np.abs(np.diag(K1))))
     warned = False
     stops, i0 = {}, 0            # start -> stop of each upper-triangle row block (same every layer)
@@ -806,7 +815,8 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
         i0 = stops[i0]
     with blas_threads(), progress_bar(L - 1, "ntk_flow: layers", progress=progress, unit="layer") as bar:
         for layer in range(1, L):
-            K, T = Ks[layer - 1], Ths[layer - 1]
+            src, dst = ((layer - 1) % 2, layer % 2) if last_only else (layer - 1, layer)
+            K, T, Kd, Td = Ks[src], Ths[src], Ks[dst], Ths[dst]
             d = np.diag(K).copy()
             plans = pair_plans(act, orders, d, direct_only=True)
             if not all(o in plans for o in orders):
@@ -816,7 +826,8 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
             kv = [np.float64(x) for x in (cws[layer], cbs[layer], rats[layer - 1])]
             tv = [np.float64(x) for x in (cws[layer], cbs[layer], lb[layer], lw[layer], rats[layer - 1])]
 
-            def block(i0: int, K=K, T=T, d=d, plans=plans, ones=ones, kv=kv, tv=tv, layer=layer) -> bool:
+            def block(i0: int, K=K, T=T, d=d, plans=plans, ones=ones, kv=kv, tv=tv, Kd=Kd,
+                      Td=Td) -> bool:
                 rows, cols = slice(i0, stops[i0]), slice(i0, N)
                 r = np.arange(rows.stop - i0)
                 with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -827,24 +838,64 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
                         B[r, r] = ones[o][rows]               # the one-sample values, as the tables
                     shape = (len(r), N - i0)
                     ka = _row_args(ks._inputs, rows, blocks, ones, {}, cols)
-                    ta = _row_args(ts._inputs, rows, blocks, ones, {"Theta": T}, cols)
+                    ta = _row_args(ts._inputs, rows, blocks, ones, {"Theta": T}, cols) if with_theta else ()
                     if ka is None or ta is None:
                         return False
-                    kb = evaluate_terms(ks._terms, ka, kv, shape, Ks[layer, rows, cols])
-                    tb = evaluate_terms(ts._terms, ta, tv, shape, Ths[layer, rows, cols])
-                    Ks[layer, cols, rows] = kb.T                # the mirror (its own columns)
-                    Ths[layer, cols, rows] = tb.T
+                    kb = evaluate_terms(ks._terms, ka, kv, shape, Kd[rows, cols])
+                    Kd[cols, rows] = kb.T                       # the mirror (its own columns)
+                    if not with_theta:
+                        return bool(np.isfinite(kb).all())
+                    tb = evaluate_terms(ts._terms, ta, tv, shape, Td[rows, cols])
+                    Td[cols, rows] = tb.T
                 return bool(np.isfinite(kb).all() and np.isfinite(tb).all())
 
             # row blocks of about _ROW_ENTRIES entries of the upper triangle
             if not all(thread_map(block, list(stops))):
                 return None                                    # the general path says why
-            _check_layer(Ks[layer], layer + 1, scale0, warned)
-            warned = warned or _scale_off(Ks[layer], scale0)
+            _check_layer(Kd, layer + 1, scale0, warned)
+            warned = warned or _scale_off(Kd, scale0)
             bar.update()
+    if last_only:
+        return Ks[(L - 1) % 2], Ths[(L - 1) % 2]
     kern = Flow(Ks, None, None, np.arange(1, L + 1), act, np.asarray(cws, float), np.asarray(cbs, float),
                 np.asarray(rats, float), widths, np.zeros(L))
     return NTKFlow(kern, {"Theta": Ths}, lb, lw, np.arange(1, L + 1), np.zeros(L))
+
+
+def last_layer_kernels(net: Any, X: np.ndarray, lambda_b: Any, lambda_w: Any,
+                       ntk: bool = True) -> tuple | None:
+    r""":math:`K^{(L)}` and (``ntk``) :math:`\Theta^{(L)}` of ``net`` on ``X`` by the fused
+    closed-form pass of :func:`_theta_flow_blocked`, holding two layers at a time (no
+    ``(L, N, N)`` arrays: a prediction keeps only its own outputs); ``None`` where that pass does
+    not apply (the caller then runs :func:`ntk_flow` or :func:`~effth.pdlt.flow`).  Repeated
+    inputs are evaluated once (their rows are identical)."""
+    from effth.arch._common import require_plain
+    from effth.pdlt.initialization.kernel_flow import distinct_inputs
+
+    X = input_matrix(X, "X")
+    dup = distinct_inputs(net, X, None, None)
+    if dup is not None:
+        out = last_layer_kernels(net, dup[1], lambda_b, lambda_w, ntk)
+        if out is None:
+            return None
+        idx = np.ix_(dup[0], dup[0])
+        return tuple(None if a is None else a[idx] for a in out)
+    require_plain(net, "ntk_flow")
+    L = net.depth
+    lb, lw = _per_layer(lambda_b, L, "lambda_b"), _per_layer(lambda_w, L, "lambda_w")
+    Th = None
+    if ntk:
+        with np.errstate(over="ignore", invalid="ignore"):
+            Th = lb[0] + lw[0] * (X @ X.T) / X.shape[1]
+        if not np.isfinite(Th).all():
+            return None                        # ntk_flow refuses it with its message
+    try:
+        out = _theta_flow_blocked({"net": net, "X": X}, Th, lb, lw, False, last_only=True)
+    except DomainError:
+        return None                            # the general path raises (or handles) it
+    if out is None:
+        return None
+    return tuple(None if a is None else (a.copy() if L == 1 else a) for a in out)
 
 
 def _check_theta(Th: np.ndarray, N: int) -> None:
