@@ -157,11 +157,26 @@ class LayerStep:
         """Evaluate on all labels: an array of shape ``(N,) * rank`` (written into ``out`` if
         given); with ``entries`` (``rank`` flat index arrays) only on those (the rest of a new
         array is NaN, of ``out`` untouched)."""
-        grids = _grids(N, self.rank) if entries is None else entries
+        vals = [np.float64(c_w), np.float64(c_b), np.float64(ratio)]
+        if entries is not None:                  # chunk by chunk: no argument over all entries
+            return run_entries(self._terms, self._fn,
+                               lambda ch: self._args(N, tables, V, G1, None, ch), vals, N,
+                               self.rank, out, entries)
+        return run_step(self._terms, self._fn, self._args(N, tables, V, G1, _grids(N, self.rank), None),
+                        vals, N, self.rank, out, None)
+
+    def _args(self, N: int, tables: dict, V: Any, G1: Any, grids: tuple | None,
+              entries: tuple | None) -> list:
+        """The step's arguments over all labels (``grids``) or on ``entries``; a restricted
+        flow's four-point atom (``tables["four"]`` None) read per entry from ``tables["atoms"]``."""
+        grids = entries if grids is None else grids
         args = []
         for _, key in self._inputs:
             if isinstance(key, _Atom):
                 table = tables["four"] if key.kind == "four" else tables[key.orders]
+                if table is None and entries is not None:
+                    args.append(entry_atom(tables["atoms"], _FOUR_PATTERN, key.labels, entries, N))
+                    continue
                 if entries is None and self.rank == 2 and key.labels == (0, 1):
                     args.append(table)             # the table itself: no index copy
                     continue
@@ -169,11 +184,12 @@ class LayerStep:
             else:
                 name, labs = key
                 args.append(gather_labels(V if name == "V" else G1, labs, N, grids, entries))
-        vals = [np.float64(c_w), np.float64(c_b), np.float64(ratio)]
-        return run_step(self._terms, self._fn, args, vals, N, self.rank, out, entries)
+        return args
 
 
 _FLAT: dict = {}
+#: the four-point atom <sigma sigma sigma sigma> as an AtomTables pattern
+_FOUR_PATTERN = ((0, 0), (1, 0), (2, 0), (3, 0))
 _FLAT_BYTES = 1 << 28      # cached flat indices, all entry lists together (256 MiB)
 _FLAT_LOCK = threading.Lock()
 
@@ -185,6 +201,12 @@ def gather_labels(arr: np.ndarray, labs: tuple, N: int, grids: tuple, entries: t
     read with ``np.take``: 4.5x faster than tuple indexing, which dominated restricted flows."""
     if entries is None:
         return arr[tuple(grids[i] for i in labs)]
+    return np.take(arr.reshape(-1), flat_positions(entries, labs, N))
+
+
+def flat_positions(entries: tuple, labs: tuple, N: int) -> np.ndarray:
+    """Row-major flat positions in ``(N,) * len(labs)`` of the entries' labels ``labs`` (kept per
+    entry list and labels, up to :data:`_FLAT_BYTES` in all)."""
     key = (id(entries), tuple(labs), N)
     with _FLAT_LOCK:
         hit = _FLAT.get(key)
@@ -198,7 +220,124 @@ def gather_labels(arr: np.ndarray, labs: tuple, N: int, grids: tuple, entries: t
             if sum(h[1].nbytes for h in _FLAT.values()) + flat.nbytes > _FLAT_BYTES:
                 _FLAT.clear()
             _FLAT[key] = hit
-    return np.take(arr.reshape(-1), hit[1])
+    return hit[1]
+
+
+#: entries of a restricted rank-4 step evaluated at once: its gathered arguments (up to 36 for
+#: the NTK variance A) stay a few MiB each instead of one array per argument over all entries
+_ENTRY_CHUNK = 1 << 17
+_CHUNKS: dict = {}
+_LAYOUTS: dict = {}
+_LAYOUT_BYTES = 1 << 28    # cached per-entry atom layouts, all together (256 MiB)
+
+
+def entry_chunks(entries: tuple) -> tuple:
+    """``entries`` (flat index arrays) in consecutive chunks of :data:`_ENTRY_CHUNK` (views, the
+    same objects on every call for one entry list, so the gathers' flat positions are kept)."""
+    with _FLAT_LOCK:
+        hit = _CHUNKS.get(id(entries))
+        if hit is None or hit[0] is not entries:
+            n = len(entries[0])
+            chunks = tuple(tuple(a[i:i + _ENTRY_CHUNK] for a in entries)
+                           for i in range(0, n, _ENTRY_CHUNK))
+            if len(_CHUNKS) >= 16:
+                _CHUNKS.clear()
+            hit = _CHUNKS[id(entries)] = (entries, chunks)
+    return hit[1]
+
+
+def _entry_layout(chunk: tuple, labs: tuple, N: int) -> list:
+    """Where each entry's atom value sits in :class:`AtomTables`' stores: ``(rank vector, k,
+    positions in the chunk, subset ids)`` per way the samples ``chunk[labs[j]]`` coincide (the
+    same for every pattern of ``len(labs)`` labels and every layer; kept up to
+    :data:`_LAYOUT_BYTES`)."""
+    from effth.numerics.atom_tables import _ranks, _subset_ids
+
+    key = (id(chunk), tuple(labs), N)
+    with _FLAT_LOCK:
+        hit = _LAYOUTS.get(key)
+    if hit is not None and hit[0] is chunk:
+        return hit[1]
+    m = len(labs)
+    idx = np.stack([chunk[i] for i in labs], axis=1)
+    rank, _ = _ranks(idx)
+    code = rank @ (m ** np.arange(m))
+    order = np.argsort(code, kind="stable")
+    bounds = np.flatnonzero(np.diff(code[order])) + 1
+    lay = []
+    for sel in np.split(order, bounds):
+        rv = tuple(int(x) for x in rank[sel[0]])
+        kk = max(rv) + 1
+        D = np.empty((len(sel), kk), dtype=np.intp)
+        D[:, list(rv)] = idx[sel]
+        lay.append((rv, kk, sel, _subset_ids(D, N)))
+    nbytes = sum(s.nbytes + d.nbytes for _, _, s, d in lay)
+    with _FLAT_LOCK:
+        if sum(h[2] for h in _LAYOUTS.values()) + nbytes > _LAYOUT_BYTES:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = (chunk, lay, nbytes)
+    return lay
+
+
+def prepare_atoms(atoms: AtomTables, patterns: Any) -> None:
+    """Integrate the subsets of samples the atom ``patterns`` need (as
+    :meth:`AtomTables.tables`, all patterns in one pass) without gathering them into
+    ``(N,) * m`` tables: :func:`entry_atom` then reads them on the entries a restricted step
+    evaluates."""
+    from effth.numerics.atom_tables import _all_subsets, _close
+
+    done = atoms.__dict__.setdefault("_prepared", set())
+    new = [f for f in dict.fromkeys(tuple(f) for f in patterns) if f not in done]
+    if not new:
+        return
+    need: dict = {}
+    for f in new:
+        for k, combos in atoms._plan(f)[1].items():
+            need.setdefault(k, set()).update(combos)
+    for k, combos in sorted(need.items()):
+        ids, samples = _all_subsets(atoms.N, k)
+        if atoms.restrict is not None:
+            keep = atoms.restrict.subsets(samples)
+            ids, samples = ids[keep], samples[keep]
+        atoms._compute(k, ids, samples, _close(combos))
+    done.update(new)
+
+
+def entry_atom(atoms: AtomTables, factors: tuple, labs: tuple, chunk: tuple, N: int) -> np.ndarray:
+    """The atom ``factors`` (label positions as :meth:`AtomTables.table`) at the samples
+    ``chunk[labs[j]]`` of each entry: the values :meth:`AtomTables.table` would gather there,
+    read from the stores (:func:`prepare_atoms`) without the ``(N,) * m`` table."""
+    from effth.numerics.atom_tables import _combo
+
+    prepare_atoms(atoms, [factors])
+    lab_orders = atoms._plan(tuple(factors))[0]
+    out = np.empty(len(chunk[0]))
+    for rv, kk, sel, sid in _entry_layout(chunk, labs, N):
+        store = atoms._store[kk]
+        out[sel] = store.vals[store.col[_combo(rv, lab_orders)]][sid]
+    return out
+
+
+def run_entries(terms: list | None, fn: Callable | None, chunk_args: Callable, vals: list, N: int,
+                rank: int, out: np.ndarray | None, entries: tuple) -> np.ndarray:
+    """:func:`run_step` on ``entries`` chunk by chunk (:func:`entry_chunks`): ``chunk_args(chunk)``
+    gives the step's arguments on a chunk, the values are scattered into ``out`` (a new array NaN
+    elsewhere)."""
+    if out is None:
+        out = np.full((N,) * rank, np.nan)
+    dest = out.reshape(-1) if out.flags.c_contiguous else None
+    every = tuple(range(rank))
+    for chunk in entry_chunks(entries):
+        args = chunk_args(chunk)
+        n = len(chunk[0])
+        with np.errstate(over="ignore", invalid="ignore"):     # overflow is reported by the caller
+            res = (evaluate_terms(terms, args, vals, (n,)) if terms is not None
+                   else np.broadcast_to(fn(*args, *vals), (n,)))
+        if dest is not None:
+            dest[flat_positions(chunk, every, N)] = res
+        else:
+            out[chunk] = res
+    return out
 
 
 def run_step(terms: list | None, fn: Callable | None, args: list, vals: list, N: int, rank: int,
@@ -353,8 +492,10 @@ def _tables(K: np.ndarray, act: Any, orders: set, four: bool, rtol: float,
         atoms = AtomTables(K, act, rtol=rtol, restrict=restrict)
         if seed is not None:
             atoms.restore(seed)
-        four_pattern = ((0, 0), (1, 0), (2, 0), (3, 0))
-        tabs["four"] = atoms.tables([four_pattern, *atom_patterns])[0]
+        # every subset the four-point table and the atoms need, integrated in one pass; the
+        # values are read per entry by the steps (entry_atom), never as (N,)*4 tables
+        prepare_atoms(atoms, [_FOUR_PATTERN, *atom_patterns])
+        tabs["four"] = None
         tabs["atoms"] = atoms
         return tabs, max(err, atoms.max_error)
     if act.is_smooth:
@@ -883,8 +1024,18 @@ def _check_layer(K: np.ndarray, layer: int, scale0: float, warned: bool) -> None
                       KernelScaleWarning, stacklevel=4)
 
 
-def _check_widths(fl: Flow) -> None:
-    n = _prev_widths(fl, None)
+#: both figures of :func:`width_figures` above this: the 1/n expansion is flagged unreliable
+WIDTH_LIMIT = 0.5
+
+
+def width_figures(fl: Flow, widths: Any = None) -> tuple[float, float]:
+    r"""The two figures the :class:`WidthWarning` criterion reads: the depth-to-width ratio
+    :math:`L/\min_\ell n_\ell` (PDLT §3.3, the expansion parameter of deep networks) and the
+    largest normalized four-point vertex :math:`V^{(\ell)}_{lphalphalphalpha}/
+    (n_{\ell-1}(K^{(\ell)}_{lphalpha})^2)` over layers and inputs (the size of the
+    :math:`1/n` correction to the output variance, PDLT (4.81)); ``widths`` as
+    :meth:`Flow.value`."""
+    n = _prev_widths(fl, widths)
     L = len(fl.layers)
     ratio = L / float(np.min(n[1:])) if L > 1 else 0.0
     worst = 0.0
@@ -892,6 +1043,19 @@ def _check_widths(fl: Flow) -> None:
         d = np.einsum("laa->la", fl.K)
         vn = np.einsum("laaaa->la", fl.V) / np.maximum(d * d, 1e-300) / n[:, None]
         worst = float(np.nanmax(vn))            # NaN: a diagonal a restricted flow skipped
-    if ratio > 0.5 or worst > 0.5:
-        warnings.warn(f"depth/width L/n = {ratio:.2f} and max V/(n K^2) = {worst:.2f}: the 1/n "
-                      f"expansion is not reliable (want both << 1)", WidthWarning, stacklevel=4)
+    return ratio, worst
+
+
+def width_message(ratio: float, worst: float) -> str | None:
+    """The :class:`WidthWarning` text for :func:`width_figures`, ``None`` when both are at most
+    :data:`WIDTH_LIMIT`."""
+    if ratio <= WIDTH_LIMIT and worst <= WIDTH_LIMIT:
+        return None
+    return (f"depth/width L/n = {ratio:.2f} and max V/(n K^2) = {worst:.2f}: the 1/n "
+            f"expansion is not reliable (want both << 1; warned above {WIDTH_LIMIT})")
+
+
+def _check_widths(fl: Flow) -> None:
+    msg = width_message(*width_figures(fl))
+    if msg is not None:
+        warnings.warn(msg, WidthWarning, stacklevel=4)

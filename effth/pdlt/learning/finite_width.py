@@ -543,7 +543,11 @@ def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: st
         if missing:
             raise DomainError(f"the NTK flow lacks {missing}: compute ntk_flow with every statistic "
                               "(kinked activations have no dNTK/ddNTK statistics, PDLT §∞.1)")
-        T = {k: np.asarray(tensors.value(k, layer=lay), float) for k in names}
+        held_t = getattr(tensors, "tensors", {})
+        li = tensors.layers.index(lay) if lay in tensors.layers else None
+        # the flow's own (N,)*4 arrays read in place (read-only use below), not copied
+        T = {k: (held_t[k][li] if k in held_t and li is not None and held_t[k].dtype == float
+                 else np.asarray(tensors.value(k, layer=lay), float)) for k in names}
     else:
         from collections.abc import Mapping
         if not isinstance(tensors, Mapping):
@@ -564,14 +568,20 @@ def _setup(tensors: Any, names: tuple, y_train: Any, n_train: Any, algorithm: st
         want = (N, N) if k in ("Theta", "H1", "K", "G1") else (N,) * 4
         if T[k].shape != want:
             raise DomainError(f"{k} must have shape {want}, got {T[k].shape}")
-        if not np.isfinite(T[k]).all():
+        ok = np.isfinite(T[k])
+        if not ok.all():
             m = need.mask(N, T[k].ndim)
-            if not np.isfinite(T[k][m]).all():
+            if np.any(m > ok):                   # a needed entry that is not finite
                 raise DomainError(
                     f"{k} has NaN or infinite entries among those with at most {max_test} test "
                     f"input(s) (the first n_train={P} inputs are training inputs; a flow computed "
                     f"with ntk_flow(..., n_train={P}, max_test={max_test}) holds them)")
-            T[k] = np.where(m, T[k], 0.0)
+            if max_test > 1:
+                T[k] = np.where(m, T[k], 0.0)
+            # max_test = 1 (the mean): every read is of an entry with at most one test input
+            # (the free slot D, the training slots restricted to the first P inputs), so the
+            # others are never met and the array is read as it is (no N^4 copy)
+        del ok
     y = _targets(y_train, P)
     if width is not None:
         width = last_hidden_width(width, "widths", equal=True)

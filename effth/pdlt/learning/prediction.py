@@ -50,7 +50,8 @@ from effth.pdlt.learning.finite_width import (COVARIANCE_PARTS as _COV_PARTS,
                                     MEAN_PARTS as _MEAN_PARTS, finite_width_covariance,
                                     finite_width_mean)
 from effth.pdlt.initialization.kernel_flow import flow
-from effth.pdlt.ntk.ntk_flow import _per_layer as _lambda_per_layer, ntk_flow
+from effth.pdlt.initialization.kernel_flow import WidthWarning, width_figures, width_message
+from effth.pdlt.ntk.ntk_flow import _per_layer as _lambda_per_layer, last_layer_kernels, ntk_flow
 
 __all__ = ["predict", "Prediction", "output_kernels", "log_evidence", "log_bayes_factor",
            "log_evidence_two_inputs", "evidence_scan", "EvidenceScan", "PREDICTION_NAMES"]
@@ -114,6 +115,10 @@ def output_kernels(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0
         # evidence scans and predictions cross non-critical C_W on purpose: the output kernel is
         # what is asked for, not a warning about its growth with depth
         warnings.simplefilter("ignore", KernelScaleWarning)
+        # the last layer only, two layers held at a time, where the fused closed-form pass applies
+        last = last_layer_kernels(net, X, lambda_b, lambda_w, ntk=ntk)
+        if last is not None:
+            return last
         if not ntk:
             return flow(net, X, statistics=("K",), rtol=rtol, progress=False).K[-1].copy(), None
         nf = ntk_flow(net, X, lambda_b=lambda_b, lambda_w=lambda_w, statistics=("Theta",),
@@ -983,16 +988,21 @@ def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_
     L = int(net.depth)
     chunk = _test_chunk(P, N - P, L)
     if chunk < N - P:
-        mean = _chunked_mean(net, X, y, flow_kw, kw, chunk, progress)
+        mean, figures = _chunked_mean(net, X, y, flow_kw, kw, chunk, progress, width)
     else:
         # the mean reads the entries with at most one test input; the covariance, which reads
         # those with two, is computed when first read, reusing the subsets of samples the mean's
         # flow integrated (14 + 14 tanh inputs: 17.8 s after a 16.0 s mean, 32.2 s without)
         cache: list | None = [] if updates is None else None
-        mean = finite_width_mean(ntk_flow(net, X, max_test=1, atom_cache=cache, progress=progress,
-                                          **flow_kw), y, **kw)
+        nf = ntk_flow(net, X, max_test=1, atom_cache=cache, progress=progress, **flow_kw)
+        figures = width_figures(nf.kernel, width)
+        mean = finite_width_mean(nf, y, **kw)
+        del nf
         if cache and sum(s["nbytes"] for s in cache if s is not None) > _ATOM_CACHE_BYTES:
             cache.clear()             # too large to hold until the covariance is read: recomputed
+    msg = width_message(*figures)
+    if msg is not None:                  # the criterion of flow(), at the width given here
+        warnings.warn(f"predict(widths={width}): {msg}", WidthWarning, stacklevel=4)   # past @public
     if updates is not None:
         return mean, None
     kw.pop("updates")
@@ -1040,17 +1050,20 @@ def _test_chunk(P: int, Q: int, L: int) -> int:
     return -(-Q // n_chunks)                     # balanced chunks
 
 
-def _chunked_mean(net, X, y, flow_kw, kw, chunk, progress):
+def _chunked_mean(net, X, y, flow_kw, kw, chunk, progress, width):
     """:func:`finite_width_mean` on the training inputs and the test inputs in chunks (one
-    restricted flow per chunk), assembled into one result on all inputs."""
+    restricted flow per chunk), assembled into one result on all inputs, and the largest
+    :func:`~effth.pdlt.initialization.kernel_flow.width_figures` of the flows."""
     from effth._progress import progress_bar
     P, Q = len(y), X.shape[0] - len(y)
     pieces = []
+    figures = (0.0, 0.0)
     with progress_bar(-(-Q // chunk), "finite-width mean: test chunks", progress=progress,
                       unit="chunk") as bar:
         for start in range(0, Q, chunk):
             rows = np.r_[0:P, P + start:P + min(start + chunk, Q)]
             nf = ntk_flow(net, X[rows], max_test=1, progress=False, **flow_kw)
+            figures = tuple(max(a, b) for a, b in zip(figures, width_figures(nf.kernel, width)))
             pieces.append(finite_width_mean(nf, y, **kw))
             del nf                # freed before the next chunk's flow allocates its arrays
             bar.update()
@@ -1058,7 +1071,7 @@ def _chunked_mean(net, X, y, flow_kw, kw, chunk, progress):
     parts = {k: np.concatenate([first.parts[k][:P]] + [m.parts[k][P:] for m in pieces])
              for k in first.parts}
     infinite = np.concatenate([first.infinite[:P]] + [m.infinite[P:] for m in pieces])
-    return type(first)(parts, infinite, P, first.width, first.projectors)
+    return type(first)(parts, infinite, P, first.width, first.projectors), figures
 
 
 _ATOM_CACHE_BYTES = 1 << 30    # the mean's atoms kept for the covariance up to this size

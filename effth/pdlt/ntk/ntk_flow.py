@@ -80,6 +80,7 @@ from effth.pdlt.derivation.pipeline import CB, CW
 from effth.pdlt.derivation.ntk_forward import LAMBDA_B, LAMBDA_W
 from effth.pdlt.initialization.recursions import RATIO
 from effth.pdlt.initialization.kernel_flow import (FLOW_NAMES, Flow, _flow, _grids, evaluate_terms, gather_labels, polynomial_terms, run_step, _html_table,
+                          entry_atom, prepare_atoms, run_entries,
                           _layer_index, _relative, _widths_summary)
 from effth.pdlt.ntk.recursions import NTK_STATISTICS, derive_ntk
 
@@ -151,9 +152,22 @@ class NTKLayerStep:
     def __call__(self, N: int, tables: AtomTables, tensors: dict, params: dict,
                  out: np.ndarray | None = None, entries: tuple | None = None) -> np.ndarray:
         """Evaluate on all labels: an array of shape ``(N,) * rank`` (written into ``out`` if
-        given); with ``entries`` (``rank`` flat index arrays) only on those."""
-        grids = _grids(N, self.rank) if entries is None else entries
+        given); with ``entries`` (``rank`` flat index arrays) only on those, chunk by chunk (the
+        atoms of a restricted flow's tables read per entry, :meth:`_PairFirstTables.on_entries`)."""
+        vals = [np.float64(params[k]) for k in ("c_w", "c_b", "lambda_b", "lambda_w", "ratio")]
+        if entries is not None:
+            return run_entries(self._terms, self._fn,
+                               lambda ch: self._args(N, tables, tensors, None, ch), vals, N,
+                               self.rank, out, entries)
+        return run_step(self._terms, self._fn, self._args(N, tables, tensors, _grids(N, self.rank), None),
+                        vals, N, self.rank, out, None)
+
+    def _args(self, N: int, tables: Any, tensors: dict, grids: tuple | None,
+              entries: tuple | None) -> list:
+        """The step's arguments over all labels (``grids``) or on ``entries``."""
         whole = entries is None and self.rank == 2
+        grids = entries if grids is None else grids
+        per_entry = getattr(tables, "on_entries", None) if entries is not None else None
         args = []
         for _, key in self._inputs:
             if key[0] == "atom":
@@ -162,15 +176,15 @@ class NTKLayerStep:
                 if whole and labs == [0, 1]:
                     args.append(tables.table(fac))      # the table itself: no index copy
                     continue
-                args.append(gather_labels(tables.table(fac), labs, N, grids, entries))
+                v = None if per_entry is None else per_entry(fac, tuple(labs), entries, N)
+                args.append(v if v is not None else gather_labels(tables.table(fac), labs, N, grids, entries))
             else:
                 _, name, labs = key
                 if whole and tuple(labs) in ((0, 1), (1, 0)):   # a view, no index copy
                     args.append(tensors[name] if tuple(labs) == (0, 1) else tensors[name].T)
                     continue
                 args.append(gather_labels(tensors[name], labs, N, grids, entries))
-        vals = [np.float64(params[k]) for k in ("c_w", "c_b", "lambda_b", "lambda_w", "ratio")]
-        return run_step(self._terms, self._fn, args, vals, N, self.rank, out, entries)
+        return args
 
 
 @lru_cache(maxsize=None)
@@ -756,8 +770,8 @@ def _row_args(inputs: list, rows: slice, blocks: dict, ones: dict, tensors: dict
     return args
 
 
-def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarray,
-                        progress: Any) -> NTKFlow | None:
+def _theta_flow_blocked(kw: dict, Th1: np.ndarray | None, lb: np.ndarray, lw: np.ndarray,
+                        progress: Any, last_only: bool = False) -> NTKFlow | tuple | None:
     r""":math:`K` and :math:`\Theta` through every layer (PDLT (4.118), (9.5)) when every two-point
     atom of the two steps has a direct closed form (erf, sin/cos, the arc-cosine family; exactly
     symmetric): per layer, each block of rows is one fused pass over its columns on and above the
@@ -765,7 +779,11 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
     values on its diagonal) and its mirror below the diagonal, the blocks on
     :func:`effth._threads.thread_map`'s threads (half the transcendental work; exactly symmetric).  ``None`` (the general
     path then runs) when an atom has no closed form, a layer's closed forms do not apply (kinked
-    activation at a zero-variance input or an extreme scale) or give a non-finite value."""
+    activation at a zero-variance input or an extreme scale) or give a non-finite value.
+
+    ``last_only``: only two layers are held at a time and ``(K^{(L)}, Theta^{(L)})`` is returned
+    (``Th1`` None: :math:`K` alone, ``(K^{(L)}, None)``), what a prediction reads, in
+    :math:`4N^2` floats instead of :math:`2LN^2`."""
     from effth._progress import progress_bar
     from effth._threads import blas_threads, thread_map
     from effth.numerics.sample_tables import fast_pair_joint, pair_plans
@@ -777,13 +795,18 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
                                                   kw.get("activation"), kw.get("c_w", 1.0),
                                                   kw.get("c_b", 0.0), kw.get("ratios", 1.0))
     ks, ts = layer_step("K"), ntk_layer_step("Theta")
-    orders = set(ks.pair_orders) | set(ts.pair_orders)
+    with_theta = Th1 is not None
+    orders = set(ks.pair_orders) | (set(ts.pair_orders) if with_theta else set())
     joint = fast_pair_joint(act) if orders == {(0, 0), (1, 1)} else None
     if ts._terms is None or ks._terms is None or set(ts.reads) - {"Theta"}:
         return None
     N = K1.shape[0]
-    Ks, Ths = np.empty((L, N, N)), np.empty((L, N, N))
-    Ks[0], Ths[0] = K1, Th1
+    if last_only:          # two layers at a time: the one read and the one written
+        Ks = [np.asarray(K1, float), np.empty((N, N))]
+        Ths = [Th1, np.empty((N, N)) if with_theta else None]
+    else:
+        Ks, Ths = np.empty((L, N, N)), np.empty((L, N, N))
+        Ks[0], Ths[0] = K1, Th1
     scale0 = float(np.max(np.abs(np.diag(K1))))
     warned = False
     stops, i0 = {}, 0            # start -> stop of each upper-triangle row block (same every layer)
@@ -792,7 +815,8 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
         i0 = stops[i0]
     with blas_threads(), progress_bar(L - 1, "ntk_flow: layers", progress=progress, unit="layer") as bar:
         for layer in range(1, L):
-            K, T = Ks[layer - 1], Ths[layer - 1]
+            src, dst = ((layer - 1) % 2, layer % 2) if last_only else (layer - 1, layer)
+            K, T, Kd, Td = Ks[src], Ths[src], Ks[dst], Ths[dst]
             d = np.diag(K).copy()
             plans = pair_plans(act, orders, d, direct_only=True)
             if not all(o in plans for o in orders):
@@ -802,7 +826,8 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
             kv = [np.float64(x) for x in (cws[layer], cbs[layer], rats[layer - 1])]
             tv = [np.float64(x) for x in (cws[layer], cbs[layer], lb[layer], lw[layer], rats[layer - 1])]
 
-            def block(i0: int, K=K, T=T, d=d, plans=plans, ones=ones, kv=kv, tv=tv, layer=layer) -> bool:
+            def block(i0: int, K=K, T=T, d=d, plans=plans, ones=ones, kv=kv, tv=tv, Kd=Kd,
+                      Td=Td) -> bool:
                 rows, cols = slice(i0, stops[i0]), slice(i0, N)
                 r = np.arange(rows.stop - i0)
                 with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -813,24 +838,64 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray, lb: np.ndarray, lw: np.ndarra
                         B[r, r] = ones[o][rows]               # the one-sample values, as the tables
                     shape = (len(r), N - i0)
                     ka = _row_args(ks._inputs, rows, blocks, ones, {}, cols)
-                    ta = _row_args(ts._inputs, rows, blocks, ones, {"Theta": T}, cols)
+                    ta = _row_args(ts._inputs, rows, blocks, ones, {"Theta": T}, cols) if with_theta else ()
                     if ka is None or ta is None:
                         return False
-                    kb = evaluate_terms(ks._terms, ka, kv, shape, Ks[layer, rows, cols])
-                    tb = evaluate_terms(ts._terms, ta, tv, shape, Ths[layer, rows, cols])
-                    Ks[layer, cols, rows] = kb.T                # the mirror (its own columns)
-                    Ths[layer, cols, rows] = tb.T
+                    kb = evaluate_terms(ks._terms, ka, kv, shape, Kd[rows, cols])
+                    Kd[cols, rows] = kb.T                       # the mirror (its own columns)
+                    if not with_theta:
+                        return bool(np.isfinite(kb).all())
+                    tb = evaluate_terms(ts._terms, ta, tv, shape, Td[rows, cols])
+                    Td[cols, rows] = tb.T
                 return bool(np.isfinite(kb).all() and np.isfinite(tb).all())
 
             # row blocks of about _ROW_ENTRIES entries of the upper triangle
             if not all(thread_map(block, list(stops))):
                 return None                                    # the general path says why
-            _check_layer(Ks[layer], layer + 1, scale0, warned)
-            warned = warned or _scale_off(Ks[layer], scale0)
+            _check_layer(Kd, layer + 1, scale0, warned)
+            warned = warned or _scale_off(Kd, scale0)
             bar.update()
+    if last_only:
+        return Ks[(L - 1) % 2], Ths[(L - 1) % 2]
     kern = Flow(Ks, None, None, np.arange(1, L + 1), act, np.asarray(cws, float), np.asarray(cbs, float),
                 np.asarray(rats, float), widths, np.zeros(L))
     return NTKFlow(kern, {"Theta": Ths}, lb, lw, np.arange(1, L + 1), np.zeros(L))
+
+
+def last_layer_kernels(net: Any, X: np.ndarray, lambda_b: Any, lambda_w: Any,
+                       ntk: bool = True) -> tuple | None:
+    r""":math:`K^{(L)}` and (``ntk``) :math:`\Theta^{(L)}` of ``net`` on ``X`` by the fused
+    closed-form pass of :func:`_theta_flow_blocked`, holding two layers at a time (no
+    ``(L, N, N)`` arrays: a prediction keeps only its own outputs); ``None`` where that pass does
+    not apply (the caller then runs :func:`ntk_flow` or :func:`~effth.pdlt.flow`).  Repeated
+    inputs are evaluated once (their rows are identical)."""
+    from effth.arch._common import require_plain
+    from effth.pdlt.initialization.kernel_flow import distinct_inputs
+
+    X = input_matrix(X, "X")
+    dup = distinct_inputs(net, X, None, None)
+    if dup is not None:
+        out = last_layer_kernels(net, dup[1], lambda_b, lambda_w, ntk)
+        if out is None:
+            return None
+        idx = np.ix_(dup[0], dup[0])
+        return tuple(None if a is None else a[idx] for a in out)
+    require_plain(net, "ntk_flow")
+    L = net.depth
+    lb, lw = _per_layer(lambda_b, L, "lambda_b"), _per_layer(lambda_w, L, "lambda_w")
+    Th = None
+    if ntk:
+        with np.errstate(over="ignore", invalid="ignore"):
+            Th = lb[0] + lw[0] * (X @ X.T) / X.shape[1]
+        if not np.isfinite(Th).all():
+            return None                        # ntk_flow refuses it with its message
+    try:
+        out = _theta_flow_blocked({"net": net, "X": X}, Th, lb, lw, False, last_only=True)
+    except DomainError:
+        return None                            # the general path raises (or handles) it
+    if out is None:
+        return None
+    return tuple(None if a is None else (a.copy() if L == 1 else a) for a in out)
 
 
 def _check_theta(Th: np.ndarray, N: int) -> None:
@@ -969,8 +1034,25 @@ class _PairFirstTables:
         """Evaluate the atoms that no two-point table serves together (their integrals over
         each subset of samples are shared)."""
         rest = [f for f in patterns if not _pair_served(f, self._pairs)]
+        if rest and self._per_entry():
+            # a restricted flow: the subsets integrated, the atoms of three or more labels read
+            # per entry by the steps (on_entries), never gathered into (N,)*m tables
+            prepare_atoms(self.base, rest)
+            rest = [f for f in rest if len({p for p, _ in f}) < 3]
         if rest:
             self.base.tables(rest)
+
+    def _per_entry(self) -> bool:
+        b = self._base
+        return (b is not None and type(b) is AtomTables and b.restrict is not None
+                and not b._keyed)
+
+    def on_entries(self, factors: tuple, labs: tuple, chunk: tuple, N: int) -> np.ndarray | None:
+        """The atom at the entries ``chunk`` (labels ``labs``) read from the stores, for atoms of
+        three or more labels of a restricted flow; ``None``: gather from :meth:`table`."""
+        if len(labs) < 3 or _pair_served(factors, self._pairs) or not self._per_entry():
+            return None
+        return entry_atom(self._base, factors, labs, chunk, N)
 
     def table(self, factors: tuple) -> np.ndarray:
         if _pair_served(factors, self._pairs):
