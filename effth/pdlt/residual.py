@@ -18,7 +18,10 @@ with ``gamma=``, ``xi=``); this module adds what a practitioner asks of them:
 * :func:`optimal_aspect_ratio` -- :math:`r^\star=4/[(20+3m_1+3m_2)\nu]` (A.72), (A.73), (B.36);
   :func:`mutual_information` (A.71); :func:`optimal_gamma` -- :math:`\gamma^\star(r)` solving
   :math:`r^\star(\gamma)=r` (§B.3);
-* :func:`residual_branch_gain` -- the hybrid rule (B.44)–(B.45) for a general residual block.
+* :func:`residual_branch_gain` -- the hybrid rule (B.44)–(B.45) for a general residual block;
+* :func:`residual_ntk_flow` -- the NTK hierarchy :math:`\Theta, H^{\{1\}}, A, B, D, F` of a
+  residual MLP (and the odd tensors :math:`Y, X` it needs), iterating
+  ``derive_ntk(statistic, residual=True)``; ``ntk_flow(net, X)`` calls it for a residual ``net``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from effth.activations import get_activation
 from effth.errors import DomainError
 
 __all__ = ["ResidualCriticality", "residual_criticality", "residual_nu", "optimal_aspect_ratio",
-           "mutual_information", "optimal_gamma", "residual_branch_gain"]
+           "mutual_information", "optimal_gamma", "residual_branch_gain", "residual_ntk_flow"]
 
 
 def _gamma(gamma: Any) -> float:
@@ -260,3 +263,162 @@ def residual_branch_gain(gamma: Any, G_zz: Any, G_RR: Any, G_Rz: Any = 0.0) -> f
     if not abs(rz) < float("inf") or rz * rz > zz * rr:
         raise DomainError(f"G_Rz must satisfy G_Rz^2 <= G_zz G_RR (Cauchy-Schwarz), got {G_Rz!r}")
     return (-g * rz + np.sqrt(g * g * rz * rz + (1 - g * g) * zz * rr)) / rr
+
+
+# ----------------------------------------------------------------------------- NTK hierarchy
+_RANK = {"Theta": 2, "H1": 2, "A": 4, "B": 4, "D": 4, "F": 4, "Y": 3, "X": 3}
+
+
+def _ntk_step(statistic: str, N: int, activation: Any, method: str, rtol: float):
+    """The compiled residual recursion of one NTK statistic on ``N`` inputs (components, step)."""
+    import itertools
+
+    import sympy as sp
+
+    from effth.algebra.ntk_tensors import (NLONTK, FrozenNTK, NTKPreactD, NTKPreactF, NTKVarianceA,
+                                           NTKVarianceB)
+    from effth.algebra.tensors import FourPointVertex, NLOMetric, ThreePointVertex
+    from effth.codegen import compile_step
+    from effth.pdlt.derivation.ntk_forward import LAMBDA_B, LAMBDA_W
+    from effth.pdlt.derivation.ntk_pipeline import NTKOddX, NTKOddY
+    from effth.pdlt.derivation.pipeline import CB, CW, GAMMA, KMAT, RATIO, XI
+    from effth.pdlt.ntk.recursions import derive_ntk
+
+    rec = derive_ntk(statistic, residual=True)
+    seen, comps = set(), []
+    for idx in itertools.product(range(N), repeat=len(rec.labels)):
+        key = rec.tensor(*idx).args
+        if key not in seen:
+            seen.add(key)
+            comps.append(idx)
+    exprs = [rec.expr.xreplace(dict(zip(rec.labels, map(sp.Integer, idx)))) for idx in comps]
+    inputs = {KMAT: "K", FourPointVertex: "V", NLOMetric: "G1", ThreePointVertex: "T3",
+              FrozenNTK: "Theta", NLONTK: "H1", NTKVarianceA: "A", NTKVarianceB: "B",
+              NTKPreactD: "D", NTKPreactF: "F", NTKOddY: "Y", NTKOddX: "X"}
+    params = {"C_W": CW, "C_b": CB, "ratio": RATIO, "xi": XI, "gamma": GAMMA,
+              "lambda_b": LAMBDA_B, "lambda_W": LAMBDA_W}
+    step = compile_step({"out": exprs}, inputs, activation=activation, params=params,
+                        method=method, rtol=rtol)
+    return rec, comps, step
+
+
+@public
+def residual_ntk_flow(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0,
+                      statistics: Any = None, method: str = "auto", rtol: float = 1e-10):
+    r"""The NTK hierarchy of a residual MLP (PDLT (B.4)) through every layer, from the derived recursions.
+
+    Iterates ``derive_ntk(statistic, residual=True)`` (the NTK pipeline on the residual forward
+    equations of :math:`z` and :math:`\hat H`) together with the residual kernel sector
+    :math:`K, V, G^{\{1\}}, T` (:func:`~effth.pdlt.initialization.recursions.mlp_flow`), with the
+    per-layer gains :math:`\gamma^{(\ell)}, \xi^{(\ell)}` of ``net`` (the first and the output
+    layer have none).  Layer 1 is :math:`\Theta^{(1)}=\xi^{(1)2}[\lambda_b^{(1)}+\lambda_W^{(1)}
+    XX^\top/n_0]` with every finite-width tensor zero.  ``ntk_flow(net, X)`` returns this for a
+    residual ``net``.
+
+    Parameters
+    ----------
+    net : effth.MLP
+        With ``gamma=`` (and optionally ``xi=``); a plain ``net`` gives the plain hierarchy.
+    X : array_like (N, n_0)
+    lambda_b, lambda_w : float or sequence of L values
+        :math:`\lambda_b^{(\ell)}, \lambda_W^{(\ell)}` (PDLT (8.6)).
+    statistics : sequence of str, optional
+        Subset of ``("Theta", "H1", "A", "B", "D", "F")`` (default: all; the tensors they read
+        are computed too).
+    method, rtol
+        Gaussian expectations (as :meth:`~effth.pdlt.Recursion.evaluate`).
+
+    Returns
+    -------
+    NTKFlow
+        ``value("Theta" | "H1" | "H" | "A" | "B" | "D" | "F" | "K" | "V" | "G1" | "G", layer=)``;
+        ``nf["Y"]``, ``nf["X"]`` (the odd NTK–preactivation tensors, :class:`~effth.pdlt.derivation.ntk_pipeline.NTKOddY`,
+        :class:`~effth.pdlt.derivation.ntk_pipeline.NTKOddX`) and ``nf["T3"]`` (the three-point
+        vertex) as arrays ``(L, N, N, N)``.
+
+    Raises
+    ------
+    DomainError
+        Bad inputs or learning rates; a kinked activation (its :math:`\sigma''` atoms are
+        distributions; the residual hierarchy is evaluated for smooth activations).
+
+    Examples
+    --------
+    >>> import numpy as np, effth as et
+    >>> net = et.MLP("tanh", depth=3, widths=64, gamma=0.5)
+    >>> nf = residual_ntk_flow(net, np.array([[1.0, 0.5]]), statistics=("Theta",))
+    >>> round(float(nf.value("Theta", layer=3)[0, 0]), 6)
+    2.843289
+    """
+    import sympy as sp  # noqa: F401
+
+    from effth._validate import input_matrix
+    from effth.arch._common import per_layer
+    from effth.errors import DomainError as _DE
+    from effth.pdlt.initialization.kernel_flow import Flow
+    from effth.pdlt.initialization.recursions import mlp_flow
+    from effth.pdlt.ntk.ntk_flow import NTKFlow
+    from effth.pdlt.ntk.recursions import RESIDUAL_NTK_STATISTICS, RESIDUAL_NTK_TENSORS
+
+    Xa = input_matrix(X, "X")
+    act = net.act
+    if not (act.is_smooth or act.is_polynomial):
+        raise _DE(f"{act!r} is kinked: the residual NTK recursions hold sigma'' atoms (distributions); "
+                  "residual_ntk_flow evaluates smooth activations (tanh, GELU, ...)")
+    L = net.depth
+    lb = np.asarray(per_layer(lambda_b, L, "lambda_b"), dtype=float)
+    lw = np.asarray(per_layer(lambda_w, L, "lambda_w"), dtype=float)
+    public_stats = RESIDUAL_NTK_STATISTICS[:6]
+    wanted = public_stats if statistics is None else (
+        (statistics,) if isinstance(statistics, str) else tuple(statistics))
+    for s in wanted:
+        if s not in public_stats:
+            raise _DE(f"unknown statistic {s!r}; expected some of {public_stats}")
+    N, n0 = Xa.shape
+    recs = {}
+    need = set(wanted)
+    while True:                         # the closure: what the wanted recursions read
+        for s in list(need):
+            if s not in recs:
+                recs[s] = _ntk_step(s, N, act, method, rtol)
+        reads = {s2 for s in need for t in recs[s][0].expr.atoms()
+                 for s2, cls in RESIDUAL_NTK_TENSORS.items() if type(t) is cls}
+        more = reads - need
+        if not more:
+            break
+        need |= more
+    stats = tuple(s for s in RESIDUAL_NTK_STATISTICS if s in need)
+    kern = mlp_flow(net, Xa, method=method, rtol=rtol)
+    out = {s: np.zeros((L,) + (N,) * len(recs[s][0].labels)) for s in stats}
+    xi1 = float(net.xi_at(1))
+    out["Theta"][0] = xi1 ** 2 * (lb[0] + lw[0] * (Xa @ Xa.T) / n0)
+    widths = net.hidden_widths
+    full = (n0, *widths) if widths is not None else None
+    for layer in range(1, L):           # the step from book layer `layer` to `layer + 1`
+        arrays = dict(K=kern["K"][layer - 1], V=kern["V"][layer - 1], G1=kern["G1"][layer - 1],
+                      T3=kern["T"][layer - 1] if "T" in kern else np.zeros((N,) * 3))
+        arrays.update({s: (out[s][layer - 1] if s in out else np.zeros((N,) * _RANK[s]))
+                       for s in RESIDUAL_NTK_STATISTICS})
+        ratio = 1.0 if full is None else full[layer] / full[layer - 1]
+        vals = dict(C_W=float(net.c_w_at(layer + 1)), C_b=float(net.c_b_at(layer + 1)), ratio=ratio,
+                    xi=float(net.xi_at(layer + 1)), gamma=float(net.gamma_at(layer + 1)),
+                    lambda_b=float(lb[layer]), lambda_W=float(lw[layer]))
+        for s in stats:
+            rec, comps, step = recs[s]
+            res = np.asarray(step(**arrays, **vals)["out"]).reshape(-1)
+            canon = {rec.tensor(*idx).args: v for idx, v in zip(comps, res)}
+            arr = out[s][layer]
+            for idx in np.ndindex(arr.shape):
+                arr[idx] = canon[rec.tensor(*idx).args]
+            if not np.all(np.isfinite(arr)):
+                raise _DE(f"{s} overflows or is undefined at layer {layer + 1}")
+    K = np.stack(kern["K"])
+    kflow = Flow(K, np.stack(kern["V"]), np.stack(kern["G1"]), np.arange(1, L + 1), act,
+                 np.array([net.c_w_at(k) for k in range(1, L + 1)], dtype=float),
+                 np.array([net.c_b_at(k) for k in range(1, L + 1)], dtype=float),
+                 np.array([1.0] + [(full[k] / full[k - 1]) if full else 1.0 for k in range(1, L)]),
+                 tuple(widths) if widths is not None else None, np.zeros(L))
+    tensors = dict(out)
+    tensors["T3"] = np.stack(kern["T"]) if "T" in kern else np.zeros((L,) + (N,) * 3)
+    return NTKFlow(kflow, tensors, lb, lw, np.arange(1, L + 1), np.zeros(L))
+

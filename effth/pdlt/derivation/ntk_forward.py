@@ -10,7 +10,10 @@ Each layer-:math:`(\ell+1)` object is a sum of :class:`Term` s.  A term is a pro
   (:class:`Site`) and stochastic tensors :math:`\hat H`, :math:`\widehat{dH}`,
   :math:`\widehat{dd_IH}`, :math:`\widehat{dd_{II}H}` of layer :math:`\ell` (:class:`Obj`),
 
-with every input-neuron variable :math:`j` summed over :math:`1..n_\ell`.  The same data drive
+with every input-neuron variable :math:`j` summed over :math:`1..n_\ell`.  A variable named
+``"@<i>"`` is not summed: it is the layer-:math:`\ell` neuron with the index of output neuron
+``i`` (the skip term of a residual MLP, PDLT (B.4), where :math:`n_{\ell+1}=n_\ell`), and a
+:class:`Site` of ``order`` :math:`-1` is the preactivation :math:`z^{(\ell)}` itself.  The same data drive
 the symbolic derivation (:mod:`effth.pdlt.derivation.ntk_pipeline`) and a numeric evaluation on concrete weights
 (:func:`forward_numeric`), which the tests compare with the exact derivatives of
 :mod:`effth.simulation.ntk` — so the equations typed here are checked, not trusted.
@@ -30,12 +33,23 @@ from dataclasses import dataclass
 import numpy as np
 import sympy as sp
 
-from effth.algebra.indices import ell, lambda_b, lambda_w
+from effth.algebra.indices import ell, lambda_b, lambda_w, residual_gamma, residual_xi
 
-__all__ = ["Site", "Obj", "Term", "forward_terms", "LAMBDA_B", "LAMBDA_W", "KINDS", "forward_numeric"]
+__all__ = ["Site", "Obj", "Term", "forward_terms", "LAMBDA_B", "LAMBDA_W", "KINDS", "forward_numeric",
+           "skip_var", "RESIDUAL_KINDS"]
 
 LAMBDA_B = lambda_b(ell + 1)
 LAMBDA_W = lambda_w(ell + 1)
+XI = residual_xi(ell + 1)
+GAMMA = residual_gamma(ell + 1)
+
+#: Objects whose residual forward equation is written (PDLT (B.4) differentiated once).
+RESIDUAL_KINDS = ("z", "H")
+
+
+def skip_var(neuron) -> str:
+    r"""The unsummed layer-:math:`\ell` variable of the skip term of output neuron ``neuron``."""
+    return f"@{neuron}"
 
 #: object kind -> number of neuron (and sample) slots
 KINDS = {"z": 1, "H": 2, "dH": 3, "ddI": 4, "ddII": 4}
@@ -76,7 +90,7 @@ class Term:
 
     def renamed(self, prefix: str) -> "Term":
         """The same term with every input variable prefixed (to combine legs)."""
-        r = lambda v: f"{prefix}{v}"  # noqa: E731
+        r = lambda v: v if v.startswith("@") else f"{prefix}{v}"  # noqa: E731
         return Term(self.coef, self.n_inv, self.deltas,
                     tuple((o, r(v)) for o, v in self.weights), self.biases,
                     tuple(Site(r(s.var), s.order, s.sample) for s in self.sites),
@@ -91,13 +105,49 @@ def _dH(a, b, c, x, y, w):
     return Obj("dH", (a, b, c), (x, y, w))
 
 
+def _residual_terms(kind: str, outs: tuple, samples: tuple) -> list[Term]:
+    r"""PDLT (B.4) and its derivative: :math:`z_i=\xi[b_i+W_{ij}\sigma_j]+\gamma z_i`, and
+
+    .. math:: \hat H^{(\ell+1)}_{i_1i_2}=\xi^2\Big[\lambda_b\delta_{i_1i_2}+\frac{\lambda_W}{n_\ell}
+              \delta_{i_1i_2}\sigma_j\sigma_j\Big]+\sum_{j_1j_2}(\xi W_{i_1j_1}\sigma'_{j_1}
+              +\gamma\delta_{i_1j_1})(\xi W_{i_2j_2}\sigma'_{j_2}+\gamma\delta_{i_2j_2})
+              \hat H^{(\ell)}_{j_1j_2},
+
+    since :math:`\partial z^{(\ell+1)}_i/\partial\theta^{(\ell+1)}` carries :math:`\xi` and
+    :math:`\partial z^{(\ell+1)}_i/\partial z^{(\ell)}_j=\xi W_{ij}\sigma'_j+\gamma\delta_{ij}`."""
+    S = Site
+    if kind == "z":
+        (i,), (d,) = outs, samples
+        return [Term(XI, biases=(i,)), Term(XI, weights=((i, "j"),), sites=(S("j", 0, d),)),
+                Term(GAMMA, sites=(S(skip_var(i), -1, d),))]
+    if kind == "H":
+        (i1, i2), (d1, d2) = outs, samples
+        s1, s2 = skip_var(i1), skip_var(i2)
+        x2 = XI ** 2
+        return [Term(x2 * LAMBDA_B, deltas=((i1, i2),)),
+                Term(x2 * LAMBDA_W, 1, ((i1, i2),), sites=(S("j", 0, d1), S("j", 0, d2))),
+                Term(x2, weights=((i1, "j1"), (i2, "j2")), sites=(S("j1", 1, d1), S("j2", 1, d2)),
+                     objs=(_H("j1", "j2", d1, d2),)),
+                Term(GAMMA * XI, weights=((i1, "j1"),), sites=(S("j1", 1, d1),),
+                     objs=(_H("j1", s2, d1, d2),)),
+                Term(GAMMA * XI, weights=((i2, "j2"),), sites=(S("j2", 1, d2),),
+                     objs=(_H(s1, "j2", d1, d2),)),
+                Term(GAMMA ** 2, objs=(_H(s1, s2, d1, d2),))]
+    raise ValueError(f"the residual forward equation of {kind!r} is not written; "
+                     f"residual kinds: {RESIDUAL_KINDS}")
+
+
 @public
-def forward_terms(kind: str, outs: tuple, samples: tuple) -> list[Term]:
+def forward_terms(kind: str, outs: tuple, samples: tuple, residual: bool = False) -> list[Term]:
     r"""The forward equation of a layer-:math:`(\ell+1)` object with output neurons ``outs``.
 
     ``kind``: ``"z"`` (PDLT (2.5)), ``"H"`` (8.12), ``"dH"`` (11.24), ``"ddI"`` (∞.169),
-    ``"ddII"`` (∞.170).
+    ``"ddII"`` (∞.170).  With ``residual=True``: the residual MLP (PDLT (B.4)) for ``"z"`` and
+    ``"H"``, with the gains :math:`\xi^{(\ell+1)}`, :math:`\gamma^{(\ell+1)}` and skip variables
+    (:func:`skip_var`).
     """
+    if residual:
+        return _residual_terms(kind, outs, samples)
     S = Site
     one = sp.S.One
     if kind == "z":
@@ -174,7 +224,7 @@ def forward_terms(kind: str, outs: tuple, samples: tuple) -> list[Term]:
 # ------------------------------------------------------------------------------ numeric check
 @public
 def forward_numeric(kind: str, W: np.ndarray, z: np.ndarray, prev: dict, derivs, lam_b: float,
-                    lam_w: float) -> np.ndarray:
+                    lam_w: float, *, xi: float | None = None, gamma: float | None = None) -> np.ndarray:
     r"""Evaluate a forward equation on one concrete network layer (for tests).
 
     Parameters
@@ -191,6 +241,9 @@ def forward_numeric(kind: str, W: np.ndarray, z: np.ndarray, prev: dict, derivs,
         :math:`\sigma, \sigma', \sigma'', \sigma'''`.
     lam_b, lam_w : float
         :math:`\lambda_b^{(\ell+1)}`, :math:`\lambda_W^{(\ell+1)}`.
+    xi, gamma : float, optional
+        Given either: the residual forward equation (PDLT (B.4), ``kind`` in ``z, H``; ``W``
+        square), with :math:`\xi^{(\ell+1)}` (default 1) and :math:`\gamma^{(\ell+1)}` (default 0).
 
     Returns
     -------
@@ -200,18 +253,24 @@ def forward_numeric(kind: str, W: np.ndarray, z: np.ndarray, prev: dict, derivs,
     m, n = W.shape
     N = z.shape[1]
     k = KINDS[kind]
+    residual = xi is not None or gamma is not None
+    if residual and m != n:
+        raise ValueError("a skip connection needs n_(l+1) = n_l (PDLT (B.4))")
     sig = [f(z) for f in derivs]
     out = np.zeros((m,) * k + (N,) * k)
     outs = tuple(sp.Symbol(f"i{a}") for a in range(k))
     samples = tuple(sp.Symbol(f"d{a}") for a in range(k))
-    for term in forward_terms(kind, outs, samples):
-        coef = float(term.coef.subs({LAMBDA_B: lam_b, LAMBDA_W: lam_w})) / n ** term.n_inv
+    gains = {XI: 1.0 if xi is None else xi, GAMMA: 0.0 if gamma is None else gamma}
+    for term in forward_terms(kind, outs, samples, residual=residual):
+        coef = float(term.coef.subs({LAMBDA_B: lam_b, LAMBDA_W: lam_w, **gains})) / n ** term.n_inv
         vars_ = sorted({v for _, v in term.weights} | {s.var for s in term.sites}
                        | {v for o in term.objs for v in o.vars})
         # one einsum per term: output neurons, samples and input variables are letters; an
-        # output-neuron delta is an identity operand (every output neuron sits on a weight or a delta)
+        # output-neuron delta is an identity operand (every output neuron sits on a weight or a
+        # delta); a skip variable takes its output neuron's letter
         letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-        L = {x: next(letters) for x in (*outs, *samples, *vars_)}
+        L = {x: next(letters) for x in (*outs, *samples) + tuple(v for v in vars_ if not v.startswith("@"))}
+        L.update({skip_var(o): L[o] for o in outs})
         ops, specs = [], []
         for o, v in term.weights:
             ops.append(W)
@@ -220,7 +279,7 @@ def forward_numeric(kind: str, W: np.ndarray, z: np.ndarray, prev: dict, derivs,
             ops.append(np.eye(m))
             specs.append(L[a] + L[b])
         for st in term.sites:
-            ops.append(sig[st.order])
+            ops.append(z if st.order < 0 else sig[st.order])
             specs.append(L[st.var] + L[st.sample])
         for ob in term.objs:
             ops.append(prev[ob.kind])

@@ -23,6 +23,23 @@ Steps, for a joint moment of layer-:math:`(\ell+1)` objects (each a :class:`Leg`
    every other joint cumulant is :math:`O(1/n^2)` (PDLT §11.2 fn. 6, §∞.1);
 5. expectations over distinct neurons factorize into single-neuron derivative atoms.
 
+**Residual MLPs** (``residual=True``, PDLT (B.4)): the forward equations of :math:`z` and
+:math:`\hat H` gain the skip terms (:func:`~effth.pdlt.derivation.ntk_forward.forward_terms`);
+a skip variable is the layer-:math:`\ell` neuron of an output neuron, so the coincidence split
+also lets a summed input neuron land on it (at a cost of :math:`1/n_\ell`), as for the kernel
+(:func:`~effth.pdlt.derivation.pipeline.forward_moment`).  Odd statistics no longer vanish:
+the layer-:math:`\ell` expectation carries the three-point vertex :math:`T` of the
+preactivations and the NTK–preactivation three-point function at :math:`O(1/n)`,
+
+.. math:: \mathbb E\big[\widehat{\Delta H}_{jk;\alpha_1\alpha_2}\,z_{m;\alpha_3}\big]=\frac1{n_{\ell-1}}
+          \big[\delta_{jk}Y_{\alpha_1\alpha_2\alpha_3}+\delta_{jm}X_{\alpha_1\alpha_3\alpha_2}
+          +\delta_{km}X_{\alpha_2\alpha_3\alpha_1}\big]
+
+(:class:`NTKOddY`, :class:`NTKOddX`), which enters through the first derivative of the
+Edgeworth form, :math:`\mathbb E[F\,\widehat{\Delta H}]\ni\sum_\mu\kappa(\widehat{\Delta H},z_\mu)
+\langle\partial_\mu F\rangle`.  Both vanish for odd activations (the ensemble is then even
+under :math:`z\to-z` of every layer) and in a plain MLP.
+
 The derivative sums :math:`\sum_\gamma` collapse onto the labels of the activations they act on
 (Edgeworth form: the book's inverse kernels removed by Gaussian integration by parts), as in
 :mod:`effth.pdlt.derivation.pipeline`.
@@ -42,8 +59,10 @@ import sympy as sp
 from effth.algebra.cumulants import set_partitions
 from effth.algebra.expectation import GaussianExpectation, sigma
 from effth.algebra.indices import ell
+from effth.algebra.expectation import stein, z
 from effth.algebra.ntk_tensors import (DDNTKR, DDNTKS, DDNTKT, DDNTKU, DNTKP, DNTKQ, NLONTK, FrozenNTK,
                                        NTKPreactD, NTKPreactF, NTKVarianceA, NTKVarianceB)
+from effth.algebra.tensors import SampleTensor
 from effth.algebra.wick import enumerate_pairings
 from effth.algebra.wick.counting import _UnionFind
 
@@ -51,9 +70,36 @@ from effth.pdlt.derivation.pipeline import (CB, CW, KMAT, N_L, N_PREV, PAIRINGS,
                       layer_expectation, pair_channels, truncate)
 from effth.pdlt.derivation.ntk_forward import Term, forward_terms
 
-__all__ = ["NTKLeg", "ntk_moment", "cached_moment", "ntk_layer_expectation"]
+__all__ = ["NTKLeg", "ntk_moment", "cached_moment", "ntk_layer_expectation", "NTKOddY", "NTKOddX"]
 
 HALF = sp.Rational(1, 2)
+
+
+class NTKOddY(SampleTensor):
+    r"""NTK–preactivation three-point tensor of a residual MLP, diagonal-NTK channel.
+
+    :math:`Y^{(\ell)}_{\alpha_1\alpha_2\alpha_3}=n_{\ell-1}\,\mathbb E[\hat H_{jj;\alpha_1\alpha_2}
+    z_{m;\alpha_3}]`, :math:`j\ne m` (see :mod:`effth.pdlt.derivation.ntk_pipeline`);
+    symmetric under :math:`\alpha_1\leftrightarrow\alpha_2`.  Zero in a plain MLP and for odd
+    activations; a skip connection (PDLT (B.4)) with a non-odd activation makes it nonzero.
+    """
+
+    rank = 3
+    symmetry = ((1, 0, 2),)
+    stem = "Y"
+
+
+class NTKOddX(SampleTensor):
+    r"""NTK–preactivation three-point tensor of a residual MLP, cross channel.
+
+    :math:`X^{(\ell)}_{\alpha_1\alpha_3\alpha_2}=n_{\ell-1}\,\mathbb E[\hat H_{jk;\alpha_1\alpha_2}
+    z_{j;\alpha_3}]`, :math:`j\ne k`: the first two slots sit on the neuron shared by the NTK
+    and the preactivation.  No symmetry; zero where :class:`NTKOddY` is.
+    """
+
+    rank = 3
+    symmetry = "none"
+    stem = "X"
 
 
 @public
@@ -112,6 +158,25 @@ def _delta_h_with_z(blocks, obj) -> sp.Expr:
     return out / N_PREV
 
 
+def _delta_h_first(blocks, obj) -> sp.Expr:
+    r""":math:`\sum_\mu\kappa(\widehat{\Delta H}_{jk;ab},z_\mu)\langle\partial_\mu\prod_bF_b\rangle`: the odd
+    NTK–preactivation channel of a residual layer (:class:`NTKOddY`, :class:`NTKOddX`)."""
+    _, (j, k), (a, b) = obj
+    out = sp.S.Zero
+    for m, F in enumerate(blocks):
+        for g in _labels_of(F):
+            c = sp.S.Zero
+            if j == k:
+                c += NTKOddY(a, b, g, ell)
+            if j == m:
+                c += NTKOddX(a, g, b, ell)
+            if k == m:
+                c += NTKOddX(b, g, a, ell)
+            if c != 0:
+                out += c * _gauss(blocks, {m: (g,)})
+    return out / N_PREV
+
+
 def _two_delta_h(o1, o2) -> sp.Expr:
     r""":math:`\mathbb E[\widehat{\Delta H}\widehat{\Delta H}]` (PDLT (8.82))."""
     (_, (j1, j2), (a1, a2)), (_, (j3, j4), (a3, a4)) = o1, o2
@@ -136,7 +201,8 @@ def _dh_with_z(blocks, obj) -> sp.Expr:
 
 
 @public
-def ntk_layer_expectation(blocks: Sequence[sp.Expr], objs: Sequence[tuple], order: int) -> sp.Expr:
+def ntk_layer_expectation(blocks: Sequence[sp.Expr], objs: Sequence[tuple], order: int,
+                          residual: bool = False) -> sp.Expr:
     r""":math:`\mathbb E[\prod_bF_b(z_{j_b})\prod_o\mathcal O_o]` over distinct layer-:math:`\ell` neurons, to :math:`O(1/n^{\rm order})`.
 
     Parameters
@@ -147,9 +213,14 @@ def ntk_layer_expectation(blocks: Sequence[sp.Expr], objs: Sequence[tuple], orde
     objs : sequence of (kind, block indices, samples)
         Layer-:math:`\ell` NTK objects whose neuron slots are the blocks.
     order : {0, 1}
+    residual : bool
+        Layer :math:`\ell` is the output of a residual block: the preactivations' third cumulant
+        and the odd NTK–preactivation channel enter (the blocks may hold :math:`z` factors).
     """
     blocks = list(blocks)
     objs = list(objs)
+    if residual and any(o[0] not in ("H",) for o in objs):
+        raise NotImplementedError("residual MLPs: the dNTK and ddNTK statistics are not derived")
     options = [("mean", "fluct") if o[0] == "H" else (("fluct",) if o[0] == "dH" else ("mean",))
                for o in objs]
     total = sp.S.Zero
@@ -159,7 +230,7 @@ def ntk_layer_expectation(blocks: Sequence[sp.Expr], objs: Sequence[tuple], orde
         if not fl:
             m = sp.Mul(*[_mean(o, order >= 1) for o in means])
             if m != 0:
-                total += m * layer_expectation(blocks, order)
+                total += m * layer_expectation(blocks, order, residual=residual)
             continue
         if order < 1 or any(o[0] in ("ddI", "ddII") for o in means):
             continue                                   # O(1/n^2)
@@ -169,6 +240,8 @@ def ntk_layer_expectation(blocks: Sequence[sp.Expr], objs: Sequence[tuple], orde
         kinds = [o[0] for o in fl]
         if kinds == ["H"]:
             total += lead * _delta_h_with_z(blocks, fl[0])
+            if residual:
+                total += lead * _delta_h_first(blocks, fl[0])
         elif kinds == ["H", "H"]:
             total += lead * _two_delta_h(*fl) * _gauss(blocks)
         elif kinds == ["dH"]:
@@ -178,8 +251,11 @@ def ntk_layer_expectation(blocks: Sequence[sp.Expr], objs: Sequence[tuple], orde
 
 
 # ------------------------------------------------------------------ steps 1-3: layer ℓ+1
-def _combine(terms: Sequence[Term], order: int) -> sp.Expr:
-    """Steps 2-4 for one product of forward-equation terms (one per leg)."""
+def _combine(terms: Sequence[Term], order: int, residual: bool = False) -> sp.Expr:
+    """Steps 2-4 for one product of forward-equation terms (one per leg).
+
+    Skip variables (``"@i"``, residual MLPs) are fixed neurons: each block of summed variables
+    is a free neuron or lands on one of them (distinct blocks, distinct neurons)."""
     coef = sp.Mul(*[t.coef for t in terms])
     n_inv = sum(t.n_inv for t in terms)
     if any(a != b for t in terms for a, b in t.deltas):
@@ -203,41 +279,66 @@ def _combine(terms: Sequence[Term], order: int) -> sp.Expr:
                 uf.find(v)
             for a, b in wp:
                 uf.union(weights[a][1], weights[b][1])
-            classes = list(uf.groups().values())
+            groups = list(uf.groups().values())
+            fixed = sorted({v for g in groups for v in g if v.startswith("@")})
+            classes = [g for g in groups if not any(v.startswith("@") for v in g)]
             pref = coef * CB ** len(bp) * (CW / N_L) ** len(wp) / N_L ** n_inv
             for part in set_partitions(list(range(len(classes)))):
-                k0 = len(wp) + n_inv - len(part)
-                if k0 > order:
-                    continue
-                block_of = {v: bi for bi, blk in enumerate(part) for c in blk for v in classes[c]}
-                blocks = [sp.S.One] * len(part)
-                for s in sites:
-                    blocks[block_of[s.var]] *= sigma(s.sample, s.order)
-                lobjs = [(o.kind, tuple(block_of[v] for v in o.vars), o.samples) for o in objs]
-                total += pref * _falling(N_L, len(part)) * ntk_layer_expectation(blocks, lobjs, order - k0)
+                for where in itertools.product([None] + fixed, repeat=len(part)):
+                    used = [w for w in where if w is not None]
+                    if len(set(used)) != len(used):
+                        continue
+                    free = len(part) - len(used)
+                    k0 = len(wp) + n_inv - free
+                    if k0 > order:
+                        continue
+                    # blocks: the fixed neurons first, then the free ones
+                    block_of = {f: bi for bi, f in enumerate(fixed)}
+                    nb = len(fixed)
+                    for blk, w in zip(part, where):
+                        if w is None:
+                            bi, nb = nb, nb + 1
+                        else:
+                            bi = block_of[w]
+                        for c in blk:
+                            for v in classes[c]:
+                                block_of[v] = bi
+                    blocks = [sp.S.One] * nb
+                    for s in sites:
+                        blocks[block_of[s.var]] *= z(s.sample) if s.order < 0 else sigma(s.sample, s.order)
+                    lobjs = [(o.kind, tuple(block_of[v] for v in o.vars), o.samples) for o in objs]
+                    total += (pref * _falling(N_L - len(fixed), free)
+                              * ntk_layer_expectation(blocks, lobjs, order - k0, residual))
     return total
 
 
 @public
-def ntk_moment(legs: Sequence[NTKLeg], order: int = 1) -> sp.Expr:
+def ntk_moment(legs: Sequence[NTKLeg], order: int = 1, residual: bool = False) -> sp.Expr:
     r"""The joint moment :math:`\mathbb E[\prod_k\mathcal O^{(\ell+1)}_k]` to :math:`O(1/n^{\rm order})`.
 
     Each leg is a layer-:math:`(\ell+1)` preactivation, NTK, dNTK or ddNTK component; the result
     holds :math:`n_\ell`, :math:`n_{\ell-1}`, :math:`C_W^{(\ell+1)}, C_b^{(\ell+1)},
     \lambda_b^{(\ell+1)}, \lambda_W^{(\ell+1)}`, layer-:math:`\ell` tensors and derivative atoms
-    over :math:`K^{(\ell)}`.
+    over :math:`K^{(\ell)}`.  With ``residual=True`` the legs follow the residual MLP (PDLT
+    (B.4); kinds ``z`` and ``H``), and the result also holds :math:`\xi^{(\ell+1)}`,
+    :math:`\gamma^{(\ell+1)}`, the three-point vertex :math:`T` and :class:`NTKOddY`,
+    :class:`NTKOddX` of layer :math:`\ell`; the skip terms' :math:`z` factors are removed by
+    Gaussian integration by parts.
     """
     legs = list(legs)
-    per_leg = [[t.renamed(f"L{k}_") for t in forward_terms(leg.kind, tuple(leg.neurons), tuple(leg.samples))]
+    per_leg = [[t.renamed(f"L{k}_") for t in forward_terms(leg.kind, tuple(leg.neurons), tuple(leg.samples),
+                                                           residual=residual)]
                for k, leg in enumerate(legs)]
     total = sp.S.Zero
     for combo in itertools.product(*per_leg):
-        total += _combine(combo, order)
+        total += _combine(combo, order, residual)
+    if residual:
+        total = stein(total)
     return truncate(total, order)
 
 
 @public
 @lru_cache(maxsize=None)
-def cached_moment(legs: tuple, order: int = 1) -> sp.Expr:
+def cached_moment(legs: tuple, order: int = 1, residual: bool = False) -> sp.Expr:
     """:func:`ntk_moment` memoized on the (hashable) legs: statistics share moments."""
-    return ntk_moment(list(legs), order)
+    return ntk_moment(list(legs), order, residual)

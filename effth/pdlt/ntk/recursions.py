@@ -19,6 +19,19 @@ R          :math:`n_\ell\,\mathbb E[\widehat{dd_IH}_{1122;\delta_0\ldots\delta_3
 S, T, U    :math:`n_\ell\,\mathbb E[\widehat{dd_{II}H}_{1122}]`, :math:`_{1212}\to T_{\delta_1\delta_3\delta_4\delta_2}`, :math:`_{1221}\to U_{\delta_1\delta_4\delta_2\delta_3}`  (∞.174)–(∞.176)
 =========  ======================================================================  ================
 
+**Residual MLPs** (PDLT app. B, ``residual=True``): the same statistics, derived from the
+residual forward equations of :math:`z` and :math:`\hat H` (PDLT (B.4) and its derivative,
+:func:`~effth.pdlt.derivation.ntk_forward.forward_terms`), for :data:`RESIDUAL_NTK_STATISTICS`:
+:math:`\Theta, H^{\{1\}}, A, B, D, F` and the two odd NTK–preactivation tensors the skip
+connection creates for non-odd activations, ``"Y"`` (:math:`n_\ell\,\mathbb E[\hat H_{11;
+\alpha_1\alpha_2}z_{2;\alpha_3}]`) and ``"X"`` (:math:`n_\ell\,\mathbb E[\hat H_{12;\alpha_1
+\alpha_2}z_{1;\alpha_3}]\to X_{\alpha_1\alpha_3\alpha_2}`).  The recursions hold
+:math:`\xi^{(\ell+1)}, \gamma^{(\ell+1)}` and read the kernel sector's three-point vertex
+:math:`T` (:func:`~effth.pdlt.initialization.recursions.derive_initialization` with
+``residual=True``); at :math:`\gamma=0`, :math:`\xi=1` and zero odd tensors they are the plain
+recursions.  The book prints no residual NTK recursion beyond the remark that the block's
+learning rates become :math:`\xi^2\lambda` (§B.1).
+
 Each result is an :class:`NTKRecursion`: the layer-:math:`(\ell+1)` component in layer-:math:`\ell`
 tensors (:mod:`effth.algebra.ntk_tensors`, :math:`K, V, G^{\{1\}}`), derivative atoms
 :math:`\langle\sigma^{(p)}_{\delta}\cdots\rangle_{K^{(\ell)}}`, :math:`C_W^{(\ell+1)},
@@ -34,28 +47,41 @@ from effth._signature import public
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import sympy as sp
 
 from effth._cache import disk_cached
 from effth.algebra.indices import alpha, ell
 from effth.algebra.ntk_tensors import NTK_TENSORS, NLONTK
-from effth.algebra.tensors import FourPointVertex, Kernel, NLOMetric, SampleTensor
+from effth.algebra.tensors import FourPointVertex, Kernel, NLOMetric, SampleTensor, ThreePointVertex
 from effth.errors import DomainError
 
 from effth.pdlt.derivation.pipeline import N_L, order_coefficient
-from effth.pdlt.derivation.ntk_pipeline import NTKLeg, cached_moment
+from effth.pdlt.derivation.ntk_pipeline import NTKLeg, NTKOddX, NTKOddY, cached_moment
 from effth.pdlt.derivation.formulas import PrintedRecursion
 from effth.pdlt.initialization.recursions import _ratio_form
 
-__all__ = ["NTKRecursion", "derive_ntk", "NTK_STATISTICS"]
+__all__ = ["NTKRecursion", "derive_ntk", "NTK_STATISTICS", "RESIDUAL_NTK_STATISTICS",
+           "RESIDUAL_NTK_TENSORS"]
 
 #: Statistics :func:`derive_ntk` knows, in the order a layer step computes them.
 NTK_STATISTICS = ("Theta", "H1", "B", "D", "F", "A", "P", "Q", "R", "S", "T", "U")
+
+#: Statistics of the residual MLP (PDLT (B.4)) :func:`derive_ntk` knows (``residual=True``).
+RESIDUAL_NTK_STATISTICS = ("Theta", "H1", "B", "D", "F", "A", "Y", "X")
+
+#: Tensor classes of the residual statistics.
+RESIDUAL_NTK_TENSORS = {**{k: NTK_TENSORS[k] for k in RESIDUAL_NTK_STATISTICS[:6]},
+                        "Y": NTKOddY, "X": NTKOddX}
 
 _BOOK = {"Theta": "PDLT (8.63)/(9.5)", "H1": "no printed form (new)", "A": "PDLT (8.97)",
          "B": "PDLT (8.89)", "D": "PDLT (8.77)", "F": "PDLT (8.79)", "P": "PDLT (11.49), corrected",
          "Q": "PDLT (11.52)", "R": "PDLT (∞.172)", "S": "PDLT (∞.174)", "T": "PDLT (∞.175)",
          "U": "PDLT (∞.176)"}
+_BOOK_RESIDUAL = {"Theta": "PDLT §B.1 (learning rates xi^2 lambda) and (9.5)", "H1": "no printed form",
+                  "A": "no printed form", "B": "no printed form", "D": "no printed form",
+                  "F": "no printed form", "Y": "no printed form (zero for odd activations)",
+                  "X": "no printed form (zero for odd activations)"}
 
 
 #: The book's sample labels of each tensor's slots (PDLT (8.89), (8.79): :math:`B_{\alpha_1\alpha_3
@@ -184,10 +210,47 @@ def _derive(statistic: str) -> tuple:
     return _ratio_form(N_L * order_coefficient(kappa, 1), statistic), lab
 
 
+@disk_cached
+def _derive_residual(statistic: str) -> tuple:
+    r"""The residual MLP's NTK recursions (PDLT (B.4)): the defining statistics of :func:`_derive`
+    with the residual forward equations, plus ``Y`` and ``X`` (odd, zero mean of z removes the
+    disconnected parts)."""
+    a = tuple(alpha(k) for k in range(1, 5))
+    H = lambda n, s: NTKLeg("H", n, s)  # noqa: E731
+    Z = lambda n, s: NTKLeg("z", (n,), (s,))  # noqa: E731
+    moment = lambda legs: cached_moment(tuple(legs), 1, True)  # noqa: E731
+    if statistic in ("Theta", "H1"):
+        m = moment([H((1, 1), a[:2])])
+        if statistic == "Theta":
+            return order_coefficient(m, 0), a[:2]
+        return _ratio_form(N_L * order_coefficient(m, 1), statistic), a[:2]
+    if statistic == "A":
+        kappa = (moment([H((1, 1), a[:2]), H((2, 2), a[2:])])
+                 - moment([H((1, 1), a[:2])]) * moment([H((2, 2), a[2:])]))
+    elif statistic == "B":
+        kappa = moment([H((1, 2), (a[0], a[2])), H((1, 2), (a[1], a[3]))])
+    elif statistic == "D":     # E[z_1] = 0: the cumulant is the moment less E[zz]E[H]
+        kappa = (moment([Z(1, a[0]), Z(1, a[1]), H((2, 2), a[2:])])
+                 - moment([Z(1, a[0]), Z(1, a[1])]) * moment([H((2, 2), a[2:])]))
+    elif statistic == "F":
+        kappa = moment([Z(1, a[0]), Z(2, a[2]), H((1, 2), (a[1], a[3]))])
+    elif statistic == "Y":     # E[H_11;a1a2 z_2;a3] = Y_{a1a2a3}/n
+        kappa = moment([H((1, 1), a[:2]), Z(2, a[2])])
+    elif statistic == "X":     # E[H_12;a1a2 z_1;a3] = X_{a1a3a2}/n
+        kappa = moment([H((1, 2), (a[0], a[2])), Z(1, a[1])])
+    else:
+        raise DomainError(f"unknown residual NTK statistic {statistic!r}; expected one of "
+                          f"{RESIDUAL_NTK_STATISTICS}")
+    lab = a[:3] if statistic in ("Y", "X") else a
+    if order_coefficient(kappa, 0) != 0:
+        raise AssertionError(f"{statistic}: the defining connected statistic has an O(1) part")
+    return _ratio_form(N_L * order_coefficient(kappa, 1), statistic), lab
+
+
 def _second_layer(expr: sp.Expr) -> sp.Expr:
     r"""Set every layer-1 finite-width tensor to zero (PDLT (8.23), (11.26), (∞.11))."""
     zero = {t: 0 for t in expr.atoms(SampleTensor)
-            if isinstance(t, (FourPointVertex, NLOMetric, NLONTK)) or
+            if isinstance(t, (FourPointVertex, NLOMetric, NLONTK, ThreePointVertex, NTKOddX, NTKOddY)) or
             (type(t) in NTK_TENSORS.values() and type(t) is not NTK_TENSORS["Theta"])}
     return sp.expand(expr.xreplace(zero))
 
@@ -198,7 +261,7 @@ def _single_input(expr: sp.Expr, labels: tuple) -> sp.Expr:
 
 
 @public
-def derive_ntk(statistic: str, special: str | None = None) -> NTKRecursion:
+def derive_ntk(statistic: str, special: str | None = None, *, residual: bool = False) -> NTKRecursion:
     r"""Derive the layer recursion of an NTK-hierarchy tensor from the forward equations.
 
     Parameters
@@ -209,6 +272,8 @@ def derive_ntk(statistic: str, special: str | None = None) -> NTKRecursion:
         ``"P"``, ``"Q"`` (dNTK–preactivation), ``"R"``, ``"S"``, ``"T"``, ``"U"`` (ddNTK means).
     special : {None, "single-input", "second-layer"}
         Substitutions applied to the general result.
+    residual : bool
+        Derive for the residual MLP of PDLT (B.4) (statistics :data:`RESIDUAL_NTK_STATISTICS`).
 
     Returns
     -------
@@ -220,14 +285,27 @@ def derive_ntk(statistic: str, special: str | None = None) -> NTKRecursion:
     >>> sorted(t.__name__ for t in rec.tensors())
     ['FrozenNTK', 'NTKVarianceB']
     """
-    if statistic not in NTK_STATISTICS:
-        raise DomainError(f"unknown NTK statistic {statistic!r}; expected one of {NTK_STATISTICS}")
+    if not isinstance(residual, (bool, np.bool_)):
+        raise DomainError(f"residual must be True or False, got {residual!r}")
+    known = RESIDUAL_NTK_STATISTICS if residual else NTK_STATISTICS
+    if statistic not in known:
+        more = (" (the dNTK and ddNTK of residual MLPs are not derived)"
+                if residual and statistic in NTK_STATISTICS else "")
+        raise DomainError(f"unknown {'residual ' if residual else ''}NTK statistic {statistic!r}; "
+                          f"expected one of {known}{more}")
     if special not in (None, "single-input", "second-layer"):
         raise DomainError(f"special must be None, 'single-input' or 'second-layer', got {special!r}")
-    expr, labels = _derive(statistic)
-    prov = (f"derived: forward equations, Wick over W and b, coincidence split, cumulant rules of "
-            f"layer l to O(1/n); compare {_BOOK[statistic]}")
-    rec = NTKRecursion(statistic, expr, labels, NTK_TENSORS[statistic], prov)
+    if residual:
+        expr, labels = _derive_residual(statistic)
+        prov = (f"derived: residual forward equations (B.4), Wick over W and b, coincidence split "
+                f"with the skip neurons, cumulant rules of layer l (odd ones included) to O(1/n); "
+                f"compare {_BOOK_RESIDUAL[statistic]}")
+        rec = NTKRecursion(statistic, expr, labels, RESIDUAL_NTK_TENSORS[statistic], prov)
+    else:
+        expr, labels = _derive(statistic)
+        prov = (f"derived: forward equations, Wick over W and b, coincidence split, cumulant rules of "
+                f"layer l to O(1/n); compare {_BOOK[statistic]}")
+        rec = NTKRecursion(statistic, expr, labels, NTK_TENSORS[statistic], prov)
     if special == "second-layer":
         rec = replace(rec, expr=_second_layer(rec.expr), special=special)
     elif special == "single-input":
