@@ -302,6 +302,26 @@ def _ntk_step(statistic: str, N: int, activation: Any, method: str, rtol: float)
     return rec, comps, step
 
 
+def _kernel_sector(net: Any, X: np.ndarray, need_all: bool, method: str, rtol: float) -> dict:
+    """K (and V, G1, T when ``need_all``) of every layer of ``net`` on ``X`` from the derived
+    residual recursions (:func:`~effth.pdlt.initialization.recursions.mlp_flow`'s loop)."""
+    from effth.pdlt.initialization.recursions import derive_initialization, mlp_flow
+
+    if need_all:
+        return mlp_flow(net, X, method=method, rtol=rtol)
+    rec = derive_initialization("K", residual=True)
+    K = net.c_b_at(1) + net.c_w_at(1) * (X @ X.T) / X.shape[1]
+    out = [K]
+    for layer in range(1, net.depth):
+        K = rec.evaluate(K, activation=net.act, c_w=float(net.c_w_at(layer + 1)),
+                         c_b=float(net.c_b_at(layer + 1)), xi=float(net.xi_at(layer + 1)),
+                         gamma=float(net.gamma_at(layer + 1)), method=method, rtol=rtol)
+        out.append(K)
+    N = X.shape[0]
+    L = net.depth
+    return {"K": out, "V": [np.zeros((N,) * 4)] * L, "G1": [np.zeros((N, N))] * L}
+
+
 @public
 def residual_ntk_flow(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0,
                       statistics: Any = None, method: str = "auto", rtol: float = 1e-10):
@@ -355,8 +375,8 @@ def residual_ntk_flow(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 
     from effth._validate import input_matrix
     from effth.arch._common import per_layer
     from effth.errors import DomainError as _DE
+    from effth.algebra.tensors import SampleTensor
     from effth.pdlt.initialization.kernel_flow import Flow
-    from effth.pdlt.initialization.recursions import mlp_flow
     from effth.pdlt.ntk.ntk_flow import NTKFlow
     from effth.pdlt.ntk.recursions import RESIDUAL_NTK_STATISTICS, RESIDUAL_NTK_TENSORS
 
@@ -381,14 +401,14 @@ def residual_ntk_flow(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 
         for s in list(need):
             if s not in recs:
                 recs[s] = _ntk_step(s, N, act, method, rtol)
-        reads = {s2 for s in need for t in recs[s][0].expr.atoms()
+        reads = {s2 for s in need for t in recs[s][0].expr.atoms(SampleTensor)
                  for s2, cls in RESIDUAL_NTK_TENSORS.items() if type(t) is cls}
         more = reads - need
         if not more:
             break
         need |= more
     stats = tuple(s for s in RESIDUAL_NTK_STATISTICS if s in need)
-    kern = mlp_flow(net, Xa, method=method, rtol=rtol)
+    kern = _kernel_sector(net, Xa, need_all=stats != ("Theta",), method=method, rtol=rtol)
     out = {s: np.zeros((L,) + (N,) * len(recs[s][0].labels)) for s in stats}
     xi1 = float(net.xi_at(1))
     out["Theta"][0] = xi1 ** 2 * (lb[0] + lw[0] * (Xa @ Xa.T) / n0)

@@ -480,6 +480,13 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     """
     from effth._validate import restriction_arguments
     restriction_arguments(n_train, max_test)
+    if getattr(net, "residual", False):      # PDLT (B.4): the derived residual hierarchy
+        from effth.pdlt.residual import residual_ntk_flow
+        if n_train is not None or K1 is not None or Theta1 is not None or atom_cache is not None:
+            raise DomainError("a residual net: ntk_flow(net, X, lambda_b=, lambda_w=, statistics=, "
+                              "rtol=) (no K1=, Theta1=, n_train=, atom_cache=)")
+        return residual_ntk_flow(net, X, lambda_b=lambda_b, lambda_w=lambda_w,
+                                 statistics=statistics, rtol=rtol)
     if net is None and K1 is None:            # before the symbolic closure
         raise DomainError("ntk_flow needs (net, X) or K1= with Theta1=, depth= and activation=")
     if n_train is None:       # repeated inputs evaluated once: their rows are identical
