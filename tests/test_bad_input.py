@@ -505,6 +505,42 @@ def _order0_is_lazy(act, depth):
     return all(np.array_equal(s.value(k, gamma0=0.7), st.value(k)) for k in ("f", "ntk"))
 
 
+def _cli_one_line(train, test, *extra):
+    """``effth predict TRAIN TEST`` on CSV files written from arrays: (exit code, stderr lines,
+    warnings raised), with warnings recorded (a raw NumPy RuntimeWarning must not leak)."""
+    import contextlib
+    import io
+    import tempfile
+    from effth.cli import main
+    with tempfile.TemporaryDirectory() as d:
+        np.savetxt(f"{d}/train.csv", train, delimiter=",")
+        np.savetxt(f"{d}/test.csv", test, delimiter=",")
+        err = io.StringIO()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                rc = main(["predict", f"{d}/train.csv", f"{d}/test.csv", "--activation", "tanh",
+                           "--depth", "3", *extra])
+    return rc, err.getvalue().splitlines(), caught
+
+
+def _cli_refuses(pattern):
+    """The check of a :func:`_cli_one_line` outcome: exit code 2, one line naming ``pattern``,
+    no warning."""
+    return lambda out: (out[0] == 2 and len(out[1]) == 1 and bool(re.search(pattern, out[1][0]))
+                        and not out[2])
+
+
+def _two_layer_four_dims():
+    """Three training inputs and one test input in two dimensions with a trainable bias: four
+    Gaussian dimensions, 15 nodes each within the default budget (erf: 0.09 off the exact lazy
+    limit, which the former estimate put at 0.027)."""
+    rng = np.random.default_rng(3)
+    Xa, Xt = rng.normal(size=(3, 2)), rng.normal(size=(1, 2))
+    return et.dmft.solve_two_layer(Xa, rng.normal(size=3), X_test=Xt, gamma0=1e-3, eta=0.1,
+                                   steps=10, activation="erf", bias=True)
+
+
 def _fw_restricted():
     if "fw" not in _PAIR:
         _PAIR["fw"] = et.ntk_flow(et.MLP("linear", depth=2), X, n_train=2, statistics=("Theta",))
@@ -646,6 +682,37 @@ CASES += [
     C("gamma0_series", "targets 1e200", lambda: et.dmft.gamma0_series(X, Y * 1e200, **SER), r"\by\b.*overflow"),
     C("solve_monte_carlo", "targets 1e200", lambda: et.dmft.solve_monte_carlo(X, Y * 1e200, **MC),
       r"\by\b.*overflow"),
+    *[C("linear_model", f"features 1e200, ridge {r:g}",
+        (lambda r=r: et.pdlt.linear_model(X * 1e200, Y, X[:1] * 1e200, ridge=r)), "overflow")
+      for r in (0.0, 1.0)],
+    # --- wrong value with a too-small error estimate
+    C("solve_two_layer", "default nodes miss quad_tol (4 Gaussian dimensions, erf, bias)",
+      _two_layer_four_dims, r"estimated error of f is 0\.09.*nodes=.*max_nodes=.*method='monte_carlo'"),
+    # --- wrong value on repeated inputs (tanh: quadrature kernels hide the singular block)
+    C("predict", "widths=, duplicated inputs, consistent targets (tanh)",
+      lambda: et.predict(et.MLP("tanh", depth=3), XD, YD, X[:1], widths=16), r"rows 1, 4"),
+    C("predict", "widths=, duplicated inputs, conflicting targets (tanh)",
+      lambda: et.predict(et.MLP("tanh", depth=3), XD, YC, X[:1], widths=16), r"rows 1, 4"),
+    C("log_evidence", "duplicated inputs, conflicting targets (tanh)",
+      lambda: et.log_evidence(et.MLP("tanh", depth=3), XD, YC), r"singular|rows 1, 4"),
+    C("bayes_posterior", "duplicated inputs, conflicting targets (tanh)",
+      lambda: et.pdlt.bayes_posterior(et.MLP("tanh", depth=3), XD, YC, X[:1], widths=16),
+      r"singular|rows 1, 4"),
+    *[C("effth predict", f"duplicated inputs, conflicting targets ({m})",
+        (lambda m=m: _cli_one_line(np.column_stack([XD, YC]), X[:1], "--method", m)), "rows 1, 4",
+        ok=_cli_refuses(r"rows 1, 4")) for m in ("gd", "bayes")],
+    # --- also: raw NumPy overflow warnings must not break the CLI's one-line error
+    C("effth predict", "inputs 1e200 (one line, no RuntimeWarning)",
+      lambda: _cli_one_line(np.column_stack([X * 1e200, Y]), X[:1] * 1e200, "--c-w", "1e300"),
+      "overflow", ok=_cli_refuses(r"overflow")),
+    # --- silently accepted: user expressions must be in z
+    C("MLP", "constant expression (no z)", lambda: et.MLP("2", depth=2), "2", UnknownActivationError),
+    C("MLP", "expression in another symbol (sin(y))", lambda: et.MLP("sin(y)", depth=2), "y",
+      UnknownActivationError),
+    C("solve_rule_two_layer", "seed a Generator (accepted)",
+      lambda: et.dmft.solve_rule_two_layer(X, Y, **{k: v for k, v in RF.items() if k != "depth"},
+                                           seed=np.random.default_rng(1)), "seed",
+      ok=lambda r: r is not None),
 ]
 
 # Extra "what happens today" notes by case id (most are given inline as ``today=``).

@@ -133,7 +133,8 @@ def test_deep_linear_dmft_is_even_in_gamma0(seed, g, hidden):
 def test_two_layer_dmft_is_even_in_gamma0(seed, g, act):
     rng = np.random.default_rng(seed)
     X, y = rng.standard_normal((2, 4)), rng.standard_normal(2)
-    kw = dict(eta=0.1, steps=5, activation=act)
+    # evenness holds for any symmetric rule in r: the default rule without its accuracy check
+    kw = dict(eta=0.1, steps=5, activation=act, quad_tol=None)
     a = et.dmft.solve_two_layer(X, y, gamma0=g, **kw)
     b = et.dmft.solve_two_layer(X, y, gamma0=-g, **kw)
     close(b.f, a.f, 1e-10)

@@ -43,8 +43,8 @@ class Diagnostics:
         Independent replicas of the Monte-Carlo solve whose spread gives ``mc_stderr``
         (1: one chain, errors from batches of its last sweep).
     quadrature_error : dict or None
-        Two-layer quadrature: max-abs difference of ``'f'``, ``'loss'``, ``'phi'``, ``'g'``
-        between the rule used and a finer one (an estimate of the quadrature error).
+        Two-layer quadrature: estimated max-abs errors of ``'f'``, ``'loss'``, ``'phi'``, ``'g'``
+        of the rule used (:func:`~effth.dmft.solve_two_layer`, ``quad_tol``).
     stability : float or None
         The largest ``eta lambda_max(K(t, t))`` met along the run (GD on the NTK at each step is
         stable below 2).
