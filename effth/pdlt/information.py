@@ -109,8 +109,10 @@ def _entropy(order: int) -> tuple:
 
 def _order(order) -> int:
     k = integer(order, "order", minimum=1)
-    if k > 4:
-        raise DomainError(f"order must be 1..4 (the cost grows quickly), got {order!r}")
+    if k > 3:
+        raise DomainError(f"order must be 1..3, got {order!r}: at O(epsilon_V^4) the entropy "
+                          "depends on the six-point vertex through the sextic coupling u of "
+                          "PDLT (A.55), which the expansion in epsilon_V alone does not fix")
     return k
 
 
@@ -123,7 +125,8 @@ def entropy_expansion(m=None, order: int = 3) -> sp.Expr:
     m : int or sympy expression, optional
         Number of neurons (default: the symbol :math:`m`).
     order : int
-        Highest power of :math:`\epsilon_V` (1..4); the book gives 2 (A.52) and 3 (A.66).
+        Highest power of :math:`\epsilon_V` (1..3); the book gives 2 (A.52) and 3 (A.66).
+        At order 4 the sextic coupling (the six-point vertex) no longer drops out.
 
     Examples
     --------

@@ -6,7 +6,9 @@ and :func:`simulate_training` (full-batch gradient descent in the DMFT parameter
 :func:`simulate_ntk_ensemble` gives the empirical NTK, dNTK and ddNTKs (PDLT ch. 7-11, ∞);
 :func:`simulate_cnn_ensemble` draws random CNNs (empirical kernels and NTK over image-pixel pairs);
 :func:`train_cnn` trains ensembles of CNNs by full-batch GD (NTK or μP / mean-field);
-:func:`train_ensemble` trains ensembles of networks in the book's parameterization (PDLT ch. 7, 10).
+:func:`train_ensemble` trains ensembles of networks in the book's parameterization (PDLT ch. 7, 10);
+:func:`sampled_entropy` and :func:`sampled_mutual_information` measure the information of
+preactivations on random networks (PDLT app. A).
 
 Results are read like every effth result (``docs/conventions.md``): ``result.layers`` (book layer
 numbers), ``result.value(name, layer=l)`` and ``result.stderr(name, layer=l)``.  Randomness is
@@ -25,9 +27,11 @@ from .features import network_features
 from .training import TrainingRun, simulate_training
 from .rules import RuleTrainingRun, simulate_rule_training
 from .linear_field import LinearFieldRun, simulate_linear_field, simulate_power_law
+from .information import InformationEstimate, mixture_entropy, sampled_entropy, sampled_mutual_information
 
 __all__ = ["simulate_cnn_ensemble", "train_cnn", "CNNEnsembleStatistics", "simulate_ensemble", "EnsembleStatistics", "ESTIMATORS", "simulate_training", "TrainingRun",
            "empirical_ntk", "simulate_ntk_ensemble", "init_params", "NTKResult", "NTKEnsembleStatistics",
            "NTK_ESTIMATORS", "STAT_NAMES", "train_ensemble", "TrainedEnsemble", "network_features",
            "simulate_linear_field", "simulate_power_law", "LinearFieldRun",
-           "simulate_rule_training", "RuleTrainingRun"]
+           "simulate_rule_training", "RuleTrainingRun", "sampled_entropy",
+           "sampled_mutual_information", "mixture_entropy", "InformationEstimate"]
