@@ -348,9 +348,8 @@ def residual_ntk_flow(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 
     and the cumulant closure keeps only its first terms: :math:`p=0` in :math:`B` and
     :math:`p\le1` in :math:`F`.  The dropped terms vanish when :math:`\sigma` is affine, so that
     case is exact.  Otherwise they are :math:`O(1)` parts of :math:`A, B, D, F` (GELU,
-    :math:`\gamma=0.5`, depth 3: :math:`B` is 2.6% low and :math:`F` 2.9% low; see
-    ``docs/residual.md`` for the simulations), and smaller, higher-:math:`p` parts of
-    :math:`H^{\{1\}}`.  ``closure="exact"`` (the default) therefore refuses the finite-width
+    :math:`\gamma=0.5`, depth 3: :math:`B` is 2.6% low, :math:`F` 2.9% low; see
+    ``docs/residual.md`` for the simulations) and of :math:`H^{\{1\}}` (5% high there).  ``closure="exact"`` (the default) therefore refuses the finite-width
     statistics of a residual net with a non-affine activation; ``closure="cumulant"`` returns
     the truncated hierarchy.  :math:`\Theta` is exact either way.
 
@@ -427,8 +426,8 @@ def residual_ntk_flow(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 
     if closure == "exact" and skips and finite and not affine:
         raise _DE(f"{finite} of a residual net with {act!r} (skip at layers {skips}): the "
                   "single-layer cumulant recursions drop O(1) parts of A, B, D, F (the Mehler "
-                  "terms of a neuron's joint history, gamma K^(l-1) correlated with z^(l)) and "
-                  "smaller parts of H1; they are exact for an affine activation only.  "
+                  "terms of a neuron's joint history, gamma K^(l-1) correlated with z^(l)), and "
+                  "of H1; they are exact for an affine activation only.  "
                   "statistics=('Theta',) is exact; closure='cumulant' returns the truncated "
                   "hierarchy")
     N, n0 = Xa.shape
