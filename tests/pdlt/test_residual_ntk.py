@@ -159,6 +159,7 @@ def test_finite_width_statistics_of_a_non_affine_residual_net_are_refused(act, s
         et.pdlt.ntk_flow(et.MLP(act, depth=3, widths=32), X, closure="cumulant")
 
 
+@pytest.mark.slow
 def test_cumulant_closure_is_the_truncated_mehler_series(opt_in_slow):
     """Depth 3 (skip at layer 2), GELU, gamma = 0.5: the derived closure equals the hand-derived
     depth-3 statistics with the joint history expectations truncated (p = 0 in B, p <= 1 in F,
