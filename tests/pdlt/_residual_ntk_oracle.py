@@ -81,3 +81,32 @@ def depth3_statistics(act, gamma, x2=0.625, truncate=False):
           + 2 * Th1 * gamma * EJ(f1, phi, po))
     Theta = 1.0 + E(sq, K2) + mf * Th2
     return {"Theta": Theta, "H1": H1, "B": B, "F": F}
+
+
+def depth3_vertex(act, gamma, c_w=1.0, K1=1.0, truncate=False):
+    r"""V at layer 3 (no skip there) of a depth-3 net with a skip at layer 2, one input, C_b = 0.
+
+    V3 = C^2 [Var(sigma^2)_K2 + C^2 Var(sigma^2)_K1 <(sigma^2)''>_K2^2 / 4
+              + C <(sigma^2)''>_K2 Cov_J(sigma^2(z2), sigma^2(z1))]:
+    the last term is z2_m's xi W_mk sigma(z1_k), whose variance correlates with z2_k (c = gamma K1);
+    ``truncate`` keeps its Mehler orders p = 1, 2 (the T and V channels of the closure).
+    """
+    a = get_activation(act)
+    s = a.numpy(0)
+    E = lambda f, K: _W @ f(np.sqrt(K) * _X)  # noqa: E731
+
+    def D(f, K, p):
+        return (_W @ (f(np.sqrt(K) * _X) * np.polynomial.hermite_e.hermeval(_X, [0] * p + [1]))) / K ** (p / 2)
+    C = c_w
+    sq = lambda z: s(z) ** 2                 # noqa: E731
+    K2 = C * E(sq, K1) + gamma**2 * K1
+    c = gamma * K1
+    z1 = np.sqrt(K1) * _U
+    z2 = c / np.sqrt(K1) * _U + np.sqrt(K2 - c * c / K1) * _V
+    if truncate:
+        cov = sum(c**p / math.factorial(p) * D(sq, K2, p) * D(sq, K1, p) for p in (1, 2))
+    else:
+        cov = float((_W2 * sq(z2) * sq(z1)).sum()) - E(sq, K2) * E(sq, K1)
+    var = lambda K: E(lambda z: s(z) ** 4, K) - E(sq, K) ** 2   # noqa: E731
+    d2 = D(sq, K2, 2)
+    return C * C * (var(K2) + C * C * var(K1) * d2**2 / 4 + C * d2 * cov)
