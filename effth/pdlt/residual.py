@@ -324,7 +324,8 @@ def _kernel_sector(net: Any, X: np.ndarray, need_all: bool, method: str, rtol: f
 
 @public
 def residual_ntk_flow(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 1.0,
-                      statistics: Any = None, method: str = "auto", rtol: float = 1e-10):
+                      statistics: Any = None, closure: str = "exact", method: str = "auto",
+                      rtol: float = 1e-10):
     r"""The NTK hierarchy of a residual MLP (PDLT (B.4)) through every layer, from the derived recursions.
 
     Iterates ``derive_ntk(statistic, residual=True)`` (the NTK pipeline on the residual forward
@@ -334,6 +335,23 @@ def residual_ntk_flow(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 
     layer have none).  Layer 1 is :math:`\Theta^{(1)}=\xi^{(1)2}[\lambda_b^{(1)}+\lambda_W^{(1)}
     XX^\top/n_0]` with every finite-width tensor zero.  ``ntk_flow(net, X)`` returns this for a
     residual ``net``.
+
+    **Closure.**  These recursions close on single-layer cumulants (the nearly-Gaussian
+    description of PDLT §4.5 and §8.3).  A skip connection breaks that description at
+    :math:`O(1/n)`.  The off-diagonal NTK of a residual layer holds the single-neuron terms
+    :math:`\xi\gamma\,W^{(\ell)}_{mk}\sigma'(z^{(\ell-1)}_k)\Theta^{(\ell-1)}`, and
+    :math:`z^{(\ell)}_k` keeps :math:`\gamma z^{(\ell-1)}_k`.  So the next layer needs joint
+    expectations over a neuron's history, such as
+    :math:`\mathbb E[\sigma'(z^{(\ell)})^2\sigma'(z^{(\ell-1)})^2]`, with covariance
+    :math:`\gamma K^{(\ell-1)}`.  By Mehler's expansion this is
+    :math:`\sum_p(\gamma K)^p/p!\,\langle(\sigma'^2)^{(p)}\rangle\langle(\sigma'^2)^{(p)}\rangle`,
+    and the cumulant closure keeps only its first terms: :math:`p=0` in :math:`B` and
+    :math:`p\le1` in :math:`F`.  The dropped terms vanish when :math:`\sigma` is affine, so that
+    case is exact.  Otherwise they are :math:`O(1)` parts of :math:`A, B, D, F` (GELU,
+    :math:`\gamma=0.5`, depth 3: :math:`B` is 2.6% low, :math:`F` 2.9% low; see
+    ``docs/residual.md`` for the simulations) and of :math:`H^{\{1\}}` (5% high there).  ``closure="exact"`` (the default) therefore refuses the finite-width
+    statistics of a residual net with a non-affine activation; ``closure="cumulant"`` returns
+    the truncated hierarchy.  :math:`\Theta` is exact either way.
 
     Parameters
     ----------
@@ -345,6 +363,10 @@ def residual_ntk_flow(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 
     statistics : sequence of str, optional
         Subset of ``("Theta", "H1", "A", "B", "D", "F")`` (default: all; the tensors they read
         are computed too).
+    closure : {"exact", "cumulant"}
+        ``"exact"``: refuse :math:`H^{\{1\}}, A, B, D, F` when the recursions are not exact, that
+        is, a residual layer with a non-affine :math:`\sigma`.  ``"cumulant"``: the
+        single-layer cumulant closure (see above).
     method, rtol
         Gaussian expectations (as :meth:`~effth.pdlt.Recursion.evaluate`).
 
@@ -360,7 +382,9 @@ def residual_ntk_flow(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 
     ------
     DomainError
         Bad inputs or learning rates; a kinked activation (its :math:`\sigma''` atoms are
-        distributions; the residual hierarchy is evaluated for smooth activations).
+        distributions; the residual hierarchy is evaluated for smooth activations); a
+        finite-width statistic of a residual net with a non-affine activation under
+        ``closure="exact"``.
 
     Examples
     --------
@@ -394,6 +418,18 @@ def residual_ntk_flow(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 
     for s in wanted:
         if s not in public_stats:
             raise _DE(f"unknown statistic {s!r}; expected some of {public_stats}")
+    if closure not in ("exact", "cumulant"):
+        raise _DE(f"closure must be 'exact' or 'cumulant', got {closure!r}")
+    affine = act.is_polynomial and (act.polynomial_degree or 0) <= 1
+    skips = [k for k in range(1, L + 1) if float(net.gamma_at(k)) != 0]
+    finite = [s for s in wanted if s != "Theta"]
+    if closure == "exact" and skips and finite and not affine:
+        raise _DE(f"{finite} of a residual net with {act!r} (skip at layers {skips}): the "
+                  "single-layer cumulant recursions drop O(1) parts of A, B, D, F (the Mehler "
+                  "terms of a neuron's joint history, gamma K^(l-1) correlated with z^(l)), and "
+                  "of H1; they are exact for an affine activation only.  "
+                  "statistics=('Theta',) is exact; closure='cumulant' returns the truncated "
+                  "hierarchy")
     N, n0 = Xa.shape
     recs = {}
     need = set(wanted)

@@ -420,7 +420,8 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
              c_w: Any = 1.0, c_b: Any = 0.0, ratios: Any = 1.0, lambda_b: Any = 1.0,
              lambda_w: Any = 1.0, statistics: Any = None, rtol: float = 1e-8,
              progress: bool | None = None, n_train: int | None = None,
-             max_test: int = 1, atom_cache: list | None = None) -> NTKFlow:
+             max_test: int = 1, atom_cache: list | None = None,
+             closure: str | None = None) -> NTKFlow:
     r"""Iterate the derived NTK-hierarchy recursions through every layer.
 
     Either ``ntk_flow(net, X, lambda_b=..., lambda_w=...)`` or, from a first-layer kernel,
@@ -464,6 +465,10 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         ``max_test=1``, then ``max_test=2``).  The flow reuses the subsets of samples whose atoms
         the list holds (one compact snapshot per layer: about 30 numbers per subset of four
         samples) instead of integrating them again, and leaves its own in it.
+    closure : {"exact", "cumulant"}, optional
+        Residual ``net`` only (default ``"exact"``): see
+        :func:`~effth.pdlt.residual.residual_ntk_flow`.  The plain hierarchy is exact at
+        :math:`O(1/n)`.
 
     Returns
     -------
@@ -486,7 +491,11 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
             raise DomainError("a residual net: ntk_flow(net, X, lambda_b=, lambda_w=, statistics=, "
                               "rtol=) (no K1=, Theta1=, n_train=, atom_cache=)")
         return residual_ntk_flow(net, X, lambda_b=lambda_b, lambda_w=lambda_w,
-                                 statistics=statistics, rtol=rtol)
+                                 statistics=statistics, rtol=rtol,
+                                 closure="exact" if closure is None else closure)
+    if closure is not None:
+        raise DomainError("closure= applies to a residual net (PDLT (B.4)); the plain MLP's "
+                          "hierarchy is exact at O(1/n)")
     if net is None and K1 is None:            # before the symbolic closure
         raise DomainError("ntk_flow needs (net, X) or K1= with Theta1=, depth= and activation=")
     if n_train is None:       # repeated inputs evaluated once: their rows are identical
