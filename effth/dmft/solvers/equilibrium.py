@@ -149,8 +149,8 @@ def solve_deep_linear_equilibrium(X=None, y=None, *, depth: int | None = None,
                   damping, tol, max_iter, paper_dual=False)
 
 
-def _solve(X, y, depth, hidden_layers, gamma0, temperature, weight_decay, X_test, kernel,
-           damping, tol, max_iter, paper_dual=False):
+def _settings(depth, hidden_layers, gamma0, temperature, weight_decay, damping, y):
+    """Validated ``(L, gamma0, temperature, weight_decay)``."""
     L = hidden_layer_count(depth, hidden_layers)
     g0 = real_scalar(gamma0, "gamma0")
     temp = real_scalar(temperature, "temperature")
@@ -167,23 +167,43 @@ def _solve(X, y, depth, hidden_layers, gamma0, temperature, weight_decay, X_test
         raise DomainError(f"damping={damping!r} must lie in (0, 1]")
     if np.ndim(y) != 1:
         raise DomainError("y must be one-dimensional (one output) for the equilibrium solver")
+    return L, g0, temp, lam_d
+
+
+def _solve(X, y, depth, hidden_layers, gamma0, temperature, weight_decay, X_test, kernel,
+           damping, tol, max_iter, paper_dual=False):
+    L, g0, temp, lam_d = _settings(depth, hidden_layers, gamma0, temperature, weight_decay,
+                                   damping, y)
     data = prepare_data(X, y, X_test=X_test, kernel=kernel)
+    f, delta, Phi, Phh, it, res = _run(data, L, g0, temp, lam_d, damping, tol, max_iter,
+                                       paper_dual, _LinearMap())
+    return LangevinEquilibrium(f=f, delta=delta, phi=Phi, phi_hat=Phh,
+                               data=data, hidden_layers=L, gamma0=g0, temperature=temp,
+                               weight_decay=lam_d, iterations=it, residual=res,
+                               _paper_dual=bool(paper_dual))
+
+
+def _run(data, L, g0, temp, lam_d, damping, tol, max_iter, paper_dual, kmap):
+    """Continuation in ``gamma0^2`` from the lazy start; returns ``f, Delta, Phi, Phi^^,
+    iterations, residual``."""
     n, P = data.n_all, data.n_train
     beta, lam = 1.0 / temp, lam_d / temp
     g2 = g0 * g0
-    kx = data.kx
-    # lazy start Phi^l = K^x / lambda^l; continuation in gamma0^2 from 0 (a cold start at large
-    # gamma0 overshoots into a non-normalizable tilt); a failed stage is retried with half the step
-    Phi = [kx / lam ** ell for ell in range(1, L + 1)]
+    # lazy start (the NNGP kernels at weight variance 1/lambda); continuation in gamma0^2 from 0
+    # (a cold start at large gamma0 overshoots into a non-normalizable tilt); a failed stage is
+    # retried with half the step
+    Phi = kmap.lazy(data.kx, L, lam)
     delta = np.linalg.solve(np.eye(P) + (beta / lam) * Phi[-1][:P, :P], data.y)
     state = (delta, Phi, [np.zeros((n, n)) for _ in range(L)])
-    done, step, total = 0.0, 1.0, 0
+    done, step, total, res = 0.0, 1.0, 0, 0.0
     while done < 1.0:
         target = min(1.0, done + step)
         try:
+            snap = kmap.snapshot()
             state, it, res = _damped(state, data, L, g2 * target, beta, lam, damping, tol,
-                                     max_iter, paper_dual)
+                                     max_iter, paper_dual, kmap)
         except _NotPD as exc:
+            kmap.restore(snap)
             if step < 1e-3:
                 raise DomainError(
                     f"no equilibrium at gamma0={g0:g}: the tilted single-site density of layer "
@@ -196,25 +216,23 @@ def _solve(X, y, depth, hidden_layers, gamma0, temperature, weight_decay, X_test
         done = target
         step = min(2.0 * step, 1.0)
     delta, Phi, Phh = state
-    it = total
     d = np.zeros(n)
     d[:P] = delta
     f = (beta / lam) * Phi[-1] @ d
-    return LangevinEquilibrium(f=f, delta=data.y - f[:P], phi=np.stack(Phi), phi_hat=np.stack(Phh),
-                               data=data, hidden_layers=L, gamma0=g0, temperature=temp,
-                               weight_decay=lam_d, iterations=it, residual=res,
-                               _paper_dual=bool(paper_dual))
+    return f, data.y - f[:P], np.stack(Phi), np.stack(Phh), total, res
 
 
-def _damped(state, data, L, g2, beta, lam, damping, tol, max_iter, paper_dual):
+def _damped(state, data, L, g2, beta, lam, damping, tol, max_iter, paper_dual, kmap):
     """:func:`_iterate`, retried with the damping halved (to 1/16 of it) if it oscillates."""
+    snap = kmap.snapshot()
     for k in range(5):
         try:
             return _iterate(state, data, L, g2, beta, lam, damping / 2 ** k, tol, max_iter,
-                            paper_dual)
+                            paper_dual, kmap)
         except ConvergenceError:
             if k == 4:
                 raise
+            kmap.restore(snap)
 
 
 class _NotPD(Exception):
@@ -223,10 +241,13 @@ class _NotPD(Exception):
         self.layer = layer
 
 
-def _iterate(state, data, L, g2, beta, lam, damping, tol, max_iter, paper_dual):
-    """Damped fixed-point iteration of the equilibrium equations at ``gamma0^2 = g2``."""
+def _iterate(state, data, L, g2, beta, lam, damping, tol, max_iter, paper_dual, kmap):
+    """Damped fixed-point iteration of the equilibrium equations at ``gamma0^2 = g2``: backward
+    pass for the duals ``Phi^^l`` (eq. (121), corrected), forward pass for ``Phi^l``, then
+    ``Delta`` from eq. (118).  ``kmap`` gives the single-site averages (closed forms for linear
+    networks, tilted Gaussian averages otherwise)."""
     n, P = data.n_all, data.n_train
-    kx, eye = data.kx, np.eye(n)
+    kx = data.kx
     delta, Phi, Phh = state[0].copy(), [p.copy() for p in state[1]], [p.copy() for p in state[2]]
     res = np.inf
     for it in range(1, int(max_iter) + 1):
@@ -235,21 +256,13 @@ def _iterate(state, data, L, g2, beta, lam, damping, tol, max_iter, paper_dual):
         Phh[L - 1] = -(g2 * beta ** 2 / lam) * np.outer(d, d)
         # backward: Phi^^{l-1} from Phi^^l and Sigma^l = Phi^{l-1} / lambda
         for ell in range(L, 1, -1):
-            S = Phi[ell - 2] / lam
-            M = np.linalg.solve(eye + Phh[ell - 1] @ S, Phh[ell - 1])
-            M = M if paper_dual else M / lam             # paper_dual: eq. (121) as printed
-            Phh[ell - 2] = 0.5 * (M + M.T)
-        # forward: Phi^l = Sigma^l (1 + Phi^^l Sigma^l)^{-1}
+            Phh[ell - 2] = kmap.dual(ell, Phi[ell - 2] / lam, Phh[ell - 1], lam, paper_dual)
+        # forward: Phi^l = <phi(h) phi(h)^T> under the tilted single-site density
         prev = kx
+        change = 0.0
         for ell in range(1, L + 1):
-            S = prev / lam
-            A = eye + Phh[ell - 1] @ S
-            new = np.linalg.solve(A.T, S.T).T            # S A^{-1}
-            new = 0.5 * (new + new.T)
-            # normalizable iff Sigma^{-1} + Phi^^ > 0, i.e. 1 + Sigma^{1/2} Phi^^ Sigma^{1/2} > 0
-            if not np.all(np.isfinite(new)) or np.linalg.eigvalsh(new)[0] < -1e-10 * max(
-                    1.0, float(np.max(np.abs(new)))) or np.linalg.eigvals(A).real.min() <= 0:
-                raise _NotPD(ell)
+            new = kmap.forward(ell, prev / lam, Phh[ell - 1])
+            change = max(change, float(np.max(np.abs(new - Phi[ell - 1]))))
             Phi[ell - 1] = new
             prev = new
         d_new = np.linalg.solve(np.eye(P) + (beta / lam) * Phi[-1][:P, :P], data.y)
@@ -257,8 +270,41 @@ def _iterate(state, data, L, g2, beta, lam, damping, tol, max_iter, paper_dual):
         if not np.isfinite(res):
             raise _NotPD(L)
         delta = (1.0 - damping) * delta + damping * d_new
-        if res < tol:
+        if res < tol and (kmap.exact or change < tol):
             return (delta, Phi, Phh), it, res
     raise ConvergenceError(
         f"equilibrium did not converge in {max_iter} iterations (last change {res:.3g} > tol "
         f"{tol:.3g}); lower damping or raise max_iter")
+
+
+class _LinearMap:
+    """Closed single-site averages of a deep linear network (every density Gaussian):
+    ``Phi^l = Sigma^l (1 + Phi^^l Sigma^l)^{-1}``, ``Phi^^{l-1} = lambda^{-1} (1 + Phi^^l
+    Sigma^l)^{-1} Phi^^l``."""
+
+    exact = True
+
+    def lazy(self, kx, L, lam):
+        return [kx / lam ** ell for ell in range(1, L + 1)]
+
+    def snapshot(self):
+        return None
+
+    def restore(self, snap):
+        pass
+
+    def dual(self, ell, S, Phh, lam, paper_dual):
+        eye = np.eye(S.shape[0])
+        M = np.linalg.solve(eye + Phh @ S, Phh)
+        M = M if paper_dual else M / lam             # paper_dual: eq. (121) as printed
+        return 0.5 * (M + M.T)
+
+    def forward(self, ell, S, Phh):
+        A = np.eye(S.shape[0]) + Phh @ S
+        new = np.linalg.solve(A.T, S.T).T            # S A^{-1}
+        new = 0.5 * (new + new.T)
+        # normalizable iff Sigma^{-1} + Phi^^ > 0, i.e. 1 + Sigma^{1/2} Phi^^ Sigma^{1/2} > 0
+        if not np.all(np.isfinite(new)) or np.linalg.eigvalsh(new)[0] < -1e-10 * max(
+                1.0, float(np.max(np.abs(new)))) or np.linalg.eigvals(A).real.min() <= 0:
+            raise _NotPD(ell)
+        return new
