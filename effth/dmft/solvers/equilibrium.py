@@ -189,7 +189,8 @@ def solve_equilibrium(X=None, y=None, *, depth: int | None = None, hidden_layers
                       activation="tanh", gamma0: float, temperature: float, weight_decay: float,
                       X_test=None, kernel=None, method: str = "auto", samples: int = 16_000,
                       replicas: int = 8, nodes: int | None = None, seed=0, damping: float = 0.5,
-                      tol: float = 1e-11, max_iter: int = 2_000) -> LangevinEquilibrium:
+                      tol: float | None = None, max_iter: int | None = None
+                      ) -> LangevinEquilibrium:
     r"""Solve the equilibrium equations of Bordelon & Pehlevan (2022), App. K.3 for a deep network
     with any activation: the ``N -> infinity`` Bayesian posterior of Langevin training.
 
@@ -248,7 +249,9 @@ def solve_equilibrium(X=None, y=None, *, depth: int | None = None, hidden_layers
         Quadrature only; default the largest count within ``2e5`` points (at most 40).
     damping, tol, max_iter
         The fixed-point iteration: stop when ``Delta`` and every ``Phi^l`` change by less than
-        ``tol`` (max-abs) in one sweep.
+        ``tol`` (max-abs) in one sweep.  Defaults: those of
+        :func:`solve_deep_linear_equilibrium` (``1e-14``, ``10_000``) for ``'exact'``, else
+        ``1e-11``, ``2_000``.
 
     Raises
     ------
@@ -273,6 +276,10 @@ def solve_equilibrium(X=None, y=None, *, depth: int | None = None, hidden_layers
     linear = is_linear(act)
     if method == "auto":
         method = "exact" if linear else "monte_carlo"
+    if tol is None:
+        tol = 1e-14 if method == "exact" else 1e-11
+    if max_iter is None:
+        max_iter = 10_000 if method == "exact" else 2_000
     if method == "exact":
         if not linear:
             raise DomainError(f"method='exact' needs the linear activation (closed equations); "
