@@ -2,8 +2,9 @@ r"""Solvers of the infinite-width DMFT on the gradient-descent grid (Bordelon & 
 
 * :mod:`effth.dmft.solvers.deep_linear` -- :func:`solve_deep_linear`: the closed matrix equations of deep linear
   networks, marched in time (no sampling);
-* :mod:`effth.dmft.solvers.equilibrium` -- :func:`solve_deep_linear_equilibrium`: the Gibbs
-  equilibrium (Bayesian posterior) of Langevin training of deep linear networks (App. K.3);
+* :mod:`effth.dmft.solvers.equilibrium` -- :func:`solve_deep_linear_equilibrium`,
+  :func:`solve_equilibrium`: the Gibbs equilibrium (Bayesian posterior) of Langevin training of
+  deep linear and nonlinear networks (App. K.3);
 * :mod:`effth.dmft.solvers.two_layer` -- :func:`solve_two_layer`: one hidden layer in one pass over time
   (Gauss–Hermite quadrature or Monte Carlo);
 * :mod:`.monte_carlo` -- :func:`solve_monte_carlo`: the alternating Monte-Carlo solver

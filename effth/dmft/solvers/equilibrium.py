@@ -1,4 +1,8 @@
-r"""The Gibbs equilibrium of Langevin-trained deep linear networks at infinite width.
+r"""The Gibbs equilibrium of Langevin-trained deep networks at infinite width (App. K.3).
+
+:func:`solve_deep_linear_equilibrium` closes the equations for linear networks (below);
+:func:`solve_equilibrium` solves them for any activation with sampled or quadrature averages over
+the tilted single-site densities (its docstring has the equations).
 
 Langevin dynamics ``d theta = -gamma^2 grad L dt - (lambda / beta) theta dt + sqrt(2 / beta) d eps``
 (Bordelon & Pehlevan (2022), App. K, eq. (100)) equilibrates to the posterior
