@@ -132,8 +132,9 @@ def test_long_langevin_dmft_reaches_the_equilibrium_fast():
 def test_long_langevin_dmft_reaches_the_equilibrium(opt_in_slow, L):
     """tanh, gamma0 = 2, T = 0.2, weight_decay = 1, 8000 samples, eta = 0.2, 0.1 to t = 8: the
     extrapolated stationary DMFT equals the equilibrium within 5 SE in f and Phi, and rejects the
-    equilibrium at gamma0 x 0.9 by more than 5 SE in f.  (beta x 0.9 moves f and Phi by only
-    2.4 SE (L = 1; 4 SE in f for L = 2) here: the wrong temperature is rejected at gamma0 = 0.)"""
+    equilibrium at gamma0 x 0.9 by more than 5 SE in f.  (beta x 0.9 was rejected by more than
+    5 SE in f and Phi for L = 2 in the measured run, by only
+    2.4 SE for L = 1: it is asserted at gamma0 = 0.)"""
     f, sf, phi, sphi, eq, _ = _check_langevin(L, 2.0, 0.2, 1.0, 8000, (0.2, 0.1), 8.0)
     wrong = _eq(L, method="quadrature", gamma0=1.8, temperature=0.2, weight_decay=1.0)
     assert np.max(np.abs(f - wrong.f) / sf) > 5

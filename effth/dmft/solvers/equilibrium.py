@@ -44,7 +44,10 @@ import numpy as np
 from effth._signature import public
 from effth._display import html_table
 from effth.dmft.grid import TrainingData, prepare_data, real_scalar
-from effth.dmft.solvers.lazy import hidden_layer_count
+from effth import _validate as _v
+from effth.dmft.solvers.lazy import (activation_label, hidden_layer_count, is_linear,
+                                     lazy_rule_kind, resolve_activation)
+from effth.numerics._rules import gaussian_tensor_rule
 from effth.errors import ConvergenceError, DomainError
 
 __all__ = ["LangevinEquilibrium", "solve_deep_linear_equilibrium", "solve_equilibrium"]
@@ -267,10 +270,6 @@ def solve_equilibrium(X=None, y=None, *, depth: int | None = None, hidden_layers
         The fixed point did not converge within ``max_iter`` sweeps (lower ``damping``), or the
         importance weights collapsed (relative effective sample size below 1e-3).
     """
-    from effth import _validate as _v
-    from effth.dmft.solvers.lazy import activation_label, is_linear, lazy_rule_kind, resolve_activation
-    from effth.numerics._rules import gaussian_tensor_rule
-
     L, g0, temp, lam_d = _settings(depth, hidden_layers, gamma0, temperature, weight_decay,
                                    damping, y)
     if method not in ("auto", "exact", "monte_carlo", "quadrature"):
