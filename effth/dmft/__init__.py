@@ -40,7 +40,8 @@ from effth.dmft.series import (ApproximationComparison, Gamma0Series, compare_ap
                                gamma0_leading_order, gamma0_series)
 from effth.dmft.solvers import CNNDMFTResult, solve_cnn_deep_linear, solve_cnn_monte_carlo
 from effth.dmft.solvers import (LangevinEquilibrium, check_stability, lazy_kernels, saddle_point_nlo,
-                                solve_deep_linear, solve_deep_linear_equilibrium, solve_monte_carlo,
+                                solve_deep_linear, solve_deep_linear_equilibrium, solve_equilibrium,
+                                solve_monte_carlo,
                                 solve_two_layer, static_ntk_dynamics, static_ntk_solve)
 
 __all__ = ["random_data", "rules", "series", "solvers", "solve_cnn_monte_carlo", "solve_cnn_deep_linear", "CNNDMFTResult",
@@ -64,6 +65,7 @@ __all__ = ["random_data", "rules", "series", "solvers", "solve_cnn_monte_carlo",
            "prepare_data",
            "solve_deep_linear",
            "solve_deep_linear_equilibrium",
+           "solve_equilibrium",
            "solve_monte_carlo",
            "solve_two_layer",
            "static_ntk_dynamics",
