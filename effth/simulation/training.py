@@ -43,6 +43,7 @@ from .._validate import check_memory, check_networks, integer, langevin_momentum
 from .._validate import seed as _check_seed
 from ..activations import get_activation
 from effth.arch import resolve_depth
+from effth.dmft.grid import langevin_noise
 from ..errors import DomainError
 from . import _mlp
 
@@ -337,7 +338,11 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
         Heavy-ball coefficient ``mu`` in ``[0, 1)`` (Bordelon & Pehlevan (2022), App. L, eq. (122)
         in discrete time, ``mu = exp(-eta / tau)``): ``v <- mu v + (1 - mu) (lr grad - eta lambda
         theta)``, ``theta <- theta + v`` (``torch.optim.SGD`` with ``momentum = dampening = mu``);
-        ``mu = 0`` is the GD step above.  Not together with ``temperature > 0``.
+        ``mu = 0`` is the GD step above.  With ``temperature > 0`` (underdamped Langevin
+        dynamics) the noise is added to the increment, ``v <- mu v + (1 - mu) (lr grad - eta
+        lambda theta + sigma xi)``, with ``sigma^2 = temperature eta (2 - eta lambda (1 - mu) /
+        (1 + mu))`` (:func:`effth.dmft.grid.langevin_noise`: the prior of variance
+        ``temperature / weight_decay`` stays invariant).
 
     Returns
     -------
@@ -468,7 +473,8 @@ class _Optimizer:
     noise around the GD increment ``u = lr * grad`` (one rule for every parameter).
 
     ``mu = 0``: ``theta <- rho theta + u + sigma c xi``; ``mu > 0``:
-    ``v <- mu v + (1 - mu) (u - eta lambda theta)``, ``theta <- theta + v``.  ``c`` is the
+    ``v <- mu v + (1 - mu) (u - eta lambda theta + sigma c xi)``, ``theta <- theta + v``
+    (``sigma^2`` from :func:`effth.dmft.grid.langevin_noise`).  ``c`` is the
     parameter's scale (``1``, or ``1/sqrt(N)`` for the mup hidden and readout weights)."""
 
     def __init__(self, eta, weight_decay, temperature, momentum, rng):
@@ -476,12 +482,8 @@ class _Optimizer:
         self.decay = eta * weight_decay
         self.mu = momentum
         self.rng = rng
-        if temperature > 0:
-            var = (temperature * (1.0 - self.rho ** 2) / weight_decay if weight_decay > 0
-                   else 2.0 * eta * temperature)
-            self.sigma = float(np.sqrt(var))
-        else:
-            self.sigma = 0.0
+        var = langevin_noise(eta, weight_decay, temperature, momentum)
+        self.sigma = float(np.sqrt(var)) if var > 0 else 0.0
         self.v = {}
 
     def step(self, key, theta, u, scale=1.0):
@@ -492,6 +494,8 @@ class _Optimizer:
             return new
         v = self.v.get(key)
         inc = u - self.decay * theta if self.decay else u
+        if self.sigma:               # underdamped Langevin: the noise enters the increment
+            inc = inc + (self.sigma * scale) * self.rng.standard_normal(theta.shape)
         v = (1.0 - self.mu) * inc if v is None else self.mu * v + (1.0 - self.mu) * inc
         self.v[key] = v
         return theta + v

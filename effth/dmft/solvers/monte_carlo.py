@@ -149,8 +149,9 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         max-abs change of the kernels falls below ``tol``; ``result.diagnostics.converged`` is
         then ``None`` without ``tol``.  Fifteen sweeps are too few where feature learning is
         strong over many steps: at ``L = 2``, ``gamma0 = 1``, ``eta = 0.2``, 20 steps (linear
-        activation, against the exact deep linear solver) the predictions sat 7-10 standard
-        errors off after 15 sweeps and needed 29-48.
+        activation, against the exact deep linear solver, 2000 samples, 8 seeds) the
+        predictions sat 4.6-9.4 standard errors off after 15 sweeps; the default stopped after
+        26-47 sweeps within 2.8.
     max_iterations, drift_z
         The convergence test of ``iterations=None``.  After each sweep ``k >= 10`` the means of
         the monitored order parameters -- ``f`` (all times, points, outputs; not with
@@ -158,7 +159,8 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         ``G^l(t, t)`` -- over the block of the last ``w = ceil(k/4)`` sweeps and over the block
         of ``w`` sweeps ending at sweep ``k/2`` are compared; the window ends when every entry
         differs by less than ``drift_z`` standard errors (the replicas' spread of each sweep's
-        estimate, or with ``replicas=1`` its batch errors, ``/ sqrt(w)``), or at ``tol``.  The
+        estimate, or with ``replicas=1`` its batch errors, ``/ sqrt(w)``) on three consecutive
+        sweeps, or at ``tol``.  The
         replicas run in lockstep and stop together.  Not converged after ``max_iterations``
         sweeps: :class:`~effth.errors.ConvergenceError`.  ``diagnostics.iterations`` is the
         number of sweeps run (all windows).
@@ -521,10 +523,10 @@ def _chain(kw, seed, monitor_se=False):
     phi0, _, g0, ntk0 = lazy_kernels(data.kx, act, hidden_layers=L, bias=bool(bias))
     edge = 2.0 * (1.0 + momentum) / (1.0 - momentum)
     check_stability(ntk0[:P, :P], grid.eta, edge=edge)
-    if temperature > 0 and weight_decay > 0:
+    if (temperature > 0 or momentum > 0) and weight_decay > 0:
         v = max(1.0, temperature / float(weight_decay))
         check_langevin_step(_lazy_ntk_at_variance(data.kx, act, L, bool(bias), v)[:P, :P],
-                            grid.eta, float(weight_decay), v)
+                            grid.eta, float(weight_decay), v, momentum)
     plain = temperature == 0 and momentum == 0
     rng = _v.rng(seed)
     S = int(samples) + int(samples) % 2
