@@ -317,8 +317,9 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
     adaptive = iterations is None
     if adaptive:
         if isinstance(max_iterations, (bool, np.bool_)) or int(max_iterations) != max_iterations \
-                or max_iterations < _MIN_SWEEPS:
-            raise DomainError(f"max_iterations={max_iterations!r} must be an integer >= {_MIN_SWEEPS}")
+                or max_iterations < _FIRST_STOP:
+            raise DomainError(f"max_iterations={max_iterations!r} must be an integer >= "
+                              f"{_FIRST_STOP} (the earliest sweep the drift test can stop at)")
         if not (np.isfinite(drift_z) and drift_z > 0):
             raise DomainError(f"drift_z={drift_z!r} must be a finite number > 0")
     elif isinstance(iterations, (bool, np.bool_)) or int(iterations) != iterations or iterations < 1:
@@ -355,6 +356,7 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
 
 _MIN_SWEEPS = 10            # adaptive solves: fewest sweeps before the drift test may stop them
 _PATIENCE = 3               # consecutive sweeps below drift_z that end a window
+_FIRST_STOP = _MIN_SWEEPS + _PATIENCE - 1   # the earliest sweep an adaptive window can end
 
 
 def _run_alone(chain, progress=False):
@@ -414,20 +416,38 @@ def _criterion_text(drift_z, n_max, tol):
 
 
 def _lockstep(chains, kw, progress):
-    """Drive the chains of an adaptive solve sweep by sweep together: after each sweep the mean
-    and standard error of the monitored order parameters (the spread of the chains, or one
-    chain's batch errors) enter :func:`_drift`; the window ends when it falls below
-    ``drift_z`` (or every residual below ``tol``), at the latest after ``n_max`` sweeps.
-    Returns the chains' results with the shared diagnostics (criterion, drift, converged) set;
-    :class:`~effth.errors.ConvergenceError` when the last window did not converge."""
+    """Run the chains of an adaptive solve together (:func:`_drive`) and set the shared
+    diagnostics (criterion, drift, converged) of their results."""
     n_max, drift_z, tol = kw["n_max"], float(kw["drift_z"]), float(kw["tol"])
+    results, drift, ok = _drive(chains, n_max, drift_z, tol, progress)
+    if ok is None:                              # gamma0 = 0: the static solve, no sweeps
+        return results
+    for r in results:
+        d = r.diagnostics
+        d.criterion, d.drift, d.drift_z, d.converged = (_criterion_text(drift_z, n_max, tol),
+                                                       drift, drift_z, ok)
+    return results
+
+
+_KNOBS = ("raise max_iterations or samples, damp more (lower damping), use windows, or pass "
+          "iterations= for a fixed number of sweeps")
+
+
+def _drive(chains, n_max, drift_z, tol, progress, label="DMFT Monte-Carlo sweeps", knobs=_KNOBS):
+    """Drive the chains (generators, see :func:`_chain`) of an adaptive solve sweep by sweep
+    together: after each sweep the mean and standard error of the monitored order parameters
+    (the spread of the chains, or one chain's batch errors ``se``) enter :func:`_drift`; the
+    window ends when it stays below ``drift_z`` for ``_PATIENCE`` sweeps (or every residual is
+    below ``tol``), at the latest after ``n_max`` sweeps.  Returns ``(results, drift, True)``
+    (``(results, [], None)`` when the chains ran no sweep); :class:`~effth.errors.ConvergenceError`
+    when the last window did not converge.  Shared by the MLP and CNN solvers."""
     R = len(chains)
     try:
         mons = [next(c) for c in chains]
-    except StopIteration as done:               # gamma0 = 0: the static solve, no sweeps
-        return [done.value]
+    except StopIteration as done:               # no sweeps (the static solve)
+        return [done.value], [], None
     hist, drift, ok, results, calm = [], [], None, [None] * R, 0
-    with progress_bar(None, "DMFT Monte-Carlo sweeps", progress=progress, unit="sweep") as bar:
+    with progress_bar(None, label, progress=progress, unit="sweep") as bar:
         while True:
             x = np.stack([m.x for m in mons])
             if R > 1:
@@ -455,19 +475,13 @@ def _lockstep(chains, kw, progress):
             if all(r is not None for r in results):
                 break
             mons = nxt
-    for r in results:
-        d = r.diagnostics
-        d.criterion, d.drift, d.drift_z, d.converged = (_criterion_text(drift_z, n_max, tol),
-                                                       drift, drift_z, ok)
     if not ok:
         last = drift[-1] if drift else float("nan")
         raise ConvergenceError(
             f"Monte-Carlo DMFT did not converge in max_iterations={n_max} sweeps: the order "
             f"parameters (f, Phi, G) still drift by {last:.3g} standard errors between the last "
-            f"blocks of sweeps (threshold drift_z={drift_z:g}); raise max_iterations or samples, "
-            "damp more (lower damping), use windows, or pass iterations= for a fixed number of "
-            "sweeps")
-    return results
+            f"blocks of sweeps (threshold drift_z={drift_z:g}); {knobs}")
+    return results, drift, True
 
 
 def _chain(kw, seed, monitor_se=False):
