@@ -451,14 +451,24 @@ def _lazy_bound(phis, es, X, P, C, Ns, gamma0, bias):
     return 2.0 / lam if lam > 0 else np.inf
 
 
-def _diverged_error(step, loss, ref, eta, bound) -> DomainError:
+def _diverged_error(step, loss, ref, eta, bound, momentum=0.0, weight_decay=0.0) -> DomainError:
     what = ("a floating-point overflow" if loss is None else
             "non-finite outputs" if not np.isfinite(loss) else
             f"training loss {loss:.3g} > {_RUNAWAY:g} x its initial scale {ref:.3g}")
-    edge = ("" if bound is None else
-            f"; the lazy stability bound is eta < 2 / lambda_max(NTK at initialization) = "
-            f"{bound:.4g} (here eta lambda_max / 2 = {eta / bound:.3g}; feature learning moves "
-            "the NTK, so the edge of the trained run can lie below it)")
+    if bound is None:
+        edge = ""
+    elif momentum == 0:
+        edge = (f"; the lazy stability bound is eta < 2 / lambda_max(NTK at initialization) = "
+                f"{bound:.4g} (here eta lambda_max / 2 = {eta / bound:.3g}; feature learning "
+                "moves the NTK, so the edge of the trained run can lie below it)")
+    else:
+        # heavy ball (Bordelon & Pehlevan (2022), App. L): eta (lambda_max + lambda) < 2 (1+mu)/(1-mu)
+        hb = 2.0 * (1.0 + momentum) / (1.0 - momentum)
+        lam = 2.0 / bound
+        edge = (f"; the lazy heavy-ball bound is eta (lambda_max(NTK at initialization) + "
+                f"weight_decay) < 2 (1 + momentum) / (1 - momentum) = {hb:.4g}, i.e. eta < "
+                f"{hb / (lam + weight_decay):.4g} (feature learning moves the NTK, so the edge of "
+                "the trained run can lie below it)")
     return DomainError(f"training diverged at step {step} ({what}): eta={eta:g} is beyond the "
                        f"stable range of gradient descent{edge}; lower eta")
 
@@ -580,9 +590,10 @@ def _train_one(X, Y, L, Ns, gamma0, eta, T, fns, seed, parameterization, center,
                     bs = [opt.step(("b", k), b, lr0 * bk.sum(axis=0))
                           for k, (b, bk) in enumerate(zip(bs, back))]
     except FloatingPointError:
-        raise _diverged_error(t, None, None, eta, bound) from None
+        raise _diverged_error(t, None, None, eta, bound, momentum, weight_decay) from None
     except _Diverged as exc:
-        raise _diverged_error(exc.step, exc.loss, exc.ref, eta, bound) from None
+        raise _diverged_error(exc.step, exc.loss, exc.ref, eta, bound, momentum,
+                              weight_decay) from None
     loss = 0.5 * np.sum((Y[None] - f_rec[:, :P]) ** 2, axis=(1, 2))
     # kernels normalized by each layer's own width (App. D.8, eq. (55))
     if record:

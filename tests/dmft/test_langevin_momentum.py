@@ -168,3 +168,8 @@ def test_heavy_ball_step_bound():
         with pytest.raises(DomainError, match=r"heavy-ball step.*2 \(1 \+ momentum\) / "
                                               r"\(1 - momentum\)"):
             solve(X, Y, eta=1.02 * eta_edge, **kw, **extra)
+    # the trainer, which has no a-priori check, names the same bound when it diverges
+    with pytest.raises(DomainError, match=r"heavy-ball bound.*2 \(1 \+ momentum\) / "
+                                          r"\(1 - momentum\) = 3\.714"):
+        simulate_training(X, Y, hidden_layers=L, widths=16, gamma0=1.0, eta=3.0, steps=40,
+                          activation="linear", weight_decay=wd, temperature=0.1, momentum=mu)
