@@ -634,8 +634,9 @@ def width_ratio_values(width_ratios: Any, hidden_layers: int,
 
 def langevin_momentum(temperature: Any, momentum: Any) -> tuple[float, float]:
     """Validated Langevin temperature :math:`1/\\beta` (finite, >= 0) and heavy-ball coefficient
-    :math:`\\mu=e^{-\\eta/\\tau}` in [0, 1), not both nonzero (Bordelon & Pehlevan 2022 apps. K, L):
-    one check for the DMFT solvers and the trainer."""
+    :math:`\\mu=e^{-\\eta/\\tau}` in [0, 1) (Bordelon & Pehlevan 2022 apps. K, L; both nonzero:
+    underdamped Langevin dynamics, :class:`effth.dmft.grid.ParameterFilter`): one check for the
+    DMFT solvers and the trainer."""
     vals = []
     for v, name in ((temperature, "temperature"), (momentum, "momentum")):
         if isinstance(v, (bool, np.bool_)):
@@ -648,9 +649,6 @@ def langevin_momentum(temperature: Any, momentum: Any) -> tuple[float, float]:
     if not (np.isfinite(momentum) and 0.0 <= momentum < 1.0):
         raise DomainError(f"momentum={momentum!r} must lie in [0, 1) (the heavy-ball coefficient mu "
                           "= exp(-eta / tau); 0 is gradient descent)")
-    if temperature > 0 and momentum > 0:
-        raise DomainError("temperature > 0 together with momentum > 0 is not supported (the "
-                          "Langevin noise is defined for the first-order dynamics); set one to 0")
     return float(temperature), float(momentum)
 
 

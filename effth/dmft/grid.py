@@ -22,7 +22,7 @@ from effth._display import html_table
 from effth._validate import integer, langevin_momentum, real_array, real_scalar  # noqa: F401  (re-exported)
 from effth.errors import DomainError
 
-__all__ = ["TimeGrid", "TrainingData", "ParameterFilter", "causal_mask", "parameter_filter", "prepare_data"]
+__all__ = ["TimeGrid", "TrainingData", "ParameterFilter", "causal_mask", "langevin_noise", "parameter_filter", "prepare_data"]
 
 
 _html_table = html_table
@@ -236,6 +236,11 @@ class ParameterFilter:
       ``v <- mu v + (1 - mu) (eta G - eta lambda theta)``, ``theta <- theta + v``; then
       ``k(j) = 1 - mu^{j+1}`` without decay (the exponential memory kernel of eq. (123) with
       ``mu = exp(-eta / tau)``), and ``mu = 0`` is GD.
+    * Both (underdamped Langevin dynamics in discrete time): the noise enters the heavy-ball
+      increment, ``v <- mu v + (1 - mu) (eta G - eta lambda theta + sigma xi)``, so it is filtered
+      by the same memory ``k`` as the gradient; ``sigma^2`` from :func:`langevin_noise` keeps the
+      prior invariant.  The noise kernel ``C_{lambda,beta}`` of App. K, eqs. (105)-(112), becomes
+      ``sigma^2 sum_r k(t-1-r) k(s-1-r)``.
 
     The random part of ``theta(t)`` (initial weights and noise) has the time covariance, per
     unit initial variance,
@@ -273,6 +278,29 @@ def langevin_settings(eta: float, weight_decay: float = 0.0, temperature: float 
     return rho, temperature, momentum
 
 
+def langevin_noise(eta: float, weight_decay: float = 0.0, temperature: float = 0.0,
+                   momentum: float = 0.0) -> float:
+    """``sigma^2``, the variance of the Langevin noise added per step to the increment of every
+    parameter (in its mean-field units), shared by the DMFT solvers and the trainer.
+
+    Chosen so that the prior ``N(0, temperature / weight_decay)`` (Bordelon & Pehlevan (2022),
+    App. K.2) is exactly invariant under the decay-and-noise part of the step:
+    ``temperature (1 - rho^2) / weight_decay`` for GD (``rho = 1 - eta lambda``; ``2 eta
+    temperature`` at ``lambda = 0``, the Euler-Maruyama ``2 eta / beta`` of eq. (100)), and with
+    heavy-ball momentum ``mu`` (noise inside the increment, ``v <- mu v + (1 - mu) (eta G - eta
+    lambda theta + sigma xi)``, App. L) ``temperature eta (2 - eta lambda (1 - mu) / (1 + mu))``:
+    the stationary variance of that AR(2) recursion is ``sigma^2 (1 + mu) / (eta lambda (2 (1 +
+    mu) - (1 - mu) eta lambda))``.  Both agree at ``mu = 0`` and differ from ``2 eta
+    temperature`` by ``O(eta^2)``.  ``0`` without temperature."""
+    lam, temp, mu = float(weight_decay), float(temperature), float(momentum)
+    if temp <= 0:
+        return 0.0
+    if mu == 0.0:
+        rho = 1.0 - float(eta) * lam
+        return temp * (1.0 - rho ** 2) / lam if lam > 0 else 2.0 * float(eta) * temp
+    return temp * float(eta) * (2.0 - float(eta) * lam * (1.0 - mu) / (1.0 + mu))
+
+
 def parameter_filter(eta: float, steps: int, weight_decay: float = 0.0, temperature: float = 0.0,
                      momentum: float = 0.0) -> ParameterFilter:
     """The :class:`ParameterFilter` of the trainer's update on ``steps`` grid points."""
@@ -293,9 +321,8 @@ def parameter_filter(eta: float, steps: int, weight_decay: float = 0.0, temperat
         a = run(1.0, 0.0, 0.0, T)
         k = run(0.0, 0.0, 1.0, T + 1)[1:]               # theta(s + 1 + j) after a unit kick at s
     kappa = np.outer(a, a)
-    noise = 0.0
-    if temp > 0:
-        noise = temp * (1.0 - rho ** 2) / lam if lam > 0 else 2.0 * eta * temp
+    noise = langevin_noise(eta, lam, temp, mu)
+    if temp > 0 and mu == 0.0:
         lag = np.abs(np.subtract.outer(np.arange(T), np.arange(T)))
         first = np.minimum.outer(np.arange(T), np.arange(T))
         # sigma^2 sum_{r < min} rho^{t-1-r} rho^{s-1-r} = sigma^2 rho^{|t-s|} (1 - rho^{2 min}) / (1 - rho^2)
@@ -303,4 +330,10 @@ def parameter_filter(eta: float, steps: int, weight_decay: float = 0.0, temperat
             kappa = kappa + (temp / lam) * rho ** lag * (1.0 - rho ** (2 * first))
         else:
             kappa = kappa + noise * first
+    elif temp > 0:
+        # underdamped Langevin: the noise passes the momentum memory, row t of F holds k(t-1-r)
+        # for r < t, and kappa gains sigma^2 sum_r k(t-1-r) k(s-1-r) = sigma^2 (F F^T)(t, s)
+        lag = np.subtract.outer(np.arange(T), np.arange(T)) - 1
+        F = np.where(lag >= 0, k[np.maximum(lag, 0)], 0.0)
+        kappa = kappa + noise * (F @ F.T)
     return ParameterFilter(init=a, memory=k, kappa=kappa, noise=float(noise))

@@ -48,6 +48,16 @@ class Diagnostics:
     stability : float or None
         The largest ``eta lambda_max(K(t, t))`` met along the run (GD on the NTK at each step is
         stable below 2).
+    criterion : str or None
+        The stopping rule of an adaptive Monte-Carlo solve (``solve_monte_carlo`` with
+        ``iterations=None``), in words; ``None`` for a fixed number of sweeps.
+    drift : list of float
+        Adaptive Monte-Carlo solve: after each sweep of the last time window, the largest
+        ``|change| / standard error`` of the monitored order parameters between the means of the
+        last two blocks of sweeps (``nan`` while too few sweeps were run); the solve stopped when
+        it fell below ``drift_z``.
+    drift_z : float or None
+        The threshold of ``drift``.
     """
 
     iterations: int = 0
@@ -59,6 +69,9 @@ class Diagnostics:
     replicas: int = 1
     quadrature_error: dict | None = None
     stability: float | None = None
+    criterion: str | None = None
+    drift: list = field(default_factory=list)
+    drift_z: float | None = None
 
     def __repr__(self) -> str:
         last = f"{self.residuals[-1]:.3g}" if self.residuals else "-"

@@ -43,6 +43,7 @@ from .._validate import check_memory, check_networks, integer, langevin_momentum
 from .._validate import seed as _check_seed
 from ..activations import get_activation
 from effth.arch import resolve_depth
+from effth.dmft.grid import langevin_noise
 from ..errors import DomainError
 from . import _mlp
 
@@ -337,7 +338,11 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
         Heavy-ball coefficient ``mu`` in ``[0, 1)`` (Bordelon & Pehlevan (2022), App. L, eq. (122)
         in discrete time, ``mu = exp(-eta / tau)``): ``v <- mu v + (1 - mu) (lr grad - eta lambda
         theta)``, ``theta <- theta + v`` (``torch.optim.SGD`` with ``momentum = dampening = mu``);
-        ``mu = 0`` is the GD step above.  Not together with ``temperature > 0``.
+        ``mu = 0`` is the GD step above.  With ``temperature > 0`` (underdamped Langevin
+        dynamics) the noise is added to the increment, ``v <- mu v + (1 - mu) (lr grad - eta
+        lambda theta + sigma xi)``, with ``sigma^2 = temperature eta (2 - eta lambda (1 - mu) /
+        (1 + mu))`` (:func:`effth.dmft.grid.langevin_noise`: the prior of variance
+        ``temperature / weight_decay`` stays invariant).
 
     Returns
     -------
@@ -446,14 +451,24 @@ def _lazy_bound(phis, es, X, P, C, Ns, gamma0, bias):
     return 2.0 / lam if lam > 0 else np.inf
 
 
-def _diverged_error(step, loss, ref, eta, bound) -> DomainError:
+def _diverged_error(step, loss, ref, eta, bound, momentum=0.0, weight_decay=0.0) -> DomainError:
     what = ("a floating-point overflow" if loss is None else
             "non-finite outputs" if not np.isfinite(loss) else
             f"training loss {loss:.3g} > {_RUNAWAY:g} x its initial scale {ref:.3g}")
-    edge = ("" if bound is None else
-            f"; the lazy stability bound is eta < 2 / lambda_max(NTK at initialization) = "
-            f"{bound:.4g} (here eta lambda_max / 2 = {eta / bound:.3g}; feature learning moves "
-            "the NTK, so the edge of the trained run can lie below it)")
+    if bound is None:
+        edge = ""
+    elif momentum == 0:
+        edge = (f"; the lazy stability bound is eta < 2 / lambda_max(NTK at initialization) = "
+                f"{bound:.4g} (here eta lambda_max / 2 = {eta / bound:.3g}; feature learning "
+                "moves the NTK, so the edge of the trained run can lie below it)")
+    else:
+        # heavy ball (Bordelon & Pehlevan (2022), App. L): eta (lambda_max + lambda) < 2 (1+mu)/(1-mu)
+        hb = 2.0 * (1.0 + momentum) / (1.0 - momentum)
+        lam = 2.0 / bound
+        edge = (f"; the lazy heavy-ball bound is eta (lambda_max(NTK at initialization) + "
+                f"weight_decay) < 2 (1 + momentum) / (1 - momentum) = {hb:.4g}, i.e. eta < "
+                f"{hb / (lam + weight_decay):.4g} (feature learning moves the NTK, so the edge of "
+                "the trained run can lie below it)")
     return DomainError(f"training diverged at step {step} ({what}): eta={eta:g} is beyond the "
                        f"stable range of gradient descent{edge}; lower eta")
 
@@ -468,7 +483,8 @@ class _Optimizer:
     noise around the GD increment ``u = lr * grad`` (one rule for every parameter).
 
     ``mu = 0``: ``theta <- rho theta + u + sigma c xi``; ``mu > 0``:
-    ``v <- mu v + (1 - mu) (u - eta lambda theta)``, ``theta <- theta + v``.  ``c`` is the
+    ``v <- mu v + (1 - mu) (u - eta lambda theta + sigma c xi)``, ``theta <- theta + v``
+    (``sigma^2`` from :func:`effth.dmft.grid.langevin_noise`).  ``c`` is the
     parameter's scale (``1``, or ``1/sqrt(N)`` for the mup hidden and readout weights)."""
 
     def __init__(self, eta, weight_decay, temperature, momentum, rng):
@@ -476,12 +492,8 @@ class _Optimizer:
         self.decay = eta * weight_decay
         self.mu = momentum
         self.rng = rng
-        if temperature > 0:
-            var = (temperature * (1.0 - self.rho ** 2) / weight_decay if weight_decay > 0
-                   else 2.0 * eta * temperature)
-            self.sigma = float(np.sqrt(var))
-        else:
-            self.sigma = 0.0
+        var = langevin_noise(eta, weight_decay, temperature, momentum)
+        self.sigma = float(np.sqrt(var)) if var > 0 else 0.0
         self.v = {}
 
     def step(self, key, theta, u, scale=1.0):
@@ -492,6 +504,8 @@ class _Optimizer:
             return new
         v = self.v.get(key)
         inc = u - self.decay * theta if self.decay else u
+        if self.sigma:               # underdamped Langevin: the noise enters the increment
+            inc = inc + (self.sigma * scale) * self.rng.standard_normal(theta.shape)
         v = (1.0 - self.mu) * inc if v is None else self.mu * v + (1.0 - self.mu) * inc
         self.v[key] = v
         return theta + v
@@ -576,9 +590,10 @@ def _train_one(X, Y, L, Ns, gamma0, eta, T, fns, seed, parameterization, center,
                     bs = [opt.step(("b", k), b, lr0 * bk.sum(axis=0))
                           for k, (b, bk) in enumerate(zip(bs, back))]
     except FloatingPointError:
-        raise _diverged_error(t, None, None, eta, bound) from None
+        raise _diverged_error(t, None, None, eta, bound, momentum, weight_decay) from None
     except _Diverged as exc:
-        raise _diverged_error(exc.step, exc.loss, exc.ref, eta, bound) from None
+        raise _diverged_error(exc.step, exc.loss, exc.ref, eta, bound, momentum,
+                              weight_decay) from None
     loss = 0.5 * np.sum((Y[None] - f_rec[:, :P]) ** 2, axis=(1, 2))
     # kernels normalized by each layer's own width (App. D.8, eq. (55))
     if record:

@@ -196,3 +196,19 @@ def test_trained_cnns_approach_the_dmft_like_one_over_width(opt_in_slow, setup):
         sg, eg = slope(gaps, gap_se)
         print(f"squared ensemble-mean gap ~ n^({sg:.2f} +- {eg:.2f})")
     assert gaps[-1] < gaps[0] / 10 and gaps[-1] < 4.5 * gap_se[-1]
+
+
+def test_adaptive_sweeps_use_the_mlp_drift_test():
+    """``iterations=None`` drives the replicas with the drift test of ``solve_monte_carlo``
+    (shared code); ``iterations=15`` stays the default here."""
+    X = _images()
+    kw = dict(eta=0.2, steps=3, samples=200, seed=1)
+    r = solve_cnn_monte_carlo(_net(1.0), X[:P], Y, iterations=None, **kw)
+    d = r.diagnostics
+    assert d.converged is True and d.iterations == len(d.drift) >= 12
+    assert d.drift[-1] < d.drift_z == 2.5 and "standard errors" in d.criterion
+    assert solve_cnn_monte_carlo(_net(1.0), X[:P], Y, **kw).diagnostics.iterations == 15
+    with pytest.raises(DomainError, match="replicas >= 2"):
+        solve_cnn_monte_carlo(_net(1.0), X[:P], Y, iterations=None, replicas=1, **kw)
+    with pytest.raises(DomainError, match="max_iterations"):
+        solve_cnn_monte_carlo(_net(1.0), X[:P], Y, iterations=None, max_iterations=11, **kw)

@@ -326,6 +326,9 @@ def test_bad_input_two_layer():
                         method="monte_carlo", samples=100, activation="linear")
     with pytest.raises(DomainError, match="momentum"):
         solve_two_layer(X, Y, gamma0=1.0, eta=0.1, steps=5, momentum=-0.5)
+    with pytest.raises(DomainError, match="together with momentum.*solve_monte_carlo"):
+        solve_two_layer(X, Y, gamma0=1.0, eta=0.1, steps=5, temperature=0.5, weight_decay=1.0,
+                        momentum=0.3, method="monte_carlo", samples=100)
 
 
 
@@ -333,7 +336,7 @@ def test_bad_input_two_layer():
     (dict(temperature=-0.1, weight_decay=1.0), "temperature"),
     (dict(momentum=-0.2), "momentum"),
     (dict(momentum=1.0), "momentum"),
-    (dict(temperature=0.5, weight_decay=1.0, momentum=0.3), "together"),
+    (dict(temperature=2.0, weight_decay=1.0, momentum=0.3, eta=0.9), "heavy-ball step"),
     (dict(temperature=0.5, weight_decay=1.0, closure="ntk"), "closure"),
     (dict(temperature=2.0, weight_decay=1.0, eta=0.9), "Langevin step"),
 ])
@@ -347,7 +350,6 @@ def test_bad_input_dmft(kw, match):
 @pytest.mark.parametrize("kw, match", [
     (dict(temperature=-1.0), "temperature"),
     (dict(momentum=1.5), "momentum"),
-    (dict(temperature=0.1, momentum=0.1), "together"),
 ])
 def test_bad_input_trainer(kw, match):
     with pytest.raises(DomainError, match=match):

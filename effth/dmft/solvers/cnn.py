@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from types import SimpleNamespace
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,8 +99,9 @@ from effth.dmft.grid import TimeGrid, TrainingData, real_scalar
 from effth.dmft.result import Diagnostics, DMFTResult
 from effth.dmft.solvers.lazy import (activation_label, check_stability, check_stability_along,
                                      static_ntk_dynamics)
-from effth.dmft.solvers.monte_carlo import (_exact_closure, _flag_growth, _sample, _solve_fields,
-                                            _stein, _unit_lower_inverse, _window)
+from effth.dmft.solvers.monte_carlo import (_FIRST_STOP, _criterion_text, _drive, _exact_closure,
+                                            _flag_growth, _sample, _solve_fields, _stein,
+                                            _unit_lower_inverse, _window)
 from effth.errors import ConvergenceError, DomainError
 from effth.pdlt.cnn import _pads, _pair_tables, cnn_kernels, patch_average
 from effth._progress import progress_bar
@@ -354,10 +356,11 @@ def _prepare(net, X, y, X_test, eta, steps):
 
 @public
 def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X_test: Any = None,
-                          samples: int = 2000, iterations: int = 15, damping: float = 0.6,
+                          samples: int = 2000, iterations: int | None = 15, damping: float = 0.6,
                           tol: float = 0.0, replicas: int = 4, stein_cut: float = 2.0,
                           seed: Any = 0, diverge_at: float = 1e6,
-                          progress: bool | None = None) -> CNNDMFTResult:
+                          progress: bool | None = None, max_iterations: int = 200,
+                          drift_z: float = 2.5) -> CNNDMFTResult:
     r"""Solve the CNN DMFT (app. G, eq. (89)) by alternating Monte Carlo (module docstring).
 
     Parameters
@@ -379,8 +382,12 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
         Test images of the same shape.
     samples : int
         Monte-Carlo draws per layer and sweep, split over ``replicas`` independent solves.
-    iterations, damping, tol, stein_cut, diverge_at
-        As for :func:`effth.dmft.solve_monte_carlo`.
+    iterations, damping, tol, stein_cut, diverge_at, max_iterations, drift_z
+        As for :func:`effth.dmft.solve_monte_carlo`, with the one difference that
+        ``iterations`` defaults to 15 sweeps here; ``iterations=None`` sweeps until the order
+        parameters (``f`` and the diagonals of ``Phi^l``, ``G^l``) stop drifting within
+        ``drift_z`` replica standard errors (the same test, ``replicas >= 2``), else
+        :class:`~effth.errors.ConvergenceError` after ``max_iterations``.
     replicas : int
         Independent solves whose mean is returned and whose spread gives ``stderr`` of ``'f'``,
         ``'loss'``, ``'phi'``, ``'g'`` (``1``: no standard errors).
@@ -406,9 +413,16 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
     """
     net, Xa, Xall, yv, grid = _prepare(net, X, y, X_test, eta, steps)
     P, T = Xa.shape[0], grid.steps
-    for name, v, lo in (("samples", samples, 4), ("iterations", iterations, 1),
-                        ("replicas", replicas, 1)):
+    adaptive = iterations is None
+    for name, v, lo in (("samples", samples, 4), ("replicas", replicas, 1)) + (
+            (("max_iterations", max_iterations, _FIRST_STOP),) if adaptive
+            else (("iterations", iterations, 1),)):
         _v.integer(v, name, minimum=lo)
+    if adaptive and (int(replicas) < 2 or not (np.isfinite(drift_z) and drift_z > 0)):
+        raise DomainError(f"iterations=None needs replicas >= 2 (their spread is the standard "
+                          f"error of the drift test; got {replicas!r}) and a finite drift_z > 0 "
+                          f"(got {drift_z!r})")
+    n_max = int(max_iterations) if adaptive else int(iterations)
     if not (0.0 < damping <= 1.0):
         raise DomainError(f"damping={damping!r} must lie in (0, 1]")
     if not (np.isfinite(tol) and tol >= 0) or not (np.isfinite(stein_cut) and stein_cut >= 0):
@@ -432,13 +446,25 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
         ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
         gens = [np.random.default_rng(c) for c in ss.spawn(R)] if R > 1 else [np.random.default_rng(seed)]
     t0 = time.perf_counter()
-    subs = []
-    with progress_bar(R * int(iterations), "CNN DMFT sweeps", progress=progress,
-                      unit="sweep") as bar:
-        for g in gens:
-            subs.append(_solve_one(net, ops, Phi0, G0, ntk0, yv, grid, per, int(iterations),
-                                   float(damping), float(tol), float(stein_cut), g,
-                                   float(diverge_at), bar))
+    chains = [_solve_one(net, ops, Phi0, G0, ntk0, yv, grid, per, n_max, float(damping),
+                         float(tol), float(stein_cut), g, float(diverge_at), adaptive)
+              for g in gens]
+    drift = None
+    if adaptive:
+        subs, drift, _ = _drive(chains, n_max, float(drift_z), float(tol), progress,
+                                "CNN DMFT sweeps", "raise max_iterations or samples, damp more "
+                                "(lower damping), or pass iterations= for a fixed number of sweeps")
+    else:
+        subs = []
+        with progress_bar(R * n_max, "CNN DMFT sweeps", progress=progress, unit="sweep") as bar:
+            for c in chains:
+                try:
+                    next(c)
+                    while True:
+                        bar.update()
+                        c.send(False)
+                except StopIteration as done:
+                    subs.append(done.value)
     stack = {k: np.stack([s[k] for s in subs]) for k in ("f", "ntk")}
     mean = {k: v.mean(axis=0) for k, v in stack.items()}
     per = {k: [np.stack([s[k][j] for s in subs]) for j in range(len(subs[0][k]))]
@@ -446,9 +472,13 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
     for k, v in per.items():
         mean[k] = [x.mean(axis=0) for x in v]
     delta = yv[None] - mean["f"][:, :P]
-    diag = Diagnostics(iterations=int(iterations), tol=float(tol), replicas=R,
+    diag = Diagnostics(iterations=len(subs[0]["res"]) if adaptive else n_max, tol=float(tol),
+                       replicas=R,
                        residuals=[float(x) for x in np.max([s["res"] for s in subs], axis=0)])
     diag.converged = None if tol == 0 else all(s["converged"] for s in subs)
+    if adaptive:
+        diag.converged, diag.drift, diag.drift_z = True, drift, float(drift_z)
+        diag.criterion = _criterion_text(float(drift_z), n_max, float(tol))
     _flag_growth(diag)
     diag.seconds = time.perf_counter() - t0
     se = None
@@ -493,8 +523,12 @@ def _drives(ops, w, ell, k0, Phi, G, Ab, Bb, dcol, ge):
 
 
 def _solve_one(net, ops, Phi0, G0, ntk0, y, grid, S, iterations, damping, tol, cut, rng,
-               diverge_at, bar):
-    """One alternating solve with ``S`` draws per layer and sweep (Jacobi sweeps over layers)."""
+               diverge_at, adaptive=False):
+    """One alternating solve with ``S`` draws per layer and sweep (Jacobi sweeps over layers), as
+    a generator: after each sweep it yields the monitored order parameters (``adaptive``: ``f``
+    and the diagonals of the new ``Phi^l``, ``G^l``, for
+    :func:`~effth.dmft.solvers.monte_carlo._drive`) and receives whether to stop; a fixed-sweep
+    chain stops itself after ``iterations`` sweeps or at ``tol``.  Returns its state."""
     L, T = ops.L, ops.T
     P = y.size
     eta, gam = grid.eta, float(net.gamma0)
@@ -540,7 +574,12 @@ def _solve_one(net, ops, Phi0, G0, ntk0, y, grid, S, iterations, damping, tol, c
         mix = lambda old, new: [(1 - damping) * a + damping * b for a, b in zip(old, new)]
         Phi, G, Ab, Bb = mix(Phi, Phin), mix(G, Gn), mix(Ab, Abn), mix(Bb, Bbn)
         delta = (1 - damping) * delta + damping * delta_new
-        bar.update()
+        if adaptive:
+            x = np.concatenate([f.ravel()] + [np.diagonal(a) for a in Phin + Gn])
+            if (yield SimpleNamespace(x=x, se=None, res=res, it=it + 1, final=True)):
+                break
+            continue
+        yield None
         if tol > 0 and res < tol:
             converged = True
             break

@@ -325,8 +325,9 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
     ntk0 = lazy_kernels(data.kx, hidden_layers=L, bias=bool(bias))[3][:P, :P]
     edge = 2.0 * (1.0 + momentum) / (1.0 - momentum)
     check_stability(ntk0, grid.eta, edge=edge)
-    if temperature > 0:
-        _check_langevin_step(data.kx[:P, :P], L, bool(bias), grid.eta, lam, temperature)
+    if temperature > 0 or momentum > 0:
+        _check_langevin_step(data.kx[:P, :P], L, bool(bias), grid.eta, lam, temperature,
+                             momentum)
     t0 = time.perf_counter()
     diag = Diagnostics(tol=tol)
     # Causality: the solution on the first Tk grid points does not depend on later times, so the
@@ -388,11 +389,13 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         method="deep_linear", closure=closure, diagnostics=diag, bias=bool(bias)), edge=edge)
 
 
-def _check_langevin_step(kx, L, bias, eta, lam, temperature):
-    """:class:`DomainError` unless ``eta (lambda_max(K_eq) + lambda) < 2``: the linearized Langevin
-    step ``theta <- (rho - eta k) theta + noise`` is stable iff ``|rho - eta k| < 1`` for every NTK
-    eigenvalue ``k``, here bounded by the lazy deep linear NTK at weight variance
-    ``v = max(1, temperature / lambda)`` (the initial and the equilibrium prior)."""
+def _check_langevin_step(kx, L, bias, eta, lam, temperature, momentum=0.0):
+    """:class:`DomainError` unless ``eta (lambda_max(K_eq) + lambda) < 2 (1 + mu) / (1 - mu)``
+    (:func:`~effth.dmft.solvers.lazy.check_langevin_step`: the linearized Langevin or heavy-ball
+    step is stable for every NTK eigenvalue ``k``), here bounded by the lazy deep linear NTK at
+    weight variance ``v = max(1, temperature / lambda)`` (the initial and the equilibrium
+    prior).  Without decay there is no equilibrium and no fixed bound (the check at ``t = 0``
+    and along the run remain)."""
     v = max(1.0, temperature / lam) if lam > 0 else np.inf
     if not np.isfinite(v):
         return                                       # no equilibrium: kernels grow, no fixed bound
@@ -402,7 +405,7 @@ def _check_langevin_step(kx, L, bias, eta, lam, temperature):
         H.append(v * (H[-1] + b))                    # H^l = v (H^{l-1} + b), biases of variance v
     # NTK = sum_l G^{l+1} (H^l + b [l < L]) with G^{l+1} = v^{L-l}
     K = sum(v ** (L - ell) * (H[ell] + (b if ell < L else 0.0)) for ell in range(L + 1))
-    check_langevin_step(K, eta, lam, v)
+    check_langevin_step(K, eta, lam, v, momentum)
 
 
 class RuleFields:

@@ -156,23 +156,31 @@ def check_stability(ntk_train: np.ndarray, eta: float, *, edge: float = 2.0) -> 
 
 
 def check_langevin_step(ntk_eq: np.ndarray, eta: float, weight_decay: float,
-                        variance: float) -> float:
-    """Raise :class:`DomainError` unless ``eta (lambda_max(K_eq) + weight_decay) < 2``.
+                        variance: float, momentum: float = 0.0) -> float:
+    """Raise :class:`DomainError` unless ``eta (lambda_max(K_eq) + weight_decay) < 2 (1 + mu) /
+    (1 - mu)`` (``2`` for GD, ``mu = momentum = 0``).
 
-    The linearized Langevin step ``theta <- (rho - eta k) theta + noise`` (``rho = 1 - eta
-    weight_decay``, ``k`` an NTK eigenvalue) is stable iff ``|rho - eta k| < 1``; ``ntk_eq`` is the
-    lazy NTK on the training points at the weight variance ``variance`` (the larger of the
-    initial 1 and the equilibrium ``temperature / weight_decay``, Bordelon & Pehlevan (2022),
-    App. K.2).  Returns ``eta (lambda_max + weight_decay)``.
+    The linearized step of a parameter along an NTK eigenvalue ``k`` is, with heavy-ball
+    momentum (Bordelon & Pehlevan (2022), App. L, in the form ``v <- mu v + (1 - mu) eta (G -
+    lambda theta)``), the recursion ``theta_{t+1} = (1 + mu - c) theta_t - mu theta_{t-1} +
+    noise``, ``c = (1 - mu) eta (k + weight_decay)``, stable iff ``0 < c < 2 (1 + mu)``; at ``mu =
+    0`` this is ``|rho - eta k| < 1``.  ``ntk_eq`` is the lazy NTK on the training points at the
+    weight variance ``variance`` (the larger of the initial 1 and the equilibrium ``temperature
+    / weight_decay``, Bordelon & Pehlevan (2022), App. K.2).  Returns ``eta (lambda_max +
+    weight_decay)``.
     """
     kmax = float(np.linalg.eigvalsh(0.5 * (ntk_eq + ntk_eq.T))[-1])
     x = eta * (kmax + weight_decay)
-    if x >= 2.0:
+    mu = float(momentum)
+    edge = 2.0 * (1.0 + mu) / (1.0 - mu)
+    if x >= edge:
+        kind = "Langevin step" if mu == 0 else f"heavy-ball step (momentum={mu:g})"
+        bound = "2" if mu == 0 else "2 (1 + momentum) / (1 - momentum)"
         raise DomainError(
-            f"Langevin step eta={eta:g} is past the stable bound: eta (lambda_max(K_eq) + "
-            f"weight_decay) = {x:.4g} >= 2 (lambda_max(K_eq) = {kmax:.4g} at weight variance "
-            f"{variance:.4g} = max(1, temperature / weight_decay)); use eta < "
-            f"{2.0 / (kmax + weight_decay):.4g}")
+            f"{kind} eta={eta:g} is past the stable bound: eta (lambda_max(K_eq) + "
+            f"weight_decay) = {x:.4g} >= {bound} = {edge:.4g} (lambda_max(K_eq) = {kmax:.4g} at "
+            f"weight variance {variance:.4g} = max(1, temperature / weight_decay)); use eta < "
+            f"{edge / (kmax + weight_decay):.4g}")
     return x
 
 

@@ -107,7 +107,9 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         Heavy-ball coefficient ``mu`` in ``[0, 1)`` (Bordelon & Pehlevan (2022), App. L; as in
         :func:`~effth.dmft.solve_deep_linear`): the accumulated drifts obey
         ``v <- mu v + (1 - mu) (d - eta lambda a)``, ``a <- a + v``, and the initial parts carry
-        ``a(t)`` of :class:`~effth.dmft.grid.ParameterFilter`.  Not with ``temperature > 0``.
+        ``a(t)`` of :class:`~effth.dmft.grid.ParameterFilter`.  Not with ``temperature > 0`` here
+        (:func:`~effth.dmft.solve_monte_carlo` and :func:`~effth.dmft.solve_deep_linear` solve both
+        together).
     width_ratios : sequence of one float, optional
         ``(a_1,)``: hidden width ``N_1 = a_1 N`` against the reference width ``N`` of
         ``gamma = gamma0 sqrt(N)`` (Bordelon & Pehlevan (2022), App. D.8; the conventions of
@@ -169,6 +171,11 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     act = resolve_activation(activation)
     grid = TimeGrid(eta, steps)
     rho, temperature, momentum = langevin_settings(grid.eta, weight_decay, temperature, momentum)
+    if temperature > 0 and momentum > 0:
+        raise DomainError("temperature > 0 together with momentum > 0 is not solved by "
+                          "solve_two_layer (its single-site noise paths follow the GD decay, "
+                          "not the heavy-ball memory); use solve_monte_carlo(hidden_layers=1, "
+                          "...) or, for a linear activation, solve_deep_linear")
     if temperature > 0 and method != "monte_carlo":
         raise DomainError("temperature > 0 needs method='monte_carlo' (the single-site noise paths "
                           "are T-dimensional; no quadrature rule over them)")
@@ -185,9 +192,10 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=1)
     check_stability(ntk0[:P, :P], grid.eta, edge=2.0 * (1.0 + momentum) / (1.0 - momentum))
     lam = float(weight_decay)
-    if temperature > 0 and lam > 0:
+    if (temperature > 0 or momentum > 0) and lam > 0:
         v = max(1.0, temperature / lam)
-        check_langevin_step(_two_layer_eq_ntk(v, data.kx, act)[:P, :P], grid.eta, lam, v)
+        check_langevin_step(_two_layer_eq_ntk(v, data.kx, act)[:P, :P], grid.eta, lam, v,
+                            momentum)
     filt = parameter_filter(grid.eta, T, weight_decay, temperature, momentum)
     phi_f, dphi_f = act.numpy(0), act.numpy(1)
     gam = float(gamma0) if ratios is None else float(gamma0) / np.sqrt(ratios[0])  # gamma_1
