@@ -101,7 +101,7 @@ def test_cholesky_sampler_agrees_with_the_eigh_sampler(setup):
     gamma0 = 1 the two solutions agree within 4.5 combined standard errors (8 replicas each,
     independent seeds) on every image and step, while both reject the lazy CNTK dynamics."""
     X, Th, eta, T = setup
-    kw = dict(X_test=X[P:], eta=eta, steps=T, samples=2400, iterations=8, replicas=8)
+    kw = dict(X_test=X[P:], eta=eta, steps=T, samples=1600, iterations=6, replicas=8)
     a = solve_cnn_monte_carlo(_net(1.0), X[:P], Y, seed=11, **kw)
     b = solve_cnn_monte_carlo(_net(1.0), X[:P], Y, seed=12, sampler="eigh", **kw)
     se = np.sqrt(a.stderr("f") ** 2 + b.stderr("f") ** 2)[1:]
@@ -111,6 +111,32 @@ def test_cholesky_sampler_agrees_with_the_eigh_sampler(setup):
         assert (np.abs(r.f - lazy)[1:] / r.stderr("f")[1:]).max() > 6
     with pytest.raises(DomainError, match="sampler"):
         solve_cnn_monte_carlo(_net(1.0), X[:P], Y, sampler="svd", **kw)
+
+
+def test_source_draws_have_the_source_covariances(setup):
+    """The draws of every source (layer 1 repeated in time, the readout's number, the pivoted
+    Cholesky factor of the singular time-constant initial kernels, the plain Cholesky factor of
+    a definite one) have the kernel as covariance within 5.5 standard errors of each entry, and
+    0.9 times the kernel is rejected."""
+    from effth.dmft.solvers.cnn import _draw, _factor
+    X, _, _, _ = setup
+    net = _net(1.0)
+    ops = _Ops(net, (6,), 6, 3)
+    Phi0, G0, _ = _initial_state(net, X, ops)
+    K2, G1 = ops.k_in(Phi0[0], 2), ops.g_in(G0[1], 1)
+    rng = np.random.default_rng(7)
+    n = 20000
+    cases = [(ops.draw_k_in(rng, 1, None, n), np.tile(ops.k_in1, (3, 3))),
+             (ops.draw_k_in(rng, 2, K2, n), K2), (ops.draw_g_in(rng, 1, G1, n), G1),
+             (ops.draw_g_in(rng, 2, None, n), ops.g_top)]
+    Kpd = K2 + 0.3 * np.eye(K2.shape[0])
+    cases.append((_draw(rng, _factor(Kpd), n), Kpd))
+    for x, K in cases:
+        C = x.T @ x / n
+        d = np.diag(K)
+        se = np.sqrt((np.outer(d, d) + K ** 2) / n)
+        assert np.max(np.abs(C - K) / se) < 5.5
+        assert np.max(np.abs(C - 0.9 * K) / se) > 6
 
 
 def test_solver_patch_operators_are_patch_average_and_its_adjoint():

@@ -70,11 +70,14 @@ constants and the exact closure; :class:`~effth.dmft.grid.TimeGrid`,
 (a :class:`~effth.dmft.result.DMFTResult` with pixel-resolved kernels).
 
 Cost: the fields of one layer are ``S x T P |P|`` numbers and every kernel is dense over
-(time, image, pixel), :math:`(TP|\mathcal P|)^2` entries: per sweep and layer
-:math:`O((TP|\mathcal P|)^3)` for the source square roots and the Stein factorization and
-:math:`O(S(TP|\mathcal P|)^2)` for the fields, memory :math:`O((TP|\mathcal P|)^2)` per kernel --
-the dense cost the paper calls very computationally intensive (app. G); suitable for
-:math:`TP|\mathcal P|` up to about 2000 (``benchmarks/bench_cnn_dmft.py``).  Circular padding
+(time, image, pixel), :math:`m=TP|\mathcal P|` indices, :math:`m^2` entries.  Per sweep, two
+source covariances need a factor (:math:`O(m^3/3)`, Cholesky); the first layer's forward source
+and the last layer's backward source have exact low-dimensional forms (a time-constant kernel;
+the readout's one or :math:`|\mathcal P|` numbers).  The fields, the sample kernels and the
+Stein regressions cost :math:`O(Sm^2)`, and the patch operators :math:`O(m^2\sum_kn_k^2)` as
+per-axis matrix products.  Memory is :math:`O(m^2)` per kernel.  This is the dense cost the
+paper calls very computationally intensive (app. G); up to :math:`m\approx5000` it grows like
+:math:`m^{2.1}` (``benchmarks/bench_cnn_dmft.py``, ``docs/cnn.md``).  Circular padding
 makes the problem equivariant under a common shift of all images, but the kernels of a fixed
 data set are not functions of pixel differences (already :math:`\Phi^0_{\mu i,\alpha j}=
 x_{\mu i}\cdot x_{\alpha j}/C_0` is not), so there is no block-circulant structure to split the
@@ -101,7 +104,7 @@ from effth.dmft.solvers.lazy import (activation_label, check_stability, check_st
 from effth.dmft.solvers.monte_carlo import (_exact_closure, _flag_growth, _sample, _solve_fields,
                                             _stein, _unit_lower_inverse, _window)
 from effth.errors import ConvergenceError, DomainError
-from effth.pdlt.cnn import _pads, _pair_tables, cnn_kernels, patch_average
+from effth.pdlt.cnn import _pads, _pair_tables, cnn_kernels
 from effth._progress import progress_bar
 
 __all__ = ["CNNDMFTResult", "solve_cnn_monte_carlo", "solve_cnn_deep_linear", "patch_adjoint"]
