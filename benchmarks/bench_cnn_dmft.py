@@ -63,9 +63,8 @@ def one(T, P, side, samples, dims=2, act="relu", sampler="cholesky"):
     return time.process_time() - t, r
 
 
-def reference_scan(samples, eigh):
+def reference_scan(samples, eigh, Ts=(2, 3, 4, 5, 6, 8)):
     """The reference family (P = 10 digits of 8x8) at growing T, and the extrapolation to T = 50."""
-    Ts = [2, 3, 4, 5, 6, 8]
     ms = np.array([T * 640 for T in Ts], float)
     secs = []
     for T, m in zip(Ts, ms):
@@ -77,9 +76,10 @@ def reference_scan(samples, eigh):
     secs = np.array(secs)
     m_ref = 50 * 640
     p = np.polyfit(np.log(ms), np.log(secs), 1)
-    # a m^2 + b m^3, least squares relative to each point
+    # a m^2 + b m^3 with a, b >= 0, least squares relative to each point
+    from scipy.optimize import nnls
     A = np.stack([ms ** 2, ms ** 3], axis=1) / secs[:, None]
-    (a, b), *_ = np.linalg.lstsq(A, np.ones_like(secs), rcond=None)
+    (a, b), _ = nnls(A, np.ones_like(secs))
     two = a * m_ref ** 2 + b * m_ref ** 3
     print(f"power law m^{p[0]:.2f}: {np.exp(np.polyval(p, np.log(m_ref))) / 60:.0f} min; "
           f"a m^2 + b m^3 (a = {a:.2e}, b = {b:.2e}): {two / 60:.0f} min per sweep and replica "
