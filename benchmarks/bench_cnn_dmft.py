@@ -1,21 +1,28 @@
 """Benchmark: cost of the CNN DMFT against T, P and |S| (effth.dmft.solve_cnn_monte_carlo), and
 of the closed form of deep linear CNNs (effth.dmft.solve_cnn_deep_linear).
 
-The Monte-Carlo solver is dense over the index (time, image, pixel), of size m = T P |S|: per sweep
-and layer it takes symmetric square roots of two (m x m) source covariances (eigh, O(m^3); about
-60 % of a sweep at m = 2304), a causal Stein factorization (O(m^3)), the patch operator and its
-adjoint (O(q m^2), about 20 %) and the forward substitution of S fields (O(S m^2)).  The kernels
-have no pixel-difference (block-circulant) structure for a fixed data set -- circular padding makes
-the problem equivariant under shifting *all images*, not the kernels of given images functions of
-i - j -- so m cannot be split into per-frequency blocks.  This script times one sweep of one
-replica while varying T, P and |S| one at a time around a base point, fits the exponent of each,
-and extrapolates to the reference problem (P = 10 digits, 8x8 pixels, 3x3 filters, depth 3, T = 50:
-m = 32000, 8 GB per dense kernel), which it does not run.  It then times the deep linear closed
-form: pixel-resolved (dense, O(m^3) per sweep) at a small size, and the exact reduction of a
-circular pooled linear CNN to the deep linear MLP on pixel-mean images at the reference size.
+The Monte-Carlo solver is dense over the index (time, image, pixel), of size m = T P |S|.  Per
+sweep it factors two (m x m) source covariances (Cholesky, O(m^3/3)).  The first layer's forward
+source and the readout's backward source need no m x m factor.  The fields, the sample kernels
+and the Stein regressions cost O(S m^2), and the patch operator and its adjoint are per-axis
+matrix products, O(m^2 sum_k n_k^2).  The kernels have no pixel-difference (block-circulant)
+structure for a fixed data set: circular padding makes the problem equivariant under shifting
+*all images*, but the kernels of given images are not functions of i - j.  So m cannot be split
+into per-frequency blocks.  Times are CPU seconds of the process (one BLAS thread), which stay
+meaningful on a shared machine.
+
+Default: times one sweep of one replica while varying T, P and |S| one at a time around a base
+point and fits the exponent of each.  ``--reference``: the family of the reference problem
+(P = 10 digits, 8x8 pixels, 3x3 filters, depth 3) at T = 2..8.  It fits
+a m^2 + b m^3 (the quadratic passes plus the two Cholesky factors) and a power law, and
+extrapolates both to T = 50, m = 32000, which it does not run (8 GB per dense kernel).
+``--eigh`` also times sampler='eigh', the symmetric square roots used before.  It then times the
+deep linear closed form, pixel-resolved (dense, O(m^3) per sweep) at a small size, and the exact
+reduction of a circular pooled linear CNN to the deep linear MLP at the reference size.
 Not collected by pytest.
 
-Usage: ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_cnn_dmft.py [--samples 1000] [--big]``.
+Usage: ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_cnn_dmft.py [--samples 1000] [--big]
+[--reference] [--eigh]``.
 """
 
 from __future__ import annotations
@@ -40,18 +47,43 @@ def _eta(net, X):
     return 1.0 / np.linalg.eigvalsh(et.cnn_kernels(net, X).value("Theta"))[-1]
 
 
-def one(T, P, side, samples, dims=2, act="relu"):
-    """Seconds of one sweep of one replica (depth 3, 3x3 filters, circular padding, gamma0 = 1)."""
+def one(T, P, side, samples, dims=2, act="relu", sampler="cholesky"):
+    """CPU seconds of a one-sweep solve of one replica (depth 3, 3x3 filters, circular padding,
+    gamma0 = 1; the setup included)."""
     import effth as et
     from effth.dmft import solve_cnn_monte_carlo
 
     X, y = _data(P, side, dims)
     net = et.CNN(act, depth=3, filter_size=3, dims=dims, padding="circular", c_w=2.0,
                  parameterization="mup", gamma0=1.0)
-    t = time.perf_counter()
-    r = solve_cnn_monte_carlo(net, X, y, eta=_eta(net, X), steps=T, samples=samples,
-                              iterations=1, replicas=1, seed=0, progress=False)
-    return time.perf_counter() - t, r
+    eta = _eta(net, X)
+    t = time.process_time()
+    r = solve_cnn_monte_carlo(net, X, y, eta=eta, steps=T, samples=samples, iterations=1,
+                              replicas=1, seed=0, progress=False, sampler=sampler)
+    return time.process_time() - t, r
+
+
+def reference_scan(samples, eigh, Ts=(2, 3, 4, 5, 6, 8)):
+    """The reference family (P = 10 digits of 8x8) at growing T, and the extrapolation to T = 50."""
+    ms = np.array([T * 640 for T in Ts], float)
+    secs = []
+    for T, m in zip(Ts, ms):
+        secs.append(one(T, 10, 8, samples)[0])
+        line = f"T={T:2d} P=10 |S|=8x8: m = {int(m):5d}, one sweep: {secs[-1]:7.2f} s CPU"
+        if eigh and T <= 4:
+            line += f", sampler='eigh' {one(T, 10, 8, samples, sampler='eigh')[0]:7.2f} s"
+        print(line, flush=True)
+    secs = np.array(secs)
+    m_ref = 50 * 640
+    p = np.polyfit(np.log(ms), np.log(secs), 1)
+    # a m^2 + b m^3 with a, b >= 0, least squares relative to each point
+    from scipy.optimize import nnls
+    A = np.stack([ms ** 2, ms ** 3], axis=1) / secs[:, None]
+    (a, b), _ = nnls(A, np.ones_like(secs))
+    two = a * m_ref ** 2 + b * m_ref ** 3
+    print(f"power law m^{p[0]:.2f}: {np.exp(np.polyval(p, np.log(m_ref))) / 60:.0f} min; "
+          f"a m^2 + b m^3 (a = {a:.2e}, b = {b:.2e}): {two / 60:.0f} min per sweep and replica "
+          f"at the reference m = {m_ref} on one core (not run)")
 
 
 def _slope(x, s):
@@ -68,7 +100,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--big", action="store_true", help="also the largest point of each scan")
+    ap.add_argument("--reference", action="store_true", help="the reference family's T scan")
+    ap.add_argument("--eigh", action="store_true", help="with --reference: also sampler='eigh'")
     args = ap.parse_args()
+    if args.reference:
+        reference_scan(args.samples, args.eigh)
+        return
     base = dict(T=8, P=3, side=4)
     scans = {"T": [8, 16, 32], "P": [3, 6, 12], "side": [4, 6, 8]}
     if not args.big:
@@ -84,7 +121,7 @@ def main() -> None:
             m = kw["T"] * kw["P"] * kw["side"] ** 2
             secs.append(timed[k])
             print(f"T={kw['T']:3d} P={kw['P']:2d} |S|={kw['side']}x{kw['side']}: m = {m:5d}, "
-                  f"one sweep ({args.samples} draws): {timed[k]:7.2f} s", flush=True)
+                  f"one sweep ({args.samples} draws): {timed[k]:7.2f} s CPU", flush=True)
         x = values if key != "side" else [v * v for v in values]
         fits[key] = _slope(x, secs)
     print("time per sweep ~ " + ", ".join(f"{'|S|' if k == 'side' else k}^{v:.2f}"

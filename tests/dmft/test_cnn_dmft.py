@@ -58,12 +58,13 @@ def test_initial_ntk_is_the_cntk(readout, padding, act):
 @pytest.mark.parametrize("readout", ["gap", "flatten"])
 def test_one_by_one_filters_on_one_pixel_images_are_the_mlp_dmft(readout):
     """1x1 filters on one-pixel images with C_0 channels are an MLP on C_0 inputs: the CNN solver
-    reproduces solve_monte_carlo (Stein responses, one replica, the same seed) draw for draw."""
+    reproduces solve_monte_carlo (Stein responses, one replica, the same seed, its eigh
+    sampler) draw for draw."""
     X = np.random.default_rng(0).standard_normal((4, 3))
     net = CNN("erf", depth=3, filter_size=1, dims=1, readout=readout, parameterization="mup",
               gamma0=1.0)
     kw = dict(eta=0.2, steps=8, samples=400, iterations=6, replicas=1, seed=3)
-    a = solve_cnn_monte_carlo(net, X[:, None, :], Y, **kw)
+    a = solve_cnn_monte_carlo(net, X[:, None, :], Y, sampler="eigh", **kw)
     b = et.dmft.solve_monte_carlo(X, Y, depth=3, gamma0=1.0, activation="erf",
                                   responses="stein", **kw)
     for name in ("f", "phi", "g", "ntk"):
@@ -82,15 +83,79 @@ def setup():
 
 def test_small_gamma0_is_the_lazy_cntk_dynamics(setup):
     """gamma0 = 0.02: the solution is lazy GD on cnn_kernels' Theta within 4.5 Monte-Carlo
-    standard errors (replicas); Theta x0.9 is rejected."""
+    standard errors (replicas); Theta x0.9 is rejected.  (The eigh sampler: the draws of the
+    seed this test was set with; the Cholesky sampler is checked against it below.)"""
     X, Th, eta, T = setup
     r = solve_cnn_monte_carlo(_net(0.02), X[:P], Y, X_test=X[P:], eta=eta, steps=T,
-                              samples=2000, iterations=4, replicas=4, seed=1)
+                              samples=2000, iterations=4, replicas=4, seed=1, sampler="eigh")
     se = r.stderr("f")[1:]
     z = np.abs(r.f - static_ntk_dynamics(Th, Y, eta, T))[1:] / se
     assert z.max() < 4.5, z.max()
     assert (np.abs(r.f - static_ntk_dynamics(0.9 * Th, Y, eta, T))[1:] / se).max() > 6
     assert np.allclose(r.ntk[0], Th, rtol=0.05)
+
+
+def test_cholesky_sampler_agrees_with_the_eigh_sampler(setup):
+    """The default sampler (layer 1's source repeated in time, the readout's source from its
+    one number, pivoted Cholesky factors) and the eigh square roots draw the same law: at
+    gamma0 = 1 the two solutions agree within 4.5 combined standard errors (8 replicas each,
+    independent seeds) on every image and step, while both reject the lazy CNTK dynamics."""
+    X, Th, eta, T = setup
+    kw = dict(X_test=X[P:], eta=eta, steps=T, samples=1600, iterations=6, replicas=8)
+    a = solve_cnn_monte_carlo(_net(1.0), X[:P], Y, seed=11, **kw)
+    b = solve_cnn_monte_carlo(_net(1.0), X[:P], Y, seed=12, sampler="eigh", **kw)
+    se = np.sqrt(a.stderr("f") ** 2 + b.stderr("f") ** 2)[1:]
+    assert (np.abs(a.f - b.f)[1:] / se).max() < 4.5
+    lazy = static_ntk_dynamics(Th, Y, eta, T)
+    for r in (a, b):
+        assert (np.abs(r.f - lazy)[1:] / r.stderr("f")[1:]).max() > 6
+    with pytest.raises(DomainError, match="sampler"):
+        solve_cnn_monte_carlo(_net(1.0), X[:P], Y, sampler="svd", **kw)
+
+
+def test_source_draws_have_the_source_covariances(setup):
+    """The draws of every source (layer 1 repeated in time, the readout's number, the pivoted
+    Cholesky factor of the singular time-constant initial kernels, the plain Cholesky factor of
+    a definite one) have the kernel as covariance within 5.5 standard errors of each entry, and
+    0.9 times the kernel is rejected."""
+    from effth.dmft.solvers.cnn import _draw, _factor
+    X, _, _, _ = setup
+    net = _net(1.0)
+    ops = _Ops(net, (6,), 6, 3)
+    Phi0, G0, _ = _initial_state(net, X, ops)
+    K2, G1 = ops.k_in(Phi0[0], 2), ops.g_in(G0[1], 1)
+    rng = np.random.default_rng(7)
+    n = 20000
+    cases = [(ops.draw_k_in(rng, 1, None, n), np.tile(ops.k_in1, (3, 3))),
+             (ops.draw_k_in(rng, 2, K2, n), K2), (ops.draw_g_in(rng, 1, G1, n), G1),
+             (ops.draw_g_in(rng, 2, None, n), ops.g_top)]
+    Kpd = K2 + 0.3 * np.eye(K2.shape[0])
+    cases.append((_draw(rng, _factor(Kpd), n), Kpd))
+    for x, K in cases:
+        C = x.T @ x / n
+        d = np.diag(K)
+        se = np.sqrt((np.outer(d, d) + K ** 2) / n)
+        assert np.max(np.abs(C - K) / se) < 5.5
+        assert np.max(np.abs(C - 0.9 * K) / se) > 6
+
+
+def test_solver_patch_operators_are_patch_average_and_its_adjoint():
+    """The solver applies A and A^T axis by axis as matrix products: equal to patch_average and
+    patch_adjoint (offset by offset) to rounding, for every padding, 1-D and 2-D filters."""
+    rng = np.random.default_rng(0)
+    for padding in ("circular", "same", "valid"):
+        for filt, shape in (((3,), (6,)), ((2,), (5,)), ((3, 2), (5, 4))):
+            net = CNN("tanh", depth=3, filter_size=filt, dims=len(shape), padding=padding,
+                      parameterization="mup", gamma0=1.0)
+            ops = _Ops(net, shape, 3, 2)
+            for ell in (1, 2):
+                M = rng.standard_normal((2 * ops.ms[ell - 1],) * 2)
+                ref = patch_average(ops._pix(M, ell - 1), filt, padding)
+                assert np.abs(ops.patch(M, ell) - ref.reshape(ops.patch(M, ell).shape)).max() < 1e-13
+                N = rng.standard_normal((2 * ops.ms[ell],) * 2)
+                ref = patch_adjoint(ops._pix(N, ell), filt, padding).reshape(M.shape)
+                assert np.abs(ops.adjoint(N, ell) - ref).max() < 1e-13
+                assert np.abs(ops.adjoint(N, ell) - 0.9 * ref).max() > 1e-3
 
 
 def test_trained_cnns_agree_with_the_dmft(setup):

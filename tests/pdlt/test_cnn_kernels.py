@@ -331,3 +331,28 @@ def test_neural_tangents_kernels_when_installed():
                 np.testing.assert_allclose(kern.value("K"), K, rtol=1e-12)
                 tol = 1e-8 if (act, readout) == ("relu", "flatten") else 1e-12
                 np.testing.assert_allclose(kern.value("Theta"), T, rtol=tol)
+
+
+def test_neural_tangents_on_digits_in_a_separate_python():
+    """Optional external check on digits images (8x8, one channel, 3x3 filters, depth 3):
+    ``EFFTH_NT_PYTHON`` names a Python with neural-tangents (and jax with float64); it runs
+    benchmarks/cnn_vs_neural_tangents.py --json on this effth.  NNGP kernels agree to 1e-12
+    relative; erf NTKs to 1e-12, ReLU NTKs to 1e-8 (neural-tangents' arccos at rho = 1 - O(eps),
+    which digits meet at every pair of identical background pixels)."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    exe = os.environ.get("EFFTH_NT_PYTHON")
+    if not exe:
+        pytest.skip("set EFFTH_NT_PYTHON to a Python with neural-tangents")
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    out = subprocess.run([exe, str(root / "benchmarks" / "cnn_vs_neural_tangents.py"), "--json"],
+                         capture_output=True, text=True, env=env, timeout=1800, check=True)
+    rows = json.loads(out.stdout.strip().splitlines()[-1])["rows"]
+    digits = [r for r in rows if r["data"].startswith("digits")]
+    assert len(digits) == 12
+    for r in rows:
+        assert r["nngp"] < 1e-12, r
+        assert r["ntk"] < (1e-8 if r["act"] == "relu" else 1e-12), r

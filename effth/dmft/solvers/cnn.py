@@ -70,11 +70,14 @@ constants and the exact closure; :class:`~effth.dmft.grid.TimeGrid`,
 (a :class:`~effth.dmft.result.DMFTResult` with pixel-resolved kernels).
 
 Cost: the fields of one layer are ``S x T P |P|`` numbers and every kernel is dense over
-(time, image, pixel), :math:`(TP|\mathcal P|)^2` entries: per sweep and layer
-:math:`O((TP|\mathcal P|)^3)` for the source square roots and the Stein factorization and
-:math:`O(S(TP|\mathcal P|)^2)` for the fields, memory :math:`O((TP|\mathcal P|)^2)` per kernel --
-the dense cost the paper calls very computationally intensive (app. G); suitable for
-:math:`TP|\mathcal P|` up to about 2000 (``benchmarks/bench_cnn_dmft.py``).  Circular padding
+(time, image, pixel), :math:`m=TP|\mathcal P|` indices, :math:`m^2` entries.  Per sweep, two
+source covariances need a factor (:math:`O(m^3/3)`, Cholesky); the first layer's forward source
+and the last layer's backward source have exact low-dimensional forms (a time-constant kernel;
+the readout's one or :math:`|\mathcal P|` numbers).  The fields, the sample kernels and the
+Stein regressions cost :math:`O(Sm^2)`, and the patch operators :math:`O(m^2\sum_kn_k^2)` as
+per-axis matrix products.  Memory is :math:`O(m^2)` per kernel.  This is the dense cost the
+paper calls very computationally intensive (app. G); up to :math:`m\approx5000` it grows like
+:math:`m^{2.1}` (``benchmarks/bench_cnn_dmft.py``, ``docs/cnn.md``).  Circular padding
 makes the problem equivariant under a common shift of all images, but the kernels of a fixed
 data set are not functions of pixel differences (already :math:`\Phi^0_{\mu i,\alpha j}=
 x_{\mu i}\cdot x_{\alpha j}/C_0` is not), so there is no block-circulant structure to split the
@@ -103,7 +106,7 @@ from effth.dmft.solvers.monte_carlo import (_FIRST_STOP, _criterion_text, _drive
                                             _flag_growth, _sample, _solve_fields, _stein,
                                             _unit_lower_inverse, _window)
 from effth.errors import ConvergenceError, DomainError
-from effth.pdlt.cnn import _pads, _pair_tables, cnn_kernels, patch_average
+from effth.pdlt.cnn import _pads, _pair_tables, cnn_kernels
 from effth._progress import progress_bar
 
 __all__ = ["CNNDMFTResult", "solve_cnn_monte_carlo", "solve_cnn_deep_linear", "patch_adjoint"]
@@ -152,6 +155,55 @@ def patch_adjoint(M: Any, filter_shape: tuple, padding: str) -> np.ndarray:
     return acc / float(np.prod(filter_shape))
 
 
+def _axis_patch(f: int, n_in: int, n_out: int, padding: str) -> np.ndarray:
+    r"""The patch operator of one spatial axis on pixel pairs, ``(n_out^2, n_in^2)``:
+    :math:`f^{-1}\sum_dS_d\otimes S_d`, :math:`(S_dv)_i=v_{i+d-p}` (:math:`p` the padding before
+    the axis; wrapped for ``'circular'``, zero outside for ``'same'``, :math:`p=0` and
+    :math:`n_{\rm out}=n_{\rm in}-f+1` for ``'valid'``).  A shift of the pixel grid is a product
+    of one shift per axis, with the same offset on both pixels of a pair, so
+    :math:`\mathcal A=\mathcal A_1\circ\cdots\circ\mathcal A_{\rm dims}`: :math:`2\sum_k
+    n_k^2` operations per entry of a kernel (a 3x3 filter on 8x8 pixels: 256), done as matrix
+    products, instead of :math:`q` strided shifted copies."""
+    pb = _pads(f, padding)[0]
+    out = np.zeros((n_out * n_out, n_in * n_in))
+    for d in range(f):
+        Sd = np.zeros((n_out, n_in))
+        for i in range(n_out):
+            j = i + d - pb
+            if padding == "circular":
+                Sd[i, j % n_in] = 1.0
+            elif 0 <= j < n_in:
+                Sd[i, j] = 1.0
+        out += np.kron(Sd, Sd)
+    return out / float(f)
+
+
+def _factor(K: np.ndarray) -> np.ndarray:
+    """``F`` (m, r) with ``F F^T = K`` to rounding for a symmetric positive semi-definite ``K``:
+    its Cholesky factor, or where ``K`` is singular the pivoted Cholesky factor of LAPACK's
+    ``dpstrf`` (stopped at the numerical rank, tolerance ``m eps max K_ii``: the neglected
+    Schur complement is semi-definite with diagonal below it), rows permuted back.  About a
+    fifteenth of the work of the ``eigh`` square root of :func:`~effth.dmft.solvers.monte_carlo._sample`
+    (and of its product), with the same Gaussian law of ``xi F^T``."""
+    K = 0.5 * (K + K.T)
+    try:
+        return np.linalg.cholesky(K)
+    except np.linalg.LinAlgError:
+        pass
+    from scipy.linalg import lapack
+    c, piv, rank, info = lapack.dpstrf(K, lower=1, tol=-1.0)
+    if info < 0:                                                    # pragma: no cover
+        raise DomainError(f"dpstrf rejected argument {-info}")
+    F = np.zeros((K.shape[0], rank))
+    F[piv - 1] = np.tril(c[:, :rank])
+    return F
+
+
+def _draw(rng, F: np.ndarray, count: int) -> np.ndarray:
+    r"""``count`` draws of :math:`\mathcal N(0,FF^\top)`."""
+    return rng.standard_normal((count, F.shape[1])) @ F.T
+
+
 class _Ops:
     """The pixel operators of one network on ``n`` images of spatial shape ``shape``, over the
     flattened index ``(t, mu, i)`` (time-major, then image, then pixel in C order).  Layer ``l``
@@ -179,6 +231,11 @@ class _Ops:
             self.cols = np.arange(S)
         self.g_top = self.lam.T @ self.cov @ self.lam          # G^L_in (T m, T m)
         self.cwL, self.cbL = cwL, cbL
+        # convolution ell's patch operator, one axis at a time (_axis_patch)
+        self.axis_ops = [None] + [
+            [_axis_patch(f, a, b, net.padding)
+             for f, a, b in zip(net.filter_shapes[ell - 1], self.shapes[ell - 1], self.shapes[ell])]
+            for ell in range(1, L + 1)]
 
     def _pix(self, M: np.ndarray, layer: int) -> np.ndarray:
         sh = self.shapes[layer]
@@ -190,15 +247,46 @@ class _Ops:
 
     def patch(self, M: np.ndarray, ell: int) -> np.ndarray:
         """:math:`\\mathcal A_\\ell[M]` of a ``(T m, T m)`` matrix over layer ``ell - 1``'s pixels
-        (convolution ``ell``), over layer ``ell``'s."""
-        out = patch_average(self._pix(M, ell - 1), self.net.filter_shapes[ell - 1],
-                            self.net.padding)
-        return self._flat(out, ell)
+        (convolution ``ell``), over layer ``ell``'s: :func:`effth.pdlt.cnn.patch_average` axis by
+        axis (:func:`_axis_patch`)."""
+        return self._flat(self._apply(self._pix(M, ell - 1), ell, False), ell)
 
     def adjoint(self, M: np.ndarray, ell: int) -> np.ndarray:
-        """:math:`\\mathcal A_\\ell^\\top[M]`: from layer ``ell``'s pixels to layer ``ell - 1``'s."""
-        out = patch_adjoint(self._pix(M, ell), self.net.filter_shapes[ell - 1], self.net.padding)
-        return self._flat(out, ell - 1)
+        """:math:`\\mathcal A_\\ell^\\top[M]`: from layer ``ell``'s pixels to layer ``ell - 1``'s
+        (:func:`patch_adjoint`, axis by axis)."""
+        return self._flat(self._apply(self._pix(M, ell), ell, True), ell - 1)
+
+    def _apply(self, X: np.ndarray, ell: int, adjoint: bool) -> np.ndarray:
+        """The per-axis operators of convolution ``ell`` on ``X (N, *sp, N, *sp)``: a contraction
+        of the pixel pair ``(i_k, j_k)`` of every axis with an ``(n_out^2, n_in^2)`` matrix."""
+        dims = len(self.axis_ops[ell])
+        for k, B in enumerate(self.axis_ops[ell]):
+            B4 = B.T if adjoint else B
+            no, ni = int(round(np.sqrt(B4.shape[0]))), int(round(np.sqrt(B4.shape[1])))
+            B4 = B4.reshape(no, no, ni, ni)
+            X = np.tensordot(X, B4, axes=([1 + k, 2 + dims + k], [2, 3]))
+            X = np.moveaxis(X, (-2, -1), (1 + k, 2 + dims + k))
+        return np.ascontiguousarray(X)
+
+    def draw_k_in(self, rng, ell: int, Kin: np.ndarray, count: int) -> np.ndarray:
+        """``count`` draws of :math:`u^\\ell\\sim\\mathcal N(0,K^\\ell_{\\rm in})`: for
+        :math:`\\ell=1` the kernel is constant in time (the input does not move), so one draw over
+        (image, pixel) is repeated at every time -- the same law, a factor of
+        :math:`P|\\mathcal P|` instead of :math:`TP|\\mathcal P|` indices; else :func:`_factor`."""
+        if ell == 1:
+            if getattr(self, "f_in1", None) is None:
+                self.f_in1 = _factor(self.k_in1)
+            return np.tile(_draw(rng, self.f_in1, count), (1, self.T))
+        return _draw(rng, _factor(Kin), count)
+
+    def draw_g_in(self, rng, ell: int, Gin: np.ndarray, count: int) -> np.ndarray:
+        """``count`` draws of :math:`r^\\ell\\sim\\mathcal N(0,G^\\ell_{\\rm in})`: for the last
+        hidden layer :math:`r^L=\\rho\\Lambda` with :math:`\\rho\\sim\\mathcal N(0,{\\rm cov})`
+        of the readout (one or :math:`|\\mathcal P|` independent numbers), else :func:`_factor`."""
+        if ell == self.L:
+            rho = rng.standard_normal((count, self.cov.shape[0])) * np.sqrt(np.diag(self.cov))
+            return rho @ self.lam
+        return _draw(rng, _factor(Gin), count)
 
     def k_in(self, Phi_prev: np.ndarray, ell: int) -> np.ndarray:
         return self.net.c_b_at(ell) + self.net.c_w_at(ell) * self.patch(Phi_prev, ell)
@@ -360,7 +448,7 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
                           tol: float = 0.0, replicas: int = 4, stein_cut: float = 2.0,
                           seed: Any = 0, diverge_at: float = 1e6,
                           progress: bool | None = None, max_iterations: int = 200,
-                          drift_z: float = 2.5) -> CNNDMFTResult:
+                          drift_z: float = 2.5, sampler: str = "cholesky") -> CNNDMFTResult:
     r"""Solve the CNN DMFT (app. G, eq. (89)) by alternating Monte Carlo (module docstring).
 
     Parameters
@@ -393,6 +481,15 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
         ``'loss'``, ``'phi'``, ``'g'`` (``1``: no standard errors).
     seed : int, SeedSequence or Generator
     progress : bool, optional
+    sampler : {'cholesky', 'eigh'}
+        How the Gaussian sources are drawn; both draw exactly :math:`\mathcal N(0,K)`.
+        ``'cholesky'``: the first layer's forward source once over (image, pixel) and repeated
+        in time (its kernel is constant in time), the last layer's backward source from the
+        readout's one (pooling) or :math:`|\mathcal P|` (flatten) numbers, the others through a
+        (pivoted, where singular) Cholesky factor.  ``'eigh'``: every source through the
+        symmetric square root of its :math:`TP|\mathcal P|\times TP|\mathcal P|`
+        covariance, as :func:`effth.dmft.solve_monte_carlo` draws them (the same draws on the
+        problems that are MLPs), about 15 times the work per factorization.
 
     Returns
     -------
@@ -425,6 +522,8 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
     n_max = int(max_iterations) if adaptive else int(iterations)
     if not (0.0 < damping <= 1.0):
         raise DomainError(f"damping={damping!r} must lie in (0, 1]")
+    if sampler not in ("cholesky", "eigh"):
+        raise DomainError(f"sampler={sampler!r} must be 'cholesky' or 'eigh'")
     if not (np.isfinite(tol) and tol >= 0) or not (np.isfinite(stein_cut) and stein_cut >= 0):
         raise DomainError(f"tol={tol!r} and stein_cut={stein_cut!r} must be finite and >= 0")
     shape = tuple(Xa.shape[1:-1])
@@ -447,7 +546,8 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
         gens = [np.random.default_rng(c) for c in ss.spawn(R)] if R > 1 else [np.random.default_rng(seed)]
     t0 = time.perf_counter()
     chains = [_solve_one(net, ops, Phi0, G0, ntk0, yv, grid, per, n_max, float(damping),
-                         float(tol), float(stein_cut), g, float(diverge_at), adaptive)
+                         float(tol), float(stein_cut), g, float(diverge_at), adaptive,
+                         sampler)
               for g in gens]
     drift = None
     if adaptive:
@@ -523,7 +623,7 @@ def _drives(ops, w, ell, k0, Phi, G, Ab, Bb, dcol, ge):
 
 
 def _solve_one(net, ops, Phi0, G0, ntk0, y, grid, S, iterations, damping, tol, cut, rng,
-               diverge_at, adaptive=False):
+               diverge_at, adaptive=False, sampler="cholesky"):
     """One alternating solve with ``S`` draws per layer and sweep (Jacobi sweeps over layers), as
     a generator: after each sweep it yields the monitored order parameters (``adaptive``: ``f``
     and the diagonals of the new ``Phi^l``, ``G^l``, for
@@ -547,8 +647,11 @@ def _solve_one(net, ops, Phi0, G0, ntk0, y, grid, S, iterations, damping, tol, c
             for ell in range(1, L + 1):
                 w, m = ws[ell], ops.ms[ell]
                 Kin, Gin, Cm, Dm = _drives(ops, w, ell, k0, Phi, G, Ab, Bb, dcols[ell], gam * eta)
-                uh = _sample(rng, Kin, S // 2)
-                rh = _sample(rng, Gin, S // 2)
+                if sampler == "eigh":
+                    uh, rh = _sample(rng, Kin, S // 2), _sample(rng, Gin, S // 2)
+                else:
+                    uh = ops.draw_k_in(rng, ell, Kin, S // 2)
+                    rh = ops.draw_g_in(rng, ell, Gin, S // 2)
                 uh = np.concatenate([uh, uh])
                 rh = np.concatenate([rh, -rh])
                 h, z, g = _solve_fields(uh, rh, Cm, Dm, phi_f, dphi_f, T, m, 1)
