@@ -720,6 +720,8 @@ CASES += [
     C("c2m", "negative m", lambda: et.c2m(-3), r"\bm\b.*>= 0"),
     C("gamma0_at", "NaN gamma0", lambda: et.dmft.gamma0_at(float("nan"), 1.0), "gamma0.*NaN"),
     C("gamma0_at", "negative nu", lambda: et.dmft.gamma0_at(1.0, -1.0), r"\bnu\b.*positive"),
+    C("polation_mean", "negative NTK diagonal theta00",
+      lambda: et.pdlt.polation_mean(0.5, 1.0, 1.0, -1.0, -1.0, -1.0, 0.1), "theta00.*positive"),
 ]
 
 # Extra "what happens today" notes by case id (most are given inline as ``today=``).
