@@ -801,10 +801,12 @@ def run_case(case: Case) -> tuple[bool, str]:
 
 @pytest.fixture(scope="module")
 def derived() -> None:
-    """The one-time symbolic derivation of the kernel recursions (about 7 s of CPU with
-    ``EFFTH_CACHE=0``), paid before the alarms: on a loaded machine the first row that needs it
-    would otherwise read as a hang."""
+    """The one-time symbolic derivations of the kernel recursions and of the NTK recursions up to
+    ``A`` (about 3 s and 13 s of CPU with ``EFFTH_CACHE=0``), paid before the alarms: on a loaded
+    machine the first row that needs them (``ntk_flow``, collinear inputs) read as a hang.  After
+    them no row takes 2 s of CPU."""
     et.flow(LIN, X)
+    et.ntk_flow(K1=K2, Theta1=K2, depth=2, activation="tanh", statistics=("A",))
 
 
 @pytest.mark.usefixtures("derived")
