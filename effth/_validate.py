@@ -29,7 +29,7 @@ __all__ = ["boolean", "callable_value", "check_memory", "check_positional", "cou
            "domain_error_from", "network", "real_number", "text", "finite_array", "format_bytes", "input_matrix", "integer",
            "check_keywords", "check_networks", "check_target_scale", "check_underflow", "output_directory", "restriction_arguments", "check_work", "duplicate_rows", "expand_samples", "format_seconds", "keyword_rules",
            "kernel_matrix", "label_array", "last_hidden_width", "memory_limit", "nonnegative", "optional_boolean",
-           "positive", "psd_kernel", "real_array", "real_scalar", "rng", "seed", "seed_sequence",
+           "positive", "psd_kernel", "real_array", "real_scalar", "rng", "seed", "seed_sequence", "items",
            "symmetric_matrix", "tolerance", "width_ratio_values"]
 
 
@@ -140,6 +140,27 @@ def integer(value: Any, name: str, *, minimum: int | None = None) -> int:
         what = "a positive int" if minimum == 1 else f"an integer >= {minimum}"
         raise DomainError(f"{name} must be {what}, got {out}")
     return out
+
+
+def items(value: Any, name: str) -> list:
+    """The elements of a finite sequence (a list, tuple, string, range or 1-D array) as a list,
+    taken at the call: a number, ``None``, a set or a mapping raises :class:`DomainError` (the
+    combinatorial generators would otherwise fail only when first iterated, with a raw
+    ``TypeError``).
+
+    >>> items("abc", "slots")
+    ['a', 'b', 'c']
+    >>> items(3, "slots")
+    Traceback (most recent call last):
+    ...
+    effth.errors.DomainError: slots must be a sequence (list, tuple, string), got int 3
+    """
+    if isinstance(value, (set, frozenset, dict)) or not hasattr(value, "__len__") \
+            or not hasattr(value, "__getitem__") \
+            or (isinstance(value, np.ndarray) and value.ndim != 1):
+        raise DomainError(f"{name} must be a sequence (list, tuple, string), got "
+                          f"{type(value).__name__} {value!r:.60}")
+    return list(value)
 
 
 def finite_array(x: Any, name: str, ndim: tuple) -> np.ndarray:

@@ -57,7 +57,8 @@ def user_activation(expr: Any, strip: Any = None, **extra: Any) -> Activation:
     Raises
     ------
     DomainError
-        More than one free symbol, or unsolvable breakpoints.
+        No free symbol (a constant is not an activation of ``z``), more than one, or
+        unsolvable breakpoints.
     """
     if extra:
         raise DomainError(f"unknown parameters {sorted(extra)} for a user activation; only strip= is accepted")
@@ -65,6 +66,9 @@ def user_activation(expr: Any, strip: Any = None, **extra: Any) -> Activation:
     free = expr.free_symbols
     if len(free) > 1:
         raise DomainError(f"user activation {expr} must have a single free symbol, got {sorted(map(str, free))}")
+    if not free:
+        raise DomainError(f"user activation {expr} has no free symbol: an activation is a function of "
+                          "z (write it in z, e.g. sympy.tanh(effth.activations.Z))")
     if free:
         (sym,) = free
         if sym != Z:

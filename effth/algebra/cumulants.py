@@ -26,6 +26,7 @@ Examples
 
 from __future__ import annotations
 
+from effth import _validate as _v
 from effth._signature import public
 
 from functools import lru_cache
@@ -67,7 +68,10 @@ def set_partitions(items: Sequence[T]) -> Iterator[tuple[tuple[T, ...], ...]]:
     >>> list(set_partitions("abc"))
     [(('a', 'b', 'c'),), (('a',), ('b', 'c')), (('a', 'b'), ('c',)), (('a', 'c'), ('b',)), (('a',), ('b',), ('c',))]
     """
-    items = list(items)
+    return _set_partitions(_v.items(items, "items"))
+
+
+def _set_partitions(items: list) -> Iterator[tuple[tuple[T, ...], ...]]:
     for blocks in _partitions_idx(len(items)):
         yield tuple(tuple(items[k] for k in b) for b in blocks)
 

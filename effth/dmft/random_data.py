@@ -58,7 +58,7 @@ from effth._display import depth_text, html_table, short
 from effth._progress import progress_bar
 from effth._results import HiddenLayers
 from effth._threads import blas_threads
-from effth._validate import check_memory, integer, positive, real_array, real_scalar
+from effth._validate import check_memory, integer, positive, real_array, real_number, real_scalar
 from effth.arch import resolve_depth
 from effth.arch._common import resolve_branch_scale
 from effth.errors import ConvergenceError, DomainError
@@ -79,13 +79,14 @@ def gamma0_at(gamma0, nu, parameterization: str = "mup", reference_nu: float = 1
 
     ``'mup'`` (mean field): ``gamma0`` independent of ``nu``.  ``'ntk'``:
     ``gamma0(nu) = gamma0 sqrt(reference_nu / nu)`` so that ``nu gamma0^2`` is fixed and the two
-    parameterizations coincide at ``nu = reference_nu``.
+    parameterizations coincide at ``nu = reference_nu``.  ``nu > 0`` (``inf`` allowed: the
+    infinite-width limit); NaN is refused.
     """
-    g, n = real_scalar(gamma0, "gamma0"), real_scalar(nu, "nu")
+    g, n = real_number(gamma0, "gamma0"), positive(nu, "nu", allow_inf=True)
     if parameterization == "mup":
         return g
     if parameterization == "ntk":
-        return 0.0 if math.isinf(n) else g * math.sqrt(real_scalar(reference_nu, "reference_nu") / n)
+        return 0.0 if math.isinf(n) else g * math.sqrt(positive(reference_nu, "reference_nu") / n)
     raise DomainError(f"parameterization={parameterization!r} must be 'mup' or 'ntk'")
 
 

@@ -23,6 +23,7 @@ Examples
 from __future__ import annotations
 
 from effth._signature import public
+from effth._validate import integer
 
 from typing import Hashable, Iterable, Mapping, Sequence
 
@@ -212,7 +213,10 @@ def c2m(m: int, n: sp.Expr | int = sp.Symbol("n", positive=True)) -> sp.Expr:
     --------
     >>> c2m(3, 8)
     15/8
+
+    ``m >= 0`` (``c_0 = c_2 = 1``); a negative ``m`` raises :class:`~effth.errors.DomainError`.
     """
+    m = integer(m, "m", minimum=0)
     n = sp.sympify(n)
     return sp.Mul(*[1 + sp.Integer(2 * s) / n for s in range(1, m)])
 

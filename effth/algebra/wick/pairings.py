@@ -18,6 +18,7 @@ Examples
 
 from __future__ import annotations
 
+from effth import _validate as _v
 from effth._signature import public
 
 from typing import Hashable, Iterator, Sequence, TypeVar
@@ -54,8 +55,12 @@ def enumerate_pairings(slots: Sequence[T]) -> Iterator[tuple[tuple[T, T], ...]]:
     The first slot is paired with each later slot in turn and the rest is matched
     recursively, so the order is deterministic and each pair keeps the slots' order.
     An odd number of slots yields nothing; an empty sequence yields one empty matching.
+    A ``slots`` that is not a sequence raises :class:`~effth.errors.DomainError` at the call.
     """
-    slots = list(slots)
+    return _pairings(_v.items(slots, "slots"))
+
+
+def _pairings(slots: list) -> Iterator[tuple[tuple[T, T], ...]]:
     if len(slots) % 2:
         return
     if not slots:
@@ -64,5 +69,5 @@ def enumerate_pairings(slots: Sequence[T]) -> Iterator[tuple[tuple[T, T], ...]]:
     first, rest = slots[0], slots[1:]
     for k, partner in enumerate(rest):
         remaining = rest[:k] + rest[k + 1 :]
-        for tail in enumerate_pairings(remaining):
+        for tail in _pairings(remaining):
             yield ((first, partner),) + tail

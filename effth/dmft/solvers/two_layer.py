@@ -133,9 +133,12 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         of the nodes (about ``0.4x`` the cost for three Gaussian dimensions, less for more), doubled
         for Gauss-Hermite, whose error oscillates with the node count.  With weight decay or
         momentum it is the plain difference to the rerun.  Checked as a bound against 90-200-node
-        trapezoid rules (tanh, erf, GELU, softplus, sigmoid, swish; two to four Gaussian
-        dimensions; ``gamma0`` 0.1-2: 1-100x the actual error) and against the exact lazy
-        limit.  If the estimate for ``f`` exceeds ``quad_tol``, the default node budget
+        trapezoid rules (tanh, erf, GELU, softplus, sigmoid, swish; two and three Gaussian
+        dimensions; ``gamma0`` 0.1-2: 1-100x the actual error), against the exact lazy limit,
+        and in four dimensions with feature learning (``gamma0`` 0.5-2; 15-36 nodes: 1.9-24x):
+        tanh and erf on three inputs of unit kernel diagonal against 44-node rules, erf with a
+        trainable bias on three training and one test input against 4e6 Monte-Carlo samples
+        (standard error 9e-4).  If the estimate for ``f`` exceeds ``quad_tol``, the default node budget
         (``nodes=None``) is refused with a ``DomainError`` naming what to pass (``nodes=``,
         ``max_nodes=``, ``method='monte_carlo'``, or a larger ``quad_tol``); given ``nodes`` only
         warn (:class:`~effth.errors.AccuracyWarning`).  When the exact lazy part alone exceeds
@@ -143,9 +146,13 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         estimate and the check.  The default ``1e-4`` is met by the default nodes on two
         training points at moderate kernel scales (canonical two-point data, tanh, ``gamma0 =
         1``, ``eta = 0.1``, ``T = 30``: the default 40 nodes are 2.3e-5 off in ``f`` against 160
-        nodes, the estimate reads 8.3e-5); three training points with a bias or a test point (four
-        dimensions, 15 nodes) usually need ``nodes=`` or Monte Carlo (erf, trainable bias: 15
-        Gauss-Hermite nodes are 0.09, 30 % of ``f``, off the exact lazy limit).
+        nodes, the estimate reads 8.3e-5).  With ``rank(K^x) = 3`` (three training points, or two
+        and a test point: four dimensions, 15 Gauss-Hermite nodes) the default is refused in the
+        cases checked: tanh, unit kernel diagonal, ``gamma0 = 0.5``: 6e-5 off, estimated 2.8e-4;
+        ``nodes=24`` (6.6x the points) is estimated at 9.4e-5 (1.0e-4 at ``gamma0 = 2``) and
+        ``nodes=36`` (trapezoid, 33x) at 3.3e-5.  Erf with a trainable bias and ``K^x`` diagonal up to 6 is 0.04-0.05 off at 15
+        nodes and still 0.01-0.03 at 20-24 (its narrow ``phi'`` is poorly resolved by every rule
+        up to the 5e6-point cap): use ``method='monte_carlo'`` there.
 
     Returns
     -------

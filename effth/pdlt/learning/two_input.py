@@ -58,7 +58,7 @@ import sympy as sp
 
 from effth._display import depth_text, html_table, short
 from effth._results import WeightLayers
-from effth._validate import real_array, real_scalar
+from effth._validate import positive, real_array, real_scalar
 from effth.arch._common import per_layer
 from effth.errors import AccuracyWarning, DomainError
 from effth.numerics import gaussian_expectation
@@ -359,8 +359,10 @@ def polation_mean(s: Any, y_plus: float, y_minus: float, theta00: float, dtheta1
     otherwise -- coming from the :math:`O(\delta^3)`, :math:`O(\delta^4)` terms of
     :math:`\Theta` divided by the :math:`O(\delta^2)` training block; a second-order expansion
     cannot contain it (neither does the book's (10.113)), and an :class:`AccuracyWarning` says so.
+    ``theta00`` is an NTK diagonal entry: a finite ``theta00 > 0``.
     """
     s = np.asarray(real_array(s, "s", finite=True), dtype=float)
+    theta00 = positive(theta00, "theta00")
     if y_plus != y_minus:
         warnings.warn("the second-order *-polation formula misses a term proportional to y_plus - y_minus "
                       "of the same order (O(delta^2) for equal norms, O(delta) otherwise); it is exact "
