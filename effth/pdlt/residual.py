@@ -126,6 +126,12 @@ def residual_nu(activation: Any, gamma: Any, *, depth: int = 64, K1: float = 1.0
     * :math:`K^\star=0` class: :math:`V^{(L)}/(L\,K^{(L)2})`, which tends to :math:`\nu` of
       (B.35) with :math:`O(\log L/L)` corrections (deep ``depth`` needed).
 
+    For activations other than linear the derived recursions (like the book's (B.24)) drop the
+    Mehler terms :math:`m\ge3` of the covariance of one neuron's :math:`\sigma^2` at successive
+    layers, which a skip makes :math:`O(1)`: measured on networks, the derived :math:`V` is low
+    by 0.3–4 % at layer 3 for tanh, ReLU and GELU (``docs/residual.md``, Erratum 2), so this
+    :math:`\nu(\gamma)` carries an error of that order; exact for linear networks.
+
     Parameters
     ----------
     activation : str or Activation
