@@ -24,6 +24,8 @@ new memory from the operating system, page faults that cost more than the arithm
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 # fdlibm e_asin.c: asin(y) = y + y R(y^2), R(z) = z P(z) / Q(z) on |y| <= 0.5
@@ -44,7 +46,7 @@ class Scratch:
         self._next = 0
 
     def take(self, shape: tuple) -> np.ndarray:
-        n = int(np.prod(shape))
+        n = math.prod(shape)
         if self._next == len(self._flat):
             self._flat.append(np.empty(n))
         elif self._flat[self._next].size < n:
@@ -86,19 +88,26 @@ def _reduced(a: np.ndarray, ws: Scratch, keep: np.ndarray | None = None) -> tupl
     return p, m
 
 
-def asin(x: np.ndarray, out: np.ndarray | None = None, ws: Scratch | None = None) -> np.ndarray:
-    r""":math:`\arcsin x` for ``x`` in :math:`[-1,1]` (into ``out``, which may be ``x``)."""
+def asin(x: np.ndarray, out: np.ndarray | None = None, ws: Scratch | None = None,
+         scale: float = 1.0) -> np.ndarray:
+    r""":math:`s\arcsin x` (``scale`` :math:`s`) for ``x`` in :math:`[-1,1]` (into ``out``,
+    which may be ``x``).  With :math:`s=2/\pi` (the erf kernel) the half-angle branch is
+    :math:`1-\tfrac4\pi p`, its constant exactly 1."""
     x = np.asarray(x, dtype=float)
     ws = Scratch() if ws is None else ws
     p, m = _reduced(np.abs(x, out=ws.take(x.shape)), ws)
-    # m = 0: p;  m = 1: pi/2_hi - (2 p - pi/2_lo) (fdlibm's order); blended without a mask
-    c = np.multiply(m, -3.0, out=ws.take(x.shape))
-    c += 1.0                                   # 1 or -2: exact products
+    # m = 0: s p;  m = 1: s (pi/2 - 2 p) = s pi/2 - 2 s p; blended without a mask (exact products
+    # with the 0/1 entries of m)
+    c = np.multiply(m, -3.0 * scale, out=ws.take(x.shape))
+    c += scale                                 # s or -2 s
     p *= c
-    np.multiply(m, _PIO2_LO, out=c)            # 0 or pi/2_lo
-    p += c
-    m *= _PIO2_HI
-    p += m
+    if scale == 2.0 / np.pi:
+        p += m                                 # s pi/2 = 1
+    else:
+        np.multiply(m, _PIO2_LO * scale, out=c)    # fdlibm's order: pi/2_hi - (2 p - pi/2_lo)
+        p += c
+        m *= _PIO2_HI * scale
+        p += m
     return np.copysign(p, x, out=out)
 
 

@@ -1260,9 +1260,7 @@ def _erf00_into(t: np.ndarray, ws: Any = None) -> np.ndarray:
     r""":math:`\langle\mathrm{erf}\,\mathrm{erf}\rangle=\tfrac2\pi\arcsin t` in place on
     ``t`` = :math:`2K_{ab}u_au_b` (clipped; :func:`effth.numerics._fastmath.asin`)."""
     np.clip(t, -1.0, 1.0, out=t)
-    _fastmath.asin(t, out=t, ws=ws)
-    t *= 2.0 / np.pi
-    return t
+    return _fastmath.asin(t, out=t, ws=ws, scale=2.0 / np.pi)
 
 
 def fast_pair_joint(act: Any):
@@ -1280,13 +1278,14 @@ def fast_pair_joint(act: Any):
             shape = np.broadcast(da, db, k).shape
             uu = np.multiply(2.0 * _erf_u(da), _erf_u(db), out=ws.take(shape))    # 2 u_a u_b
             t = np.multiply(uu, k, out=ws.take(shape))
-            np.clip(t, -1.0, 1.0, out=t)
+            np.minimum(t, 1.0, out=t)                  # clipped (the ufuncs: no wrapper call)
+            np.maximum(t, -1.0, out=t)
             w = np.multiply(t, t, out=ws.take(shape))  # (4/pi) u_a u_b / sqrt(1 - t^2)
             np.subtract(1.0, w, out=w)
             np.sqrt(w, out=w)
             np.divide(uu, w, out=w)
             w *= 2.0 / np.pi
-            return {(0, 0): _erf00_into(t, ws), (1, 1): w}
+            return {(0, 0): _fastmath.asin(t, out=t, ws=ws, scale=2.0 / np.pi), (1, 1): w}
         return erf_joint
     if fam == "piecewise_linear":
         ap, am = float(act.param("a_plus")), float(act.param("a_minus"))
@@ -1297,7 +1296,8 @@ def fast_pair_joint(act: Any):
             shape = np.broadcast(da, db, k).shape
             sab = np.multiply(np.sqrt(da), np.sqrt(db), out=ws.take(shape))
             rho = np.divide(k, sab, out=ws.take(shape))
-            np.clip(rho, -1.0, 1.0, out=rho)
+            np.minimum(rho, 1.0, out=rho)
+            np.maximum(rho, -1.0, out=rho)
             phi, st = _pl_angle(rho, ws)
             e11 = _pl11(s2, x, phi, out=ws.take(shape))
             e00 = _pl00(s2, x, sab, rho, phi, st, out=ws.take(shape), tmp=ws.take(shape) if x else None)

@@ -398,8 +398,13 @@ def evaluate_terms(terms: list, args: list, vals: list, shape: tuple,
         target = out if first else tmp
         if target is None:
             tmp = target = np.empty(shape)
-        np.multiply(args[factors[0]], c, out=target)
-        for f in factors[1:]:
+        rest = factors[1:]
+        if c == 1.0 and rest:                          # x 1 is exact: one pass fewer, same bits
+            np.multiply(args[factors[0]], args[rest[0]], out=target)
+            rest = rest[1:]
+        else:
+            np.multiply(args[factors[0]], c, out=target)
+        for f in rest:
             target *= args[f]
         if not first:
             out += tmp
