@@ -1256,11 +1256,13 @@ def _erf_uu(da: np.ndarray, db: np.ndarray) -> np.ndarray:
     return np.multiply(_erf_u(da), _erf_u(db))
 
 
-def _erf00_into(t: np.ndarray, ws: Any = None) -> np.ndarray:
+def _erf00_into(t: np.ndarray) -> np.ndarray:
     r""":math:`\langle\mathrm{erf}\,\mathrm{erf}\rangle=\tfrac2\pi\arcsin t` in place on
-    ``t`` = :math:`2K_{ab}u_au_b` (clipped; :func:`effth.numerics._fastmath.asin`)."""
+    ``t`` = :math:`2K_{ab}u_au_b` (clipped)."""
     np.clip(t, -1.0, 1.0, out=t)
-    return _fastmath.asin(t, out=t, ws=ws, scale=2.0 / np.pi)
+    np.arcsin(t, out=t)
+    t *= 2.0 / np.pi
+    return t
 
 
 def fast_pair_joint(act: Any):
@@ -1285,7 +1287,9 @@ def fast_pair_joint(act: Any):
             np.sqrt(w, out=w)
             np.divide(uu, w, out=w)
             w *= 2.0 / np.pi
-            return {(0, 0): _fastmath.asin(t, out=t, ws=ws, scale=2.0 / np.pi), (1, 1): w}
+            np.arcsin(t, out=t)                        # libm's: faster here than _fastmath.asin
+            t *= 2.0 / np.pi
+            return {(0, 0): t, (1, 1): w}
         return erf_joint
     if fam == "piecewise_linear":
         ap, am = float(act.param("a_plus")), float(act.param("a_minus"))
