@@ -16,18 +16,28 @@ TensorFlow and is replaced by an empty module before import (done below)::
     OPENBLAS_NUM_THREADS=1 ntenv/bin/python benchmarks/bench_vs_neural_tangents.py
 
 The floor: a plain NumPy loop of the same closed forms over whole N x N matrices (arc-cosine
-kernels with ``theta = arctan2(sqrt((1-rho)(1+rho)), rho)`` as effth evaluates them, Williams'
-erf kernels), one pass per layer; printed as effth / floor, with or without neural-tangents.
+kernels with ``theta = arctan2(sqrt((1-rho)(1+rho)), rho)``, as effth evaluated them before its
+whole-array arccos; Williams' erf kernels), one pass per layer; printed as effth / floor, with or without neural-tangents.
 
 Parameterization: NT's ``Dense(W_std, b_std, parameterization="ntk")`` is the book's with
 ``C_W = W_std**2``, ``C_b = b_std**2`` and learning rates ``lambda_W = C_W``, ``lambda_b = C_b``.
 Without neural-tangents the script says so and times effth against the floor only.
 
 Measured on the 2-core development machine (1 BLAS thread, otherwise idle, interleaved, best of
-5; 2026-12-03), depth 8 / 20: erf effth/floor 0.77 / 0.78, effth/neural-tangents 0.77 / 0.75
-(neural-tangents 0.075 / 0.213 s); ReLU effth/floor 1.08 / 0.91, effth/neural-tangents 0.45 / 0.27
-(0.175 / 0.712 s); two effth worker threads gain nothing over one (the fused pass is memory-bound);
+5; 2026-12-03, before the arc-cosine angle moved to :mod:`effth.numerics._fastmath`), depth 8 /
+20: erf effth/floor 0.77 / 0.78, effth/neural-tangents 0.77 / 0.75 (neural-tangents 0.075 /
+0.213 s); ReLU effth/floor 1.08 / 0.91, effth/neural-tangents 0.45 / 0.27 (0.175 / 0.712 s);
 runs ten minutes apart differ by about 10 %.
+
+Measured again after it (same day, the machine shared with other sessions: load average 8-9,
+1 BLAS thread, best of 5), depth 8 / 20: erf effth/floor 0.35 / 0.39 (1 effth thread 0.55 /
+0.52), effth/neural-tangents 0.30 / 0.29 (0.48 / 0.39); ReLU effth/floor 0.31 / 0.46 (0.46 /
+0.45), effth/neural-tangents 0.27 / 0.24 (0.39 / 0.23).  Under load neural-tangents slowed
+more than effth (0.62 s for erf at depth 8 against 0.075 s idle; effth 0.19 s against 0.058 s),
+so these ratios flatter effth; the idle ratios above are the fair ones for erf, whose numbers are
+unchanged (bitwise).  With the default BLAS threads (same load): erf effth/neural-tangents 0.33 /
+0.58, ReLU 0.44 / 0.19.  In one process against the code before the whole-array angle, ReLU
+takes 0.76 of the time at depth 8 and 20 (load 10), erf 0.96 / 1.14 (load 7.5: no gain seen).
 neural-tangents' jit compile takes 0.46-3.1 s on top; effth's first call reads its derivations
 from the disk cache. K agrees to 1e-15. For ReLU, neural-tangents' Theta differs from effth's by
 up to 2e-8 relative, on the diagonal: against a 40-digit mpmath iteration of the arc-cosine

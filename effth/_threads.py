@@ -39,13 +39,29 @@ def default_blas_threads() -> int:
 @contextmanager
 def blas_threads(n: int | None = None) -> Iterator[None]:
     """Context manager limiting BLAS threads to ``n`` (default :func:`default_blas_threads`)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl is a declared dependency
+    controller = _controller()
+    if controller is None:  # pragma: no cover - threadpoolctl is a declared dependency
         yield
         return
-    with threadpool_limits(limits=n or default_blas_threads(), user_api="blas"):
+    with controller.limit(limits=n or default_blas_threads(), user_api="blas"):
         yield
+
+
+_CONTROLLER: list = [None, -1]      # threadpoolctl's controller, and len(sys.modules) when made
+
+
+def _controller():
+    """A cached ``threadpoolctl.ThreadpoolController`` (making one scans the loaded shared
+    libraries, milliseconds per call); made again when modules were imported since (a new
+    extension module may bring its own BLAS)."""
+    import sys
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover
+        return None
+    if _CONTROLLER[0] is None or _CONTROLLER[1] != len(sys.modules):
+        _CONTROLLER[0], _CONTROLLER[1] = ThreadpoolController(), len(sys.modules)
+    return _CONTROLLER[0]
 
 
 def limits_blas_threads(func: F) -> F:

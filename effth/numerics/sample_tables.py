@@ -55,6 +55,7 @@ import numpy as np
 
 from .._threads import blas_threads, thread_map
 from ..errors import AccuracyWarning, DomainError
+from . import _fastmath
 from ._rules import INV_SQRT_2PI, gauss_hermite, log_inv_tol, truncation
 
 __all__ = ["pair_tables", "four_point_table", "kinked_pair_tables", "leibniz_pair_tables", "closed_pair_tables", "pair_plans", "multiset_index",
@@ -1198,32 +1199,61 @@ def kinked_pair_tables(K: Any, activation: Any, orders: Any, rtol: float = 1e-10
 _ROWS = 1 << 16        # pair entries evaluated at once by closed_pair_tables (memory O(_ROWS), not O(N^2))
 
 
-def _pl_angle(rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    r""":math:`\theta=\arccos\rho` as ``arctan2(sqrt((1-rho)(1+rho)), rho)``, and
-    :math:`\sin\theta` (a determinant below :math:`8\epsilon` is zero, as in
-    :mod:`effth.numerics._closed._orthant`: duplicated samples give the exact :math:`\rho=\pm1`
-    limit)."""
-    det = np.asarray((1.0 - rho) * (1.0 + rho))
-    det[det <= 8 * np.finfo(float).eps] = 0.0
+def _pl_angle(rho: np.ndarray, ws: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    r""":math:`\pi-\theta`, :math:`\theta=\arccos\rho`, and :math:`\sin\theta=\sqrt{(1-\rho)(1+\rho)}`
+    (a determinant below :math:`8\epsilon` is zero, as in :mod:`effth.numerics._closed._orthant`:
+    duplicated samples give the exact :math:`\rho=\pm1` limit, :math:`\theta` exactly 0 or
+    :math:`\pi`).  The angle by :func:`effth.numerics._fastmath.acos` (whole-array arithmetic,
+    within 2 ulp; ``np.arctan2`` costs several times more); ``ws`` a scratch pool."""
+    rho = np.asarray(rho, dtype=float)
+    ws = _fastmath.Scratch() if ws is None else ws
+    det = np.subtract(1.0, rho, out=ws.take(rho.shape))
+    keep = np.add(1.0, rho, out=ws.take(rho.shape))
+    det *= keep
+    np.greater(det, 8 * np.finfo(float).eps, out=keep)        # 1.0, or 0.0 for a zero determinant
+    det *= keep
     st = np.sqrt(det, out=det)
-    return np.arctan2(st, rho), st
+    return _fastmath.acos(rho, keep, complement=True, ws=ws), st
 
 
 # The arc-cosine kernels (Cho & Saul 2009) of sigma = a+ z Theta(z) + a- z Theta(-z), with
 # s2 = a+^2 + a-^2, x = a+ a-:  <sigma sigma> = s2 M11(rho) - 2 x M11(-rho),
 # M11(rho) = sqrt(da db) (sin t + (pi - t) cos t) / (2 pi), and
-# <sigma' sigma'> = (s2 (pi - t) + 2 x t) / (2 pi), t = arccos rho.
-def _pl00(s2: float, x: float, sab: np.ndarray, rho: np.ndarray, t: np.ndarray, st: np.ndarray) -> np.ndarray:
-    return sab * (s2 * (st + (np.pi - t) * rho) - 2.0 * x * (st - t * rho)) / (2.0 * np.pi)
+# <sigma' sigma'> = (s2 (pi - t) + 2 x t) / (2 pi), t = arccos rho; phi = pi - t below.
+# The a+ a- terms vanish for ReLU (x = 0) and are then not evaluated.
+def _pl00(s2: float, x: float, sab: np.ndarray, rho: np.ndarray, phi: np.ndarray, st: np.ndarray,
+          out: np.ndarray | None = None, tmp: np.ndarray | None = None) -> np.ndarray:
+    r = np.multiply(phi, rho, out=out)
+    r += st
+    r *= s2
+    if x:
+        t = np.subtract(np.pi, phi, out=tmp)             # theta
+        t *= rho
+        np.subtract(st, t, out=t)
+        t *= 2.0 * x
+        r -= t
+    r *= sab
+    r /= 2.0 * np.pi
+    return r
 
 
-def _pl11(s2: float, x: float, t: np.ndarray) -> np.ndarray:
-    return (s2 * (np.pi - t) + 2.0 * x * t) / (2.0 * np.pi)
+def _pl11(s2: float, x: float, phi: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    if not x:
+        return np.multiply(phi, s2 / (2.0 * np.pi), out=out)
+    r = np.multiply(phi, s2 - 2.0 * x, out=out)          # s2 phi + 2 x (pi - phi)
+    r += 2.0 * x * np.pi
+    r /= 2.0 * np.pi
+    return r
+
+
+def _erf_u(d: np.ndarray) -> np.ndarray:
+    """:math:`u=(1+2K)^{-1/2}` per sample."""
+    return 1.0 / np.sqrt(1.0 + 2.0 * d)
 
 
 def _erf_uu(da: np.ndarray, db: np.ndarray) -> np.ndarray:
     """:math:`u_au_b`, :math:`u=(1+2K)^{-1/2}`: symmetric in (a, b) to the last bit."""
-    return np.multiply(1.0 / np.sqrt(1.0 + 2.0 * da), 1.0 / np.sqrt(1.0 + 2.0 * db))
+    return np.multiply(_erf_u(da), _erf_u(db))
 
 
 def _erf00_into(t: np.ndarray) -> np.ndarray:
@@ -1236,35 +1266,46 @@ def _erf00_into(t: np.ndarray) -> np.ndarray:
 
 
 def fast_pair_joint(act: Any):
-    r"""``f(da, db, k) -> {(0, 0): <sigma_a sigma_b>, (1, 1): <sigma'_a sigma'_b>}`` sharing their
-    common pieces (erf: :math:`t=2K_{ab}u_au_b`, :math:`u=(1+2K_{aa})^{-1/2}`, with
+    r"""``f(da, db, k, ws=None) -> {(0, 0): <sigma_a sigma_b>, (1, 1): <sigma'_a sigma'_b>}``
+    sharing their common pieces (erf: :math:`t=2K_{ab}u_au_b`, :math:`u=(1+2K_{aa})^{-1/2}`, with
     :math:`\langle\sigma'\sigma'\rangle=\frac4\pi u_au_b/\sqrt{1-t^2}`; the arc-cosine family:
     :math:`\rho`, :math:`\theta` and :math:`\sin\theta=\sqrt{1-\rho^2}`), or None.  The same
-    formulas as :func:`_fast_pair`, symmetric in the two samples to the last bit."""
+    formulas as :func:`_fast_pair`, symmetric in the two samples to the last bit; ``ws`` an
+    :class:`effth.numerics._fastmath.Scratch` pool the results and temporaries are taken from
+    (no new block-sized arrays)."""
     fam = getattr(act, "family", None)
     if fam == "erf":
-        def erf_joint(da, db, k):
-            uu = _erf_uu(da, db)
-            t = np.multiply(uu, k)
-            t *= 2.0
-            np.clip(t, -1.0, 1.0, out=t)
-            w = np.multiply(t, t)                    # (4/pi) u_a u_b / sqrt(1 - t^2)
+        def erf_joint(da, db, k, ws=None):
+            ws = _fastmath.Scratch() if ws is None else ws
+            shape = np.broadcast(da, db, k).shape
+            uu = np.multiply(2.0 * _erf_u(da), _erf_u(db), out=ws.take(shape))    # 2 u_a u_b
+            t = np.multiply(uu, k, out=ws.take(shape))
+            np.minimum(t, 1.0, out=t)                  # clipped (the ufuncs: no wrapper call)
+            np.maximum(t, -1.0, out=t)
+            w = np.multiply(t, t, out=ws.take(shape))  # (4/pi) u_a u_b / sqrt(1 - t^2)
             np.subtract(1.0, w, out=w)
             np.sqrt(w, out=w)
             np.divide(uu, w, out=w)
-            w *= 4.0 / np.pi
-            return {(0, 0): _erf00_into(t), (1, 1): w}
+            w *= 2.0 / np.pi
+            np.arcsin(t, out=t)                        # libm's: faster here than _fastmath.asin
+            t *= 2.0 / np.pi
+            return {(0, 0): t, (1, 1): w}
         return erf_joint
     if fam == "piecewise_linear":
         ap, am = float(act.param("a_plus")), float(act.param("a_minus"))
         s2, x = ap * ap + am * am, ap * am
 
-        def pl_joint(da, db, k):
-            sab = np.multiply(np.sqrt(da), np.sqrt(db))
-            rho = np.divide(k, sab)
-            np.clip(rho, -1.0, 1.0, out=rho)
-            t, st = _pl_angle(rho)
-            return {(0, 0): _pl00(s2, x, sab, rho, t, st), (1, 1): _pl11(s2, x, t)}
+        def pl_joint(da, db, k, ws=None):
+            ws = _fastmath.Scratch() if ws is None else ws
+            shape = np.broadcast(da, db, k).shape
+            sab = np.multiply(np.sqrt(da), np.sqrt(db), out=ws.take(shape))
+            rho = np.divide(k, sab, out=ws.take(shape))
+            np.minimum(rho, 1.0, out=rho)
+            np.maximum(rho, -1.0, out=rho)
+            phi, st = _pl_angle(rho, ws)
+            e11 = _pl11(s2, x, phi, out=ws.take(shape))
+            e00 = _pl00(s2, x, sab, rho, phi, st, out=ws.take(shape), tmp=ws.take(shape) if x else None)
+            return {(0, 0): e00, (1, 1): e11}
         return pl_joint
     return None
 

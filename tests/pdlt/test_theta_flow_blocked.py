@@ -91,3 +91,20 @@ def test_per_layer_hyperparameters(monkeypatch):
         for name in ("K", "Theta"):
             A, B = fast.value(name, layer=layer), general.value(name, layer=layer)
             assert np.max(np.abs(A - B)) <= 1e-13 * np.abs(B).max(), (name, layer)
+
+
+@pytest.mark.parametrize("act, c_w", [("erf", 1.0), ("relu", 2.0)])
+def test_last_layer_pass_equals_the_flow(act, c_w, monkeypatch):
+    """output_kernels' two-layers-at-a-time pass iterates only the row blocks on and above the
+    diagonal and mirrors once at the end: it equals the general path's last layer (several row
+    blocks, a duplicated and a collinear input), exactly symmetric; a wrong mirror (the stale
+    lower triangle kept) is seen."""
+    net = effth.MLP(act, depth=6, c_w=c_w, c_b=0.1)
+    X = np.random.default_rng(2).normal(size=(300, 5))
+    X[7], X[11] = X[4], -0.5 * X[2]
+    K, T = effth.output_kernels(net, X)
+    _, general = _both(net, X, monkeypatch)
+    for A, B in ((K, general.value("K", layer=6)), (T, general.value("Theta", layer=6))):
+        assert np.max(np.abs(A - B)) <= 1e-13 * np.abs(B).max()
+        assert np.array_equal(A, A.T)
+        assert np.max(np.abs(np.tril(A, -1) - np.tril(general.value("K", layer=5), -1))) > 1e-3

@@ -382,13 +382,12 @@ def polynomial_terms(body: sp.Expr, inputs: list, params: tuple) -> list | None:
 
 
 def evaluate_terms(terms: list, args: list, vals: list, shape: tuple,
-                   out: np.ndarray | None = None) -> np.ndarray:
+                   out: np.ndarray | None = None, tmp: np.ndarray | None = None) -> np.ndarray:
     """Evaluate :func:`polynomial_terms` on arrays, accumulating term by term in place (the first
-    term written into ``out``, one scratch array for the others): no temporaries of the generated
-    expression."""
+    term written into ``out``, one scratch array ``tmp`` for the others, allocated when needed and
+    not given): no temporaries of the generated expression."""
     if out is None:
         out = np.empty(shape)
-    tmp = None
     const = 0.0
     first = True
     for coef, factors in terms:
@@ -399,8 +398,13 @@ def evaluate_terms(terms: list, args: list, vals: list, shape: tuple,
         target = out if first else tmp
         if target is None:
             tmp = target = np.empty(shape)
-        np.multiply(args[factors[0]], c, out=target)
-        for f in factors[1:]:
+        rest = factors[1:]
+        if c == 1.0 and rest:                          # x 1 is exact: one pass fewer, same bits
+            np.multiply(args[factors[0]], args[rest[0]], out=target)
+            rest = rest[1:]
+        else:
+            np.multiply(args[factors[0]], c, out=target)
+        for f in rest:
             target *= args[f]
         if not first:
             out += tmp
@@ -1012,9 +1016,11 @@ def _scale_off(K: np.ndarray, scale0: float) -> bool:
     return scale0 > 0 and (d > 1e6 * scale0 or d < 1e-6 * scale0)
 
 
-def _check_layer(K: np.ndarray, layer: int, scale0: float, warned: bool) -> None:
-    """Raise on overflow; warn once when K has moved by more than 1e6 from layer 1."""
-    if not np.all(np.isfinite(K)):
+def _check_layer(K: np.ndarray, layer: int, scale0: float, warned: bool,
+                 finite: bool = False) -> None:
+    """Raise on overflow; warn once when K has moved by more than 1e6 from layer 1 (``finite``:
+    K is known to be finite, only its diagonal is read)."""
+    if not finite and not np.all(np.isfinite(K)):
         raise DomainError(f"the kernel overflows at layer {layer} (not critical: C_W chi > 1)")
     d = float(np.max(np.abs(np.diag(K))))
     if not warned and _scale_off(K, scale0):

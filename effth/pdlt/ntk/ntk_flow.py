@@ -56,6 +56,7 @@ from effth._display import depth_text
 
 import contextvars
 import math
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable
@@ -746,6 +747,13 @@ def _kinked_dntk_flow(call_args: dict, dntk: list, act: Any) -> "NTKFlow":
 _ROW_ENTRIES = 1 << 16     # entries of one row block of the fused K/Theta step (cache-sized)
 
 
+def _finite(a: np.ndarray) -> bool:
+    """Every entry finite: one reduction (a sum is finite only if every term is), the entrywise
+    test only when the sum is not (a finite sum that overflows)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(np.add.reduce(a, axis=None)) or np.isfinite(a).all())
+
+
 def _row_args(inputs: list, rows: slice, blocks: dict, ones: dict, tensors: dict,
               cols: slice = slice(None)) -> list | None:
     """The arguments of a compiled two-label step on the block ``rows`` x ``cols``: two-sample
@@ -764,8 +772,9 @@ def _row_args(inputs: list, rows: slice, blocks: dict, ones: dict, tensors: dict
             T = tensors.get(name)
             if T is None or len(labs) != 2:
                 return None
-            args.append(T[rows, cols] if tuple(labs) == (0, 1) else
-                        T[cols, rows].T if tuple(labs) == (1, 0) else
+            # (1, 0) as (0, 1): the tensors are symmetric to the bit, and only the entries on and
+            # above the diagonal are current in _theta_flow_blocked's last_only mode
+            args.append(T[rows, cols] if tuple(labs) in ((0, 1), (1, 0)) else
                         np.diagonal(T)[rows, None] if tuple(labs) == (0, 0) else np.diagonal(T)[None, cols])
             continue
         elif getattr(key, "kind", None) == "pair":                      # LayerStep (kernel)
@@ -802,6 +811,7 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray | None, lb: np.ndarray, lw: np
     :math:`4N^2` floats instead of :math:`2LN^2`."""
     from effth._progress import progress_bar
     from effth._threads import blas_threads, thread_map
+    from effth.numerics._fastmath import Scratch
     from effth.numerics.sample_tables import fast_pair_joint, pair_plans
 
     from effth.pdlt.initialization.kernel_flow import _check_layer, _resolve, _scale_off, layer_step
@@ -825,6 +835,7 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray | None, lb: np.ndarray, lw: np
         Ks[0], Ths[0] = K1, Th1
     scale0 = float(np.max(np.abs(np.diag(K1))))
     warned = False
+    scratch = threading.local()  # per worker thread: the block's scratch arrays, reused
     stops, i0 = {}, 0            # start -> stop of each upper-triangle row block (same every layer)
     while i0 < N:
         stops[i0] = min(N, i0 + max(1, _ROW_ENTRIES // (N - i0)))
@@ -846,9 +857,13 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray | None, lb: np.ndarray, lw: np
                       Td=Td) -> bool:
                 rows, cols = slice(i0, stops[i0]), slice(i0, N)
                 r = np.arange(rows.stop - i0)
+                ws = getattr(scratch, "pool", None)
+                if ws is None:
+                    ws = scratch.pool = Scratch()
+                ws.reset()
                 with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                     da, db, kr = d[rows, None], d[None, cols], K[rows, cols]
-                    blocks = joint(da, db, kr) if joint is not None else {}
+                    blocks = joint(da, db, kr, ws) if joint is not None else {}
                     blocks.update({o: plans[o][0](da, db, kr) for o in plans if o not in blocks})
                     for o, B in blocks.items():
                         B[r, r] = ones[o][rows]               # the one-sample values, as the tables
@@ -857,22 +872,35 @@ def _theta_flow_blocked(kw: dict, Th1: np.ndarray | None, lb: np.ndarray, lw: np
                     ta = _row_args(ts._inputs, rows, blocks, ones, {"Theta": T}, cols) if with_theta else ()
                     if ka is None or ta is None:
                         return False
-                    kb = evaluate_terms(ks._terms, ka, kv, shape, Kd[rows, cols])
-                    Kd[cols, rows] = kb.T                       # the mirror (its own columns)
+                    kb = evaluate_terms(ks._terms, ka, kv, shape, Kd[rows, cols], ws.take(shape))
+                    if not last_only:
+                        Kd[cols, rows] = kb.T                   # the mirror (its own columns)
+                    if not _finite(kb):
+                        return False
                     if not with_theta:
-                        return bool(np.isfinite(kb).all())
-                    tb = evaluate_terms(ts._terms, ta, tv, shape, Td[rows, cols])
-                    Td[cols, rows] = tb.T
-                return bool(np.isfinite(kb).all() and np.isfinite(tb).all())
+                        return True
+                    tb = evaluate_terms(ts._terms, ta, tv, shape, Td[rows, cols], ws.take(shape))
+                    if not last_only:
+                        Td[cols, rows] = tb.T
+                return _finite(tb)
 
             # row blocks of about _ROW_ENTRIES entries of the upper triangle
             if not all(thread_map(block, list(stops))):
                 return None                                    # the general path says why
-            _check_layer(Kd, layer + 1, scale0, warned)
+            _check_layer(Kd, layer + 1, scale0, warned, finite=True)   # the blocks checked it
             warned = warned or _scale_off(Kd, scale0)
             bar.update()
     if last_only:
-        return Ks[(L - 1) % 2], Ths[(L - 1) % 2]
+        # the layers were iterated on and above the diagonal (all a block reads): the mirror once
+        out = Ks[(L - 1) % 2], Ths[(L - 1) % 2]
+        if L > 1:
+            def mirror(i0: int) -> None:
+                rows, cols = slice(i0, stops[i0]), slice(stops[i0], N)
+                for A in out:
+                    if A is not None:
+                        A[cols, rows] = A[rows, cols].T
+            thread_map(mirror, list(stops))
+        return out
     kern = Flow(Ks, None, None, np.arange(1, L + 1), act, np.asarray(cws, float), np.asarray(cbs, float),
                 np.asarray(rats, float), widths, np.zeros(L))
     return NTKFlow(kern, {"Theta": Ths}, lb, lw, np.arange(1, L + 1), np.zeros(L))
