@@ -447,7 +447,13 @@ def mlp_flow(net: Any, X, method: str = "auto", rtol: float = 1e-10) -> dict:
         affine: its :math:`V`, :math:`G^{\{1\}}` beyond the first skip are the single-layer
         cumulant closure, which drops terms of one neuron's history (``docs/residual.md``).
     """
-    X = np.asarray(X, dtype=float)
+    from effth._validate import input_matrix, network
+    from effth.arch import MLP
+
+    if not isinstance(network(net), MLP):
+        raise DomainError(f"mlp_flow takes an effth.MLP, got {type(net).__name__}; for a CNN use "
+                          "effth.pdlt.cnn_kernels")
+    X = input_matrix(X)
     n0 = X.shape[1]
     K1 = net.c_b_at(1) + net.c_w_at(1) * (X @ X.T) / n0
     L = net.depth
