@@ -103,6 +103,7 @@ from effth.dmft.result import Diagnostics, DMFTResult
 from effth.dmft.solvers.lazy import (activation_label, check_stability, check_stability_along,
                                      static_ntk_dynamics)
 from effth.dmft.solvers.monte_carlo import (_FIRST_STOP, _criterion_text, _drive, _exact_closure,
+                                            _finish,
                                             _flag_growth, _sample, _solve_fields, _stein,
                                             _unit_lower_inverse, _window)
 from effth.errors import ConvergenceError, DomainError
@@ -555,16 +556,8 @@ def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X
                                 "CNN DMFT sweeps", "raise max_iterations or samples, damp more "
                                 "(lower damping), or pass iterations= for a fixed number of sweeps")
     else:
-        subs = []
         with progress_bar(R * n_max, "CNN DMFT sweeps", progress=progress, unit="sweep") as bar:
-            for c in chains:
-                try:
-                    next(c)
-                    while True:
-                        bar.update()
-                        c.send(False)
-                except StopIteration as done:
-                    subs.append(done.value)
+            subs = [_finish(c, bar) for c in chains]
     stack = {k: np.stack([s[k] for s in subs]) for k in ("f", "ntk")}
     mean = {k: v.mean(axis=0) for k, v in stack.items()}
     per = {k: [np.stack([s[k][j] for s in subs]) for j in range(len(subs[0][k]))]

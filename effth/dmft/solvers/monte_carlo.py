@@ -359,16 +359,22 @@ _PATIENCE = 3               # consecutive sweeps below drift_z that end a window
 _FIRST_STOP = _MIN_SWEEPS + _PATIENCE - 1   # the earliest sweep an adaptive window can end
 
 
+def _finish(chain, bar):
+    """Run a fixed-sweep chain to its end (it stops itself), one ``bar`` tick per sweep; its
+    result."""
+    try:
+        next(chain)
+        while True:
+            bar.update()
+            chain.send(False)
+    except StopIteration as done:
+        return done.value
+
+
 def _run_alone(chain, progress=False):
-    """Run a fixed-sweep chain to its end (it stops itself); its result."""
+    """Run a fixed-sweep chain to its end under its own progress bar; its result."""
     with progress_bar(None, "DMFT Monte-Carlo sweeps", progress=progress, unit="sweep") as bar:
-        try:
-            next(chain)
-            while True:
-                bar.update()
-                chain.send(False)
-        except StopIteration as done:
-            return done.value
+        return _finish(chain, bar)
 
 
 def _equal_time(Phi, G, T, n, C, shaped=False):
