@@ -677,8 +677,8 @@ def restricted_flow_bytes(N: int, L: int, n_train: int, max_test: int = 1) -> fl
 
     bytes: twenty :math:`N^4` float64 arrays per layer (the eleven stored and about nine more of
     heap the layer steps leave resident), 24 words per entry, and the interpreter.  On
-    erf and tanh flows of depth 3 and 5, 20 to 40 inputs, ``max_test`` 1 and 2, it is 0.99 to
-    1.25 times the peak RSS.
+    erf and tanh flows of depth 3 and 5, 20 to 43 inputs, ``max_test`` 1 and 2, it is 1.03 to
+    1.32 times the peak RSS (``docs/performance.md``, finite-width prediction memory).
 
     Parameters
     ----------
