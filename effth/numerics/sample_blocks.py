@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import DomainError
 
-__all__ = ["SampleRestriction"]
+__all__ = ["SampleRestriction", "restricted_entries"]
 
 
 @public
@@ -65,9 +65,48 @@ class SampleRestriction:
         """Boolean ``(N,) * rank``: the entries computed (read-only)."""
         return _mask(self.n_train, self.max_test, N, rank)
 
+    def count(self, N: int, rank: int) -> int:
+        """Number of computed entries of ``(N,) * rank`` (:func:`restricted_entries`; nothing
+        allocated)."""
+        self.check(N)
+        return restricted_entries(self.n_train, N - self.n_train, self.max_test, rank)
+
     def entries(self, N: int, rank: int) -> tuple:
         """The computed entries as ``rank`` flat index arrays (row-major order; read-only)."""
         return _entries(self.n_train, self.max_test, N, rank)
+
+
+@public
+def restricted_entries(n_train: int, n_test: int, max_test: int, rank: int = 4) -> int:
+    r"""Number of entries of a rank-``rank`` sample tensor on ``n_train`` training and ``n_test``
+    test inputs whose labels hold at most ``max_test`` distinct test inputs (the entries
+    :class:`SampleRestriction` computes), counted without allocating.
+
+    With :math:`N_\mathcal A` training inputs, exactly :math:`j` distinct test inputs (chosen in
+    :math:`\binom{N_\mathcal B}{j}` ways) each appearing at least once among the ``rank`` labels
+    is, by inclusion-exclusion, :math:`\sum_{i=0}^{j}(-1)^i\binom{j}{i}(N_\mathcal A+j-i)^{r}`
+    label assignments; the count sums that over :math:`j\le` ``max_test``.  For ``max_test=1``
+    and rank 4: :math:`N_\mathcal A^4+N_\mathcal B[(N_\mathcal A+1)^4-N_\mathcal A^4]`.
+
+    Parameters
+    ----------
+    n_train, n_test, max_test, rank : int
+        Non-negative counts.
+
+    Returns
+    -------
+    int
+    """
+    from math import comb
+    for name, v in (("n_train", n_train), ("n_test", n_test), ("max_test", max_test), ("rank", rank)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise DomainError(f"{name} must be a non-negative int, got {v!r}")
+    P, Q, r = int(n_train), int(n_test), int(rank)
+    total = 0
+    for j in range(min(int(max_test), Q, r) + 1):
+        onto = sum((-1) ** i * comb(j, i) * (P + j - i) ** r for i in range(j + 1))
+        total += comb(Q, j) * onto
+    return total
 
 
 @lru_cache(maxsize=16)

@@ -270,15 +270,66 @@ def test_predict_width_mean_in_test_chunks(monkeypatch):
         return real(net_, X_, **kw)
 
     monkeypatch.setattr(pred, "ntk_flow", spy)
-    monkeypatch.setattr(pred, "_flow_budget", lambda: pred.flow_bytes(4, 2))
+    monkeypatch.setattr(pred, "_flow_budget", lambda: pred.restricted_flow_bytes(4, 2, 2))
     chunked = et.predict(net, X[:2], y, X[2:], eta=0.2, widths=32, progress=False)
     assert [c for c in calls if c < 5] == [4, 3], calls      # 2 training + (2, 1) test inputs
     for k in ("mean1", "mean", "mean1_dntk", "mean1_ddntk_II", "mean_at_width"):
         np.testing.assert_allclose(chunked.value(k), whole.value(k), rtol=1e-12, atol=1e-15)
     # a bound the kernels fit (about 1 KiB) but not one flow on the training inputs and one test input
-    monkeypatch.setenv("EFFTH_MAX_BYTES", str(pred.flow_bytes(3, 2) / 2))
+    monkeypatch.setenv("EFFTH_MAX_BYTES", str(pred.restricted_flow_bytes(3, 2, 2) / 2))
     with pytest.raises(DomainError, match="needs .* for the O\\(1/n\\) mean's NTK hierarchy"):
         et.predict(net, X[:2], y, X[2:], eta=0.2, widths=32, progress=False)
+
+
+def test_predict_width_refused_up_front_by_the_flow_estimate(monkeypatch):
+    """predict(widths=) on 40 + 40 inputs at depth 12: the restricted flow's estimate (PDLT
+    (∞.155) reads the entries with one test input) for the training inputs and one test input is
+    above a 4 GB bound, so the call is refused before any flow runs, the message naming the
+    estimate and the knobs; the estimate is the model's 8 (20 (L-1) N^4 + 24 E) + 420 MiB with
+    E = N_A^4 + [(N_A+1)^4 - N_A^4] entries (one test input), not a constant."""
+    import time
+    import effth as et
+    import effth.pdlt.learning.prediction as pred
+    from effth.pdlt.ntk.ntk_flow import restricted_flow_bytes
+    P, L = 40, 12
+    E = P ** 4 + ((P + 1) ** 4 - P ** 4)
+    want = 8.0 * (20 * (L - 1) * (P + 1) ** 4 + 24 * E) + 420 * 2 ** 20
+    assert restricted_flow_bytes(P + 1, L, P) == want
+    assert 4e9 < want < 8e9
+    called, real = [], pred.ntk_flow
+
+    def spy(*a, **k):                 # the output kernels' Theta flow runs; no restricted flow
+        if k.get("n_train") is not None:
+            called.append(1)
+            raise AssertionError("a restricted flow ran")
+        return real(*a, **k)
+
+    monkeypatch.setattr(pred, "ntk_flow", spy)
+    monkeypatch.setenv("EFFTH_MAX_BYTES", "4e9")
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((2 * P, 3))
+    net = et.MLP("tanh", depth=L, c_w=1.0, c_b=0.0)
+    t0 = time.perf_counter()
+    with pytest.raises(DomainError, match=r"needs 5\.\d+ GiB for the O\(1/n\) mean's NTK hierarchy "
+                       r"on 40 training inputs and one test input .*EFFTH_MAX_BYTES"):
+        et.predict(net, X[:P], np.sin(X[:P, 0]), X[P:], widths=64, progress=False)
+    assert called == [] and time.perf_counter() - t0 < 5.0
+    # one layer fewer fits (the estimate grows with the layers, by 20 N^4 float64 each)
+    assert restricted_flow_bytes(P + 1, 3, P) < 4e9
+
+
+def test_restricted_flow_refused_up_front(monkeypatch):
+    """ntk_flow(n_train=) checks the same estimate before the symbolic closure: a bound between
+    the max_test=1 and max_test=2 estimates admits the first and refuses the second."""
+    import effth as et
+    from effth.pdlt.ntk.ntk_flow import restricted_flow_bytes
+    one, two = restricted_flow_bytes(30, 4, 10, 1), restricted_flow_bytes(30, 4, 10, 2)
+    assert one < two
+    monkeypatch.setenv("EFFTH_MAX_BYTES", str(0.5 * (one + two)))
+    net = et.MLP("tanh", depth=4, c_w=1.0, c_b=0.0)
+    X = np.random.default_rng(0).standard_normal((30, 3))
+    with pytest.raises(DomainError, match="at most 2 of the 20 test inputs"):
+        et.ntk_flow(net, X, n_train=10, max_test=2, progress=False)
 
 
 def test_covariance_memory_bound_instead_of_an_input_cap(monkeypatch):

@@ -41,6 +41,22 @@ def test_mask_counts_distinct_test_samples():
     assert len(r.entries(N, 4)[0]) == m.sum()
 
 
+def test_restricted_entries_counts_the_mask_without_allocating():
+    """restricted_entries (inclusion-exclusion over the test inputs that appear) against the
+    mask counted entry by entry, for ranks 2-4 and max_test 0-4; without the inclusion-exclusion
+    (every assignment of P + j symbols) the counts would be larger."""
+    from effth.numerics.sample_blocks import restricted_entries
+    for P_, Q_ in ((0, 3), (3, 0), (2, 4), (4, 3)):
+        for rank in (2, 3, 4):
+            for m in range(5):
+                want = int(SampleRestriction(P_, m).mask(P_ + Q_, rank).sum())
+                assert restricted_entries(P_, Q_, m, rank) == want, (P_, Q_, m, rank)
+                assert SampleRestriction(P_, m).count(P_ + Q_, rank) == want
+    assert restricted_entries(4, 3, 2, 4) < 3 * (4 + 2) ** 4
+    with pytest.raises(DomainError, match="n_test"):
+        restricted_entries(3, -1, 1)
+
+
 @pytest.mark.parametrize("max_test", [1, 2])
 def test_restricted_flow_equals_full_flow_on_its_entries(setting, max_test):
     _, full, restricted = setting

@@ -214,6 +214,21 @@ def _orthant4_integrals(R: np.ndarray, mu: np.ndarray, rule: tuple) -> tuple[np.
     return tot, tot2
 
 
+def _compiled_orthant4():
+    """The numba kernel of the pair integrals (:mod:`._orthant_kernel`), or None: numba missing
+    or ``EFFTH_FUSED=0`` (the NumPy path, :func:`_orthant4_integrals`, then runs)."""
+    from .._tanh_fused import available
+    if not available():
+        return None
+    from ._orthant_kernel import _PAIRINGS as pairings, orthant4_rule
+
+    def integrals(R: np.ndarray, mu: np.ndarray, rule: tuple) -> tuple[np.ndarray, np.ndarray]:
+        out, out2 = np.empty(len(R)), np.empty(len(R))
+        orthant4_rule(np.ascontiguousarray(R), np.ascontiguousarray(mu), *rule, pairings, out, out2)
+        return out, out2
+    return integrals
+
+
 def orthant4_probability(S: np.ndarray) -> np.ndarray:
     r"""Quadrivariate orthant probability :math:`P(w_1>0,\dots,w_4>0)`, :math:`w\sim\mathcal N(0,S)`, as one
     smooth one-dimensional integral per pair (Plackett's reduction).
@@ -268,13 +283,14 @@ def orthant4_probability(S: np.ndarray) -> np.ndarray:
     out4 = reduced
     R = R[~dup]                    # the integral only where no pair was reduced exactly
     mu = np.clip(np.linalg.eigvalsh(R), 0.0, None)
+    integrals = _compiled_orthant4() or _orthant4_integrals
 
     def run(lo: int) -> np.ndarray:
         Rc, mc = R[lo:lo + _DE_CHUNK], mu[lo:lo + _DE_CHUNK]
         out = np.empty(len(Rc))
         todo = np.arange(len(Rc))
         for n, rule in enumerate(_DE_RULES):
-            p, p2 = _orthant4_integrals(Rc[todo], mc[todo], rule)
+            p, p2 = integrals(Rc[todo], mc[todo], rule)
             out[todo] = p
             ok = np.abs(p - p2) <= _DE_ACCEPT
             if n == len(_DE_RULES) - 1 or ok.all():

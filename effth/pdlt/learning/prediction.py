@@ -51,7 +51,8 @@ from effth.pdlt.learning.finite_width import (COVARIANCE_PARTS as _COV_PARTS,
                                     finite_width_mean)
 from effth.pdlt.initialization.kernel_flow import flow
 from effth.pdlt.initialization.kernel_flow import WidthWarning, width_figures, width_message
-from effth.pdlt.ntk.ntk_flow import _per_layer as _lambda_per_layer, last_layer_kernels, ntk_flow
+from effth.pdlt.ntk.ntk_flow import (_per_layer as _lambda_per_layer, last_layer_kernels, ntk_flow,
+                                    restricted_flow_bytes)
 
 __all__ = ["predict", "Prediction", "output_kernels", "log_evidence", "log_bayes_factor",
            "log_evidence_two_inputs", "evidence_scan", "EvidenceScan", "PREDICTION_NAMES"]
@@ -771,8 +772,8 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
     progress : bool or None
         A progress bar for the :math:`O(1/n)` NTK hierarchy (``widths=``), the loop that can run
         for minutes (``None``: follow ``$EFFTH_PROGRESS`` / a terminal, see
-        :mod:`effth._progress`).  When the flow on all inputs would need more than 3.5 GiB (its
-        estimate, :func:`~effth.pdlt.learning.prediction.flow_bytes`), the mean is computed
+        :mod:`effth._progress`).  When the flow on all inputs would need more than 3 GiB (its
+        estimate, :func:`~effth.pdlt.ntk.ntk_flow.restricted_flow_bytes`), the mean is computed
         over the test inputs in chunks (its value at a test input needs only that input), with
         a bar over the chunks; above the memory bound (``$EFFTH_MAX_BYTES``, default half the
         physical memory) even for one test input it is refused before allocating.
@@ -823,6 +824,8 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         if eta == 0:
             raise DomainError("eta must be > 0")
     width = None if widths is None else _width(widths, net, updates, jitter, method)
+    if width is not None and method != "bayes":
+        _plan_restricted_flows(net, X_train, X_test)     # refused before the kernels, if at all
     Kf, Tf, P, y, lb, lw = _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method,
                                          lambda_b, lambda_w, rtol,
                                          # finite-time GD and a regularized block need no inverse
@@ -1009,23 +1012,11 @@ def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_
     return mean, _PendingCovariance(net, X, y, flow_kw, kw, None if chunk < N - P else cache, progress)
 
 
-#: rank-4 arrays of the restricted flow, per layer: A, B, D, F, P, Q, R, S, T, U of ntk_flow
-#: and V of the kernel flow; the working memory of the layer steps, measured (peak RSS of tanh,
-#: depth 3: 20 + 12 inputs 0.84 GB above the interpreter, 40 + 4 inputs about 3.5 GB), is about
-#: 8.5 layers' worth more
-_FLOW_RANK4 = 11
-_FLOW_OVERHEAD = 8.5
-#: the flow's memory above which the test inputs are taken in chunks (soft; the hard bound is
-#: effth._validate.memory_limit): 40 training + 40 test inputs at depth 3 run as 14 flows
-#: of 40 + 3 inputs, each about 3.5 GB
-_FLOW_BUDGET = 3.5 * 2 ** 30
-
-
-def flow_bytes(N: int, L: int, max_test: int = 1) -> float:
-    """Estimated peak bytes of ``ntk_flow(..., n_train=, max_test=)`` on ``N`` inputs and ``L``
-    layers (every statistic): ``L`` layers of eleven ``(N,)*4`` float64 arrays and the working
-    memory of the layer steps."""
-    return 8.0 * float(N) ** 4 * (L * _FLOW_RANK4 + _FLOW_OVERHEAD * _FLOW_RANK4)
+#: the restricted flow's estimate (:func:`~effth.pdlt.ntk.ntk_flow.restricted_flow_bytes`)
+#: above which the test inputs are taken in chunks (soft; the hard bound is
+#: effth._validate.memory_limit): 40 training + 40 test inputs at depth 3 run as flows of
+#: 40 + 5 inputs
+_FLOW_BUDGET = 3 * 2 ** 30
 
 
 def _flow_budget() -> float:
@@ -1035,19 +1026,34 @@ def _flow_budget() -> float:
 
 def _test_chunk(P: int, Q: int, L: int) -> int:
     """Test inputs per restricted flow: all of them when the flow fits :func:`_flow_budget`,
-    else the most that fit (at least one; refused when one does not fit the memory bound)."""
+    else the most that fit (at least one; refused, before anything is allocated, when one does
+    not fit the memory bound)."""
     from effth._validate import check_memory
     budget = _flow_budget()
-    if flow_bytes(P + Q, L) <= budget:
+    if restricted_flow_bytes(P + Q, L, P) <= budget:
         return Q
-    check_memory(flow_bytes(P + 1, L), f"the O(1/n) mean's NTK hierarchy on {P} training inputs "
-                 f"and one test input (depth {L}: {L} layers of {_FLOW_RANK4} arrays of "
-                 f"{P + 1}^4 entries)", "use fewer training inputs or a shallower network")
+    check_memory(restricted_flow_bytes(P + 1, L, P),
+                 f"the O(1/n) mean's NTK hierarchy on {P} training inputs and one test input "
+                 f"(depth {L}; the estimate of ntk_flow.restricted_flow_bytes)",
+                 "use fewer training inputs or a shallower network, or raise $EFFTH_MAX_BYTES")
     c = 1
-    while c < Q and flow_bytes(P + c + 1, L) <= budget:
+    while c < Q and restricted_flow_bytes(P + c + 1, L, P) <= budget:
         c += 1
     n_chunks = -(-Q // c)
     return -(-Q // n_chunks)                     # balanced chunks
+
+
+def _plan_restricted_flows(net: Any, X_train: Any, X_test: Any) -> None:
+    """The memory plan of the O(1/n) mean (:func:`_test_chunk`) from the input counts alone, so
+    that a request no chunking fits is refused before the infinite-width kernels are computed
+    (inputs that are not matrices are left to the validation that follows)."""
+    try:
+        shapes = [np.shape(X_train), np.shape(X_test)]
+    except (ValueError, TypeError):
+        return
+    if net is None or getattr(net, "depth", None) is None or any(len(s) != 2 for s in shapes):
+        return
+    _test_chunk(shapes[0][0], shapes[1][0], int(net.depth))
 
 
 def _chunked_mean(net, X, y, flow_kw, kw, chunk, progress, width):
@@ -1097,7 +1103,7 @@ class _PendingCovariance:
         net, X, y, flow_kw, kw, progress = self._args
         N, P = X.shape[0], len(y)
         m = 1 if y.ndim == 1 else y.shape[1]
-        check_memory(flow_bytes(N, int(net.depth), 2) + covariance_bytes(N, P, m),
+        check_memory(restricted_flow_bytes(N, int(net.depth), P, 2) + covariance_bytes(N, P, m),
                      f"the O(1/n) covariance on {P} training and {N - P} test inputs (the NTK "
                      f"hierarchy on all {N} inputs and the output-index decompositions)",
                      "read the covariance for fewer test inputs (another predict call), or use "

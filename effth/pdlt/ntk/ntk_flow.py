@@ -85,7 +85,8 @@ from effth.pdlt.initialization.kernel_flow import (FLOW_NAMES, Flow, _flow, _gri
                           _layer_index, _relative, _widths_summary)
 from effth.pdlt.ntk.recursions import NTK_STATISTICS, derive_ntk
 
-__all__ = ["ntk_flow", "NTKFlow", "NTKLayerStep", "learning_rates", "kinked_dntk_singular"]
+__all__ = ["ntk_flow", "NTKFlow", "NTKLayerStep", "learning_rates", "kinked_dntk_singular",
+           "restricted_flow_bytes"]
 
 _NAME = {cls: name for name, cls in NTK_TENSORS.items()}
 _NAME[FourPointVertex] = "V"
@@ -539,9 +540,16 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
         n_in, L_in = kernel_matrix(K1, "K1").shape[0], resolve_depth(depth, hidden_layers, minimum=1)
     if n_in is not None and any(s not in ("Theta", "H1") for s in wanted):   # N^4: refuse up front
         from effth._validate import check_memory
-        check_memory(_PEAK_COPIES * L_in * float(n_in) ** 4 * 8.0,
-                     f"the four-index NTK statistics of {n_in} inputs through {L_in} layers",
-                     "use fewer inputs (the memory grows as N^4), or statistics=('Theta',)")
+        if n_train is not None and n_train <= n_in:
+            check_memory(restricted_flow_bytes(n_in, L_in, n_train, max_test),
+                         f"the four-index NTK statistics of {n_in} inputs through {L_in} layers "
+                         f"at the entries with at most {max_test} of the {n_in - n_train} test "
+                         "inputs (ntk_flow.restricted_flow_bytes)",
+                         "use fewer inputs (the memory grows as N^4), or statistics=('Theta',)")
+        else:
+            check_memory(_PEAK_COPIES * L_in * float(n_in) ** 4 * 8.0,
+                         f"the four-index NTK statistics of {n_in} inputs through {L_in} layers",
+                         "use fewer inputs (the memory grows as N^4), or statistics=('Theta',)")
     stats = _closure(wanted)
     # the kernel sector: what the NTK steps read (V, G1), K always
     kstats = ("K",) + tuple(sorted({r for s in stats for r in ntk_layer_step(s).reads} & {"V", "G1"}))
@@ -652,6 +660,53 @@ def ntk_flow(net: Any = None, X: Any = None, *, K1: Any = None, Theta1: Any = No
     if atom_cache is not None and restrict is not None:
         atom_cache[:] = snaps
     return NTKFlow(kern, out, lb, lw, np.arange(1, L + 1), np.asarray(errs), restrict)
+
+
+#: the restricted flow's memory model (:func:`restricted_flow_bytes`), fitted to peak RSS: float64
+#: (N,)^4 arrays per layer from layer 2 on (the eleven stored tensors and about nine more of heap
+#: the layer steps leave resident), float64 words per restricted entry (the flat entry indices,
+#: their cached flat positions and atom layouts, the atom stores of the subsets, the chunk
+#: temporaries), and the interpreter with numba, SymPy and the derivations
+_LAYER_ARRAYS = 20
+_ENTRY_WORDS = 24
+_BASE_BYTES = 420 * 2 ** 20
+
+
+@public
+def restricted_flow_bytes(N: int, L: int, n_train: int, max_test: int = 1) -> float:
+    r"""Estimated peak resident bytes of ``ntk_flow(net, X, n_train=, max_test=)`` on ``N``
+    inputs and ``L`` layers (every statistic), computed before anything is allocated.
+
+    The flow stores eleven four-index tensors per layer (A, B, D, F, P, Q, R, S, T, U and the
+    kernel sector's V), of which layers 2..L are written (layer 1 is exact zeros, PDLT (8.23),
+    (11.57), (∞.11), never touched); each layer step works on the :math:`E`
+    :func:`~effth.numerics.sample_blocks.restricted_entries` with at most ``max_test`` distinct
+    test inputs.  Measured peak RSS is modelled as
+
+    .. math:: 8\,ig(20\,(L-1)\,N^4 + 24\,Eig) + 420\ \mathrm{MiB}
+
+    bytes: twenty :math:`N^4` float64 arrays per layer (the eleven stored and about nine more of
+    heap the layer steps leave resident), 24 words per entry, and the interpreter.  On
+    erf and tanh flows of depth 3 and 5, 20 to 43 inputs, ``max_test`` 1 and 2, it is 1.03 to
+    1.32 times the peak RSS (``docs/performance.md``, finite-width prediction memory).
+
+    Parameters
+    ----------
+    N, L : int
+        Inputs (training then test) and weight layers.
+    n_train, max_test : int
+        As :func:`ntk_flow`.
+
+    Returns
+    -------
+    float
+        Bytes.
+    """
+    from effth.numerics.sample_blocks import restricted_entries
+    N, n_train = int(N), int(n_train)
+    E = restricted_entries(n_train, N - n_train, int(max_test), 4)
+    return (8.0 * (_LAYER_ARRAYS * max(int(L) - 1, 0) * float(N) ** 4 + _ENTRY_WORDS * float(E))
+            + _BASE_BYTES)
 
 
 #: peak memory of a full ntk_flow in (N, N, N, N) float64 tensors per layer (measured: tanh,
