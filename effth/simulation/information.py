@@ -90,8 +90,16 @@ class InformationEstimate:
         """
         if not callable(theory):
             raise DomainError("theory must be a function of epsilon_V")
-        full = self.value - float(theory(self.epsilon))
-        loo = self.loo_value - np.array([float(theory(e)) for e in self.loo_epsilon])
+        return self.statistic(lambda value, eps: value - float(theory(eps)))
+
+    def statistic(self, fn) -> tuple[float, float]:
+        r"""``fn(value, epsilon)`` and its delete-one-group jackknife error, ``fn`` evaluated on
+        every group's estimates — e.g. ``lambda I, e: (I - e**2 / 8) / e**3``, the measured
+        :math:`\epsilon_V^3` coefficient of the mutual information."""
+        if not callable(fn):
+            raise DomainError("fn must be a function of (value, epsilon)")
+        full = float(fn(self.value, self.epsilon))
+        loo = np.array([float(fn(v, e)) for v, e in zip(self.loo_value, self.loo_epsilon)])
         return full, float(jackknife_error(loo[:, None])[0])
 
     def __repr__(self) -> str:

@@ -80,8 +80,7 @@ def _power_fit(x, y, err):
 
 
 def test_lo_remainder_of_mutual_information_falls_like_one_over_n():
-    """The LO (A.53) leaves the eps^3 term: its share of I falls like n^-1 (fitted exponent
-    within 4 errors of -1), ReLU and tanh."""
+    """The LO (A.53) leaves the eps^3 term: its share of I falls like n^-1, ReLU and tanh."""
     f2 = _f(mutual_information_expansion(1, 1, order=2))
     for act, cw in (("relu", 2), ("tanh", 1)):
         share, err, ns = [], [], [64, 128, 256]
@@ -92,7 +91,10 @@ def test_lo_remainder_of_mutual_information_falls_like_one_over_n():
             share.append(-r / I.value)
             err.append(e / I.value)
         slope, slope_err = _power_fit(ns, np.array(share), np.array(err))
-        assert abs(slope + 1) < 4 * slope_err and slope_err < 0.15, (act, slope, slope_err)
+        # local exponent -1 + O(eps): the eps^4 term shifts it by about +0.1 here (40000
+        # networks over n = 32-512 measure -0.90 +- 0.01), so +-0.3 admits that and still
+        # rejects an eps^2 (exponent 0) or eps^4 (exponent -2) remainder
+        assert abs(slope + 1) < 0.3 + 4 * slope_err and slope_err < 0.15, (act, slope, slope_err)
 
 
 def test_entropy_of_tanh_neurons_matches_a66():
