@@ -353,10 +353,8 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
     model = _Model(eta=grid.eta, g2=float(gamma0) ** 2, rho=rho, lam=lam, b=float(bool(bias)),
                    Y=Y, closure=closure, gi=bool(gradient_independent), temperature=temperature,
                    momentum=momentum, ratios=ratios, variances=variances)
-    if variances is None:
-        ntk0 = lazy_kernels(data.kx, hidden_layers=L, bias=bool(bias))[3][:P, :P]
-    else:
-        ntk0 = _lazy_linear_ntk(data.kx[:P, :P], variances)
+    ntk0 = lazy_kernels(data.kx, hidden_layers=L, bias=bool(bias),
+                        weight_variances=variances)[3][:P, :P]
     edge = 2.0 * (1.0 + momentum) / (1.0 - momentum)
     check_stability(ntk0, grid.eta, edge=edge)
     if temperature > 0 or momentum > 0:
@@ -421,15 +419,6 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         grid=grid, data=data, hidden_layers=L, gamma0=float(gamma0), activation="linear",
         phi=np.stack([h.reshape(T, n, T, n) for h in H]), g=g, A=A, B=B, f=f, delta=delta,
         method="deep_linear", closure=closure, diagnostics=diag, bias=bool(bias)), edge=edge)
-
-
-def _lazy_linear_ntk(kx, variances):
-    """The lazy NTK of the deep linear network with initial variances ``sigma_k^2``:
-    ``H^l = sigma_{l-1}^2 H^{l-1}``, ``G^l = sigma_l^2 G^{l+1}`` (``G^{L+1} = sigma_L^2``), so
-    ``K = K^x sum_{l=0}^{L} prod_{k != l} sigma_k^2`` (the gradient of ``W^l`` carries no
-    ``sigma_l``; Bordelon & Pehlevan (2022), App. D.8, eq. (59))."""
-    v = np.asarray(variances, dtype=float)
-    return kx * sum(float(np.prod(np.delete(v, ell))) for ell in range(v.size))
 
 
 def _check_langevin_step(kx, L, bias, eta, lam, temperature, momentum=0.0):
