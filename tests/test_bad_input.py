@@ -329,6 +329,8 @@ CASES: list[Case] = [
       lambda: et.dmft.two_layer_fluctuations(X, Y, **{**TL, "eta": -0.1}), "eta"),
     # --- solve_two_layer
     C("solve_two_layer", "X NaN", lambda: et.dmft.solve_two_layer(_with(X, np.nan), Y, **TL), r"\bX\b|inputs"),
+    C("solve_two_layer", "weight_variances string",
+      lambda: et.dmft.solve_two_layer(X, Y, weight_variances="1,1", **TL), "weight_variances"),
     C("solve_two_layer", "kernel not PSD", lambda: et.dmft.solve_two_layer(kernel=NOT_PSD3, y=Y, **TL), "kernel"),
     C("solve_two_layer", "kernel inf",
       lambda: et.dmft.solve_two_layer(kernel=_with(K1, np.inf), y=Y, **TL), "kernel"),
