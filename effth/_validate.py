@@ -30,7 +30,8 @@ __all__ = ["boolean", "callable_value", "check_memory", "check_positional", "cou
            "check_keywords", "check_networks", "check_target_scale", "check_underflow", "output_directory", "restriction_arguments", "check_work", "duplicate_rows", "expand_samples", "format_seconds", "keyword_rules",
            "kernel_matrix", "label_array", "last_hidden_width", "memory_limit", "nonnegative", "optional_boolean",
            "positive", "psd_kernel", "real_array", "real_scalar", "rng", "seed", "seed_sequence", "items",
-           "symmetric_matrix", "tolerance", "width_ratio_values"]
+           "symmetric_matrix", "tolerance", "weight_variance_values",
+           "width_ratio_values"]
 
 
 def real_scalar(value: Any, name: str) -> float:
@@ -651,6 +652,34 @@ def width_ratio_values(width_ratios: Any, hidden_layers: int,
     if np.all(a == 1.0):
         return None
     return tuple(float(v) for v in a)
+
+
+def weight_variance_values(weight_variances: Any, weight_layers: int,
+                           name: str = "weight_variances") -> tuple | None:
+    """Validated initial weight variances ``sigma_l^2`` of the ``weight_layers`` weight layers
+    ``W^0 .. W^{L-1}, w^L`` (Bordelon & Pehlevan (2022), App. D.8: ``W^l_ij ~ N(0, sigma_l^2)``):
+    ``None`` when not given or all equal to 1, else a tuple of positive finite floats;
+    :class:`DomainError` otherwise."""
+    if weight_variances is None:
+        return None
+    what = (f"a sequence of {weight_layers} positive numbers sigma_l^2, one per weight layer "
+            "(input, hidden and readout)")
+    if isinstance(weight_variances, (str, bytes, bool, np.bool_)) or np.ndim(weight_variances) != 1:
+        raise DomainError(f"{name}={weight_variances!r} must be {what}")
+    try:
+        v = np.asarray(weight_variances, dtype=float)
+    except (TypeError, ValueError):
+        raise DomainError(f"{name}={weight_variances!r} must be {what}") from None
+    if v.size != weight_layers:
+        raise DomainError(f"{name} needs one variance sigma_l^2 per weight layer "
+                          f"({weight_layers}: input, hidden and readout), got {v.size}: "
+                          f"{weight_variances!r}")
+    if not np.all(np.isfinite(v)) or np.any(v <= 0):
+        raise DomainError(f"{name}={weight_variances!r}: every variance sigma_l^2 must be a "
+                          "finite number > 0")
+    if np.all(v == 1.0):
+        return None
+    return tuple(float(x) for x in v)
 
 
 def langevin_momentum(temperature: Any, momentum: Any) -> tuple[float, float]:

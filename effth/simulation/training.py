@@ -40,6 +40,7 @@ from .._display import activation_text, depth_text, html_table
 from .._progress import progress_bar
 from .._results import HiddenLayers
 from .._validate import check_memory, check_networks, integer, langevin_momentum, real_array, real_scalar
+from .._validate import weight_variance_values
 from .._validate import seed as _check_seed
 from ..activations import get_activation
 from effth.arch import resolve_depth
@@ -261,7 +262,7 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
                       record_kernels: bool = True, weight_decay: float = 0.0,
                       bias: bool = False, record_preactivations: bool = False,
                       progress: bool | None = None, temperature: float = 0.0,
-                      momentum: float = 0.0) -> TrainingRun:
+                      momentum: float = 0.0, weight_variances=None) -> TrainingRun:
     """Train width-``N`` networks by full-batch GD and record outputs and kernels.
 
     Parameters
@@ -284,6 +285,13 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
         their own width, ``Phi^l = phi(h^l) . phi(h^l) / N_l``.  The DMFT counterpart is
         ``width_ratios = (N_1 / N_L, .., 1)`` (:func:`effth.dmft.solve_deep_linear`): layer ``l``
         feels ``gamma0 / sqrt(a_l)``.  ``record_preactivations`` needs equal widths.
+    weight_variances : sequence of float, optional
+        ``sigma_0^2 .. sigma_L^2 > 0``, one per weight layer (input ``W^0``, hidden
+        ``W^1 .. W^{L-1}``, readout ``w^L``): the initial weights are drawn as before and scaled
+        by ``sigma_l`` (Bordelon & Pehlevan (2022), App. D.8: ``W^l_ij ~ N(0, sigma_l^2)``, times
+        ``1 / fan-in`` under ``'mup'``); the learning rates and the biases are unchanged.
+        ``None`` or all ones: the unit-variance networks, bit for bit.  The DMFT counterpart is
+        ``solve_deep_linear(..., weight_variances=...)``.
     gamma0 : float
         Feature-learning strength (``gamma = gamma0 sqrt(N)``); must be nonzero.
     eta : float
@@ -366,6 +374,7 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
     if not (np.isfinite(weight_decay) and 0 <= eta * weight_decay < 1):
         raise DomainError(f"weight_decay={weight_decay!r} must satisfy 0 <= eta * weight_decay < 1")
     temperature, momentum = _optimizer_settings(temperature, momentum)
+    variances = weight_variance_values(weight_variances, L + 1)
     X = _real_array(X, "X")
     y = _real_array(y, "y")
     if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1:
@@ -402,7 +411,7 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
             runs.append(_train_one(X, Y, L, Ns, float(gamma0), float(eta), int(steps),
                                    fns, s, parameterization, center, record_kernels,
                                    float(weight_decay), bool(bias), bool(record_preactivations),
-                                   temperature, momentum))
+                                   temperature, momentum, variances))
             bar.update()
     f, loss, phi, g = (np.stack([r[k] for r in runs]) for k in range(4))
     h = np.stack([r[4] for r in runs]) if record_preactivations else None
@@ -512,7 +521,8 @@ class _Optimizer:
 
 
 def _train_one(X, Y, L, Ns, gamma0, eta, T, fns, seed, parameterization, center, record,
-               weight_decay=0.0, bias=False, keep_h=False, temperature=0.0, momentum=0.0):
+               weight_decay=0.0, bias=False, keep_h=False, temperature=0.0, momentum=0.0,
+               variances=None):
     act, dact = fns
     n, D = X.shape
     P, C = Y.shape
@@ -526,6 +536,11 @@ def _train_one(X, Y, L, Ns, gamma0, eta, T, fns, seed, parameterization, center,
     w = rng.standard_normal(N) if C == 1 else rng.standard_normal((N, C))
     w = w.reshape(N, C)
     bs = [rng.standard_normal(Ns[k]) if bias else np.zeros(Ns[k]) for k in range(L)]
+    if variances is not None:                    # W^l(0) ~ N(0, sigma_l^2) (App. D.8)
+        sd = np.sqrt(np.asarray(variances))
+        W0 = sd[0] * W0
+        Ws = [sd[k + 1] * W for k, W in enumerate(Ws)]
+        w = sd[L] * w
     # per-layer multipliers 1/sqrt(fan-in) (mean field) or 1 (mup, weights N(0, 1/fan-in))
     ms = [1.0 / np.sqrt(Nk) if mf else 1.0 for Nk in Ns]
     if not mf:

@@ -94,7 +94,7 @@ import numpy as np
 from effth._validate import check_memory
 
 from effth.errors import ConvergenceError, DomainError
-from effth._validate import width_ratio_values
+from effth._validate import weight_variance_values, width_ratio_values
 from effth.dmft.grid import (TimeGrid, causal_mask, langevin_settings, parameter_filter,
                              prepare_targets, real_scalar)
 from effth.dmft.solvers.lazy import check_langevin_step, check_stability_along, check_stability, hidden_layer_count, lazy_kernels, static_ntk_dynamics
@@ -118,6 +118,7 @@ class _Model:
     temperature: float = 0.0  # Langevin temperature 1/beta (App. K)
     momentum: float = 0.0     # heavy-ball coefficient mu (App. L)
     ratios: tuple | None = None  # width ratios a_l = N_l / N (App. D.8); None: equal widths
+    variances: tuple | None = None  # sigma_l^2 of W^0 .. W^{L-1}, w^L (App. D.8); None: all 1
 
     def g2_at(self, ell: int) -> float:
         """``gamma_l^2 = gamma0^2 / a_l``: the squared feature strength of hidden layer ``ell``
@@ -132,12 +133,24 @@ class _Model:
     def plain(self) -> bool:
         """No decay and no bias (the outputs' count does not matter)."""
         return self.rho == 1.0 and self.b == 0.0 and self.temperature == 0.0 \
-            and self.momentum == 0.0
+            and self.momentum == 0.0 and self.variances is None
 
     @property
     def unit(self) -> bool:
         """The noise kernel is ``kappa = 1`` (no decay, no Langevin noise)."""
-        return self.rho == 1.0 and self.temperature == 0.0
+        return self.rho == 1.0 and self.temperature == 0.0 and self.variances is None
+
+    def layer_kappas(self, filt, L: int) -> list:
+        """The noise kernels ``kappa_k(t, s) = sigma_k^2 a(t) a(s) + (kappa - a a^T)(t, s)`` of the
+        weight layers ``k = 0 .. L`` (``W^k`` feeds ``h^{k+1}``, ``k = L`` is the readout): the
+        covariance of each weight's random part (its initial value, variance ``sigma_k^2``, plus
+        the Langevin noise, whose variance does not depend on ``sigma_k``; Bordelon & Pehlevan
+        (2022), App. D.8, App. K).  All ``filt.kappa`` without ``variances``."""
+        if self.variances is None:
+            return [filt.kappa] * (L + 1)
+        aa = np.outer(filt.init, filt.init)
+        rest = filt.kappa - aa
+        return [v * aa + rest for v in self.variances]
 
     def filter(self, T: int):
         """The optimizer's :class:`~effth.dmft.grid.ParameterFilter` on ``T`` grid points."""
@@ -163,7 +176,8 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
                       gradient_independent: bool = False, window: int | None = None,
                       method: str = "march", weight_decay: float = 0.0,
                       bias: bool = False, temperature: float = 0.0,
-                      momentum: float = 0.0, width_ratios=None) -> DMFTResult:
+                      momentum: float = 0.0, width_ratios=None,
+                      weight_variances=None) -> DMFTResult:
     """Solve the deep linear DMFT of Bordelon & Pehlevan (2022) on the discrete-GD grid.
 
     Parameters
@@ -262,7 +276,20 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         ``gamma0^2 / a_l`` matters (``(gamma0, a)`` and ``(c gamma0, c^2 a)`` are the same
         network).  ``None`` or all ones: equal widths (the equations unchanged, bit for bit).
         The trainer's counterpart: :func:`effth.simulation.simulate_training` with one width
-        per hidden layer.  Initial weight variances ``sigma_l^2`` other than 1 are not supported.
+        per hidden layer.
+    weight_variances : sequence of float, optional
+        ``sigma_0^2 .. sigma_L^2 > 0``, one per weight layer (``W^0`` on the inputs, the hidden
+        ``W^1 .. W^{L-1}``, the readout ``w^L``): ``W^l_ij(0) ~ N(0, sigma_l^2)`` (Bordelon &
+        Pehlevan (2022), App. D.8).  Averaging over ``W^{l-1}(0)`` gives the source
+        ``u^l ~ GP(0, sigma_{l-1}^2 H^{l-1})`` and the response term ``sigma_{l-1}^2 A^{l-1}`` in
+        ``C^l``; over ``W^l(0)``, ``r^l ~ GP(0, sigma_l^2 G^{l+1})`` and ``sigma_l^2 B^l`` in
+        ``D^l``.  The drifts (the weight updates) carry no ``sigma``, nor does the NTK
+        ``K = sum_l G^{l+1} H^l`` (eq. (59)).  With decay or Langevin noise ``sigma_l^2``
+        multiplies the initial part of the noise kernel only, ``kappa_l = sigma_l^2 a(t) a(s) +
+        (noise part)``.  At ``gamma0 = 0``: ``H^l = sigma_{l-1}^2 H^{l-1}``,
+        ``G^l = sigma_l^2 G^{l+1}`` with ``G^{L+1} = sigma_L^2``.  ``None`` or all ones: the
+        unit-variance equations, bit for bit; needs ``bias=False`` and ``method='march'``.  The
+        trainer's counterpart: ``simulate_training(..., weight_variances=...)``.
 
     Returns
     -------
@@ -319,10 +346,15 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         raise DomainError("method='sweep' solves the plain equations only (no weight_decay, "
                           "bias, 2-D y, temperature or momentum); use method='march'")
     ratios = width_ratio_values(width_ratios, L)
+    variances = weight_variance_values(weight_variances, L + 1)
+    if variances is not None and (bias or method == "sweep"):
+        raise DomainError("weight_variances need bias=False and method='march' (the bias keeps "
+                          "unit variance in the sources; the sweeps solve the plain equations)")
     model = _Model(eta=grid.eta, g2=float(gamma0) ** 2, rho=rho, lam=lam, b=float(bool(bias)),
                    Y=Y, closure=closure, gi=bool(gradient_independent), temperature=temperature,
-                   momentum=momentum, ratios=ratios)
-    ntk0 = lazy_kernels(data.kx, hidden_layers=L, bias=bool(bias))[3][:P, :P]
+                   momentum=momentum, ratios=ratios, variances=variances)
+    ntk0 = lazy_kernels(data.kx, hidden_layers=L, bias=bool(bias),
+                        weight_variances=variances)[3][:P, :P]
     edge = 2.0 * (1.0 + momentum) / (1.0 - momentum)
     check_stability(ntk0, grid.eta, edge=edge)
     if temperature > 0 or momentum > 0:
@@ -606,7 +638,9 @@ def _march(data, model, L, T, rule=None):
     Tn, TC = T * n, T * C
     filt = model.filter(T)
     mem = filt.memory
-    kn, kc = np.repeat(filt.kappa, n, axis=1), np.repeat(filt.kappa, C, axis=1)   # kappa(t, s)
+    kaps = model.layer_kappas(filt, L)                  # kappa_k(t, s) of weight layer k
+    knl = [np.repeat(k, n, axis=1) for k in kaps]
+    kcl = [np.repeat(k, C, axis=1) for k in kaps]
     decayed = not model.unit
     H0 = np.tile(data.kx, (T, T))                       # Hb^0 (the first bias is in data.kx)
     H = [np.zeros((Tn, Tn)) for _ in range(L)]
@@ -614,7 +648,7 @@ def _march(data, model, L, T, rule=None):
     if model.plain:
         Sh = [H0] + H[: L - 1]
     else:
-        Sh = [H0 * np.kron(filt.kappa, np.ones((n, n)))] + [np.zeros((Tn, Tn)) for _ in range(L - 1)]
+        Sh = [H0 * np.kron(kaps[0], np.ones((n, n)))] + [np.zeros((Tn, Tn)) for _ in range(L - 1)]
     G = [np.zeros((TC, TC)) for _ in range(L)]
     Gtop = np.kron(np.ones((T, T)), np.eye(C))           # G^{L+1} = 1 1^T (x) I_C
     Cm = [np.zeros((Tn, TC)) for _ in range(L)]
@@ -632,9 +666,11 @@ def _march(data, model, L, T, rule=None):
     if rule is not None and rule.kind == "gd":
         rule = None                                   # the plain equations are GD's
     if rule is not None:
-        if model.b != 0.0 or model.temperature != 0.0 or model.gi or model.ratios is not None:
+        if (model.b != 0.0 or model.temperature != 0.0 or model.gi or model.ratios is not None
+                or model.variances is not None):
             raise DomainError("the learning-rule hook marches the equations without bias, "
-                              "Langevin noise, unequal widths or gradient independence")
+                              "Langevin noise, unequal widths, weight variances or gradient "
+                              "independence")
         rule.allocate(L, T, n, delta, filt.init)
     ymax = max(1.0, float(np.max(np.abs(model.Y))))
     f_rule = None
@@ -652,7 +688,7 @@ def _march(data, model, L, T, rule=None):
                 if rule is not None:                  # C = 0: H^l = <h^ h^> (RuleFields)
                     rule.source_row(ell, t, n, Hp, S, dw, H[ell - 1])
                     if ell < L and not model.plain:          # source of the next layer
-                        Srow = H[ell - 1][rt, :m] * kn[t, :m]
+                        Srow = H[ell - 1][rt, :m] * knl[ell][t, :m]
                         Sh[ell][rt, :m] = Srow
                         Sh[ell][:m, rt] = Srow.T
                     continue
@@ -664,7 +700,7 @@ def _march(data, model, L, T, rule=None):
                                            dw).transpose(1, 0, 2).reshape(n, tc)
                     if ell >= 2 and not model.gi:
                         resp = Af[ell - 2][rt, :tc]
-                        c[rt, :tc] += resp * kc[t, :tc] if decayed else resp
+                        c[rt, :tc] += resp * kcl[ell - 1][t, :tc] if decayed else resp
                     Af[ell - 1][rt, :tc] = c[rt, :tc] @ Mg[ell - 1][:tc, :tc]
                     Yl = Y[ell - 1]
                     Yl[:tc, rt] = MD[ell - 1][:tc, :tn] @ S[:tn, rt] \
@@ -678,7 +714,7 @@ def _march(data, model, L, T, rule=None):
                 Hl[rt, :m] = Hrow
                 Hl[:m, rt] = Hrow.T
                 if ell < L and not model.plain:              # source of the next layer
-                    Srow = (Hrow + b) * kn[t, :m]
+                    Srow = (Hrow + b) * knl[ell][t, :m]
                     Sh[ell][rt, :m] = Srow
                     Sh[ell][:m, rt] = Srow.T
             # ---------------- downward: D, M_g, M_g D, G, Y row t
@@ -691,11 +727,11 @@ def _march(data, model, L, T, rule=None):
                         d[gt, :tn] = rule.drift_rows(ell, t, n, L, dw)
                     if ell <= L - 1:
                         resp = rule.response(ell, t, n, MD)
-                        d[gt, :m] += resp * kn[t, :m] if decayed else resp
+                        d[gt, :m] += resp * knl[ell][t, :m] if decayed else resp
                     Mg[ell - 1][gt, gt] = eye
                     MD[ell - 1][gt, :m] = d[gt, :m]
                     Hl = H[ell - 1]
-                    sg = Gn[gt, :mc] * kc[t, :mc] if decayed else Gn[gt, :mc]
+                    sg = Gn[gt, :mc] * kcl[ell][t, :mc] if decayed else Gn[gt, :mc]
                     zrow = sg + g2 * (d[gt, :m] @ Hl[:m, :m]) @ d[:mc, :m].T
                     x = rule.cross_row(ell, t, n, L, d[gt, :m], d)
                     if x is not None:
@@ -714,7 +750,7 @@ def _march(data, model, L, T, rule=None):
                                                dw.transpose(0, 2, 1)).transpose(1, 0, 2).reshape(C, tn)
                 if ell <= L - 1 and not model.gi:
                     resp = MD[ell][gt, :m]
-                    d[gt, :m] += resp * kn[t, :m] if decayed else resp
+                    d[gt, :m] += resp * knl[ell][t, :m] if decayed else resp
                 mg = Mg[ell - 1]
                 g2 = model.g2_at(ell)
                 mg[gt, :mc] = g2 * d[gt, :m] @ Af[ell - 1][:m, :mc]
@@ -723,7 +759,7 @@ def _march(data, model, L, T, rule=None):
                 # Z = S_g + gamma0^2 D S_h D^T (symmetric), row and column t;
                 # G row t = (M_g Z M_g^T)[t, <= t]
                 Zl = Z[ell - 1]
-                sg = Gn[gt, :mc] * kc[t, :mc] if decayed else Gn[gt, :mc]
+                sg = Gn[gt, :mc] * kcl[ell][t, :mc] if decayed else Gn[gt, :mc]
                 zrow = sg + g2 * (d[gt, :m] @ S[:m, :m]) @ d[:mc, :m].T
                 Zl[gt, :mc] = zrow
                 Zl[:mc, gt] = zrow.T
@@ -799,10 +835,11 @@ def _iterate(state, data, model, L, T, damping, tol, max_iter, diag, stepwise):
     n, P, C = data.n_all, data.n_train, model.C
     g2, b = model.g2, model.b
     W = model.drift_weights(T)[:, None, :, None]
-    kap = model.filter(T).kappa
+    kaps = model.layer_kappas(model.filter(T), L)          # kappa_k(t, s) of weight layer k
     decayed = not model.unit
-    Rnc = np.kron(kap, np.ones((n, C)))                    # kappa(t, s) on (h, g) index pairs
-    Rnn, Rcc = np.kron(kap, np.ones((n, n))), np.kron(kap, np.ones((C, C)))
+    Rnc = [np.kron(k, np.ones((n, C))) for k in kaps]      # kappa_k(t, s) on (h, g) index pairs
+    Rnn = [np.kron(k, np.ones((n, n))) for k in kaps]
+    Rcc = [np.kron(k, np.ones((C, C))) for k in kaps]
     H0 = np.tile(data.kx, (T, T))
     Gtop = np.kron(np.ones((T, T)), np.eye(C))
     diagonal = np.arange(T)
@@ -823,11 +860,11 @@ def _iterate(state, data, model, L, T, damping, tol, max_iter, diag, stepwise):
                       ).reshape(T * C, T * n)
                 if not model.gi:
                     if ell >= 2:
-                        Cm = Cm + (Rnc * A[ell - 2] if decayed else A[ell - 2])
+                        Cm = Cm + (Rnc[ell - 1] * A[ell - 2] if decayed else A[ell - 2])
                     if ell <= L - 1:
-                        Dm = Dm + (Rnc.T * B[ell - 1] if decayed else B[ell - 1])
-                Sh = Hb * Rnn if decayed else Hb
-                Sg = Gnext * Rcc if decayed else Gnext
+                        Dm = Dm + (Rnc[ell].T * B[ell - 1] if decayed else B[ell - 1])
+                Sh = Hb * Rnn[ell - 1] if decayed else Hb
+                Sg = Gnext * Rcc[ell] if decayed else Gnext
                 DC = Dm @ Cm
                 try:
                     if not np.all(np.isfinite(DC)):

@@ -19,6 +19,7 @@ import numpy as np
 from effth.activations import Activation, get_activation
 from effth.arch import resolve_depth
 from effth.errors import DomainError
+from effth._validate import weight_variance_values
 from effth.numerics import gaussian_expectation
 from effth.numerics._rules import gaussian_tensor_rule
 from effth.dmft.grid import TimeGrid, TrainingData
@@ -81,7 +82,7 @@ def _pair_cov(K: np.ndarray) -> np.ndarray:
 
 @public
 def lazy_kernels(kx: np.ndarray, activation="linear", *, depth=None, hidden_layers=None,
-                 bias: bool = False):
+                 bias: bool = False, weight_variances=None):
     """NNGP and gradient kernels of the lazy limit (Bordelon & Pehlevan (2022), §3, eq. (19) at
     ``gamma0 = 0``).
 
@@ -99,6 +100,12 @@ def lazy_kernels(kx: np.ndarray, activation="linear", *, depth=None, hidden_laye
         Trainable biases on every preactivation (Bordelon & Pehlevan (2022), App. H): ``kx`` already holds the first
         layer's ``K^x + 1``, deeper sources have covariance ``Phi^ell + 1`` and the NTK adds
         ``G^{ell+1}`` for ``ell = 1 .. L-1``.
+    weight_variances : sequence of float, optional
+        ``sigma_0^2 .. sigma_L^2``, the initial variances of ``W^0 .. W^{L-1}, w^L``
+        (Bordelon & Pehlevan (2022), App. D.8): the sources are ``u^ell ~ N(0,
+        sigma_{ell-1}^2 Phi^{ell-1} (+ 1))`` and ``G^ell = sigma_ell^2 <phi' phi'> G^{ell+1}``
+        with ``G^{L+1} = sigma_L^2``; the NTK formula is unchanged (biases keep unit variance).
+        ``None`` or all ones: the unit variances, bit for bit.
 
     Returns
     -------
@@ -113,9 +120,10 @@ def lazy_kernels(kx: np.ndarray, activation="linear", *, depth=None, hidden_laye
     linear = is_linear(act)
     n = kx.shape[0]
     b = 1.0 if bias else 0.0
+    v = weight_variance_values(weight_variances, depth + 1)
     phi = np.empty((depth, n, n))
     dphi = np.empty((depth, n, n))
-    prev = kx
+    prev = kx if v is None else v[0] * (kx - b) + b        # kx holds K^x + b
     for ell in range(depth):
         if linear:
             phi[ell], dphi[ell] = prev, 1.0
@@ -124,12 +132,12 @@ def lazy_kernels(kx: np.ndarray, activation="linear", *, depth=None, hidden_laye
             phi[ell] = gaussian_expectation([(0, "sigma", 0), (1, "sigma", 0)], cov, act)
             dphi[ell] = gaussian_expectation([(0, "sigma", 1), (1, "sigma", 1)], cov, act)
         phi[ell] = 0.5 * (phi[ell] + phi[ell].T)
-        prev = phi[ell] + b
+        prev = phi[ell] + b if v is None else v[ell + 1] * phi[ell] + b
     g = np.empty((depth, n, n))
-    nxt = np.ones((n, n))
+    nxt = np.ones((n, n)) if v is None else np.full((n, n), v[depth])
     for ell in range(depth - 1, -1, -1):
         g[ell] = dphi[ell] * nxt
-        nxt = g[ell]
+        nxt = g[ell] if v is None else v[ell] * g[ell]
     ntk = g[0] * kx + phi[-1]
     for ell in range(1, depth):
         ntk = ntk + g[ell] * (phi[ell - 1] + b)
@@ -228,7 +236,8 @@ def static_ntk_dynamics(ntk: np.ndarray, y: np.ndarray, eta: float, steps: int) 
 
 @public
 def static_ntk_solve(data: TrainingData, grid: TimeGrid, activation="linear", *, depth=None,
-                     hidden_layers=None, check: bool = True, bias: bool = False) -> DMFTResult:
+                     hidden_layers=None, check: bool = True, bias: bool = False,
+                     weight_variances=None) -> DMFTResult:
     """The ``gamma0 = 0`` DMFT without solving: constant kernels and static-NTK GD predictions.
 
     Give exactly one of ``depth`` (weight layers) or ``hidden_layers`` (``= depth - 1``).
@@ -236,10 +245,11 @@ def static_ntk_solve(data: TrainingData, grid: TimeGrid, activation="linear", *,
     The response arrays are returned as zeros (they do not enter at ``gamma0 = 0``; the deep
     linear solver returns the exact lazy responses).  Raises :class:`DomainError` past the
     stability edge when ``check``.  ``bias``: see :func:`lazy_kernels` (``data.kx`` holds
-    ``K^x + 1``)."""
+    ``K^x + 1``); ``weight_variances``: see :func:`lazy_kernels`."""
     depth = hidden_layer_count(depth, hidden_layers)       # hidden layers L from here on
     act = resolve_activation(activation)
-    phi, _, g, ntk = lazy_kernels(data.kx, act, hidden_layers=depth, bias=bias)
+    phi, _, g, ntk = lazy_kernels(data.kx, act, hidden_layers=depth, bias=bias,
+                                  weight_variances=weight_variances)
     if check:
         check_stability(ntk[: data.n_train, : data.n_train], grid.eta)
     T, n = grid.steps, data.n_all

@@ -92,7 +92,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from effth._validate import width_ratio_values
+from effth._validate import weight_variance_values, width_ratio_values
 from effth.errors import ConvergenceError, DomainError
 from effth.dmft.grid import (TimeGrid, causal_mask, langevin_settings, parameter_filter,
                              prepare_targets, real_scalar)
@@ -117,7 +117,8 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
                       gradient_independent: bool = False, replicas: int = 8,
                       progress: bool | None = None, width_ratios=None,
                       temperature: float = 0.0, momentum: float = 0.0,
-                      max_iterations: int = 200, drift_z: float = 2.5) -> DMFTResult:
+                      max_iterations: int = 200, drift_z: float = 2.5,
+                      weight_variances=None) -> DMFTResult:
     """Solve the nonlinear DMFT by alternating Monte Carlo (Bordelon & Pehlevan (2022), Algorithm 1).
 
     Parameters
@@ -271,6 +272,15 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         layer's field with ``sqrt(a_{l-1} / a_l)`` (``sqrt(a_{l+1} / a_l)``, eqs. (60), (63)), the
         readout response with ``1 / gamma_L``; the returned ``A^l``, ``B^{l-1}`` are divided by
         their own layer's ``gamma_l``.  ``None`` or all ones: equal widths, bit for bit.
+    weight_variances : sequence of float, optional
+        ``sigma_0^2 .. sigma_L^2 > 0``, the initial variances of ``W^0 .. W^{L-1}, w^L``
+        (Bordelon & Pehlevan (2022), App. D.8; the conventions of
+        :func:`effth.dmft.solve_deep_linear`): the sources are sampled with covariances
+        ``sigma_{l-1}^2 Phi^{l-1}``, ``sigma_l^2 G^{l+1}`` (the readout ``sigma_L^2``), the
+        responses to them enter with ``sigma_{l-1}^2`` (``C^l``) and ``sigma_l^2`` (``D^l``), and
+        the exact closure's readout term is ``sigma_L^2 <d phi(h^L) / d r^L>``; drifts and the
+        NTK formula carry no ``sigma``.  ``None`` or all ones: bit for bit the unit variances;
+        not with ``bias`` or ``temperature > 0``.
     temperature : float
         Langevin temperature ``1/beta >= 0`` (Bordelon & Pehlevan (2022), App. K, eq. (100); the
         meaning of :func:`~effth.dmft.solve_deep_linear`'s and the trainer's keyword): noise of
@@ -345,6 +355,10 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         raise DomainError(f"tol={tol!r} must be a finite number >= 0")
     n_hidden = hidden_layer_count(depth, hidden_layers)
     kwargs["width_ratios"] = width_ratio_values(width_ratios, n_hidden)
+    kwargs["weight_variances"] = weight_variance_values(weight_variances, n_hidden + 1)
+    if kwargs["weight_variances"] is not None and (bias or temperature != 0):
+        raise DomainError("weight_variances need bias=False and temperature=0 here (the bias "
+                          "and the Langevin noise keep their own variance in the sources)")
     R = min(int(replicas), max(1, int(samples) // 32))
     if R > 1 and gamma0 != 0:
         return _replicated(dict(kwargs, replicas=1), R, seed, progress)
@@ -507,6 +521,7 @@ def _chain(kw, seed, monitor_se=False):
     average, keep_fields, gradient_independent = kw["average"], kw["keep_fields"], \
         kw["gradient_independent"]
     temperature, momentum, ratios = kw["temperature"], kw["momentum"], kw["width_ratios"]
+    variances = kw["weight_variances"]
     iterations, adaptive = kw["n_max"], kw["adaptive"]
     gamma0, eta = real_scalar(gamma0, "gamma0"), real_scalar(eta, "eta")
     n_hidden = hidden_layer_count(kw["depth"], kw["hidden_layers"])
@@ -530,7 +545,8 @@ def _chain(kw, seed, monitor_se=False):
             raise DomainError("gamma0 = 0 with weight decay (trivial fixed point f = K = 0) or "
                               "several outputs is not solved here (output factor 1/gamma0); "
                               "use gamma0 > 0")
-        return static_ntk_solve(data, grid, act, hidden_layers=L, bias=bool(bias))
+        return static_ntk_solve(data, grid, act, hidden_layers=L, bias=bool(bias),
+                                weight_variances=variances)
     if gradient_independent and closure != "ntk":
         raise DomainError("gradient_independent=True needs closure='ntk' (A = B = 0 drops the readout "
                           "response of the exact closure)")
@@ -540,7 +556,8 @@ def _chain(kw, seed, monitor_se=False):
         raise DomainError(f"responses='jacobian' needs a smooth activation; {act.name} has kinks "
                           "(its Jacobian responses are not functions): use responses='stein'")
     phi_f, dphi_f, ddphi_f = act.numpy(0), act.numpy(1), act.numpy(2)
-    phi0, _, g0, ntk0 = lazy_kernels(data.kx, act, hidden_layers=L, bias=bool(bias))
+    phi0, _, g0, ntk0 = lazy_kernels(data.kx, act, hidden_layers=L, bias=bool(bias),
+                                     weight_variances=variances)
     edge = 2.0 * (1.0 + momentum) / (1.0 - momentum)
     check_stability(ntk0[:P, :P], grid.eta, edge=edge)
     if (temperature > 0 or momentum > 0) and weight_decay > 0:
@@ -556,6 +573,7 @@ def _chain(kw, seed, monitor_se=False):
     # per-layer feature strengths gamma_l = gamma0 / sqrt(a_l) (App. D.8, eq. (58))
     gams = [gam] * L if ratios is None else [gam / np.sqrt(a) for a in ratios]
     ctx = dict(L=L, n=n, C=C, S=S, gam=gam, gams=gams, ratios=ratios, eta=grid.eta, one=one,
+               variances=variances,
                rng=rng, stein_cut=stein_cut,
                responses=responses, fns=(phi_f, dphi_f, ddphi_f),
                fields=[None] * L if keep_fields else None, gi=bool(gradient_independent))
@@ -827,14 +845,19 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
                   * w.strict_r[:, None, :]).reshape(TnC, Tn)
             a = ctx["ratios"]
             nz = w.noisy                # Langevin: kappa * (response to the total source)
+            v = ctx["variances"]        # sigma_k^2 of W^k (App. D.8): W^{l-1} feeds h^l
             if ell >= 2:      # raw response of layer l-1, times sqrt(a_{l-1} / a_l) (eq. (60))
                 resp = w.dr_n[:, None] * Ab[ell - 2] if nz is None else nz.a * Ab[ell - 2]
+                resp = resp if v is None else v[ell - 1] * resp
                 Cm = Cm + (resp if a is None else np.sqrt(a[ell - 2] / a[ell - 1]) * resp)
             if ell <= L - 1:  # raw response of layer l+1, times sqrt(a_{l+1} / a_l) (eq. (63))
                 resp = w.dr_nc[:, None] * Bb[ell - 1] if nz is None else nz.b * Bb[ell - 1]
+                resp = resp if v is None else v[ell] * resp
                 Dm = Dm + (resp if a is None else np.sqrt(a[ell] / a[ell - 1]) * resp)
             if nz is not None:          # total sources (initial weights and noise): kappa * K
                 Pprev, Gnext = nz.n * Pprev, nz.nc * Gnext
+            if v is not None:           # u^l ~ sigma_{l-1}^2 Phi^{l-1}, r^l ~ sigma_l^2 G^{l+1}
+                Pprev, Gnext = v[ell - 1] * Pprev, v[ell] * Gnext
             uh = _sample(ctx["rng"], Pprev, S // 2)
             rh = _sample(ctx["rng"], Gnext, S // 2)
             uh = np.concatenate([uh, uh])                               # antithetic (u, r), (u, -r)
@@ -871,6 +894,8 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
                     Bbn[ell - 2] = w.mask_b * Bbl * w.dr_n[None, :]
     if ctx["gi"]:
         Abn, Bbn = [np.zeros_like(x) for x in Ab], [np.zeros_like(x) for x in Bb]
+    if ctx["variances"] is not None:   # readout term w^L(0) . phi / N = sigma_L^2 <d phi / d r^L>
+        ro = ctx["variances"][-1] * ro
     return Phin, Gn, Abn, Bbn, ro.reshape(S, T, n, C), (bphi, bg)
 
 

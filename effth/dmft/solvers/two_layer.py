@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from effth.errors import DomainError
-from effth._validate import width_ratio_values
+from effth._validate import weight_variance_values, width_ratio_values
 from effth.numerics._rules import covariance_root
 from effth.dmft.solvers.lazy import lazy_nodes, lazy_rule_kind
 from effth.dmft.grid import TimeGrid, langevin_settings, parameter_filter, prepare_targets, real_scalar
@@ -47,7 +47,7 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
                     two_time: bool = True, bias: bool = False,
                     quad_tol: float | None = 1e-4, quadrature_rule: str = "auto",
                     temperature: float = 0.0, momentum: float = 0.0,
-                    width_ratios=None) -> DMFTResult:
+                    width_ratios=None, weight_variances=None) -> DMFTResult:
     """Solve the two-layer (``L = 1``) DMFT, optionally with weight decay, in one pass over time.
 
     Parameters
@@ -117,6 +117,12 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         sqrt(a_1)`` in its drifts (eq. (58)) and ``f = gamma_1^-1 <z phi(h)>``: with one hidden
         layer this is the equal-width solver at ``gamma0 / sqrt(a_1)`` (``result.gamma0`` stays the
         given ``gamma0``).  ``None`` or ``(1,)``: equal widths, bit for bit.
+    weight_variances : sequence of two floats, optional
+        ``(sigma_0^2, sigma_1^2)``: initial variances of the input weights and the readout
+        (Bordelon & Pehlevan (2022), App. D.8): ``u ~ N(0, sigma_0^2 K^x)``, ``r ~ N(0,
+        sigma_1^2)`` (the nodes scaled by ``sigma``), the drifts and the NTK formula unchanged
+        (lazy NTK ``sigma_1^2 <phi' phi'> K^x + Phi``).  ``None`` or ones: bit for bit the unit
+        variances; not with ``bias`` or ``temperature > 0``.
     two_time : bool
         Form the two-time kernels (memory ``S T n`` for the field history); else only the
         equal-time blocks ``Phi(t, t)``, ``G(t, t)`` are filled (other entries zero).
@@ -175,6 +181,10 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     if not np.isfinite(gamma0):
         raise DomainError(f"gamma0={gamma0!r} must be a finite real number")
     ratios = width_ratio_values(width_ratios, 1)
+    variances = weight_variance_values(weight_variances, 2)
+    if variances is not None and (bias or temperature != 0):
+        raise DomainError("weight_variances need bias=False and temperature=0 in solve_two_layer "
+                          "(the bias and the Langevin noise keep their own variance)")
     act = resolve_activation(activation)
     grid = TimeGrid(eta, steps)
     rho, temperature, momentum = langevin_settings(grid.eta, weight_decay, temperature, momentum)
@@ -192,11 +202,12 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         raise DomainError("gamma0 = 0 with temperature or momentum is not solved here (output "
                           "factor 1/gamma0); use a small gamma0 > 0")
     if gamma0 == 0 and weight_decay == 0 and not multi:
-        return static_ntk_solve(data, grid, act, hidden_layers=1, bias=bool(bias))
+        return static_ntk_solve(data, grid, act, hidden_layers=1, bias=bool(bias),
+                                weight_variances=variances)
     if gamma0 == 0:
         raise DomainError("gamma0 = 0 with weight decay (trivial fixed point f = K = 0) or several "
                           "outputs is not solved here (output factor 1/gamma0); use gamma0 > 0")
-    _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=1)
+    _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=1, weight_variances=variances)
     check_stability(ntk0[:P, :P], grid.eta, edge=2.0 * (1.0 + momentum) / (1.0 - momentum))
     lam = float(weight_decay)
     if (temperature > 0 or momentum > 0) and lam > 0:
@@ -209,12 +220,14 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     t0 = time.perf_counter()
     u, r, w, used, kind = _nodes(data.kx, method, nodes, max_nodes, samples, seed, C, act,
                                  quadrature_rule)
+    if variances is not None:               # u ~ N(0, sigma_0^2 K^x), r ~ N(0, sigma_1^2)
+        u, r = np.sqrt(variances[0]) * u, np.sqrt(variances[1]) * r
     S = w.size
     lazy = exact = None
     if method == "quadrature" and quad_tol is not None and lam == 0 and momentum == 0:
         # the rule's own lazy limit against the exact one (closed forms / accurate 2-D rules)
-        exact = _lazy_exact(data.kx, act, Y, grid.eta, T)
-        lazy = _lazy_on_rule(u, w, phi_f, dphi_f, data.kx, Y, grid.eta, T)
+        exact = _lazy_exact(data.kx, act, Y, grid.eta, T, variances)
+        lazy = _lazy_on_rule(u, w, phi_f, dphi_f, data.kx, Y, grid.eta, T, variances)
         e_lazy = float(np.max(np.abs(lazy[2] - exact[2])))
         if e_lazy > quad_tol and nodes is None:
             _too_coarse({"f": e_lazy, "lazy_f": e_lazy}, used, None, S, quad_tol, refuse=True)
@@ -286,7 +299,8 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         kw = dict(kernel=data.kx - (1.0 if bias else 0.0), y=y, gamma0=float(gamma0), eta=grid.eta,
                   steps=T, activation=act, method="quadrature", nodes=coarse,
                   weight_decay=weight_decay, two_time=False, bias=bool(bias), quad_tol=None,
-                  quadrature_rule=kind, momentum=momentum, width_ratios=ratios)
+                  quadrature_rule=kind, momentum=momentum, width_ratios=ratios,
+                  weight_variances=variances)
         if X_test is not None or X is not None:
             kw = dict(kw, kernel=None, X=X, X_test=X_test)
         lo = solve_two_layer(**kw)
@@ -294,7 +308,9 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         if lazy is not None:
             u2, _, w2, _, _ = _nodes(data.kx, "quadrature", coarse, max_nodes, samples, seed, C,
                                      act, kind)
-            lazy_lo = _lazy_on_rule(u2, w2, phi_f, dphi_f, data.kx, Y, grid.eta, T)
+            if variances is not None:
+                u2 = np.sqrt(variances[0]) * u2
+            lazy_lo = _lazy_on_rule(u2, w2, phi_f, dphi_f, data.kx, Y, grid.eta, T, variances)
         f3 = f if multi else f[..., None]
         g6 = gg if multi else gg[..., None, None]
         lo_f = lo.f if multi else lo.f[..., None]
@@ -319,20 +335,22 @@ def _lazy_dynamics(ntk, Y, eta, T):
                     axis=-1)
 
 
-def _lazy_exact(kx, act, Y, eta, T):
+def _lazy_exact(kx, act, Y, eta, T, variances=None):
     """The exact lazy (``gamma0 -> 0``) kernels ``Phi``, ``dPhi`` and predictions ``(T, n, C)``
     (closed forms or accurate two-dimensional rules, :func:`lazy_kernels`)."""
-    phi, dphi, _, ntk = lazy_kernels(kx, act, hidden_layers=1)
+    phi, dphi, _, ntk = lazy_kernels(kx, act, hidden_layers=1, weight_variances=variances)
     return phi[0], dphi[0], _lazy_dynamics(ntk, Y, eta, T)
 
 
-def _lazy_on_rule(u, w, phi_f, dphi_f, kx, Y, eta, T):
+def _lazy_on_rule(u, w, phi_f, dphi_f, kx, Y, eta, T, variances=None):
     """The same lazy quantities as the tensor rule ``(u, w)`` computes them: the ``gamma0 -> 0``
-    limit of the forward march on that rule (``<r r> = 1`` is exact on Gauss-Hermite)."""
+    limit of the forward march on that rule (``<r r> = 1`` is exact on Gauss-Hermite; with
+    ``variances`` the nodes ``u`` are already scaled and ``<r r> = sigma_1^2``)."""
     with np.errstate(over="ignore", invalid="ignore"):
         ph, dph = phi_f(u), dphi_f(u)
         Phi, dPhi = (ph.T * w) @ ph, (dph.T * w) @ dph
-    return Phi, dPhi, _lazy_dynamics(dPhi * kx + Phi, Y, eta, T)
+    K = dPhi * kx + Phi if variances is None else variances[1] * dPhi * kx + Phi
+    return Phi, dPhi, _lazy_dynamics(K, Y, eta, T)
 
 
 def _error_estimate(f, phi, g, lo_f, lo_phi, lo_g, Y, P, lazy, lazy_lo, exact, factor=1.0):
