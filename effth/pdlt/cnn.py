@@ -64,7 +64,7 @@ from effth.arch.cnn import CNN
 from effth.arch.cnn import padding_widths as _pads
 from effth.errors import DomainError
 from effth.numerics import gaussian_expectation
-from effth.numerics.sample_tables import closed_pair_tables, pair_tables
+from effth.numerics.sample_tables import closed_pair_tables, pair_plans, pair_tables
 
 __all__ = ["CNNKernels", "cnn_kernels", "patch_average"]
 
@@ -409,6 +409,39 @@ def cnn_kernels(net: CNN, X: Any, *, ntk: bool = True, rtol: float = 1e-10,
     return CNNKernels(K=Ks, Theta=Ts, net=net, spatial_shapes=shapes)
 
 
+def _diagonal_pair_tables(D: np.ndarray, act: Any, ntk: bool, rtol: float, layer: int) -> tuple:
+    r""":func:`_pair_tables` on the equal-pixel entries ``D`` ``(P, P, S)``: the closed forms of
+    :func:`~effth.numerics.sample_tables.closed_pair_tables` batched over the pixels (the same
+    entry-by-entry formulas and the same conditions on the variances of all (image, pixel)
+    inputs), else :func:`_pair_tables` pixel by pixel on its :math:`P\times P` kernel."""
+    P, S = D.shape[0], D.shape[2]
+    D = 0.5 * (D + D.transpose(1, 0, 2))
+    orders = [(0, 0), (1, 1)] if ntk else [(0, 0)]
+    d = np.einsum("aai->ai", D)
+    ar = np.arange(P)
+    plans = {} if (ntk and act.singular_part(1)) else pair_plans(act, orders, d.ravel())
+    tabs = {}
+    for o in orders:
+        if o not in plans:
+            break
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            T = np.asarray(plans[o][0](d[:, None, :], d[None, :, :], D), dtype=np.float64)
+            T = np.array(np.broadcast_to(T, D.shape))
+            T[ar, ar, :] = np.asarray(plans[o][1](d.ravel())).reshape(P, S)
+        if not np.all(np.isfinite(T)):
+            break
+        tabs[o] = T
+    if len(tabs) == len(orders):
+        return tabs[0, 0], tabs.get((1, 1))
+    Q, Qd = np.empty((P, P, S)), (np.empty((P, P, S)) if ntk else None)
+    for i in range(S):          # pixel i: its P x P kernel over images
+        q, qd = _pair_tables(D[:, :, i], act, ntk, rtol, layer)
+        Q[:, :, i] = q
+        if ntk:
+            Qd[:, :, i] = qd
+    return Q, Qd
+
+
 def _diagonal_kernels(net: CNN, Xa: np.ndarray, ntk: bool, rtol: float) -> CNNKernels:
     r""":func:`cnn_kernels` on the equal-pixel entries :math:`D_{\alpha\beta,i}=K_{\alpha i,\beta i}`
     alone (flatten readout): per layer :math:`|\mathcal P|` two-point tables of :math:`P\times P`
@@ -427,12 +460,7 @@ def _diagonal_kernels(net: CNN, Xa: np.ndarray, ntk: bool, rtol: float) -> CNNKe
         Ks.append(K.reshape(P, P, S))
         if ntk:
             Ts.append(T.reshape(P, P, S))
-        Q, Qd = np.empty((P, P, S)), (np.empty((P, P, S)) if ntk else None)
-        for i in range(S):          # pixel i: its P x P kernel over images
-            q, qd = _pair_tables(Ks[-1][:, :, i], net.act, ntk, rtol, ell)
-            Q[:, :, i] = q
-            if ntk:
-                Qd[:, :, i] = qd
+        Q, Qd = _diagonal_pair_tables(Ks[-1], net.act, ntk, rtol, ell)
         cw, cb = net.c_w_at(ell + 1), net.c_b_at(ell + 1)
         MT = Qd * Ts[-1] if ntk else None
         if ell < L - 1:
