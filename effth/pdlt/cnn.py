@@ -48,6 +48,14 @@ same offset on both pixels, never a dense :math:`(P|\mathcal P|)^2\times(P|\math
 memory :math:`O(P^2|\mathcal P|^2)` floats per layer held (10 images of 8×8 pixels: 3.3 MB per
 layer).  Measured on one core: 10 images of 8×8, 3×3 filters, depth 5, ReLU, NNGP and NTK in
 about 0.1 s (``docs/cnn.md``).
+
+The flatten readout reads only the equal-pixel entries :math:`K_{\alpha i,\beta i}` of layer
+:math:`L-1`, and :math:`\mathcal A[M]_{\alpha i,\beta i}=q^{-1}\sum_dM_{\alpha,i+d;\beta,i+d}`
+reads only equal-pixel entries of the layer below, so these
+:math:`D_{\alpha\beta,i}=K_{\alpha i,\beta i}` obey the same recursion on their own (what
+neural-tangents' ``Flatten`` exploits, its ``diagonal_spatial``).  ``cnn_kernels`` takes this path
+for the flatten readout (``pixel_pairs``): :math:`O(P^2|\mathcal P|)` expectations and memory
+per layer, :math:`|\mathcal P|` times fewer (digits of 8×8, ``benchmarks/cnn_flatten_diagonal.py``).
 """
 
 from __future__ import annotations
