@@ -427,14 +427,18 @@ def _diagonal_pair_tables(D: np.ndarray, act: Any, ntk: bool, rtol: float, layer
     orders = [(0, 0), (1, 1)] if ntk else [(0, 0)]
     d = np.einsum("aai->ai", D)
     ar = np.arange(P)
+    iu, ju = np.triu_indices(P, 1)
     plans = {} if (ntk and act.singular_part(1)) else pair_plans(act, orders, d.ravel())
     tabs = {}
     for o in orders:
         if o not in plans:
             break
+        # image pairs mu < nu, then mirrored: the orders (p, p) are symmetric, and the pair's
+        # arguments come in the order of the full path's upper triangle
+        T = np.empty(D.shape)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            T = np.asarray(plans[o][0](d[:, None, :], d[None, :, :], D), dtype=np.float64)
-            T = np.array(np.broadcast_to(T, D.shape))
+            T[iu, ju, :] = plans[o][0](d[iu], d[ju], D[iu, ju, :])
+            T[ju, iu, :] = T[iu, ju, :]
             T[ar, ar, :] = np.asarray(plans[o][1](d.ravel())).reshape(P, S)
         if not np.all(np.isfinite(T)):
             break
