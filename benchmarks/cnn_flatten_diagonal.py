@@ -4,7 +4,8 @@ python benchmarks/cnn_flatten_diagonal.py [P ...]
 
 8x8 digits (effth.data.load_digits, one channel), 3x3 filters, depth 4, NNGP + NTK; prints the
 best-of-2 time and the peak traced memory (tracemalloc) of both paths and the largest relative
-difference of the output kernels (docs/cnn.md quotes the result)."""
+difference of the output kernels (docs/cnn.md quotes the result).  The full path at P = 100
+needs about 4.2 GiB and about a minute per call on one core; pass smaller P to skip it."""
 
 import sys
 import time
