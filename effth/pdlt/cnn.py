@@ -48,12 +48,20 @@ same offset on both pixels, never a dense :math:`(P|\mathcal P|)^2\times(P|\math
 memory :math:`O(P^2|\mathcal P|^2)` floats per layer held (10 images of 8×8 pixels: 3.3 MB per
 layer).  Measured on one core: 10 images of 8×8, 3×3 filters, depth 5, ReLU, NNGP and NTK in
 about 0.1 s (``docs/cnn.md``).
+
+The flatten readout reads only the equal-pixel entries :math:`K_{\alpha i,\beta i}` of layer
+:math:`L-1`, and :math:`\mathcal A[M]_{\alpha i,\beta i}=q^{-1}\sum_dM_{\alpha,i+d;\beta,i+d}`
+reads only equal-pixel entries of the layer below, so these
+:math:`D_{\alpha\beta,i}=K_{\alpha i,\beta i}` obey the same recursion on their own (what
+neural-tangents' ``Flatten`` exploits, its ``diagonal_spatial``).  ``cnn_kernels`` takes this path
+for the flatten readout (``pixel_pairs``): :math:`O(P^2|\mathcal P|)` expectations and memory
+per layer, :math:`|\mathcal P|` times fewer (digits of 8×8, ``benchmarks/cnn_flatten_diagonal.py``).
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -64,7 +72,7 @@ from effth.arch.cnn import CNN
 from effth.arch.cnn import padding_widths as _pads
 from effth.errors import DomainError
 from effth.numerics import gaussian_expectation
-from effth.numerics.sample_tables import closed_pair_tables, pair_tables
+from effth.numerics.sample_tables import closed_pair_tables, pair_plans, pair_tables
 
 __all__ = ["CNNKernels", "cnn_kernels", "patch_average"]
 
@@ -92,16 +100,29 @@ def patch_average(M: Any, filter_shape: tuple, padding: str) -> np.ndarray:
     if M.ndim != 2 + 2 * dims:
         raise DomainError(f"M must have shape (P, *spatial, P, *spatial) with {dims} spatial axes, "
                           f"got {M.shape}")
-    sp = M.shape[1:1 + dims]
+    return _shift_mean(M, filter_shape, padding, (1, 2 + dims))
+
+
+def _shift_mean(M: np.ndarray, filter_shape: tuple, padding: str, starts: tuple) -> np.ndarray:
+    r"""The mean over the filter's offsets :math:`d` of ``M`` shifted by the same :math:`d` on
+    every group of spatial axes (the groups begin at the axes ``starts``): :math:`\mathcal A` of
+    :func:`patch_average` for ``starts=(1, 2 + dims)``; on the equal-pixel entries
+    :math:`D_{\alpha\beta,i}=M_{\alpha i,\beta i}` (``starts=(2,)``) the same operator, since
+    :math:`\mathcal A` reads the equal-pixel entries :math:`(i+d, i+d)` alone there."""
+    dims = len(filter_shape)
+    sp = M.shape[starts[0]:starts[0] + dims]
     if padding != "valid":
-        width = [(0, 0)] + [_pads(f, padding) for f in filter_shape]
-        width = width + width
+        width = [(0, 0)] * M.ndim
+        for a in starts:
+            width[a:a + dims] = [_pads(f, padding) for f in filter_shape]
         M = np.pad(M, width, mode="wrap" if padding == "circular" else "constant")
     out_sp = tuple(s if padding != "valid" else s - f + 1 for s, f in zip(sp, filter_shape))
     out = None
     for d in itertools.product(*(range(f) for f in filter_shape)):
-        sl = tuple(slice(dk, dk + ok) for dk, ok in zip(d, out_sp))
-        block = M[(slice(None),) + sl + (slice(None),) + sl]
+        idx = [slice(None)] * M.ndim
+        for a in starts:
+            idx[a:a + dims] = [slice(dk, dk + ok) for dk, ok in zip(d, out_sp)]
+        block = M[tuple(idx)]
         out = block.copy() if out is None else out + block
     return out / float(np.prod(filter_shape))
 
@@ -131,7 +152,14 @@ class CNNKernels(WeightLayers):
     Hidden layers :math:`\ell=1..L-1` are over (image, pixel) pairs with the pixels of layer
     :math:`\ell` flattened in C order (``S = prod(spatial_shapes[ℓ])``); the output layer
     :math:`L` is over images.  ``value(name, layer=ℓ, pixels=True)`` restores the spatial axes
-    ``(P, *spatial, P, *spatial)``.
+    ``(P, *spatial, P, *spatial)``; ``value(name, layer=ℓ, diagonal=True)`` gives the equal-pixel
+    entries :math:`D_{\alpha\beta,i}=K_{\alpha i,\beta i}`, shape ``(P, P, S)`` (``pixels=True``:
+    ``(P, P, *spatial)``, neural-tangents' ``diagonal_spatial`` layout).
+
+    With ``pixel_pairs == "diagonal"`` (a flatten readout, :func:`cnn_kernels`) only those
+    entries were computed: the hidden entries of ``K`` and ``Theta`` are ``(P, P, S)``, and
+    ``value`` without ``diagonal=True`` computes the full pixel-pair kernels once, on the first
+    such call (the cost of ``pixel_pairs="full"``), and keeps them.
 
     Attributes
     ----------
@@ -140,12 +168,17 @@ class CNNKernels(WeightLayers):
     net : CNN
     spatial_shapes : tuple
         Input shape, then the spatial shape of each hidden layer.
+    pixel_pairs : {'full', 'diagonal'}
+        Which pixel pairs the hidden layers hold.
     """
 
     K: list
     Theta: list | None
     net: CNN
     spatial_shapes: tuple
+    pixel_pairs: str = "full"
+    _inputs: tuple | None = field(default=None, compare=False)
+    _full: Any = field(default=None, compare=False)
 
     @property
     def depth(self) -> int:
@@ -159,8 +192,10 @@ class CNNKernels(WeightLayers):
     def names(self) -> tuple:
         return ("K",) if self.Theta is None else ("K", "Theta")
 
-    def value(self, name: str, layer: int | None = None, *, pixels: bool = False) -> np.ndarray:
-        """The kernel ``name`` at book layer ``layer`` (``None``: the output layer ``L``)."""
+    def value(self, name: str, layer: int | None = None, *, pixels: bool = False,
+              diagonal: bool = False) -> np.ndarray:
+        """The kernel ``name`` at book layer ``layer`` (``None``: the output layer ``L``);
+        ``diagonal=True``: its equal-pixel entries (hidden layers; class docstring)."""
         if name not in ("K", "Theta"):
             raise DomainError(f"unknown name {name!r}; CNNKernels holds {self.names}")
         if name == "Theta" and self.Theta is None:
@@ -172,19 +207,29 @@ class CNNKernels(WeightLayers):
         if ell < self.depth:
             P = self.K[-1].shape[0]
             sp = self.spatial_shapes[ell]
-            arr = arr.reshape((P, *sp, P, *sp)) if pixels else arr.reshape(P, -1, P, int(np.prod(sp)))
+            S = int(np.prod(sp))
+            if diagonal:
+                if self.pixel_pairs == "full":
+                    arr = np.einsum("aibi->abi", arr.reshape(P, S, P, S)).copy()
+                return arr.reshape((P, P, *sp)) if pixels else arr.reshape(P, P, S)
+            if self.pixel_pairs == "diagonal":
+                if self._full is None:
+                    X, ntk, rtol = self._inputs
+                    self._full = cnn_kernels(self.net, X, ntk=ntk, rtol=rtol, pixel_pairs="full")
+                return self._full.value(name, ell, pixels=pixels)
+            arr = arr.reshape((P, *sp, P, *sp)) if pixels else arr.reshape(P, -1, P, S)
         return arr
 
     def stderr(self, name: str, layer: int | None = None) -> None:
         """``None``: the theory is deterministic."""
-        self.value(name, layer)
+        self.value(name, layer, diagonal=True)
         return None
 
     def __repr__(self) -> str:
         P = self.K[-1].shape[0]
         return (f"CNNKernels({self.names}, {P} images of shape {self.spatial_shapes[0]}, "
                 f"depth={self.depth}, {self.net.act.name}, padding={self.net.padding!r}, "
-                f"readout={self.net.readout!r})")
+                f"readout={self.net.readout!r}, pixel_pairs={self.pixel_pairs!r})")
 
 
 def _expectation_pairs(K: np.ndarray, act: Any, order: int, iu: np.ndarray, ju: np.ndarray,
@@ -268,7 +313,8 @@ def _pair_tables(Kf: np.ndarray, act: Any, ntk: bool, rtol: float, layer: int) -
 
 
 @public
-def cnn_kernels(net: CNN, X: Any, *, ntk: bool = True, rtol: float = 1e-10) -> CNNKernels:
+def cnn_kernels(net: CNN, X: Any, *, ntk: bool = True, rtol: float = 1e-10,
+                pixel_pairs: str = "auto") -> CNNKernels:
     r"""NNGP kernels and NTKs of an infinitely wide CNN, layer by layer (module docstring).
 
     Parameters
@@ -281,6 +327,15 @@ def cnn_kernels(net: CNN, X: Any, *, ntk: bool = True, rtol: float = 1e-10) -> C
         Also compute :math:`\Theta^{(\ell)}` (needs :math:`\sigma'` to be a function).
     rtol : float
         Relative accuracy of the Gaussian expectations without a closed form (tanh, ...).
+    pixel_pairs : {'auto', 'full', 'diagonal'}
+        The pixel pairs computed at the hidden layers.  ``'full'``: all of them.
+        ``'diagonal'`` (flatten readout only): the equal-pixel entries
+        :math:`K_{\alpha i,\beta i}` alone, which are all that the flatten readout reads and
+        that :math:`\mathcal A` needs (the same offset :math:`d` on both pixels maps equal pixels
+        to equal pixels), :math:`|\mathcal P|` times fewer entries (module docstring).
+        ``'auto'``: ``'diagonal'`` for the flatten readout, ``'full'`` for pooling.  The output
+        kernels are the same either way to round-off (closed forms) or to ``rtol`` (quadrature,
+        whose rules follow the largest scale of the kernel they are given).
 
     Returns
     -------
@@ -290,7 +345,8 @@ def cnn_kernels(net: CNN, X: Any, *, ntk: bool = True, rtol: float = 1e-10) -> C
     ------
     DomainError
         Not a CNN, images of the wrong rank or unequal shape, a filter larger than the image it
-        reads, an NTK for an activation with a jump, overflow (the layer is named).
+        reads, an NTK for an activation with a jump, overflow (the layer is named),
+        ``pixel_pairs='diagonal'`` with the pooling readout.
 
     Examples
     --------
@@ -306,7 +362,16 @@ def cnn_kernels(net: CNN, X: Any, *, ntk: bool = True, rtol: float = 1e-10) -> C
                           "(for an MLP use effth.flow / effth.ntk_flow)")
     if not (isinstance(rtol, (int, float)) and 0 < rtol < 1):
         raise DomainError(f"rtol must be in (0, 1), got {rtol!r}")
+    if not isinstance(pixel_pairs, str) or pixel_pairs not in ("auto", "full", "diagonal"):
+        raise DomainError(f"pixel_pairs must be 'auto', 'full' or 'diagonal', got {pixel_pairs!r}")
+    if pixel_pairs == "diagonal" and net.readout != "flatten":
+        raise DomainError("pixel_pairs='diagonal' needs readout='flatten': global average pooling "
+                          "reads every pixel pair of the last hidden layer")
+    if pixel_pairs == "auto":
+        pixel_pairs = "diagonal" if net.readout == "flatten" else "full"
     Xa = net.images(X)
+    if pixel_pairs == "diagonal":
+        return _diagonal_kernels(net, Xa, ntk, rtol)
     P, C0 = Xa.shape[0], Xa.shape[-1]
     shapes = net.spatial_shapes(Xa.shape[1:-1])
     act = net.act
@@ -350,3 +415,81 @@ def cnn_kernels(net: CNN, X: Any, *, ntk: bool = True, rtol: float = 1e-10) -> C
         if not np.all(np.isfinite(k)):
             raise DomainError(f"the kernel overflows at layer {ell}; reduce c_w, c_b or the input scale")
     return CNNKernels(K=Ks, Theta=Ts, net=net, spatial_shapes=shapes)
+
+
+def _diagonal_pair_tables(D: np.ndarray, act: Any, ntk: bool, rtol: float, layer: int) -> tuple:
+    r""":func:`_pair_tables` on the equal-pixel entries ``D`` ``(P, P, S)``: the closed forms of
+    :func:`~effth.numerics.sample_tables.closed_pair_tables` batched over the pixels (the same
+    entry-by-entry formulas and the same conditions on the variances of all (image, pixel)
+    inputs), else :func:`_pair_tables` pixel by pixel on its :math:`P\times P` kernel."""
+    P, S = D.shape[0], D.shape[2]
+    D = 0.5 * (D + D.transpose(1, 0, 2))
+    orders = [(0, 0), (1, 1)] if ntk else [(0, 0)]
+    d = np.einsum("aai->ai", D)
+    ar = np.arange(P)
+    iu, ju = np.triu_indices(P, 1)
+    plans = {} if (ntk and act.singular_part(1)) else pair_plans(act, orders, d.ravel())
+    tabs = {}
+    for o in orders:
+        if o not in plans:
+            break
+        # image pairs mu < nu, then mirrored: the orders (p, p) are symmetric, and the pair's
+        # arguments come in the order of the full path's upper triangle
+        T = np.empty(D.shape)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            T[iu, ju, :] = plans[o][0](d[iu], d[ju], D[iu, ju, :])
+            T[ju, iu, :] = T[iu, ju, :]
+            T[ar, ar, :] = np.asarray(plans[o][1](d.ravel())).reshape(P, S)
+        if not np.all(np.isfinite(T)):
+            break
+        tabs[o] = T
+    if len(tabs) == len(orders):
+        return tabs[0, 0], tabs.get((1, 1))
+    Q, Qd = np.empty((P, P, S)), (np.empty((P, P, S)) if ntk else None)
+    for i in range(S):          # pixel i: its P x P kernel over images
+        q, qd = _pair_tables(D[:, :, i], act, ntk, rtol, layer)
+        Q[:, :, i] = q
+        if ntk:
+            Qd[:, :, i] = qd
+    return Q, Qd
+
+
+def _diagonal_kernels(net: CNN, Xa: np.ndarray, ntk: bool, rtol: float) -> CNNKernels:
+    r""":func:`cnn_kernels` on the equal-pixel entries :math:`D_{\alpha\beta,i}=K_{\alpha i,\beta i}`
+    alone (flatten readout): per layer :math:`|\mathcal P|` two-point tables of :math:`P\times P`
+    and :math:`O(qP^2|\mathcal P|)` additions."""
+    P, C0 = Xa.shape[0], Xa.shape[-1]
+    shapes = net.spatial_shapes(Xa.shape[1:-1])
+    L = net.depth
+    G = np.einsum("aic,bic->abi", Xa.reshape(P, -1, C0), Xa.reshape(P, -1, C0)) / C0
+    G = G.reshape((P, P, *shapes[0]))
+    Ks, Ts = [], ([] if ntk else None)
+    K = net.c_b_at(1) + net.c_w_at(1) * _shift_mean(G, net.filter_shapes[0], net.padding, (2,))
+    T = K.copy() if ntk else None
+    for ell in range(1, L):
+        sp = shapes[ell]
+        S = int(np.prod(sp))
+        Ks.append(K.reshape(P, P, S))
+        if ntk:
+            Ts.append(T.reshape(P, P, S))
+        Q, Qd = _diagonal_pair_tables(Ks[-1], net.act, ntk, rtol, ell)
+        cw, cb = net.c_w_at(ell + 1), net.c_b_at(ell + 1)
+        MT = Qd * Ts[-1] if ntk else None
+        if ell < L - 1:
+            K = cb + cw * _shift_mean(Q.reshape((P, P, *sp)), net.filter_shapes[ell], net.padding,
+                                      (2,))
+            if ntk:
+                T = K + cw * _shift_mean(MT.reshape((P, P, *sp)), net.filter_shapes[ell],
+                                         net.padding, (2,))
+        else:
+            K = cb + cw * Q.sum(axis=2) / S
+            if ntk:
+                T = K + cw * MT.sum(axis=2) / S
+    Ks.append(0.5 * (K + K.T))
+    if ntk:
+        Ts.append(0.5 * (T + T.T))
+    for ell, k in enumerate(Ks, start=1):
+        if not np.all(np.isfinite(k)):
+            raise DomainError(f"the kernel overflows at layer {ell}; reduce c_w, c_b or the input scale")
+    return CNNKernels(K=Ks, Theta=Ts, net=net, spatial_shapes=shapes, pixel_pairs="diagonal",
+                      _inputs=(Xa, ntk, rtol))

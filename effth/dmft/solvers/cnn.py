@@ -322,7 +322,7 @@ def _initial_state(net: CNN, Xall: np.ndarray, ops: _Ops):
     :math:`G^\\ell=\\langle\\phi'\\phi'\\rangle_{K^\\ell}\\odot G^\\ell_{\\rm in}` top down, tiled in
     time, and the NTK :math:`\\Phi^{\\rm out}+\\sum_\\ell\\sum_{ij}G^\\ell K^\\ell_{\\rm in}` over
     images."""
-    kern = cnn_kernels(net.with_widths(None), Xall, ntk=False)
+    kern = cnn_kernels(net.with_widths(None), Xall, ntk=False, pixel_pairs="full")
     n, L, T, ms, Ss = ops.n, ops.L, ops.T, ops.ms, ops.Ss
     ops.k_in1 = kern.value("K", layer=1).reshape(ms[1], ms[1])          # C_b + C_W A[x x / C_0]
     Q, Qd, Kin = [], [], []
