@@ -41,10 +41,15 @@ def random_psd(rng: np.random.Generator, k: int, lo: float = 0.2, hi: float = 2.
     return 0.5 * (out + out.T)
 
 
+def skip_unless_slow(request) -> None:
+    """Skip unless selected with ``-m slow`` or ``EFFTH_SLOW=1`` (any fixture scope)."""
+    markexpr = request.config.getoption("markexpr", default="") or ""
+    if not (("slow" in markexpr and "not slow" not in markexpr) or os.environ.get("EFFTH_SLOW") == "1"):
+        pytest.skip("takes minutes; run with -m slow or EFFTH_SLOW=1")
+
+
 @pytest.fixture
 def opt_in_slow(request) -> None:
     """Skip unless selected with ``-m slow`` or ``EFFTH_SLOW=1``: for tests that take minutes each
     (they stay out of the default run, which CI keeps under 15 minutes)."""
-    markexpr = request.config.getoption("markexpr", default="") or ""
-    if not (("slow" in markexpr and "not slow" not in markexpr) or os.environ.get("EFFTH_SLOW") == "1"):
-        pytest.skip("takes minutes; run with -m slow or EFFTH_SLOW=1")
+    skip_unless_slow(request)
