@@ -414,8 +414,10 @@ def _warn_residual_history(net: Any) -> None:
     quadratic = act.is_polynomial and (act.polynomial_degree or 0) <= 1
     skips = [k for k in range(2, L) if float(net.gamma_at(k)) != 0]
     if skips and not quadratic:
+        where = (", ".join(map(str, skips)) if len(skips) <= 4
+                 else f"{skips[0]}, {skips[1]}, ..., {skips[-1]}")
         warnings.warn(
-            f"V and G1 of a residual net with {act!r} (skips at layers {skips}) come from the "
+            f"V and G1 of a residual net with {act!r} (skips at layers {where}) come from the "
             "single-layer cumulant closure, which, like PDLT (B.24), keeps only the Mehler terms "
             "m <= 2 of the covariance between one neuron's sigma^2 at successive layers; the "
             "dropped terms are 0.3-4 % of V at layer 3 (tanh, ReLU, GELU; measured on networks) "
