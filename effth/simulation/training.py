@@ -44,7 +44,7 @@ from .._validate import weight_variance_values
 from .._validate import seed as _check_seed
 from ..activations import get_activation
 from effth.arch import resolve_depth
-from effth.dmft.grid import langevin_noise
+from effth._langevin import langevin_noise
 from ..errors import DomainError
 from . import _mlp
 
