@@ -95,8 +95,10 @@ def test_small_gamma0_is_the_lazy_cntk_dynamics(setup):
     assert np.allclose(r.ntk[0], Th, rtol=0.05)
 
 
-def test_cholesky_sampler_agrees_with_the_eigh_sampler(setup):
-    """The default sampler (layer 1's source repeated in time, the readout's source from its
+@pytest.mark.slow
+def test_cholesky_sampler_agrees_with_the_eigh_sampler(setup, opt_in_slow):
+    """Opt-in (about a minute; the draws' covariance test below carries the power against a
+    wrong law, this one only against effects the size of feature learning).  The default sampler (layer 1's source repeated in time, the readout's source from its
     one number, pivoted Cholesky factors) and the eigh square roots draw the same law: at
     gamma0 = 1 the two solutions agree within 4.5 combined standard errors (8 replicas each,
     independent seeds) on every image and step, while both reject the lazy CNTK dynamics."""
