@@ -628,30 +628,37 @@ def domain_error_from(exc: BaseException, where: str, args: tuple, kwargs: dict,
     return DomainError(f"{where}() {what}" + (f" ({detail})" if detail else "") + f"; {hint}")
 
 
+def _positive_per_layer(values: Any, count: int, name: str, what: str, unit: str, per: str,
+                        count_note: str = "") -> tuple | None:
+    """``count`` positive finite floats, one per layer (``None`` when not given or all 1); the
+    one check behind :func:`width_ratio_values` and :func:`weight_variance_values`."""
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes, bool, np.bool_)) or np.ndim(values) != 1:
+        raise DomainError(f"{name}={values!r} must be {what}")
+    try:
+        a = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise DomainError(f"{name}={values!r} must be {what}") from None
+    if a.size != count:
+        raise DomainError(f"{name} needs one {unit} per {per} ({count}{count_note}), got "
+                          f"{a.size}: {values!r}")
+    if not np.all(np.isfinite(a)) or np.any(a <= 0):
+        raise DomainError(f"{name}={values!r}: every {unit} must be a finite number > 0")
+    if np.all(a == 1.0):
+        return None
+    return tuple(float(v) for v in a)
+
+
 def width_ratio_values(width_ratios: Any, hidden_layers: int,
                        name: str = "width_ratios") -> tuple | None:
     """Validated hidden-layer width ratios ``a_l = N_l / N`` (Bordelon & Pehlevan (2022),
     App. D.8): ``None`` when not given or all equal to 1 (equal widths), else a tuple of
     ``hidden_layers`` positive finite floats; :class:`DomainError` otherwise."""
-    if width_ratios is None:
-        return None
-    if isinstance(width_ratios, (str, bytes, bool, np.bool_)) or np.ndim(width_ratios) != 1:
-        raise DomainError(f"{name}={width_ratios!r} must be a sequence of {hidden_layers} "
-                          "positive numbers a_l = N_l / N, one per hidden layer")
-    try:
-        a = np.asarray(width_ratios, dtype=float)
-    except (TypeError, ValueError):
-        raise DomainError(f"{name}={width_ratios!r} must be a sequence of {hidden_layers} "
-                          "positive numbers a_l = N_l / N, one per hidden layer") from None
-    if a.size != hidden_layers:
-        raise DomainError(f"{name} needs one ratio a_l = N_l / N per hidden layer "
-                          f"({hidden_layers}), got {a.size}: {width_ratios!r}")
-    if not np.all(np.isfinite(a)) or np.any(a <= 0):
-        raise DomainError(f"{name}={width_ratios!r}: every ratio a_l = N_l / N must be a finite "
-                          "number > 0")
-    if np.all(a == 1.0):
-        return None
-    return tuple(float(v) for v in a)
+    return _positive_per_layer(
+        width_ratios, hidden_layers, name,
+        f"a sequence of {hidden_layers} positive numbers a_l = N_l / N, one per hidden layer",
+        "ratio a_l = N_l / N", "hidden layer")
 
 
 def weight_variance_values(weight_variances: Any, weight_layers: int,
@@ -660,26 +667,11 @@ def weight_variance_values(weight_variances: Any, weight_layers: int,
     ``W^0 .. W^{L-1}, w^L`` (Bordelon & Pehlevan (2022), App. D.8: ``W^l_ij ~ N(0, sigma_l^2)``):
     ``None`` when not given or all equal to 1, else a tuple of positive finite floats;
     :class:`DomainError` otherwise."""
-    if weight_variances is None:
-        return None
-    what = (f"a sequence of {weight_layers} positive numbers sigma_l^2, one per weight layer "
-            "(input, hidden and readout)")
-    if isinstance(weight_variances, (str, bytes, bool, np.bool_)) or np.ndim(weight_variances) != 1:
-        raise DomainError(f"{name}={weight_variances!r} must be {what}")
-    try:
-        v = np.asarray(weight_variances, dtype=float)
-    except (TypeError, ValueError):
-        raise DomainError(f"{name}={weight_variances!r} must be {what}") from None
-    if v.size != weight_layers:
-        raise DomainError(f"{name} needs one variance sigma_l^2 per weight layer "
-                          f"({weight_layers}: input, hidden and readout), got {v.size}: "
-                          f"{weight_variances!r}")
-    if not np.all(np.isfinite(v)) or np.any(v <= 0):
-        raise DomainError(f"{name}={weight_variances!r}: every variance sigma_l^2 must be a "
-                          "finite number > 0")
-    if np.all(v == 1.0):
-        return None
-    return tuple(float(x) for x in v)
+    return _positive_per_layer(
+        weight_variances, weight_layers, name,
+        f"a sequence of {weight_layers} positive numbers sigma_l^2, one per weight layer "
+        "(input, hidden and readout)",
+        "variance sigma_l^2", "weight layer", ": input, hidden and readout")
 
 
 def langevin_momentum(temperature: Any, momentum: Any) -> tuple[float, float]:
