@@ -408,13 +408,18 @@ def cnn_kernels(net: CNN, X: Any, *, ntk: bool = True, rtol: float = 1e-10,
                 K = cb + cw * np.einsum("aibi->ab", Q.reshape(P, S, P, S)) / S
                 if ntk:
                     T = K + cw * np.einsum("aibi->ab", MT.reshape(P, S, P, S)) / S
+    _close_kernels(Ks, Ts, K, T if ntk else None)
+    return CNNKernels(K=Ks, Theta=Ts, net=net, spatial_shapes=shapes)
+
+
+def _close_kernels(Ks: list, Ts: list, K: np.ndarray, T: np.ndarray | None) -> None:
+    """Append the (symmetrized) output-layer kernels and refuse an overflow at any layer."""
     Ks.append(0.5 * (K + K.T))
-    if ntk:
+    if T is not None:
         Ts.append(0.5 * (T + T.T))
     for ell, k in enumerate(Ks, start=1):
         if not np.all(np.isfinite(k)):
             raise DomainError(f"the kernel overflows at layer {ell}; reduce c_w, c_b or the input scale")
-    return CNNKernels(K=Ks, Theta=Ts, net=net, spatial_shapes=shapes)
 
 
 def _diagonal_pair_tables(D: np.ndarray, act: Any, ntk: bool, rtol: float, layer: int) -> tuple:
@@ -485,11 +490,6 @@ def _diagonal_kernels(net: CNN, Xa: np.ndarray, ntk: bool, rtol: float) -> CNNKe
             K = cb + cw * Q.sum(axis=2) / S
             if ntk:
                 T = K + cw * MT.sum(axis=2) / S
-    Ks.append(0.5 * (K + K.T))
-    if ntk:
-        Ts.append(0.5 * (T + T.T))
-    for ell, k in enumerate(Ks, start=1):
-        if not np.all(np.isfinite(k)):
-            raise DomainError(f"the kernel overflows at layer {ell}; reduce c_w, c_b or the input scale")
+    _close_kernels(Ks, Ts, K, T if ntk else None)
     return CNNKernels(K=Ks, Theta=Ts, net=net, spatial_shapes=shapes, pixel_pairs="diagonal",
                       _inputs=(Xa, ntk, rtol))
