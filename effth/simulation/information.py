@@ -175,14 +175,13 @@ def _estimate(G: np.ndarray, neurons: tuple, layer: int, networks: int) -> Infor
     K, groups, bounds = _groups(G.size)
     counts = np.bincount(groups, minlength=K).astype(float)
     n = float(G.size)
-    # the entropy combination: sum_c sign_c S_{m_c} - (Gaussian reference for one group)
-    if len(neurons) == 1:
-        combo = [(neurons[0], 1.0)]
-    else:
-        m1, m2 = neurons
-        combo = [(m1, 1.0), (m2, 1.0), (m1 + m2, -1.0)]
+    # the entropy combination sum_m c_m S_m (each distinct m evaluated once: I(1;1) = 2 S_1 - S_2)
+    combo: dict = {}
+    for m, c in ((neurons[0], 1.0),) if len(neurons) == 1 else (
+            (neurons[0], 1.0), (neurons[1], 1.0), (neurons[0] + neurons[1], -1.0)):
+        combo[m] = combo.get(m, 0.0) + c
     full, loo = 0.0, np.zeros(K)
-    for m, sign in combo:
+    for m, sign in combo.items():
         for nodes in (_GRID, 2 * _GRID, 4 * _GRID, 8 * _GRID):
             t = _grid(G, m, nodes)
             sums, Gs = _log_mixture_sums(G, bounds, m, t)
@@ -197,13 +196,12 @@ def _estimate(G: np.ndarray, neurons: tuple, layer: int, networks: int) -> Infor
         full += sign * S
         loo += sign * np.array([_entropy_from_sums(total - sums[k], n - counts[k], Gs, m, t)[0]
                                 for k in range(K)])
+    sum_k = np.bincount(groups, weights=G, minlength=K)
     if len(neurons) == 1:                        # deviation from the Gaussian of the same G
         m = neurons[0]
         ref = lambda mean: 0.5 * m * np.log(2 * np.pi * np.e * mean)  # noqa: E731
         full -= ref(G.mean())
-        sum_k = np.bincount(groups, weights=G, minlength=K)
         loo -= ref((G.sum() - sum_k) / (n - counts))
-    sum_k = np.bincount(groups, weights=G, minlength=K)
     sq_k = np.bincount(groups, weights=G * G, minlength=K)
 
     def eps(s, q, c):
