@@ -58,7 +58,8 @@ from effth._display import depth_text, html_table, short
 from effth._progress import progress_bar
 from effth._results import HiddenLayers
 from effth._threads import blas_threads
-from effth._validate import check_memory, integer, positive, real_array, real_number, real_scalar
+from effth._validate import (check_memory, integer, positive, real_array, real_number, real_scalar,
+                             width_ratio_values)
 from effth.arch import resolve_depth
 from effth.arch._common import resolve_branch_scale
 from effth.errors import ConvergenceError, DomainError
@@ -104,23 +105,31 @@ class _Params:
     centering: bool
     beta: float | None   # residual branch scale (None: plain network)
     variant: str | None = None   # private: 'printed_sums' / 'printed_v' reproduce the printed errata
+    widths: tuple | None = None  # a_l = N_l / N per hidden layer (App. F); None: equal widths
+    C: int = 1                   # output channels (App. G)
+    signal_matrix: np.ndarray | None = None   # (C, C) S_cc' = w*_c . w*_c' / D when C > 1
 
 
 def _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, centering,
-            batch_ratio, parameterization, reference_nu, branch_scale, branch_scale0):
+            batch_ratio, parameterization, reference_nu, branch_scale, branch_scale0,
+            width_ratios=None, outputs=1):
     L = resolve_depth(depth, hidden_layers) - 1
+    C = integer(outputs, "outputs", minimum=1)
+    signal, signal_matrix = signal_values(signal, C)
     alpha = positive(alpha, "alpha", allow_inf=True)
     nu = positive(nu, "nu", allow_inf=True)
     eta = positive(eta, "eta")
     T = integer(steps, "steps", minimum=1)
-    check_memory(8.0 * (4 * (L + 2) ** 2 + 16) * float(T) ** 2,
-                 f"the two-time order parameters of {L} hidden layer(s) on {T} steps "
-                 f"(about {4 * (L + 2) ** 2 + 16} ({T} x {T}) arrays)",
-                 "lower steps (memory grows as steps**2, work as steps**3)")
+    n = T * C
+    check_memory(8.0 * (4 * (L + 2) ** 2 + 16) * float(n) ** 2,
+                 f"the two-time order parameters of {L} hidden layer(s) on {T} steps"
+                 + (f" and {C} output channels" if C > 1 else "")
+                 + f" (about {4 * (L + 2) ** 2 + 16} ({n} x {n}) arrays)",
+                 "lower steps (memory grows as (steps outputs)**2, work as (steps outputs)**3)")
     sigma = real_scalar(sigma, "sigma")
     if not (math.isfinite(sigma) and sigma >= 0):
         raise DomainError(f"sigma={sigma!r} (label-noise scale) must be finite and >= 0")
-    S = positive(signal, "signal")
+    S = signal
     # the order parameters hold sigma^2, signal^2 and 1/nu: beyond float64 the run "diverges"
     # for a reason that is not the learning rate
     for v, name in ((sigma, "sigma"), (S, "signal")):
@@ -158,8 +167,37 @@ def _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, 
             raise DomainError("online SGD (batch_ratio=) draws fresh data each step: leave "
                               "alpha at inf")
     beta = resolve_branch_scale(branch_scale, branch_scale0, L)
+    widths = width_ratio_values(width_ratios, L)
+    if widths is not None and beta is not None:
+        raise DomainError("width_ratios= with a residual network: the skip connections "
+                          "I + beta W / sqrt(N) need equal hidden widths (App. C); drop "
+                          "width_ratios or the branch scale")
     return _Params(L=L, T=T, eta=eta, g2=g2, iv=iv, alpha=alpha, alpha_b=ab, sigma=sigma, S=S,
-                   centering=bool(centering), beta=beta)
+                   centering=bool(centering), beta=beta, widths=widths, C=C,
+                   signal_matrix=signal_matrix)
+
+
+def signal_values(signal, outputs: int):
+    r"""The teacher's signal ``S = |w_*|^2 / D`` (one output) or, for ``C = outputs`` channels
+    (App. G), the ``(C, C)`` matrix ``S_cc' = w*_c . w*_c' / D``: a positive number (``S`` times
+    the identity) or a symmetric positive semi-definite ``(C, C)`` matrix with a positive
+    diagonal.  Returns ``(S, None)`` for one output, ``(max_c S_cc, matrix)`` otherwise."""
+    if np.ndim(signal) == 0:
+        S = positive(signal, "signal")
+        return (S, None) if outputs == 1 else (S, S * np.eye(outputs))
+    M = real_array(signal, "signal", finite=True)
+    if M.shape != (outputs, outputs):
+        raise DomainError(f"signal has shape {M.shape}: with outputs={outputs} give a number or "
+                          f"the ({outputs}, {outputs}) matrix S_cc' = w*_c . w*_c' / D")
+    if not np.allclose(M, M.T, rtol=1e-12, atol=0.0):
+        raise DomainError("signal must be a symmetric matrix S_cc' = w*_c . w*_c' / D")
+    M = 0.5 * (M + M.T)
+    if np.any(np.diag(M) <= 0) or np.linalg.eigvalsh(M)[0] < -1e-12 * np.abs(M).max():
+        raise DomainError("signal must be positive semi-definite with a positive diagonal "
+                          "(a Gram matrix of the teacher vectors, S_cc' = w*_c . w*_c' / D)")
+    if outputs == 1:
+        return float(M[0, 0]), None
+    return float(np.diag(M).max()), M
 
 
 # --------------------------------------------------------------------------- result
@@ -175,6 +213,12 @@ class RandomDataResult(HiddenLayers):
     ``'C_v'``, ``'C_delta'``, ``'K'`` (the kernel ``gamma0^-1 R^1_gu + eta C^1_g`` of the input
     site), ``'transfer'`` (``H = (I + K R_Delta)^-1``), ``'R_delta'``, ``'R_vu'``; per hidden layer
     ``'C_h'``, ``'C_g'`` (``layer = 1..L``; ``layer=0`` gives ``C_h^0``).
+
+    With ``C = outputs > 1`` channels (App. G) the losses and the decomposition are summed over
+    the channels (the un-halved loss ``sum_c <Delta_c^2>``), ``'channel_loss'`` ``(T, C)`` is the
+    test loss of each channel, and the two-time matrices have shape ``(T, C, T, C)``
+    (``C_v[t, c, s, c'] = <v_c(t) v_c'(s)>``).  ``width_ratios`` holds ``a_l = N_l / N``
+    (``None``: equal widths, App. F).
     """
 
     hidden_layers: int
@@ -190,6 +234,8 @@ class RandomDataResult(HiddenLayers):
     branch_scale: float | None
     arrays: dict = field(default_factory=dict)
     seconds: float = 0.0
+    width_ratios: tuple | None = None
+    outputs: int = 1
 
     @property
     def steps(self) -> int:
@@ -205,7 +251,14 @@ class RandomDataResult(HiddenLayers):
 
     _PER_LAYER = ("C_h", "C_g")
     _NAMES = ("test_loss", "loss", "train_loss", "bias", "width_variance", "data_variance",
-              "C_v", "C_delta", "K", "transfer", "R_delta", "R_vu", "C_h", "C_g")
+              "C_v", "C_delta", "K", "transfer", "R_delta", "R_vu", "C_h", "C_g", "channel_loss")
+    _TWO_TIME = ("C_v", "C_delta", "K", "transfer", "R_delta", "R_vu", "C_h", "C_g")
+
+    def _shape(self, out, name):
+        if self.outputs == 1 or name not in self._TWO_TIME:
+            return out
+        T, C = self.steps, self.outputs
+        return out.reshape(T, C, T, C)
 
     def value(self, name: str, layer: int | None = None) -> np.ndarray:
         """The prediction ``name`` (see the class docstring)."""
@@ -219,14 +272,16 @@ class RandomDataResult(HiddenLayers):
                     lo <= int(layer) <= self.hidden_layers):
                 raise DomainError(f"layer={layer!r} not held for {name!r}; layers are "
                                   f"{lo}..{self.hidden_layers}")
-            return self.arrays[name][int(layer) - lo]
+            return self._shape(self.arrays[name][int(layer) - lo], name)
         if layer is not None:
             raise DomainError(f"{name!r} has no layer axis; drop layer={layer!r}")
         name = "test_loss" if name == "loss" else name
+        if name == "channel_loss":
+            return self.arrays.get("channel_loss", self.arrays["test_loss"][:, None])
         out = self.arrays[name]
         if out is None:
             raise DomainError(f"{name!r} is not defined for online SGD (every batch is fresh)")
-        return out
+        return self._shape(out, name)
 
     def stderr(self, name: str, layer: int | None = None):
         """``None``: the theory is deterministic."""
@@ -237,6 +292,10 @@ class RandomDataResult(HiddenLayers):
         kind = ("SGD alpha_B=%g" % self.batch_ratio if self.batch_ratio is not None
                 else "alpha=%g" % self.alpha)
         res = "" if self.branch_scale is None else f", beta={self.branch_scale:g}"
+        if self.width_ratios is not None:
+            res += f", width_ratios={short(list(self.width_ratios))}"
+        if self.outputs > 1:
+            res += f", outputs={self.outputs}"
         return (f"{depth_text(self.depth)}, {kind}, nu={self.nu:g}, "
                 f"gamma0={math.sqrt(self.gamma0_sq):g}, eta={self.grid.eta:g}, steps={self.steps}{res}")
 
@@ -248,7 +307,8 @@ class RandomDataResult(HiddenLayers):
                 ("alpha", self.alpha), ("nu", self.nu), ("batch ratio", self.batch_ratio),
                 ("gamma0", f"{math.sqrt(self.gamma0_sq):g}"), ("eta", self.grid.eta),
                 ("steps", self.steps), ("sigma", self.sigma), ("centering", self.centering),
-                ("branch scale", self.branch_scale),
+                ("branch scale", self.branch_scale), ("width ratios", self.width_ratios),
+                ("outputs", self.outputs),
                 ("test loss", short(np.round(self.test_loss, 4))),
                 ("seconds", f"{self.seconds:.3g}")]
         return html_table("RandomDataResult", rows)
@@ -266,128 +326,201 @@ def _sym(M, t, row):
     M[:t + 1, t] = row
 
 
+def _blocks(t, C):
+    """Rows of time step ``t`` on the time-major grid ``(t, c) -> t C + c``: the block itself,
+    the earlier steps and everything up to and including ``t``."""
+    return slice(t * C, (t + 1) * C), slice(0, t * C), slice(0, (t + 1) * C)
+
+
+def _bsym(M, r, up, rows):
+    """Write the block row ``rows`` of step ``r`` and its transpose (a symmetric matrix)."""
+    M[r, up] = rows
+    M[up, r] = rows.T
+
+
 def _march(p: _Params, check: bool = True):
-    """Causal time-stepping of the corrected equations (non-residual and residual networks)."""
-    L, T, eta, g2, iv = p.L, p.T, p.eta, p.g2, p.iv
+    """Causal time-stepping of the corrected equations (non-residual and residual networks).
+
+    Every matrix lives on the time-major grid of ``T C`` points ``(t, c)`` (``C`` output
+    channels, App. G: the order parameters carry channel pairs ``(c, c')``); at step ``t`` the
+    block of ``C`` rows is computed at once.  At ``C = 1`` the blocks are single rows and every
+    operation is the scalar-output one.  Layer-dependent widths (App. F) enter as the factors
+    of :func:`_width_factors`."""
+    L, T, eta, g2, C = p.L, p.T, p.eta, p.g2, p.C
+    n = T * C
     pop = math.isinf(p.alpha) and p.alpha_b is None
     sgd = p.alpha_b is not None
-    Z = lambda: np.zeros((T, T))                      # noqa: E731
+    Z = lambda: np.zeros((n, n))                      # noqa: E731
+    eye = np.eye(C)
+    Smat = np.array([[p.S]]) if p.signal_matrix is None else p.signal_matrix
+    rho, cK, iv_r, iv_h = _width_factors(p)
     Ch = [Z() for _ in range(L + 1)]                  # C_h^0 .. C_h^L
-    Cg = [Z() for _ in range(L + 2)]                  # index 1..L; L+1 = ones
-    Cg[L + 1] = np.ones((T, T))
-    Vw, Vr, Vu = np.zeros(T), Z(), Z()
-    Hw, H0r, H0u = np.zeros(T), Z(), Z()
-    Du, De = Z(), np.zeros(T)
+    Cg = [Z() for _ in range(L + 2)]                  # index 1..L; L+1 = output "gradient"
+    Cg[L + 1] = np.ones((n, n)) if C == 1 else np.kron(np.ones((T, T)), eye)
+    Vw, Vr, Vu = np.zeros((n, C)), Z(), Z()          # v = Vw w_* + Vr r^0 + Vu u^0
+    Hw, H0r, H0u = np.zeros((n, C)), Z(), Z()        # h^0, likewise
+    Du, De = Z(), np.zeros((n, C))                    # Delta = Du u_Delta + De sigma eps
     Cv, CD = Z(), Z()
     Kmat = Z()
     if p.beta is None:
-        hid = _PlainHidden(L, T)
+        hid = _PlainHidden(L, T, C, rho)
     else:
-        hid = _ResidualHidden(L, T, p.beta)
+        hid = _ResidualHidden(L, T, p.beta, C)
     Su = Z()
     L0 = None
     for t in range(T):
-        s1 = slice(0, t + 1)
+        r, pre, up = _blocks(t, C)
         hid.backward(t, Ch, Cg, eta, g2)
         # ------------------------------------------------------------ input sites
-        K = hid.R1gu_scaled(t) + (eta * math.sqrt(g2) if p.variant == "printed_v" else eta) * Cg[1][t, :t]
-        Kmat[t, :t] = K
-        Vw[t] = 1.0 - K @ Hw[:t]
-        Vr[t, :t + 1] = -K @ H0r[:t, :t + 1]
-        Vr[t, t] -= 1.0
+        K = hid.R1gu_scaled(t) + (eta * math.sqrt(g2) if p.variant == "printed_v" else eta) * Cg[1][r, pre]
+        if cK != 1.0:
+            K = cK * K
+        Kmat[r, pre] = K
+        Vw[r] = eye - K @ Hw[pre]
+        Vr[r, up] = -K @ H0r[pre, up]
+        Vr[r, r] -= eye
         if p.centering:
-            Vr[t, 0] += 1.0
-        Vu[t, :t + 1] = -K @ H0u[:t, :t + 1]
-        Sr = Cg[1][s1, s1] * iv
+            Vr[r, 0:C] += eye
+        Vu[r, up] = -K @ H0u[pre, up]
+        Sr = Cg[1][up, up] * iv_r
         if pop:
             su_part = 0.0
         else:
             # v(t) depends on u^0 at earlier times only (Vu[t, t] = 0), so row t of
             # Su = C_Delta / alpha (computed below) is not needed yet
-            su_part = (Vu[t, s1] @ Su[s1, s1]) @ Vu[s1, s1].T
-        _sym(Cv, t, p.S * Vw[t] * Vw[s1] + (Vr[t, s1] @ Sr) @ Vr[s1, s1].T + su_part)
+            su_part = (Vu[r, up] @ Su[up, up]) @ Vu[up, up].T
+        _bsym(Cv, r, up, (Vw[r] @ Smat) @ Vw[up].T + (Vr[r, up] @ Sr) @ Vr[up, up].T + su_part)
         # ------------------------------------------------------------ data sites
         if pop or sgd:
-            Du[t, t] = 1.0
-            De[t] = 1.0
-            noise = p.sigma ** 2 * ((np.arange(t + 1) == t) if sgd else 1.0)
-            _sym(CD, t, Cv[t, s1] + noise)
+            Du[r, r] = eye
+            De[r] = eye
+            if sgd:
+                noise = np.zeros((C, (t + 1) * C))
+                noise[:, t * C:] = p.sigma ** 2 * eye
+            else:
+                noise = p.sigma ** 2 * (1.0 if C == 1 else np.tile(eye, (1, t + 1)))
+            _bsym(CD, r, up, Cv[r, up] + noise)
         else:
-            Du[t, s1] = (Vu[t, :t] / p.alpha) @ Du[:t, s1]
-            Du[t, t] += 1.0
-            De[t] = 1.0 + (Vu[t, :t] / p.alpha) @ De[:t]
-            _sym(CD, t, (Du[t, s1] @ Cv[s1, s1]) @ Du[s1, s1].T + p.sigma ** 2 * De[t] * De[s1])
+            Du[r, up] = (Vu[r, pre] / p.alpha) @ Du[pre, up]
+            Du[r, r] += eye
+            De[r] = eye + (Vu[r, pre] / p.alpha) @ De[pre]
+            _bsym(CD, r, up, (Du[r, up] @ Cv[up, up]) @ Du[up, up].T
+                  + (p.sigma ** 2 * De[r]) @ De[up].T)
         if sgd:
-            Su[t, t] = CD[t, t] / p.alpha_b
+            Su[r, r] = CD[r, r] / p.alpha_b
         elif not pop:
-            _sym(Su, t, CD[t, s1] / p.alpha)
+            _bsym(Su, r, up, CD[r, up] / p.alpha)
         # ------------------------------------------------------------ h^0
-        Hw[t] = Du[t, s1] @ Vw[s1]
-        H0r[t, s1] = Du[t, s1] @ Vr[s1, s1]
-        H0u[t, s1] = Du[t, s1] @ Vu[s1, s1]
+        Hw[r] = Du[r, up] @ Vw[up]
+        H0r[r, up] = Du[r, up] @ Vr[up, up]
+        H0u[r, up] = Du[r, up] @ Vu[up, up]
         if not pop:
-            H0u[t, t] += 1.0
-        _sym(Ch[0], t, p.S * Hw[t] * Hw[s1] + (H0r[t, s1] @ Sr) @ H0r[s1, s1].T
-             + (H0u[t, s1] @ Su[s1, s1]) @ H0u[s1, s1].T)
-        hid.forward(t, Ch, Cg, H0r, eta, g2, iv, p.variant == "printed_sums")
+            H0u[r, r] += eye
+        _bsym(Ch[0], r, up, (Hw[r] @ Smat) @ Hw[up].T + (H0r[r, up] @ Sr) @ H0r[up, up].T
+              + (H0u[r, up] @ Su[up, up]) @ H0u[up, up].T)
+        hid.forward(t, Ch, Cg, H0r, eta, g2, iv_h, p.variant == "printed_sums")
         if check:
-            test = Cv[t, t] + p.sigma ** 2
+            test = float(np.trace(Cv[r, r])) + C * p.sigma ** 2
             if t == 0:
                 L0 = test
-            if not (np.isfinite(test) and np.isfinite(CD[t, t]) and test <= _BLOWUP * L0
-                    and np.all(np.isfinite(Ch[L][t, s1]))):
+            if not (np.isfinite(test) and np.all(np.isfinite(CD[r, r])) and test <= _BLOWUP * L0
+                    and np.all(np.isfinite(Ch[L][r, up]))):
                 raise _Diverged(t, test)
-    bias = p.S * Vw ** 2
-    wvar = np.einsum("ts,su,tu->t", Vr, Cg[1] * iv, Vr)
-    dvar = np.zeros(T) if pop else np.einsum("ts,su,tu->t", Vu, Su, Vu)
-    test = np.diag(Cv) + p.sigma ** 2
-    transfer = np.linalg.inv(np.eye(T) + Kmat @ Du)
-    arrays = dict(test_loss=test, train_loss=None if sgd else np.diag(CD).copy(), bias=bias,
+    dvar_m = None if pop else Vu @ Su @ Vu.T if C > 1 else None
+    if C == 1:
+        bias = p.S * Vw[:, 0] ** 2
+        wvar = np.einsum("ts,su,tu->t", Vr, Cg[1] * iv_r, Vr)
+        dvar = np.zeros(T) if pop else np.einsum("ts,su,tu->t", Vu, Su, Vu)
+        test = np.diag(Cv) + p.sigma ** 2
+        train = None if sgd else np.diag(CD).copy()
+        per_channel = None
+    else:
+        def tr(M):                                    # sum over c of the (t, c), (t, c) entries
+            return np.diag(M).reshape(T, C).sum(axis=1)
+        bias = tr(Vw @ Smat @ Vw.T)
+        wvar = tr(Vr @ (Cg[1] * iv_r) @ Vr.T)
+        dvar = np.zeros(T) if pop else tr(dvar_m)
+        per_channel = np.diag(Cv).reshape(T, C) + p.sigma ** 2
+        test = per_channel.sum(axis=1)
+        train = None if sgd else tr(CD)
+    transfer = np.linalg.inv(np.eye(n) + Kmat @ Du)
+    arrays = dict(test_loss=test, train_loss=train, bias=bias,
                   width_variance=wvar, data_variance=dvar, C_v=Cv, C_delta=CD, K=Kmat,
                   transfer=transfer, R_delta=Du, R_vu=Vu, C_h=np.array(Ch),
                   C_g=np.array(Cg[1:L + 1]))
+    if C > 1:
+        arrays["channel_loss"] = per_channel
     return arrays
+
+
+def _width_factors(p: _Params):
+    r"""The factors of layer-dependent widths ``N_l = a_l N`` (App. F, eqs. (100)-(101)).
+
+    With ``rho_l = a_{l+1} / a_l`` the backward field of layer ``l < L`` is
+    ``g^l = r^l + rho_l sum_{s<t} [R^{l+1}_gu + eta gamma0 C^{l+1}_g] h^l`` with
+    ``r^l ~ rho_l C^{l+1}_g`` (the gradient kernels are normalized by their own width, the
+    weight ``W^l`` by its fan-in ``N_l``); the forward fields are unchanged.  The readout is
+    ``1 / (N_L gamma0)``, so the input site sees the kernel ``(a_1 / a_L) K``, the
+    initial-function noise ``r^0 ~ (a_1 / a_L^2) C^1_g / (nu gamma0^2)`` and the first hidden
+    layer the response ``R^0_hr / (a_L nu gamma0)``.  Returns ``(rho, cK, iv_r, iv_h)`` with
+    ``rho[l]`` for ``l = 1 .. L-1``; equal widths give ones and the unchanged ``iv``."""
+    if p.widths is None:
+        return None, 1.0, p.iv, p.iv
+    a = p.widths
+    rho = [None] + [a[l] / a[l - 1] for l in range(1, p.L)]   # rho[l] = a_{l+1} / a_l
+    aL = a[-1]
+    return rho, a[0] / aL, p.iv * a[0] / aL ** 2, p.iv / aL
 
 
 class _PlainHidden:
     """Hidden sites of the non-residual network: ``h = H_u u + H_r r``, ``g = G_u u + G_r r``
-    (responses stored divided by ``gamma0``)."""
+    (responses stored divided by ``gamma0``), on the time-major grid of ``T C`` points
+    (``C`` output channels); ``rho[l]`` are the width factors of :func:`_width_factors`."""
 
-    def __init__(self, L, T):
-        Z = lambda: np.zeros((T, T))              # noqa: E731
-        self.L = L
+    def __init__(self, L, T, C=1, rho=None):
+        n = T * C
+        Z = lambda: np.zeros((n, n))              # noqa: E731
+        self.L, self.C, self.rho = L, C, rho
+        self.eye = np.eye(C)
         self.Hu = [None] + [Z() for _ in range(L)]
         self.Hr = [None] + [Z() for _ in range(L)]     # H_r / gamma0
         self.Gu = [None] + [Z() for _ in range(L + 1)]  # G_u / gamma0 ; Gu[L+1] = 0
         self.Gr = [None] + [Z() for _ in range(L)]
 
     def backward(self, t, Ch, Cg, eta, g2):
-        s1 = slice(0, t + 1)
+        r, pre, up = _blocks(t, self.C)
         for l in range(self.L, 0, -1):
-            B = self.Gu[l + 1][t, :t] + eta * Cg[l + 1][t, :t]
-            self.Gu[l][t, s1] = B @ self.Hu[l][:t, s1]
-            self.Gr[l][t, s1] = g2 * (B @ self.Hr[l][:t, s1])
-            self.Gr[l][t, t] += 1.0
+            B = self.Gu[l + 1][r, pre] + eta * Cg[l + 1][r, pre]
+            rho = 1.0 if (self.rho is None or l == self.L) else self.rho[l]
+            if rho != 1.0:
+                B = rho * B
+            self.Gu[l][r, up] = B @ self.Hu[l][pre, up]
+            self.Gr[l][r, up] = g2 * (B @ self.Hr[l][pre, up])
+            self.Gr[l][r, r] += self.eye
             Gu, Gr = self.Gu[l], self.Gr[l]
-            _sym(Cg[l], t, g2 * ((Gu[t, s1] @ Ch[l - 1][s1, s1]) @ Gu[s1, s1].T)
-                 + (Gr[t, s1] @ Cg[l + 1][s1, s1]) @ Gr[s1, s1].T)
+            Sg = Cg[l + 1][up, up] if rho == 1.0 else rho * Cg[l + 1][up, up]
+            _bsym(Cg[l], r, up, g2 * ((Gu[r, up] @ Ch[l - 1][up, up]) @ Gu[up, up].T)
+                  + (Gr[r, up] @ Sg) @ Gr[up, up].T)
 
     def R1gu_scaled(self, t):
-        return self.Gu[1][t, :t]
+        r, pre, _ = _blocks(t, self.C)
+        return self.Gu[1][r, pre]
 
     def forward(self, t, Ch, Cg, H0r, eta, g2, iv, printed=False):
-        s1 = slice(0, t + 1)
+        r, pre, up = _blocks(t, self.C)
         for l in range(1, self.L + 1):
-            A = (iv * H0r[t, s1]) if l == 1 else self.Hr[l - 1][t, s1].copy()   # s <= t
+            A = (iv * H0r[r, up]) if l == 1 else self.Hr[l - 1][r, up].copy()   # s <= t
             if printed:
-                A[t] = 0.0                                                           # printed s < t
-            A[:t] += eta * Ch[l - 1][t, :t]                                          # s <  t
-            self.Hu[l][t, s1] = g2 * (A @ self.Gu[l][s1, s1])
-            self.Hu[l][t, t] += 1.0
-            self.Hr[l][t, s1] = A @ self.Gr[l][s1, s1]
+                A[:, r] = 0.0                                                   # printed s < t
+            A[:, pre] += eta * Ch[l - 1][r, pre]                                # s <  t
+            self.Hu[l][r, up] = g2 * (A @ self.Gu[l][up, up])
+            self.Hu[l][r, r] += self.eye
+            self.Hr[l][r, up] = A @ self.Gr[l][up, up]
             Hu, Hr = self.Hu[l], self.Hr[l]
-            _sym(Ch[l], t, (Hu[t, s1] @ Ch[l - 1][s1, s1]) @ Hu[s1, s1].T
-                 + g2 * ((Hr[t, s1] @ Cg[l + 1][s1, s1]) @ Hr[s1, s1].T))
+            rho = 1.0 if (self.rho is None or l == self.L) else self.rho[l]
+            Sg = Cg[l + 1][up, up] if rho == 1.0 else rho * Cg[l + 1][up, up]
+            _bsym(Ch[l], r, up, (Hu[r, up] @ Ch[l - 1][up, up]) @ Hu[up, up].T
+                  + g2 * ((Hr[r, up] @ Sg) @ Hr[up, up].T))
 
 
 class _ResidualHidden:
@@ -401,81 +534,86 @@ class _ResidualHidden:
     with ``Abar^0 = iv R^0_hr + eta C^0_h J``, ``Abar^l = Rt^l_hr + eta beta C^l_h J``,
     ``Bbar^{l+1} = Rt^{l+1}_gu + eta beta C^{l+1}_g J`` (``Rt = R / gamma0``; the same-layer
     responses ``R^l_hr = d h^l / d r^l``, ``R^l_gu = d g^l / d u^l`` include the branch factor).
-    Storage: coefficient arrays ``[layer][source] -> (T, T)``; ``u``-coefficients of ``g`` and
-    ``r``-coefficients of ``h`` carry one factor ``gamma0`` and are stored divided by it.
+    Storage: coefficient arrays ``[layer][source] -> (T C, T C)``; ``u``-coefficients of ``g``
+    and ``r``-coefficients of ``h`` carry one factor ``gamma0`` and are stored divided by it.
+    With ``C`` output channels (App. G) the readout source ``r^L_c`` is independent per channel
+    and ``g^L_c`` collects ``h^L_c`` of its own channel only.
     """
 
-    def __init__(self, L, T, beta):
-        self.L, self.T, self.beta = L, T, beta
-        self.Hu = np.zeros((L + 1, L + 1, T, T))   # [l][k]  d h^l / d u^k
-        self.Hr = np.zeros((L + 1, L + 1, T, T))   # / gamma0
-        self.Gu = np.zeros((L + 2, L + 1, T, T))   # / gamma0
-        self.Gr = np.zeros((L + 2, L + 1, T, T))
+    def __init__(self, L, T, beta, C=1):
+        self.L, self.T, self.beta, self.C = L, T, beta, C
+        self.eye = np.eye(C)
+        n = T * C
+        self.Hu = np.zeros((L + 1, L + 1, n, n))   # [l][k]  d h^l / d u^k
+        self.Hr = np.zeros((L + 1, L + 1, n, n))   # / gamma0
+        self.Gu = np.zeros((L + 2, L + 1, n, n))   # / gamma0
+        self.Gr = np.zeros((L + 2, L + 1, n, n))
 
-    def _cov_sources(self, Ch, Cg, s1):
-        return ([Ch[k - 1][s1, s1] for k in range(1, self.L + 1)],
-                [Cg[k + 1][s1, s1] for k in range(1, self.L + 1)])
+    def _cov_sources(self, Ch, Cg, up):
+        return ([Ch[k - 1][up, up] for k in range(1, self.L + 1)],
+                [Cg[k + 1][up, up] for k in range(1, self.L + 1)])
 
     def backward(self, t, Ch, Cg, eta, g2):
-        L, b = self.L, self.beta
-        s1 = slice(0, t + 1)
-        Su, Sr = self._cov_sources(Ch, Cg, s1)
+        L, b, C = self.L, self.beta, self.C
+        r, pre, up = _blocks(t, C)
+        Su, Sr = self._cov_sources(Ch, Cg, up)
         for l in range(L, 0, -1):
             if l == L:
-                Bv = eta * np.ones(t)
+                Bv = eta * np.ones(t) if C == 1 else eta * np.tile(self.eye, (1, t))
                 scale = 1.0
             else:
-                Bv = self.Gu[l + 1][l + 1][t, :t] + eta * b * Cg[l + 1][t, :t]
+                Bv = self.Gu[l + 1][l + 1][r, pre] + eta * b * Cg[l + 1][r, pre]
                 scale = b
             for k in range(1, L + 1):
-                gu = scale * (Bv @ self.Hu[l][k][:t, s1])
-                gr = scale * g2 * (Bv @ self.Hr[l][k][:t, s1])
+                gu = scale * (Bv @ self.Hu[l][k][pre, up])
+                gr = scale * g2 * (Bv @ self.Hr[l][k][pre, up])
                 if l < L:
-                    gu = gu + self.Gu[l + 1][k][t, s1]
-                    gr = gr + self.Gr[l + 1][k][t, s1]
-                self.Gu[l][k][t, s1] = gu
-                self.Gr[l][k][t, s1] = gr
-            self.Gr[l][l][t, t] += (1.0 if l == L else b)
-            row = np.zeros(t + 1)
+                    gu = gu + self.Gu[l + 1][k][r, up]
+                    gr = gr + self.Gr[l + 1][k][r, up]
+                self.Gu[l][k][r, up] = gu
+                self.Gr[l][k][r, up] = gr
+            self.Gr[l][l][r, r] += (1.0 if l == L else b) * self.eye
+            row = np.zeros((C, (t + 1) * C))
             for k in range(1, L + 1):
                 Gu, Gr = self.Gu[l][k], self.Gr[l][k]
-                row += g2 * ((Gu[t, s1] @ Su[k - 1]) @ Gu[s1, s1].T)
-                row += (Gr[t, s1] @ Sr[k - 1]) @ Gr[s1, s1].T
-            _sym(Cg[l], t, row)
+                row += g2 * ((Gu[r, up] @ Su[k - 1]) @ Gu[up, up].T)
+                row += (Gr[r, up] @ Sr[k - 1]) @ Gr[up, up].T
+            _bsym(Cg[l], r, up, row)
 
     def R1gu_scaled(self, t):
-        return self.Gu[1][1][t, :t]
+        r, pre, _ = _blocks(t, self.C)
+        return self.Gu[1][1][r, pre]
 
     def forward(self, t, Ch, Cg, H0r, eta, g2, iv, printed=False):
-        L, b = self.L, self.beta
-        s1 = slice(0, t + 1)
-        Su, Sr = self._cov_sources(Ch, Cg, s1)
+        L, b, C = self.L, self.beta, self.C
+        r, pre, up = _blocks(t, C)
+        Su, Sr = self._cov_sources(Ch, Cg, up)
         for l in range(1, L + 1):
             if l == 1:
-                A = iv * H0r[t, s1]
+                A = iv * H0r[r, up]
                 scale = 1.0
-                A[:t] += eta * Ch[0][t, :t]
+                A[:, pre] += eta * Ch[0][r, pre]
             else:
-                A = self.Hr[l - 1][l - 1][t, s1].copy()
-                A[:t] += eta * b * Ch[l - 1][t, :t]
+                A = self.Hr[l - 1][l - 1][r, up].copy()
+                A[:, pre] += eta * b * Ch[l - 1][r, pre]
                 scale = b
             if printed:
-                A[t] = 0.0
+                A[:, r] = 0.0
             for k in range(1, L + 1):
-                hu = scale * g2 * (A @ self.Gu[l][k][s1, s1])
-                hr = scale * (A @ self.Gr[l][k][s1, s1])
+                hu = scale * g2 * (A @ self.Gu[l][k][up, up])
+                hr = scale * (A @ self.Gr[l][k][up, up])
                 if l > 1:
-                    hu = hu + self.Hu[l - 1][k][t, s1]
-                    hr = hr + self.Hr[l - 1][k][t, s1]
-                self.Hu[l][k][t, s1] = hu
-                self.Hr[l][k][t, s1] = hr
-            self.Hu[l][l][t, t] += (1.0 if l == 1 else b)
-            row = np.zeros(t + 1)
+                    hu = hu + self.Hu[l - 1][k][r, up]
+                    hr = hr + self.Hr[l - 1][k][r, up]
+                self.Hu[l][k][r, up] = hu
+                self.Hr[l][k][r, up] = hr
+            self.Hu[l][l][r, r] += (1.0 if l == 1 else b) * self.eye
+            row = np.zeros((C, (t + 1) * C))
             for k in range(1, L + 1):
                 Hu, Hr = self.Hu[l][k], self.Hr[l][k]
-                row += (Hu[t, s1] @ Su[k - 1]) @ Hu[s1, s1].T
-                row += g2 * ((Hr[t, s1] @ Sr[k - 1]) @ Hr[s1, s1].T)
-            _sym(Ch[l], t, row)
+                row += (Hu[r, up] @ Su[k - 1]) @ Hu[up, up].T
+                row += g2 * ((Hr[r, up] @ Sr[k - 1]) @ Hr[up, up].T)
+            _bsym(Ch[l], r, up, row)
             # the u^k sources for k > l are not yet defined at layer l: covariances use
             # C_h^{k-1} rows up to t, all computed (k-1 <= l - 1 < l) before they are needed.
 
@@ -483,12 +621,12 @@ class _ResidualHidden:
 @public
 def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = None,
                       alpha: float = np.inf, nu: float = np.inf, gamma0: float, eta: float,
-                      steps: int, sigma: float = 0.0, signal: float = 1.0,
+                      steps: int, sigma: float = 0.0, signal: float | np.ndarray = 1.0,
                       centering: bool = False, batch_ratio: float | None = None,
                       parameterization: str = "mup", reference_nu: float = 1.0,
                       branch_scale: float | None = None,
-                      branch_scale0: float | None = None, _variant: str | None = None
-                      ) -> RandomDataResult:
+                      branch_scale0: float | None = None, width_ratios=None, outputs: int = 1,
+                      _variant: str | None = None) -> RandomDataResult:
     r"""Solve the finite-``(alpha, nu)`` DMFT of a deep linear network trained on random data.
 
     Bordelon & Pehlevan, "Deep Linear Network Training Dynamics from Random Initialization"
@@ -514,8 +652,8 @@ def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = N
         Number of time-grid points ``T`` (``t = 0`` is initialization).
     sigma : float
         Label-noise scale; the test loss includes ``sigma^2``.
-    signal : float
-        ``S = |w_*|^2 / D``.
+    signal : float or (C, C) array
+        ``S = |w_*|^2 / D``; with ``outputs = C > 1`` also the matrix ``S_cc' = w*_c . w*_c' / D``.
     centering : bool
         Train ``f(x, t) - f(x, 0)`` (App. A.3, eq. (69) with its sign corrected): removes the
         initial-function variance ``1/(nu gamma0^2)``.
@@ -528,6 +666,27 @@ def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = N
     branch_scale, branch_scale0 : float, optional
         Residual network (App. C): branches ``I + beta W / sqrt(N)``; ``branch_scale0`` gives
         ``beta = beta0 / sqrt(L)`` (depth-muP).  The residual network has ``L - 1`` blocks.
+    width_ratios : sequence of float, optional
+        ``a_1 .. a_L > 0``: hidden layer ``l`` has width ``N_l = a_l N``, i.e. width ratio
+        ``nu_l = a_l nu`` (App. F, eqs. (100)-(101)).  The readout is ``1 / (N_L gamma0)`` as in
+        (100) and the raw learning rate ``N_L eta gamma0^2``; each hidden weight ``W^l`` is
+        divided by the square root of its fan-in ``N_l``.  The order parameters are normalized by
+        their own layer's width, so the backward fields gain ``rho_l = a_{l+1} / a_l``:
+        ``g^l = r^l + rho_l sum_{s<t} [R^{l+1}_gu + eta gamma0 C^{l+1}_g] h^l`` with
+        ``r^l ~ rho_l C^{l+1}_g``; the input site sees ``(a_1 / a_L) K``, the initial-function
+        noise ``r^0 ~ (a_1 / a_L^2) C^1_g / (nu gamma0^2)`` (so ``L(0) = S + 1/(nu_L gamma0^2)``)
+        and the first hidden layer the response ``R^0_hr / (nu_L gamma0)``.  The lazy NTK stays
+        ``L + 1``.  ``None`` or all ones: the equal-width equations, bit for bit.  Not with
+        residual branches.
+    outputs : int
+        Number ``C`` of output channels (App. G, eqs. (102)-(108)): readouts ``w^L_c``, a teacher
+        ``w*_c`` per channel, label noise independent per channel, loss
+        ``(2P)^-1 sum_mu sum_c Delta_muc^2``.  The order parameters carry channel pairs: the
+        theory is the one-output theory on the time-major grid of ``T C`` points ``(t, c)``, with
+        every causal sum over ``s < t`` (``s <= t`` for ``R_hr``) running over all channels ``c'``
+        and the readout source ``r^L_c`` independent per channel.  Then ``signal`` is a number
+        (``S`` times the identity) or the ``(C, C)`` matrix ``S_cc' = w*_c . w*_c' / D``.
+        Cost ``O(L (T C)^3)``.
 
     Returns
     -------
@@ -554,7 +713,8 @@ def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = N
         initial value): ``eta`` is above the maximal stable learning rate.
     """
     p = _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, centering,
-                batch_ratio, parameterization, reference_nu, branch_scale, branch_scale0)
+                batch_ratio, parameterization, reference_nu, branch_scale, branch_scale0,
+                width_ratios, outputs)
     if _variant is not None:      # the printed (erroneous) equations, for tests that reject them
         import dataclasses
         p = dataclasses.replace(p, variant=_variant)
@@ -575,7 +735,8 @@ def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = N
                             nu=real_scalar(nu, "nu"), gamma0_sq=p.g2, init_variance=p.iv,
                             sigma=p.sigma, signal=p.S, centering=p.centering,
                             batch_ratio=p.alpha_b, branch_scale=p.beta, arrays=arrays,
-                            seconds=time.perf_counter() - t0)
+                            seconds=time.perf_counter() - t0, width_ratios=p.widths,
+                            outputs=p.C)
 
 
 EDGE_WARNING = 1.5     # q = eta kappa lambda_+ from which finite-D networks approach slowly
@@ -943,7 +1104,7 @@ def solve_power_law(*, depth: int | None = None, hidden_layers: int | None = Non
             progress_bar(T, "power-law DMFT", progress=progress) as bar:
         for t in range(T):
             hid.backward(t, Ch, Cg, eta, g2)
-            K = hid.R1gu_scaled(t) + eta * Cg[1][t, :t]
+            K = hid.R1gu_scaled(t)[0] + eta * Cg[1][t, :t]
             Kmat[t, :t] = K
             V[t] = wstar - K @ H0[:t]
             H0[t] = lam * V[t]

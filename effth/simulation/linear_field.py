@@ -37,7 +37,7 @@ import numpy as np
 from .._display import depth_text, html_table, short
 from .._progress import progress_bar
 from .._threads import blas_threads
-from .._validate import integer, positive, real_scalar
+from .._validate import integer, positive, real_array, real_scalar, width_ratio_values
 from effth.arch import resolve_depth
 from effth.arch._common import resolve_branch_scale
 from ..errors import ConvergenceError, DomainError
@@ -64,7 +64,10 @@ class LinearFieldRun:
 
     ``value(name)`` is the mean over networks and ``stderr(name)`` its standard error, for
     ``'test_loss'`` (alias ``'loss'``) and ``'train_loss'`` (shape ``(T,)``; the train loss is not
-    defined for online SGD).  Raw arrays ``test_loss``, ``train_loss`` are ``(networks, T)``.
+    defined for online SGD; with several outputs both are summed over the channels), and
+    ``'channel_loss'`` ``(T, C)``, the test loss per channel.  Raw arrays ``test_loss``,
+    ``train_loss`` are ``(networks, T)``, ``channel_test_loss`` ``(networks, T, C)`` (``None``
+    for one output).
     """
 
     hidden_layers: int
@@ -77,6 +80,7 @@ class LinearFieldRun:
     test_loss: np.ndarray
     train_loss: np.ndarray | None
     settings: dict = field(default_factory=dict)
+    channel_test_loss: np.ndarray | None = None
 
     @property
     def depth(self) -> int:
@@ -95,12 +99,15 @@ class LinearFieldRun:
             raise DomainError(f"{name!r} has no layer axis; drop layer={layer!r}")
         if name in ("test_loss", "loss"):
             return self.test_loss
+        if name == "channel_loss":
+            return self.test_loss[:, :, None] if self.channel_test_loss is None \
+                else self.channel_test_loss
         if name == "train_loss":
             if self.train_loss is None:
                 raise DomainError("'train_loss' is not defined for online SGD")
             return self.train_loss
         raise DomainError(f"unknown quantity name={name!r}; choose from "
-                          "['test_loss', 'loss', 'train_loss']")
+                          "['test_loss', 'loss', 'train_loss', 'channel_loss']")
 
     def value(self, name: str, layer: int | None = None) -> np.ndarray:
         return self._raw(name, layer).mean(axis=0)
@@ -108,7 +115,7 @@ class LinearFieldRun:
     def stderr(self, name: str, layer: int | None = None) -> np.ndarray:
         x = self._raw(name, layer)
         if x.shape[0] < 2:
-            return np.full(x.shape[1], np.inf)
+            return np.full(x.shape[1:], np.inf)
         return x.std(axis=0, ddof=1) / math.sqrt(x.shape[0])
 
     def __repr__(self) -> str:
@@ -129,10 +136,11 @@ class LinearFieldRun:
 @public
 def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: int | None = None,
                           alpha: float = np.inf, nu: float, gamma0: float, eta: float,
-                          steps: int, sigma: float = 0.0, signal: float = 1.0,
+                          steps: int, sigma: float = 0.0, signal: float | np.ndarray = 1.0,
                           centering: bool = False, batch_ratio: float | None = None,
                           parameterization: str = "mup", reference_nu: float = 1.0,
                           branch_scale: float | None = None, branch_scale0: float | None = None,
+                          width_ratios=None, outputs: int = 1,
                           networks: int = 8, seed=0, progress: bool | None = None) -> LinearFieldRun:
     r"""Train ``networks`` independent field-form deep linear networks on random data.
 
@@ -148,6 +156,20 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
         As in ``effth.dmft.solve_random_data`` (``nu`` must be finite; ``gamma0 > 0``).
         Each network draws its own teacher ``w_* ~ N(0, I_D)``, rescaled to ``|w_*|^2 = signal D``,
         its own data set and its own initialization.
+    width_ratios : sequence of float, optional
+        ``a_1 .. a_L > 0``: hidden layer ``l`` has ``N_l = round(a_l nu D)`` units (App. F,
+        eq. (100)): ``W^0`` is ``N_1 x D``, ``W^l`` is ``N_{l+1} x N_l`` divided by
+        ``sqrt(N_l)`` in the fields and its update, the readout ``w^L`` has ``N_L`` entries and
+        ``v = w_* - sqrt(D)/(N_L gamma0) W^0^T g^1`` (raw learning rate ``N_L eta gamma0^2``).
+        Not with residual branches.
+    outputs : int
+        ``C`` output channels (App. G, eqs. (102)-(105), with the sign of the ``W^l`` update in
+        (104) corrected to ``+``): readouts ``w^L_c``, teachers ``w*_c`` (the ``D x C`` teacher
+        of each network is drawn Gaussian and orthonormalized to the exact Gram matrix
+        ``w*_c . w*_c' = D S_cc'``, ``signal`` a number or the ``(C, C)`` matrix), independent
+        label noise per channel, and the updates sum over channels:
+        ``W^0 += eta gamma0 / sqrt(D) sum_c g^1_c h^0_c^T`` and likewise for ``W^l``.  The losses
+        are summed over the channels; ``channel_test_loss`` holds them per channel.
     networks : int
         Number of independent networks (batched).
     seed : int, SeedSequence, Generator or None
@@ -174,13 +196,19 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
     sigma = real_scalar(sigma, "sigma")
     if not (math.isfinite(sigma) and sigma >= 0):
         raise DomainError(f"sigma={sigma!r} must be finite and >= 0")
-    S = positive(signal, "signal")
+    C = integer(outputs, "outputs", minimum=1)
+    S, Smat = _signal(signal, C)
     if parameterization == "ntk":
         g = g * math.sqrt(positive(reference_nu, "reference_nu") / nu)
     elif parameterization != "mup":
         raise DomainError(f"parameterization={parameterization!r} must be 'mup' or 'ntk'")
     beta = resolve_branch_scale(branch_scale, branch_scale0, L)
     N = max(1, int(round(nu * D)))
+    ratios = width_ratio_values(width_ratios, L)
+    if ratios is not None and beta is not None:
+        raise DomainError("width_ratios= with a residual network: the skip connections "
+                          "I + beta W / sqrt(N) need equal hidden widths (App. C)")
+    Ns = [N] * L if ratios is None else [max(1, int(round(a * nu * D))) for a in ratios]
     sgd = batch_ratio is not None
     if sgd:
         B = max(1, int(round(positive(batch_ratio, "batch_ratio") * D)))
@@ -189,7 +217,8 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
         P = None
     else:
         P = None if math.isinf(alpha) else max(1, int(round(alpha * D)))
-    per_net = float(N) * D + (L - 1) * float(N) * N + float(P or 0) * D
+    per_net = (float(Ns[0]) * D + sum(float(Ns[l + 1]) * Ns[l] for l in range(L - 1))
+               + float(P or 0) * D)
     from effth._validate import check_memory, check_work
     check_memory(8.0 * (per_net + 2.0 * n_net * T), f"one network of {N} x {D} weights and "
                  f"{n_net} loss curves of {T} steps", "lower dim, nu, steps or networks")
@@ -197,48 +226,76 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
                "lower networks, steps or dim")
     rng = _rng(seed)
     # chunks of networks so that the weights stay below ~ 3e7 floats
-    per_net = N * D + (L - 1) * N * N + (P or 0) * D
+    per_net = Ns[0] * D + sum(Ns[l + 1] * Ns[l] for l in range(L - 1)) + (P or 0) * D
     chunk = max(1, min(n_net, int(3e7 // max(per_net, 1))))
     test = np.empty((n_net, T))
     train = None if sgd else np.empty((n_net, T))
-    sD, sN = math.sqrt(D), math.sqrt(N)
+    chan = None if C == 1 else np.empty((n_net, T, C))
+    sD = math.sqrt(D)
+    sNs = [None] + [math.sqrt(Ns[l - 1]) for l in range(1, L + 1)]   # sNs[l] = sqrt(N_l)
+    NL = Ns[-1]
+    ch = () if C == 1 else (C,)               # trailing channel axis (none for one output)
+    sub = "" if C == 1 else "c"
+
+    def mv(W, x, transpose=False):            # batched W x (or W^T x) per channel
+        spec = "nij,ni{0}->nj{0}" if transpose else "nij,nj{0}->ni{0}"
+        return np.einsum(spec.format(sub), W, x)
+
+    def rank1(W, a, gv, hv):                  # W += a sum_c g_c h_c^T
+        if C == 1:
+            _rank1(W, a, gv, hv)
+        else:
+            for c in range(C):
+                _rank1(W, a, np.ascontiguousarray(gv[..., c]), np.ascontiguousarray(hv[..., c]))
+
+    def sq(x, axis):                          # |x|^2 per network (and per channel)
+        return np.sum(x * x, axis=axis)
     with blas_threads(), progress_bar(n_net, "linear-field networks", progress=progress) as bar:
         for start in range(0, n_net, chunk):
             n = min(chunk, n_net - start)
-            ws = rng.standard_normal((n, D))
-            ws *= np.sqrt(S * D / np.sum(ws ** 2, axis=1, keepdims=True))
-            W0 = rng.standard_normal((n, N, D))
-            Ws = [rng.standard_normal((n, N, N)) for _ in range(L - 1)]   # W^1 .. W^{L-1}
-            wL = rng.standard_normal((n, N))
+            if C == 1:
+                ws = rng.standard_normal((n, D))
+                ws *= np.sqrt(S * D / np.sum(ws ** 2, axis=1, keepdims=True))
+            else:
+                ws = _teachers(rng.standard_normal((n, D, C)), Smat, D)
+            W0 = rng.standard_normal((n, Ns[0], D))
+            Ws = [rng.standard_normal((n, Ns[l], Ns[l - 1])) for l in range(1, L)]   # W^1 .. W^{L-1}
+            wL = rng.standard_normal((n, NL) + ch)
             if P is not None:
                 X = rng.standard_normal((n, P, D))
-                eps = rng.standard_normal((n, P))
+                eps = rng.standard_normal((n, P) + ch)
             c0 = None
             for t in range(T):
                 gs = [None] * (L + 1)
                 gs[L] = wL
                 for l in range(L - 1, 0, -1):
-                    back = np.einsum("nij,ni->nj", Ws[l - 1], gs[l + 1]) / sN
+                    back = mv(Ws[l - 1], gs[l + 1], transpose=True) / sNs[l]
                     gs[l] = back if beta is None else gs[l + 1] + beta * back
-                out = np.einsum("nij,ni->nj", W0, gs[1]) * (sD / (N * g))
+                out = mv(W0, gs[1], transpose=True) * (sD / (NL * g))
                 if centering:
                     if c0 is None:
                         c0 = out.copy()
                     out = out - c0
                 v = ws - out
-                test[start:start + n, t] = np.sum(v * v, axis=1) / D + sigma ** 2
+                per = sq(v, 1) / D + sigma ** 2             # (n,) or (n, C)
+                if chan is not None:
+                    chan[start:start + n, t] = per
+                    per = per.sum(axis=1)
+                test[start:start + n, t] = per
                 if sgd:
                     Xb = rng.standard_normal((n, B, D))
-                    delta = np.einsum("nbd,nd->nb", Xb, v) / sD + sigma * rng.standard_normal((n, B))
-                    h0 = np.einsum("nbd,nb->nd", Xb, delta) * (sD / B)
+                    delta = (np.einsum("nbd,nd{0}->nb{0}".format(sub), Xb, v) / sD
+                             + sigma * rng.standard_normal((n, B) + ch))
+                    h0 = np.einsum("nbd,nb{0}->nd{0}".format(sub), Xb, delta) * (sD / B)
                 elif P is None:
                     if train is not None:
                         train[start:start + n, t] = test[start:start + n, t]
                     h0 = v
                 else:
-                    delta = np.einsum("npd,nd->np", X, v) / sD + sigma * eps
-                    train[start:start + n, t] = np.sum(delta * delta, axis=1) / P
-                    h0 = np.einsum("npd,np->nd", X, delta) * (sD / P)
+                    delta = np.einsum("npd,nd{0}->np{0}".format(sub), X, v) / sD + sigma * eps
+                    tr = sq(delta, 1) / P
+                    train[start:start + n, t] = tr if C == 1 else tr.sum(axis=1)
+                    h0 = np.einsum("npd,np{0}->nd{0}".format(sub), X, delta) * (sD / P)
                 if not np.all(np.isfinite(test[start:start + n, t])) or np.any(
                         test[start:start + n, t] > 1e12):
                     raise ConvergenceError(f"simulated network loss overflowed at step {t}: "
@@ -246,21 +303,57 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
                 if t == T - 1:
                     break
                 hs = [None] * (L + 1)
-                hs[1] = np.einsum("nij,nj->ni", W0, h0) / sD
+                hs[1] = mv(W0, h0) / sD
                 for l in range(1, L):
-                    fwd = np.einsum("nij,nj->ni", Ws[l - 1], hs[l]) / sN
+                    fwd = mv(Ws[l - 1], hs[l]) / sNs[l]
                     hs[l + 1] = fwd if beta is None else hs[l] + beta * fwd
                 # updates (all from the fields at step t)
-                _rank1(W0, eta * g / sD, gs[1], np.ascontiguousarray(h0))
+                rank1(W0, eta * g / sD, gs[1], np.ascontiguousarray(h0))
                 br = 1.0 if beta is None else beta
                 for l in range(1, L):
-                    _rank1(Ws[l - 1], eta * g * br / sN, gs[l + 1], hs[l])
+                    rank1(Ws[l - 1], eta * g * br / sNs[l], gs[l + 1], hs[l])
                 wL = wL + eta * g * hs[L]
             bar.update(n)
-    settings = dict(alpha=alpha, nu=nu, sigma=sigma, signal=S, centering=bool(centering),
-                    batch_ratio=batch_ratio, branch_scale=beta, parameterization=parameterization)
+    settings = dict(alpha=alpha, nu=nu, sigma=sigma, signal=S if Smat is None else Smat,
+                    centering=bool(centering), batch_ratio=batch_ratio, branch_scale=beta,
+                    parameterization=parameterization)
+    if ratios is not None:
+        settings["widths"] = tuple(Ns)
+    if C > 1:
+        settings["outputs"] = C
     return LinearFieldRun(hidden_layers=L, dim=D, width=N, samples=P, eta=eta, gamma0=g, steps=T,
-                          test_loss=test, train_loss=train, settings=settings)
+                          test_loss=test, train_loss=train, settings=settings,
+                          channel_test_loss=chan)
+
+
+def _signal(signal, C):
+    """``(S, None)`` for one output, else ``(max_c S_cc, (C, C) Gram matrix)``; the check of
+    :func:`effth.dmft.random_data.signal_values` (repeated here: the simulator imports no
+    theory)."""
+    if np.ndim(signal) == 0:
+        S = positive(signal, "signal")
+        return (S, None) if C == 1 else (S, S * np.eye(C))
+    M = real_array(signal, "signal", finite=True)
+    if M.shape != (C, C):
+        raise DomainError(f"signal has shape {M.shape}: with outputs={C} give a number or the "
+                          f"({C}, {C}) matrix S_cc' = w*_c . w*_c' / D")
+    if not np.allclose(M, M.T, rtol=1e-12, atol=0.0):
+        raise DomainError("signal must be a symmetric matrix S_cc' = w*_c . w*_c' / D")
+    M = 0.5 * (M + M.T)
+    if np.any(np.diag(M) <= 0) or np.linalg.eigvalsh(M)[0] < -1e-12 * np.abs(M).max():
+        raise DomainError("signal must be positive semi-definite with a positive diagonal "
+                          "(a Gram matrix of the teacher vectors, S_cc' = w*_c . w*_c' / D)")
+    return (float(M[0, 0]), None) if C == 1 else (float(np.diag(M).max()), M)
+
+
+def _teachers(G, Smat, D):
+    """Teachers ``(n, D, C)`` with the exact Gram matrix ``W*^T W* = D S`` per network: the
+    Gaussian draws ``G`` orthonormalized (QR) and mapped by a square root of ``S``."""
+    Q, R = np.linalg.qr(G)
+    Q = Q * np.sign(np.diagonal(R, axis1=1, axis2=2))[:, None, :]
+    w, U = np.linalg.eigh(Smat)
+    root = (U * np.sqrt(np.clip(w, 0.0, None))) @ U.T
+    return math.sqrt(D) * Q @ root
 
 
 @public
