@@ -235,11 +235,11 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
     sNs = [None] + [math.sqrt(Ns[l - 1]) for l in range(1, L + 1)]   # sNs[l] = sqrt(N_l)
     NL = Ns[-1]
     ch = () if C == 1 else (C,)               # trailing channel axis (none for one output)
-    sub = "" if C == 1 else "c"
 
-    def mv(W, x, transpose=False):            # batched W x (or W^T x) per channel
-        spec = "nij,ni{0}->nj{0}" if transpose else "nij,nj{0}->ni{0}"
-        return np.einsum(spec.format(sub), W, x)
+    def mv(W, x, transpose=False):            # batched W x (or W^T x), per channel
+        if C > 1:                              # stacked matrix products (BLAS)
+            return np.matmul(W.transpose(0, 2, 1) if transpose else W, x)
+        return np.einsum("nij,ni->nj" if transpose else "nij,nj->ni", W, x)
 
     def rank1(W, a, gv, hv):                  # W += a sum_c g_c h_c^T
         if C == 1:
@@ -284,18 +284,17 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
                 test[start:start + n, t] = per
                 if sgd:
                     Xb = rng.standard_normal((n, B, D))
-                    delta = (np.einsum("nbd,nd{0}->nb{0}".format(sub), Xb, v) / sD
-                             + sigma * rng.standard_normal((n, B) + ch))
-                    h0 = np.einsum("nbd,nb{0}->nd{0}".format(sub), Xb, delta) * (sD / B)
+                    delta = (mv(Xb, v) / sD + sigma * rng.standard_normal((n, B) + ch))
+                    h0 = mv(Xb, delta, transpose=True) * (sD / B)
                 elif P is None:
                     if train is not None:
                         train[start:start + n, t] = test[start:start + n, t]
                     h0 = v
                 else:
-                    delta = np.einsum("npd,nd{0}->np{0}".format(sub), X, v) / sD + sigma * eps
+                    delta = mv(X, v) / sD + sigma * eps
                     tr = sq(delta, 1) / P
                     train[start:start + n, t] = tr if C == 1 else tr.sum(axis=1)
-                    h0 = np.einsum("npd,np{0}->nd{0}".format(sub), X, delta) * (sD / P)
+                    h0 = mv(X, delta, transpose=True) * (sD / P)
                 if not np.all(np.isfinite(test[start:start + n, t])) or np.any(
                         test[start:start + n, t] > 1e12):
                     raise ConvergenceError(f"simulated network loss overflowed at step {t}: "

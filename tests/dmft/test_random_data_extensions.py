@@ -1,0 +1,223 @@
+"""Random-data DMFT of deep linear networks, layer-dependent widths (Bordelon & Pehlevan, "Deep
+Linear Network Training Dynamics from Random Initialization", app. F, eqs. (100)-(101)) and
+several output channels (app. G, eqs. (102)-(108)).
+
+Expected values are exact reductions (equal widths and one output give the old equations bit
+for bit; orthogonal teachers decouple the channels), closed forms derived by hand (the lazy
+limit, the initial-function variance 1/(nu_L gamma0^2), the Marchenko-Pastur first step of the
+reference tables) or finite networks (`simulate_linear_field`), whose gap to the theory must fall
+like 1/D with tolerances from the standard errors.  Wrong theories (the widths' factors dropped,
+the channels decoupled) are rejected by the same simulations.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import pytest
+
+import effth.dmft.random_data as rd
+from effth.compare import compare, scaling_fit
+from effth.errors import DomainError
+from effth.dmft.random_data import solve_random_data as solve
+from effth.simulation.linear_field import simulate_linear_field
+
+S_CORR = np.array([[1.0, 0.8], [0.8, 1.0]])     # two correlated teachers, w*_1 . w*_2 = 0.8 D
+
+
+# --------------------------------------------------------------------------- exact reductions
+@pytest.mark.parametrize("kw", [
+    dict(hidden_layers=3, alpha=1.5, nu=2.0, gamma0=0.7, eta=0.1, sigma=0.3, centering=True),
+    dict(hidden_layers=2, nu=0.5, batch_ratio=1.0, gamma0=1.0, eta=0.2, sigma=0.5),
+    dict(hidden_layers=2, alpha=2.0, nu=1.0, gamma0=1.0, eta=0.1)])
+def test_equal_widths_and_one_output_are_the_old_equations_bit_for_bit(kw):
+    base = solve(steps=9, **kw)
+    for extra in (dict(width_ratios=[1.0] * kw["hidden_layers"]), dict(outputs=1),
+                  dict(outputs=1, signal=[[1.0]])):
+        other = solve(steps=9, **kw, **extra)
+        for name, arr in base.arrays.items():
+            if arr is not None:
+                assert np.array_equal(arr, other.arrays[name]), (extra, name)
+
+
+def test_reference_trajectory_with_unit_width_ratios():
+    # the reference table (L = 2, alpha = 2, nu = gamma0 = 1, eta = 0.2): 2.0, 1.05427, 0.743119
+    with pytest.warns(Warning):
+        r = solve(hidden_layers=2, alpha=2.0, nu=1.0, gamma0=1.0, eta=0.2, steps=3,
+                  width_ratios=(1, 1), outputs=1)
+    np.testing.assert_allclose(r.test_loss, [2.0, 1.05427, 0.743119], atol=6e-6)
+
+
+def test_orthogonal_teachers_decouple_the_channels():
+    """With S_cc' diagonal every cross-channel order parameter vanishes (flip the sign of one
+    channel's teacher and readout), so each channel follows the one-output theory with S_cc."""
+    kw = dict(hidden_layers=2, alpha=2.0, nu=1.0, gamma0=1.0, eta=0.1, sigma=0.3, steps=8)
+    three = solve(outputs=3, signal=np.diag([0.5, 1.0, 2.0]), **kw)
+    for c, S in enumerate([0.5, 1.0, 2.0]):
+        one = solve(signal=S, **kw)
+        np.testing.assert_allclose(three.value("channel_loss")[:, c], one.test_loss, rtol=1e-12)
+        np.testing.assert_allclose(three.value("C_v")[:, c, :, c], one.value("C_v"), rtol=1e-12,
+                                   atol=1e-15)
+    np.testing.assert_allclose(three.value("C_v")[:, 0, :, 1], 0.0, atol=1e-15)
+    # the decomposition still sums to the (channel-summed) test loss
+    total = three.value("bias") + three.value("width_variance") + three.value("data_variance")
+    np.testing.assert_allclose(total + 3 * 0.09, three.test_loss, rtol=1e-12)
+
+
+def test_one_hidden_layer_width_ratio_is_a_width_ratio():
+    # L = 1: N_1 = a nu D is the readout width, so (nu, a) is the equal-width theory at a nu
+    a = solve(hidden_layers=1, alpha=2.0, nu=0.5, gamma0=0.8, eta=0.1, sigma=0.2, steps=8,
+              width_ratios=[2.0])
+    b = solve(hidden_layers=1, alpha=2.0, nu=1.0, gamma0=0.8, eta=0.1, sigma=0.2, steps=8)
+    np.testing.assert_allclose(a.test_loss, b.test_loss, rtol=1e-12)
+    np.testing.assert_allclose(a.train_loss, b.train_loss, rtol=1e-12)
+
+
+# --------------------------------------------------------------------------- closed forms
+@pytest.mark.parametrize("ratios", [(0.5, 2.0, 3.0), (4.0, 1.0, 0.25)])
+def test_widths_lazy_limit_and_initial_function_variance(ratios):
+    # the lazy NTK is L + 1 whatever the widths (each weight array contributes eta D per unit
+    # |x|^2 / D): L(t) = S (1 - (L+1) eta)^(2t)
+    lazy = solve(hidden_layers=3, nu=np.inf, gamma0=1e-7, eta=0.1, steps=8, centering=True,
+                 width_ratios=ratios)
+    np.testing.assert_allclose(lazy.test_loss, 0.6 ** (2 * np.arange(8)), rtol=1e-9)
+    # uncentered: L(0) = S + 1/(nu_L gamma0^2) + sigma^2, nu_L = a_L nu the readout width ratio
+    r = solve(hidden_layers=3, alpha=2.0, nu=0.5, gamma0=0.8, eta=0.1, sigma=0.3, steps=2,
+              width_ratios=ratios, signal=1.5)
+    assert r.test_loss[0] == pytest.approx(1.5 + 1 / (ratios[-1] * 0.5 * 0.64) + 0.09, rel=1e-14)
+
+
+def test_channels_lazy_marchenko_pastur_first_step():
+    """Lazy limit at finite data: the channels share the data but the kernel is fixed, so each
+    channel follows the one-output closed form, L_c(1) = S_cc (1 - 2c + c^2 (1 + q))
+    + sigma^2 (1 + q c^2) with c = (L+1) eta, q = 1/alpha (0.915 at alpha = 2, L = 1,
+    eta = 0.1, sigma = 0.5, S = 1, the reference table); the cross-channel data terms vanish."""
+    r = solve(hidden_layers=1, alpha=2.0, nu=np.inf, gamma0=1e-6, eta=0.1, sigma=0.5, steps=2,
+              outputs=2, signal=S_CORR * 1.0)
+    np.testing.assert_allclose(r.value("channel_loss")[1], [0.915, 0.915], rtol=1e-9)
+    c, q = 0.2, 0.5
+    cross = 0.8 * (1 - 2 * c + c * c * (1 + q))          # <v_1(1) v_2(1)> = S_12 (...)
+    assert r.value("C_v")[1, 0, 1, 1] == pytest.approx(cross, rel=1e-9)
+
+
+# --------------------------------------------------------------------------- vs finite networks
+def _gap_fit(kw, Ds, networks, name="test_loss", t=10):
+    th = solve(**kw).value(name)[[t]]
+    comps, runs = [], []
+    for D, n in zip(Ds, networks):
+        run = simulate_linear_field(dim=D, networks=n, seed=D, **kw)
+        m, s = run.value(name)[[t]], run.stderr(name)[[t]]
+        comps.append(compare(th, m, name, stderr=s))
+        runs.append((m, s))
+    return scaling_fit(comps, Ds), comps, runs
+
+
+def test_widths_gap_falls_like_one_over_D():
+    """L = 2, N_1 = nu D / 2, N_2 = 2 nu D (nu = 1, gamma0 = 1, eta = 0.1, population), test loss
+    at t = 10: gap x D ~ 0.35 with standard errors x D ~ 0.02, 0.03, 0.07 at D = 32, 64, 128.
+    The equal-width theory at the same nu (0.075 against 0.040) and the theory without the
+    backward factors rho_l = a_{l+1}/a_l are rejected by the same networks."""
+    kw = dict(hidden_layers=2, nu=1.0, gamma0=1.0, eta=0.1, steps=11, width_ratios=(0.5, 2.0))
+    Ds = [32, 64, 128]
+    fit, comps, runs = _gap_fit(kw, Ds, [4000, 2000, 1000])
+    print(fit, [(round(c.error * D, 3), round(c.error_stderr * D, 3)) for c, D in zip(comps, Ds)])
+    assert fit.consistent_with(-1.0, sigmas=4.0), fit
+    assert fit.slope_stderr < 0.3, fit
+    assert not fit.consistent_with(0.0, sigmas=4.0), fit
+    m, s = runs[-1]
+    equal = solve(**{**kw, "width_ratios": None}).test_loss[[10]]
+    orig = rd._width_factors
+
+    def no_rho(p):
+        rho, *rest = orig(p)
+        return (None, *rest)
+
+    with mock.patch.object(rd, "_width_factors", no_rho):
+        missing = solve(**kw).test_loss[[10]]
+    for wrong in (equal, missing):
+        assert abs(wrong[0] - m[0]) > 10 * s[0] + abs(comps[-1].error)
+
+
+def test_channels_gap_falls_like_one_over_D():
+    """Two outputs with correlated teachers (S_12 = 0.8), L = 2, nu = gamma0 = 1, eta = 0.1,
+    population, summed test loss at t = 10: gap x D ~ 0.8 with standard errors x D ~ 0.03,
+    0.05, 0.1.  Decoupled channels (each the one-output theory, the cross-channel order
+    parameters dropped: 0.150 against 0.103) are rejected by the same networks."""
+    kw = dict(hidden_layers=2, nu=1.0, gamma0=1.0, eta=0.1, steps=11, outputs=2, signal=S_CORR)
+    Ds = [32, 64, 128]
+    fit, comps, runs = _gap_fit(kw, Ds, [4000, 2000, 1000])
+    print(fit, [(round(c.error * D, 3), round(c.error_stderr * D, 3)) for c, D in zip(comps, Ds)])
+    assert fit.consistent_with(-1.0, sigmas=4.0), fit
+    assert fit.slope_stderr < 0.3, fit
+    m, s = runs[-1]
+    decoupled = 2 * solve(**{**kw, "outputs": 1, "signal": 1.0}).test_loss[[10]]
+    assert abs(decoupled[0] - m[0]) > 10 * s[0] + abs(comps[-1].error)
+
+
+SLOW = {   # theory, D grid, networks per D / D, quantity
+    "widths_finite_data": (dict(hidden_layers=3, alpha=2.0, nu=1.0, gamma0=1.0, eta=0.1,
+                                sigma=0.3, width_ratios=(2.0, 0.5, 1.0)), (32, 64, 128), 48,
+                           "train_loss"),
+    "widths_sgd": (dict(hidden_layers=2, batch_ratio=2.0, nu=1.0, gamma0=1.0, eta=0.1, sigma=0.5,
+                        width_ratios=(1.0, 3.0)), (32, 64, 128), 48, "test_loss"),
+    "channels_finite_data": (dict(hidden_layers=2, alpha=2.0, nu=1.0, gamma0=1.0, eta=0.1,
+                                  sigma=0.3, outputs=2, signal=S_CORR), (32, 64, 128), 48,
+                             "train_loss"),
+    "channels_sgd_widths": (dict(hidden_layers=2, batch_ratio=2.0, nu=1.0, gamma0=1.0, eta=0.1,
+                                 outputs=3, signal=np.array([[1.0, 0.5, -0.3], [0.5, 1.0, 0.2],
+                                                             [-0.3, 0.2, 1.0]]),
+                                 width_ratios=(0.5, 1.0)), (32, 64, 128), 24, "test_loss"),
+    "channels_resnet": (dict(hidden_layers=3, branch_scale=0.7, nu=1.0, gamma0=1.0, eta=0.1,
+                             outputs=2, signal=S_CORR), (32, 64, 128), 24, "test_loss"),
+}
+
+
+@pytest.mark.parametrize("name", list(SLOW))
+def test_slow_extensions_gap_falls_like_one_over_D(name, opt_in_slow):
+    kw, Ds, per_D, q = SLOW[name]
+    fit, comps, _ = _gap_fit(dict(kw, steps=11), Ds, [per_D * D for D in Ds], name=q)
+    print(name, fit, [(round(c.error * D, 3), round(c.error_stderr * D, 3))
+                      for c, D in zip(comps, Ds)])
+    assert fit.consistent_with(-1.0, sigmas=4.0), fit
+
+
+# --------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("kw, match", [
+    (dict(width_ratios=[1.0]), "one ratio"), (dict(width_ratios=[1.0, 0.0]), "width_ratios"),
+    (dict(width_ratios=[1.0, -2.0]), "width_ratios"), (dict(width_ratios=[1.0, np.nan]), "width_ratios"),
+    (dict(width_ratios="12"), "width_ratios"),
+    (dict(width_ratios=[1.0, 2.0], branch_scale=0.5), "residual"),
+    (dict(outputs=0), "outputs"), (dict(outputs=1.5), "outputs"), (dict(outputs="2"), "outputs"),
+    (dict(outputs=2, signal=np.eye(3)), "shape"), (dict(outputs=1, signal=np.eye(2)), "shape"),
+    (dict(outputs=2, signal=[[1.0, 0.5], [0.4, 1.0]]), "symmetric"),
+    (dict(outputs=2, signal=[[1.0, 2.0], [2.0, 1.0]]), "semi-definite"),
+    (dict(outputs=2, signal=[[0.0, 0.0], [0.0, 1.0]]), "positive diagonal"),
+    (dict(outputs=2, signal=[[1.0, np.nan], [np.nan, 1.0]]), "signal"),
+    (dict(outputs=2, signal=-1.0), "signal")])
+@pytest.mark.parametrize("fn", ["theory", "simulation"])
+def test_bad_input(kw, match, fn):
+    base = dict(hidden_layers=2, alpha=2.0, nu=1.0, gamma0=1.0, eta=0.1, steps=3)
+    with pytest.raises(DomainError, match=match):
+        if fn == "theory":
+            solve(**base, **kw)
+        else:
+            simulate_linear_field(dim=8, networks=1, **base, **kw)
+
+
+def test_results_report_widths_and_channels():
+    r = solve(hidden_layers=2, nu=1.0, gamma0=1.0, eta=0.1, steps=4, outputs=2, signal=S_CORR,
+              width_ratios=(0.5, 2.0))
+    assert r.outputs == 2 and r.width_ratios == (0.5, 2.0)
+    assert r.value("C_h", layer=1).shape == (4, 2, 4, 2) and r.value("channel_loss").shape == (4, 2)
+    assert "outputs=2" in repr(r) and "width_ratios" in repr(r)
+    one = solve(hidden_layers=2, nu=1.0, gamma0=1.0, eta=0.1, steps=4)
+    np.testing.assert_array_equal(one.value("channel_loss")[:, 0], one.test_loss)
+    run = simulate_linear_field(dim=16, hidden_layers=2, nu=1.0, gamma0=1.0, eta=0.1, steps=4,
+                                outputs=2, signal=S_CORR, width_ratios=(0.5, 2.0), networks=3)
+    assert run.settings["widths"] == (8, 32) and run.value("channel_loss").shape == (4, 2)
+    np.testing.assert_allclose(run.value("channel_loss").sum(axis=1), run.value("loss"))
+    # the teachers have the exact Gram matrix: centered networks start at L(0) = tr S
+    c = simulate_linear_field(dim=16, hidden_layers=1, nu=1.0, gamma0=1.0, eta=0.1, steps=1,
+                              outputs=2, signal=S_CORR, centering=True, networks=2)
+    np.testing.assert_allclose(c.channel_test_loss[:, 0], 1.0, rtol=1e-12)
