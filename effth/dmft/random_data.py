@@ -1016,10 +1016,13 @@ def extrapolate_depth(depths, values, order: int | None = None) -> DepthExtrapol
 @public
 @dataclass(repr=False)
 class PowerLawResult:
-    """Test loss of the structured-data DMFT (App. E) at infinite width and batch.
+    """Test loss of the structured-data DMFT (App. E).
 
-    ``value('test_loss')`` ``(T,)``; ``value('mode_error')`` ``(T, M)`` the per-mode errors
-    ``v_k(t)``; ``value('K')`` the two-time kernel of the input sites."""
+    ``value('test_loss')`` ``(T,)``; ``value('K')`` the two-time kernel of the input sites; at
+    infinite width and batch ``value('mode_error')`` ``(T, M)`` the (deterministic) per-mode
+    errors ``v_k(t)``; at finite ``N`` or ``B`` (the approximate theory) ``value('mode_loss')``
+    ``(T, M)`` the per-mode losses ``lambda_k <v_k(t)^2>`` and ``value('C_v')`` ``(T, T)``.
+    ``width``, ``batch``: ``None`` for infinite."""
 
     hidden_layers: int
     eta: float
@@ -1028,6 +1031,8 @@ class PowerLawResult:
     source: float
     eigenvalues: np.ndarray
     arrays: dict
+    width: int | None = None
+    batch: int | None = None
 
     @property
     def test_loss(self) -> np.ndarray:
@@ -1058,8 +1063,8 @@ class PowerLawResult:
 @public
 def solve_power_law(*, depth: int | None = None, hidden_layers: int | None = None,
                     capacity: float, source: float, gamma0: float, eta: float, steps: int,
-                    modes: int = 2000, sigma: float = 0.0,
-                    progress: bool | None = None) -> PowerLawResult:
+                    modes: int = 2000, sigma: float = 0.0, width: int | None = None,
+                    batch: int | None = None, progress: bool | None = None) -> PowerLawResult:
     r"""Structured-data DMFT with power-law spectra at infinite width and batch (App. E).
 
     Inputs ``x ~ N(0, Lambda)``, ``lambda_k = k^-a`` (``a = capacity``), target weights with
@@ -1071,7 +1076,31 @@ def solve_power_law(*, depth: int | None = None, hidden_layers: int | None = Non
     layer sees ``C^0_h = sum_k lambda_k^2 v_k v_k`` (a sum over modes), and
     ``L(t) = sum_k lambda_k v_k(t)^2 + sigma^2``.  Hard tasks (``b < 1``) approach
     ``L ~ t^(-2b/(1+b))`` in the rich regime for one hidden layer (eqs. (21), (99)); the lazy
-    exponent is ``b``.  Finite ``N`` and ``B`` are not treated here.
+    exponent is ``b``.
+
+    ``width=N`` and/or ``batch=B`` give the paper's *approximate* theory at finite width and
+    batch (App. E, eqs. (90)-(94); their Fig. 6a), the network trained by online SGD on fresh
+    batches of ``B`` samples (``batch=None``: the population gradient) and centered, as in
+    :func:`effth.simulation.linear_field.simulate_power_law`.  Each mode site is then a Gaussian
+    process,
+
+    ``v_k(t) = w*_k - r^0_k(t) + r^0_k(0) - sum_{s<t} K(t, s) h^0_k(s)``,
+    ``h^0_k(t) = lambda_k v_k(t) + u^0_k(t)``,
+
+    with the limited-width noise ``r^0_k ~ GP(0, C^1_g / (N gamma0^2))`` and the batch noise
+    ``u^0_k`` white with variance ``lambda_k (C_v(t, t) + sigma^2) / B``; the order parameters are
+    sums over modes (eqs. (91)-(92)): ``C_v = sum_k lambda_k <v_k v_k>``,
+    ``C^0_h = sum_k <h^0_k h^0_k>``, ``R^0_hr = sum_k <d h^0_k / d r^0_k>``, which enters the first
+    hidden layer as ``(N gamma0)^-1 sum_{s<=t} R^0_hr(t, s) g^1(s)`` (equal time included, as in
+    the isotropic theory); the hidden layers follow the isotropic equations.  The theory is the
+    isotropic proportional-limit DMFT with ``D`` replaced by the modes: it keeps the ``O(1/N)``
+    terms of the rectangular input layer and the ``O(1/B)`` noise of the batch gradient, but not
+    the ``O(1/N)`` fluctuations of the ``N x N`` hidden layers nor the correlated part
+    ``Lambda v v^T Lambda / B`` of the batch-gradient covariance (nor the bias it gives the
+    transfer function, "not finite batch effects for SGD" in §4), which are of the same order
+    when the data's effective dimension is finite: it is exact only as ``N, B -> infinity``
+    and approximate at ``N, B ~ 16``, where the paper finds it "begins to become accurate".
+    Memory ``2 M T^2`` floats (per-mode responses), work ``O(M T^3 + L T^3)``.
     """
     L = resolve_depth(depth, hidden_layers) - 1
     a = positive(capacity, "capacity")
@@ -1088,10 +1117,21 @@ def solve_power_law(*, depth: int | None = None, hidden_layers: int | None = Non
     sigma = real_scalar(sigma, "sigma")
     if not (math.isfinite(sigma) and sigma >= 0):
         raise DomainError(f"sigma={sigma!r} must be finite and >= 0")
+    Nw = None if width is None else integer(width, "width", minimum=1)
+    Bt = None if batch is None else integer(batch, "batch", minimum=1)
     k = np.arange(1, M + 1, dtype=float)
     lam = k ** (-a)
     wstar = np.sqrt(k ** (-a * b - 1 + a))
     g2 = g * g
+    if Nw is not None or Bt is not None:
+        check_memory(8.0 * (2.0 * M + 4 * (L + 2) ** 2 + 8) * float(T) ** 2,
+                     f"the per-mode responses of {M} modes on {T} steps (2 x {M} ({T} x {T}) "
+                     "arrays)", "lower modes or steps")
+        with blas_threads(), np.errstate(over="ignore", invalid="ignore"), \
+                progress_bar(T, "power-law DMFT (finite N, B)", progress=progress) as bar:
+            arrays = _power_law_finite(L, T, eta, g2, lam, wstar, sigma, Nw, Bt, bar)
+        return PowerLawResult(hidden_layers=L, eta=eta, gamma0=g, capacity=a, source=b,
+                              eigenvalues=lam, arrays=arrays, width=Nw, batch=Bt)
     V = np.zeros((T, M))
     Ch = [np.zeros((T, T)) for _ in range(L + 1)]
     Cg = [np.zeros((T, T)) for _ in range(L + 2)]
@@ -1118,6 +1158,76 @@ def solve_power_law(*, depth: int | None = None, hidden_layers: int | None = Non
     test = (V ** 2) @ lam + sigma ** 2
     return PowerLawResult(hidden_layers=L, eta=eta, gamma0=g, capacity=a, source=b, eigenvalues=lam,
                           arrays=dict(test_loss=test, mode_error=V, K=Kmat))
+
+
+def _mode_sum(a, V):
+    """``sum_m sum_u a[m, u] V[m, s, u]`` over the modes (a BLAS contraction)."""
+    return np.tensordot(a, V, axes=([0, 1], [0, 2]))
+
+
+def _power_law_finite(L, T, eta, g2, lam, wstar, sigma, N, B, bar):
+    """March the approximate finite-(N, B) structured-data theory (see :func:`solve_power_law`).
+
+    Per mode ``k`` the coefficients of ``v_k`` on its sources: ``Vw`` (``w*_k``, ``(T, M)``),
+    ``Vr`` (``r^0_k``, ``(M, T, T)``) and ``Vu`` (``u^0_k``, ``(M, T, T)``); every mode shares the
+    kernel ``K`` and the covariance of ``r^0``, and ``u^0_k`` is white with variance
+    ``lambda_k C_Delta(t, t) / B``."""
+    M = lam.size
+    iv = 0.0 if N is None else 1.0 / (N * g2)
+    ib = 0.0 if B is None else 1.0 / B
+    Z = lambda: np.zeros((T, T))                      # noqa: E731
+    Ch = [Z() for _ in range(L + 1)]
+    Cg = [Z() for _ in range(L + 2)]
+    Cg[L + 1] = np.ones((T, T))
+    hid = _PlainHidden(L, T)
+    Kmat, Cv, H0r = Z(), Z(), Z()
+    Vw = np.zeros((T, M))
+    Vr = np.zeros((M, T, T))
+    Vu = np.zeros((M, T, T))
+    cd = np.zeros(T)                                  # C_Delta(t, t) = C_v(t, t) + sigma^2
+    w2 = wstar ** 2
+    L0 = float(lam @ w2)
+    for t in range(T):
+        up = slice(0, t + 1)
+        hid.backward(t, Ch, Cg, eta, g2)
+        K = hid.R1gu_scaled(t)[0] + eta * Cg[1][t, :t]
+        Kmat[t, :t] = K
+        lK = lam[:, None] * K[None, :]                                  # (M, t)
+        # v_k(t) = w*_k - (r^0_k(t) - r^0_k(0)) - sum_{s<t} K(t,s) (lambda_k v_k(s) + u^0_k(s))
+        Vw[t] = 1.0 - np.einsum("ms,sm->m", lK, Vw[:t])
+        Vr[:, t, up] = -np.matmul(lK[:, None, :], Vr[:, :t, up])[:, 0]
+        Vr[:, t, t] -= 1.0
+        Vr[:, t, 0] += 1.0                                              # centering
+        Vu[:, t, up] = -np.matmul(lK[:, None, :], Vu[:, :t, up])[:, 0]
+        Vu[:, t, :t] -= K[None, :]
+        Sr = Cg[1][up, up] * iv
+        # u^0_k(s) has variance lambda_k cd(s) ib; Vu[:, t, t] = 0, so cd(t) is not needed yet
+        su = cd[up] * ib
+        A = Vr[:, t, up] @ Sr                                           # (M, t+1)
+        row = (lam * w2 * Vw[t]) @ Vw[up].T
+        row = row + _mode_sum(lam[:, None] * A, Vr[:, up, up])
+        row = row + _mode_sum((lam * lam)[:, None] * (Vu[:, t, up] * su), Vu[:, up, up])
+        _sym(Cv, t, row)
+        cd[t] = Cv[t, t] + sigma ** 2
+        su = cd[up] * ib
+        # h^0_k = lambda_k v_k + u^0_k: coefficients lambda_k V and lambda_k Vu + I
+        row0 = (lam ** 2 * w2 * Vw[t]) @ Vw[up].T
+        row0 = row0 + _mode_sum((lam ** 2)[:, None] * A, Vr[:, up, up])
+        Hu_t = lam[:, None] * Vu[:, t, up]
+        Hu_t[:, t] += 1.0
+        Hu_up = lam[:, None, None] * Vu[:, up, up]
+        Hu_up[:, np.arange(t + 1), np.arange(t + 1)] += 1.0
+        row0 = row0 + _mode_sum(lam[:, None] * (Hu_t * su), Hu_up)
+        _sym(Ch[0], t, row0)
+        H0r[t, up] = lam @ Vr[:, t, up]                                  # sum_k d h^0_k / d r^0_k
+        hid.forward(t, Ch, Cg, H0r, eta, g2, iv)
+        if not np.isfinite(cd[t]) or cd[t] > _BLOWUP * (L0 + sigma ** 2):
+            raise ConvergenceError(f"the power-law DMFT diverged at step {t}: eta={eta:g} is "
+                                   "too large; lower eta")
+        bar.update(1)
+    mode_loss = (lam[:, None] * np.sum((Vr @ (Cg[1] * iv)) * Vr, axis=2)).T + lam * w2 * Vw ** 2
+    mode_loss += ((lam * lam * ib)[:, None] * ((Vu ** 2) @ cd)).T
+    return dict(test_loss=np.diag(Cv) + sigma ** 2, K=Kmat, C_v=Cv, mode_loss=mode_loss)
 
 
 @public

@@ -156,7 +156,9 @@ def test_channels_gap_falls_like_one_over_D():
 
 
 SLOW = {   # theory, D grid, networks per D / D, quantity
-    "widths_finite_data": (dict(hidden_layers=3, alpha=2.0, nu=1.0, gamma0=1.0, eta=0.1,
+    # (at eta = 0.1 this setting, like the equal-width one, is still pre-asymptotic at
+    # D <= 128: gap x D -1.0, -1.9, -3.0; see the docs page)
+    "widths_finite_data": (dict(hidden_layers=3, alpha=2.0, nu=1.0, gamma0=1.0, eta=0.05,
                                 sigma=0.3, width_ratios=(2.0, 0.5, 1.0)), (32, 64, 128), 48,
                            "train_loss"),
     "widths_sgd": (dict(hidden_layers=2, batch_ratio=2.0, nu=1.0, gamma0=1.0, eta=0.1, sigma=0.5,
@@ -168,7 +170,7 @@ SLOW = {   # theory, D grid, networks per D / D, quantity
                                  outputs=3, signal=np.array([[1.0, 0.5, -0.3], [0.5, 1.0, 0.2],
                                                              [-0.3, 0.2, 1.0]]),
                                  width_ratios=(0.5, 1.0)), (32, 64, 128), 24, "test_loss"),
-    "channels_resnet": (dict(hidden_layers=3, branch_scale=0.7, nu=1.0, gamma0=1.0, eta=0.1,
+    "channels_resnet": (dict(hidden_layers=2, branch_scale=0.5, nu=1.0, gamma0=1.0, eta=0.1,
                              outputs=2, signal=S_CORR), (32, 64, 128), 24, "test_loss"),
 }
 
@@ -221,3 +223,71 @@ def test_results_report_widths_and_channels():
     c = simulate_linear_field(dim=16, hidden_layers=1, nu=1.0, gamma0=1.0, eta=0.1, steps=1,
                               outputs=2, signal=S_CORR, centering=True, networks=2)
     np.testing.assert_allclose(c.channel_test_loss[:, 0], 1.0, rtol=1e-12)
+
+
+# --------------------------------------------------------------------------- power law, finite N, B
+from effth.dmft.random_data import solve_power_law                      # noqa: E402
+from effth.simulation.linear_field import simulate_power_law            # noqa: E402
+
+PL = dict(hidden_layers=1, capacity=1.5, source=0.5, gamma0=1.0, eta=0.2, steps=60, modes=100)
+
+
+def test_power_law_finite_theory_tends_to_the_infinite_one():
+    inf = solve_power_law(**PL).test_loss
+    d1 = solve_power_law(width=10**6, batch=10**6, **PL).test_loss - inf
+    d2 = solve_power_law(width=2 * 10**6, batch=2 * 10**6, **PL).test_loss - inf
+    assert np.max(np.abs(d1 / inf)) < 1e-4
+    np.testing.assert_allclose(d1[5:], 2 * d2[5:], rtol=1e-3)       # the corrections are O(1/N)
+    r = solve_power_law(width=16, batch=16, **PL)
+    np.testing.assert_allclose(r.value("mode_loss").sum(axis=1), r.test_loss, rtol=1e-12)
+    assert r.width == 16 and r.batch == 16 and r.value("C_v").shape == (60, 60)
+
+
+@pytest.mark.parametrize("B", [1, 4, 16])
+def test_power_law_lazy_batch_noise_closed_form(B):
+    """Lazy limit, infinite width, online SGD with batch B: the kernel is the constant
+    c = (L+1) eta, v_k(t+1) = v_k(t) - c (lambda_k v_k + u_k), and the theory's mode losses obey
+    m_k(t+1) = (1 - c lambda_k)^2 m_k + c^2 lambda_k^2 (sum_j m_j + sigma^2) / B (``m_k`` the mode
+    loss lambda_k <v_k^2>, the noise u_k of variance lambda_k C_Delta / B).  The
+    exact SGD recursion has the extra c^2 lambda_k^2 m_k / B of the correlated part of the batch
+    gradient, which the approximate theory drops: its relative effect on the loss is checked to
+    be O(1/B) and resolved."""
+    kw = dict(hidden_layers=2, capacity=1.5, source=0.5, gamma0=1e-7, eta=0.1, steps=30,
+              modes=80, sigma=0.3)
+    r = solve_power_law(batch=B, **kw)
+    k = np.arange(1, 81, dtype=float)
+    lam, w2 = k ** -1.5, k ** (-1.5 * 0.5 - 1 + 1.5)
+    c = 3 * 0.1
+    m, exact = lam * w2, lam * w2
+    approx_loss, exact_loss = [m.sum() + 0.09], [m.sum() + 0.09]
+    for _ in range(29):
+        m = (1 - c * lam) ** 2 * m + c * c * lam ** 2 * (m.sum() + 0.09) / B
+        exact = ((1 - c * lam) ** 2 + c * c * lam ** 2 / B) * exact \
+            + c * c * lam ** 2 * (exact.sum() + 0.09) / B
+        approx_loss.append(m.sum() + 0.09)
+        exact_loss.append(exact.sum() + 0.09)
+    np.testing.assert_allclose(r.test_loss, approx_loss, rtol=1e-9)
+    gap = np.array(exact_loss) / np.array(approx_loss) - 1
+    assert 0 < gap[-1] < 1.0 / B
+
+
+def test_power_law_approximate_theory_vs_networks():
+    """One hidden layer, a = 1.5, b = 0.5 (hard task), 100 modes, online SGD with N = B: at
+    N = B = 64 the approximate theory is within 5 standard errors of the networks at t = 10, 30,
+    59 while the N = B = infinity theory is rejected at t = 59 (> 8 standard errors); at N = B = 16 the
+    approximate theory is within 6% ("begins to become accurate around N, B ~ 16", §4), the
+    infinite one off by > 15%."""
+    inf = solve_power_law(**PL).test_loss
+    ts = [10, 30, 59]
+    for N, nets in [(64, 60), (16, 200)]:
+        th = solve_power_law(width=N, batch=N, **PL).test_loss
+        run = simulate_power_law(width=N, batch=N, networks=nets, seed=N, **PL)
+        m, s = run.value("loss")[ts], run.stderr("loss")[ts]
+        print(N, np.round((th[ts] - m) / s, 2), np.round((th[ts] - m) / m, 3),
+              np.round((inf[ts] - m) / m, 3))
+        if N == 64:
+            assert np.all(np.abs(th[ts] - m) < 5 * s)
+            assert abs(inf[-1] - m[-1]) > 8 * s[-1]
+        else:
+            assert np.all(np.abs(th[ts] - m) < 0.06 * m + 3 * s)
+            assert np.all(np.abs(inf[ts] - m) > 0.15 * m)
