@@ -37,6 +37,14 @@ Errata of the printed equations (each is checked by the tests against simulated 
   is not used: the infinite-depth limit is approached by the finite-``L`` residual theory with
   ``beta = beta0 / sqrt(L)`` at increasing ``L``.
 
+Extensions
+----------
+Layer-dependent widths ``N_l = a_l N`` (App. F, ``width_ratios=``): the backward fields gain
+``a_{l+1} / a_l`` and the input site the readout-width factors (see :func:`solve_random_data`).
+Several output channels (App. G, ``outputs=``): the same equations on the time-major grid of
+``(t, c)`` points.  Structured data at finite width and batch: the approximate theory of App. E
+(:func:`solve_power_law` with ``width=``, ``batch=``).
+
 Scaled responses
 ----------------
 All responses are proportional to ``gamma0``; the solver stores ``R / gamma0`` so that only
@@ -115,7 +123,7 @@ def _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, 
             width_ratios=None, outputs=1):
     L = resolve_depth(depth, hidden_layers) - 1
     C = integer(outputs, "outputs", minimum=1)
-    signal, signal_matrix = signal_values(signal, C)
+    signal, signal_matrix = _signal_values(signal, C)
     alpha = positive(alpha, "alpha", allow_inf=True)
     nu = positive(nu, "nu", allow_inf=True)
     eta = positive(eta, "eta")
@@ -177,7 +185,7 @@ def _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, 
                    signal_matrix=signal_matrix)
 
 
-def signal_values(signal, outputs: int):
+def _signal_values(signal, outputs: int):
     r"""The teacher's signal ``S = |w_*|^2 / D`` (one output) or, for ``C = outputs`` channels
     (App. G), the ``(C, C)`` matrix ``S_cc' = w*_c . w*_c' / D``: a positive number (``S`` times
     the identity) or a symmetric positive semi-definite ``(C, C)`` matrix with a positive

@@ -20,8 +20,10 @@ training-set-averaged field form of eqs. (4)-(5), (24)-(26): for ``t = 0, 1, ..`
 
 Variants: population data (``alpha = inf``: ``h^0 = v``), online SGD (fresh ``B = alpha_B D``
 samples and noise each step, App. D), centering (``f(x, t) - f(x, 0)``, App. A.3), residual
-branches ``I + beta W^l / sqrt(N)`` (App. C, updates carry ``beta``).  Networks are batched over
-a leading axis.
+branches ``I + beta W^l / sqrt(N)`` (App. C, updates carry ``beta``), layer-dependent widths
+``N_l = a_l N`` (App. F, eq. (100): readout ``1/(N_L gamma0)``, each ``W^l`` divided by the square
+root of its fan-in) and several output channels (App. G, eqs. (102)-(105), the updates summed over
+channels).  Networks are batched over a leading axis.
 """
 
 from __future__ import annotations
