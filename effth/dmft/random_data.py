@@ -1063,9 +1063,11 @@ class PowerLawResult:
         return None
 
     def __repr__(self) -> str:
+        fin = "".join(f", {n}={v}" for n, v in (("width", self.width), ("batch", self.batch))
+                      if v is not None)
         return (f"PowerLawResult(hidden_layers={self.hidden_layers}, a={self.capacity:g}, "
                 f"b={self.source:g}, modes={self.eigenvalues.size}, gamma0={self.gamma0:g}, "
-                f"eta={self.eta:g}, steps={self.test_loss.size})")
+                f"eta={self.eta:g}, steps={self.test_loss.size}{fin})")
 
 
 @public
@@ -1169,8 +1171,8 @@ def solve_power_law(*, depth: int | None = None, hidden_layers: int | None = Non
 
 
 def _mode_sum(a, V):
-    """``sum_m sum_u a[m, u] V[m, s, u]`` over the modes (a BLAS contraction)."""
-    return np.tensordot(a, V, axes=([0, 1], [0, 2]))
+    """``sum_m sum_u a[m, u] V[m, s, u]`` over the modes (stacked BLAS products, no copies)."""
+    return np.matmul(V, a[:, :, None])[:, :, 0].sum(axis=0)
 
 
 def _power_law_finite(L, T, eta, g2, lam, wstar, sigma, N, B, bar):
@@ -1223,9 +1225,8 @@ def _power_law_finite(L, T, eta, g2, lam, wstar, sigma, N, B, bar):
         row0 = row0 + _mode_sum((lam ** 2)[:, None] * A, Vr[:, up, up])
         Hu_t = lam[:, None] * Vu[:, t, up]
         Hu_t[:, t] += 1.0
-        Hu_up = lam[:, None, None] * Vu[:, up, up]
-        Hu_up[:, np.arange(t + 1), np.arange(t + 1)] += 1.0
-        row0 = row0 + _mode_sum(lam[:, None] * (Hu_t * su), Hu_up)
+        bu = lam[:, None] * (Hu_t * su)              # u^0 part: (lambda Vu + I) diag (lambda Vu + I)^T
+        row0 = row0 + _mode_sum(lam[:, None] * bu, Vu[:, up, up]) + bu.sum(axis=0)
         _sym(Ch[0], t, row0)
         H0r[t, up] = lam @ Vr[:, t, up]                                  # sum_k d h^0_k / d r^0_k
         hid.forward(t, Ch, Cg, H0r, eta, g2, iv)
