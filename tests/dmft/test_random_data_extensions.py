@@ -291,3 +291,23 @@ def test_power_law_approximate_theory_vs_networks():
         else:
             assert np.all(np.abs(th[ts] - m) < 0.06 * m + 3 * s)
             assert np.all(np.abs(inf[ts] - m) > 0.15 * m)
+
+
+def test_slow_power_law_fig6a_depth_four(opt_in_slow):
+    """The Fig. 6a setting: L = 4, online SGD with N = B, a = 1.5, b = 0.5, gamma0 = 1,
+    eta = 0.05, 200 modes, 200 steps.  The approximate theory's relative error falls like 1/N
+    (about -1.1/N: -15%, -7%, -3.5% at N = B = 8, 16, 32, resolved), a small part of the finite-N,
+    B effect the N = B = infinity theory misses (-86%, -80%, -70% at t = 199)."""
+    kw = dict(hidden_layers=4, capacity=1.5, source=0.5, gamma0=1.0, eta=0.05, steps=200,
+              modes=200)
+    inf = solve_power_law(**kw).test_loss[-1]
+    rel = []
+    for N, nets in [(8, 200), (16, 100), (32, 200)]:
+        th = solve_power_law(width=N, batch=N, **kw).test_loss[-1]
+        run = simulate_power_law(width=N, batch=N, networks=nets, seed=N, **kw)
+        m, s = run.value("loss")[-1], run.stderr("loss")[-1]
+        rel.append((th - m) / m)
+        print(N, round((th - m) / m, 4), round(s / m, 4), round((inf - m) / m, 4))
+        assert abs(th - m) < 0.25 * abs(inf - m)
+        assert abs(th - m) < 1.6 / N * m + 4 * s          # |error| <~ 1.1 / N (+ noise)
+    assert abs(rel[0]) > abs(rel[1]) > abs(rel[2])
