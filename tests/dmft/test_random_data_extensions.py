@@ -274,7 +274,8 @@ def test_power_law_lazy_batch_noise_closed_form(B):
 def test_power_law_approximate_theory_vs_networks():
     """One hidden layer, a = 1.5, b = 0.5 (hard task), 100 modes, online SGD with N = B: at
     N = B = 64 the approximate theory is within 5 standard errors of the networks at t = 10, 30,
-    59 while the N = B = infinity theory is rejected at t = 59 (> 8 standard errors); at N = B = 16 the
+    59 while the N = B = infinity theory and the printed equal-time-free first layer are rejected
+    at t = 59 (> 8 standard errors); at N = B = 16 the
     approximate theory is within 6% ("begins to become accurate around N, B ~ 16", §4), the
     infinite one off by > 15%."""
     inf = solve_power_law(**PL).test_loss
@@ -288,6 +289,16 @@ def test_power_law_approximate_theory_vs_networks():
         if N == 64:
             assert np.all(np.abs(th[ts] - m) < 5 * s)
             assert abs(inf[-1] - m[-1]) > 8 * s[-1]
+            # the printed sum over t' < t of R^0_hr in the first hidden layer (after (94)):
+            # rejected by the same networks (the equal-time response is -sum_k lambda_k)
+            orig = rd._PlainHidden.forward
+
+            def printed(self, t, Ch, Cg, H0r, eta, g2, iv, _=False):
+                return orig(self, t, Ch, Cg, H0r, eta, g2, iv, True)
+
+            with mock.patch.object(rd._PlainHidden, "forward", printed):
+                lit = solve_power_law(width=N, batch=N, **PL).test_loss[ts]
+            assert abs(lit[-1] - m[-1]) > 10 * s[-1]
         else:
             assert np.all(np.abs(th[ts] - m) < 0.06 * m + 3 * s)
             assert np.all(np.abs(inf[ts] - m) > 0.15 * m)
