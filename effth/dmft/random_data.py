@@ -882,11 +882,11 @@ class LearningRateSweep:
 @public
 def learning_rate_sweep(etas, nus, *, depth: int | None = None, hidden_layers: int | None = None,
                         gamma0: float, steps: int, alpha: float = np.inf, sigma: float = 0.0,
-                        signal: float = 1.0, centering: bool = False,
+                        signal: float | np.ndarray = 1.0, centering: bool = False,
                         batch_ratio: float | None = None, parameterization: str = "mup",
                         reference_nu: float = 1.0, branch_scale: float | None = None,
-                        branch_scale0: float | None = None,
-                        progress: bool | None = None) -> LearningRateSweep:
+                        branch_scale0: float | None = None, width_ratios=None,
+                        outputs: int = 1, progress: bool | None = None) -> LearningRateSweep:
     r"""Final test loss over a grid of learning rates and width ratios (the paper's Fig. 2).
 
     In muP (``gamma0`` fixed) the optimal ``eta`` is nearly width independent and wider networks
@@ -913,7 +913,7 @@ def learning_rate_sweep(etas, nus, *, depth: int | None = None, hidden_layers: i
             for j, eta in enumerate(E):
                 p = _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal,
                             centering, batch_ratio, parameterization, reference_nu, branch_scale,
-                            branch_scale0)
+                            branch_scale0, width_ratios, outputs)
                 base = p
                 out[i, j] = _stable(p)[1]
                 bar.update(1)
@@ -924,10 +924,11 @@ def learning_rate_sweep(etas, nus, *, depth: int | None = None, hidden_layers: i
 @public
 def max_stable_learning_rate(*, depth: int | None = None, hidden_layers: int | None = None,
                              gamma0: float, steps: int, alpha: float = np.inf, nu: float = np.inf,
-                             sigma: float = 0.0, signal: float = 1.0, centering: bool = False,
+                             sigma: float = 0.0, signal: float | np.ndarray = 1.0, centering: bool = False,
                              batch_ratio: float | None = None, parameterization: str = "mup",
                              reference_nu: float = 1.0, branch_scale: float | None = None,
-                             branch_scale0: float | None = None, tol: float = 1e-3,
+                             branch_scale0: float | None = None, width_ratios=None,
+                             outputs: int = 1, tol: float = 1e-3,
                              eta_start: float | None = None) -> float:
     r"""Largest ``eta`` whose run stays bounded for ``steps`` steps, by bisection in ``log eta``.
 
@@ -940,7 +941,8 @@ def max_stable_learning_rate(*, depth: int | None = None, hidden_layers: int | N
     Parameters
     ----------
     tol : float
-        Relative width of the final bracket.
+        Relative width of the final bracket (other arguments as in :func:`solve_random_data`,
+        ``width_ratios`` and ``outputs`` included).
     eta_start : float, optional
         Initial guess (default ``2 / (L + 1)``).
     """
@@ -951,7 +953,8 @@ def max_stable_learning_rate(*, depth: int | None = None, hidden_layers: int | N
 
     def stable(eta):
         p = _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, centering,
-                    batch_ratio, parameterization, reference_nu, branch_scale, branch_scale0)
+                    batch_ratio, parameterization, reference_nu, branch_scale, branch_scale0,
+                    width_ratios, outputs)
         return _stable(p)[0]
 
     L = resolve_depth(depth, hidden_layers) - 1

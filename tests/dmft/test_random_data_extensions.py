@@ -322,3 +322,15 @@ def test_slow_power_law_fig6a_depth_four(opt_in_slow):
         assert abs(th - m) < 0.25 * abs(inf - m)
         assert abs(th - m) < 1.6 / N * m + 4 * s          # |error| <~ 1.1 / N (+ noise)
     assert abs(rel[0]) > abs(rel[1]) > abs(rel[2])
+
+
+def test_sweeps_take_widths_and_channels():
+    # lazy infinite width: the stability edge (L+1) eta = 2 whatever the widths and channels
+    e = rd.max_stable_learning_rate(hidden_layers=2, gamma0=1e-6, steps=60, centering=True,
+                                    width_ratios=(0.5, 2.0), outputs=2, signal=S_CORR, tol=1e-3)
+    assert 2 / 3 * 0.97 < e < 2 / 3 * 1.06
+    sw = rd.learning_rate_sweep([0.05, 0.1], [1.0], hidden_layers=2, gamma0=1.0, steps=6,
+                                width_ratios=(0.5, 2.0), outputs=2, signal=S_CORR)
+    one = solve(hidden_layers=2, nu=1.0, gamma0=1.0, eta=0.1, steps=6, width_ratios=(0.5, 2.0),
+                outputs=2, signal=S_CORR)
+    assert sw.final_loss[0, 1] == one.test_loss[-1]
