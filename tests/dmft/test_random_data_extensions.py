@@ -65,6 +65,27 @@ def test_orthogonal_teachers_decouple_the_channels():
     np.testing.assert_allclose(total + 3 * 0.09, three.test_loss, rtol=1e-12)
 
 
+@pytest.mark.parametrize("kw", [
+    dict(hidden_layers=2, alpha=2.0, nu=1.0, gamma0=1.0, eta=0.1, sigma=0.3),
+    dict(hidden_layers=3, branch_scale=0.6, nu=0.5, gamma0=1.5, eta=0.05, centering=True),
+    dict(hidden_layers=2, batch_ratio=1.0, nu=2.0, gamma0=1.0, eta=0.1, sigma=0.2,
+         width_ratios=(0.5, 1.5))])
+def test_correlated_teachers_rotate_to_independent_channels(kw):
+    """The network is invariant under an orthogonal mixing O of its outputs (readouts W^L O are
+    distributed as W^L, the loss sum_c Delta_c^2 and the update sum_c g_c h_c^T are invariant,
+    the label noise is isotropic), so teachers with Gram matrix S train like teachers with
+    O^T S O diagonal: the summed loss is the sum of one-output theories at the eigenvalues of S
+    (1.8 and 0.2 for S_12 = 0.8), and C_v rotates with O."""
+    two = solve(outputs=2, signal=S_CORR, steps=8, **kw)
+    ones = [solve(signal=lam, steps=8, **kw) for lam in (1.8, 0.2)]
+    np.testing.assert_allclose(two.test_loss, ones[0].test_loss + ones[1].test_loss, rtol=1e-11)
+    O = np.array([[1.0, -1.0], [1.0, 1.0]]) / np.sqrt(2.0)      # S_CORR = O diag(1.8, 0.2) O^T
+    rot = np.einsum("tasb,ac,bd->tcsd", two.value("C_v"), O, O)
+    for c in range(2):
+        np.testing.assert_allclose(rot[:, c, :, c], ones[c].value("C_v"), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(rot[:, 0, :, 1], 0.0, atol=1e-12)
+
+
 def test_one_hidden_layer_width_ratio_is_a_width_ratio():
     # L = 1: N_1 = a nu D is the readout width, so (nu, a) is the equal-width theory at a nu
     a = solve(hidden_layers=1, alpha=2.0, nu=0.5, gamma0=0.8, eta=0.1, sigma=0.2, steps=8,
