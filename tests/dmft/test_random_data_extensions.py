@@ -20,6 +20,7 @@ import pytest
 import effth.dmft.random_data as rd
 from effth.compare import compare, scaling_fit
 from effth.errors import DomainError
+from effth.dmft import solve_deep_linear
 from effth.dmft.random_data import solve_random_data as solve
 from effth.simulation.linear_field import simulate_linear_field
 
@@ -84,6 +85,23 @@ def test_correlated_teachers_rotate_to_independent_channels(kw):
     for c in range(2):
         np.testing.assert_allclose(rot[:, c, :, c], ones[c].value("C_v"), rtol=1e-10, atol=1e-14)
     np.testing.assert_allclose(rot[:, 0, :, 1], 0.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("L, ratios, gamma0, eta", [(3, (0.5, 2.0, 3.0), 1.0, 0.05),
+                                                    (2, (4.0, 0.5), 1.5, 0.08)])
+def test_infinite_width_widths_equal_solve_deep_linear(L, ratios, gamma0, eta):
+    """nu = alpha = inf: the population dynamics is one training point with K^x = 1 (y = 1), and
+    the unequal-width deep linear DMFT of B&P 2022 app. D.8 (``solve_deep_linear(width_ratios=)``,
+    an independent implementation whose reference width is the readout's) must agree with
+    ratios a_l / a_L; its loss is the halved MSE."""
+    r = solve(hidden_layers=L, gamma0=gamma0, eta=eta, steps=25, width_ratios=ratios)
+    d = solve_deep_linear(kernel=np.array([[1.0]]), y=np.array([1.0]), depth=L + 1,
+                          gamma0=gamma0, eta=eta, steps=25,
+                          width_ratios=[a / ratios[-1] for a in ratios])
+    np.testing.assert_allclose(r.test_loss, 2 * d.loss, rtol=1e-12, atol=1e-15)
+    # and the widths matter at infinite width in mean-field scaling (layer l feels gamma0^2/a_l)
+    eq = solve(hidden_layers=L, gamma0=gamma0, eta=eta, steps=25)
+    assert np.max(np.abs(eq.test_loss - r.test_loss)) > 1e-3
 
 
 def test_one_hidden_layer_width_ratio_is_a_width_ratio():
