@@ -326,9 +326,13 @@ def test_bad_input_two_layer():
                         method="monte_carlo", samples=100, activation="linear")
     with pytest.raises(DomainError, match="momentum"):
         solve_two_layer(X, Y, gamma0=1.0, eta=0.1, steps=5, momentum=-0.5)
-    with pytest.raises(DomainError, match="together with momentum.*solve_monte_carlo"):
+    # temperature and momentum together (underdamped Langevin): the heavy-ball step bound
+    with pytest.raises(DomainError, match=r"heavy-ball step.*2 \(1 \+ momentum\)"):
+        solve_two_layer(X, Y, gamma0=1.0, eta=1.0, steps=5, temperature=2.0, weight_decay=0.5,
+                        momentum=0.3, method="monte_carlo", samples=100, activation="linear")
+    with pytest.raises(DomainError, match="monte_carlo"):
         solve_two_layer(X, Y, gamma0=1.0, eta=0.1, steps=5, temperature=0.5, weight_decay=1.0,
-                        momentum=0.3, method="monte_carlo", samples=100)
+                        momentum=0.3)
 
 
 

@@ -299,8 +299,9 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         ``mu = exp(-eta / tau)``; the trainer's update ``v <- mu v + (1 - mu)(eta G - eta lambda
         theta)``, ``theta <- theta + v``): the drifts carry the memory kernel ``k(t-1-s)`` (eq.
         (123)) and the initial parts ``a(t)`` of the filter; stability edge ``eta
-        lambda_max(K_0) < 2 (1 + mu) / (1 - mu)``.  Not with ``temperature > 0``; both need
-        ``closure='exact'``.  ``temperature = momentum = 0`` is the GD solver bit for bit.
+        lambda_max(K_0) < 2 (1 + mu) / (1 - mu)``.  With ``temperature > 0`` too (underdamped
+        Langevin dynamics) the noise passes the same memory (``kappa`` of the filter).  Both
+        need ``closure='exact'``.  ``temperature = momentum = 0`` is the GD solver bit for bit.
 
     Raises
     ------
@@ -308,7 +309,7 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         Bad data or hyperparameters (``eta lambda`` outside ``[0, 1)``, ``y`` not ``(P,)`` or
         ``(P, C)``, non-finite values), ``eta lambda_max(K_NTK) >= 2``, ``gamma0 = 0`` with
         weight decay or several outputs, ``closure='ntk'`` with weight decay, negative
-        ``temperature``, ``momentum`` outside ``[0, 1)`` or both nonzero, ``closure='ntk'`` or
+        ``temperature``, ``momentum`` outside ``[0, 1)``, ``closure='ntk'`` or
         ``gamma0 = 0`` with either, a Langevin step past its stable bound.
     ConvergenceError
         A kernel entry exceeds ``diverge_at`` (or is not finite); ``iterations=None`` and the

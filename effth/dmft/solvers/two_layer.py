@@ -100,16 +100,21 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         noise of variance ``sigma^2 = temperature (1 - rho^2) / weight_decay`` per step, so each
         single site carries the noise paths ``nu(t+1) = rho nu(t) + sigma K^{1/2} xi_u(t)`` in ``h``
         and ``rho nz + sigma xi_r`` in ``z`` (at ``L = 1`` there are no response terms: the
-        fields of eq. (112) with ``A = B = 0``).  ``method='monte_carlo'`` only (the noise paths
-        are ``T``-dimensional); the step must satisfy ``eta (lambda_max(K_eq) + weight_decay) < 2``
-        with ``K_eq`` the lazy NTK at weight variance ``max(1, temperature / weight_decay)``.
+        fields of eq. (112) with ``A = B = 0``).  With ``momentum`` too (underdamped Langevin
+        dynamics, :class:`~effth.dmft.grid.ParameterFilter`) the noise enters the heavy-ball
+        increment like the gradient, ``v_nu <- mu v_nu + (1 - mu) (sigma K^{1/2} xi_u - eta
+        lambda nu)``, ``nu <- nu + v_nu`` (likewise ``nz``), with ``sigma^2`` of
+        :func:`~effth.dmft.grid.langevin_noise` that keeps the prior ``temperature /
+        weight_decay``; ``momentum=0`` is the GD noise recursion above bit for bit.
+        ``method='monte_carlo'`` only (the noise paths are ``T``-dimensional); the step must
+        satisfy ``eta (lambda_max(K_eq) + weight_decay) < 2 (1 + mu) / (1 - mu)`` with ``K_eq``
+        the lazy NTK at weight variance ``max(1, temperature / weight_decay)``.
     momentum : float
         Heavy-ball coefficient ``mu`` in ``[0, 1)`` (Bordelon & Pehlevan (2022), App. L; as in
         :func:`~effth.dmft.solve_deep_linear`): the accumulated drifts obey
         ``v <- mu v + (1 - mu) (d - eta lambda a)``, ``a <- a + v``, and the initial parts carry
-        ``a(t)`` of :class:`~effth.dmft.grid.ParameterFilter`.  Not with ``temperature > 0`` here
-        (:func:`~effth.dmft.solve_monte_carlo` and :func:`~effth.dmft.solve_deep_linear` solve both
-        together).
+        ``a(t)`` of :class:`~effth.dmft.grid.ParameterFilter`.  Together with ``temperature > 0``
+        see ``temperature`` (the noise paths follow the same heavy-ball memory).
     width_ratios : sequence of one float, optional
         ``(a_1,)``: hidden width ``N_1 = a_1 N`` against the reference width ``N`` of
         ``gamma = gamma0 sqrt(N)`` (Bordelon & Pehlevan (2022), App. D.8; the conventions of
@@ -188,11 +193,6 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     act = resolve_activation(activation)
     grid = TimeGrid(eta, steps)
     rho, temperature, momentum = langevin_settings(grid.eta, weight_decay, temperature, momentum)
-    if temperature > 0 and momentum > 0:
-        raise DomainError("temperature > 0 together with momentum > 0 is not solved by "
-                          "solve_two_layer (its single-site noise paths follow the GD decay, "
-                          "not the heavy-ball memory); use solve_monte_carlo(hidden_layers=1, "
-                          "...) or, for a linear activation, solve_deep_linear")
     if temperature > 0 and method != "monte_carlo":
         raise DomainError("temperature > 0 needs method='monte_carlo' (the single-site noise paths "
                           "are T-dimensional; no quadrature rule over them)")
@@ -243,6 +243,8 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         root = covariance_root(data.kx)
         nrng = _noise_rng(seed)
         nu, nz = np.zeros((S, n)), np.zeros((S, C))          # Langevin noise parts of h, z
+        if mu > 0:                                          # their heavy-ball velocities
+            vnu, vnz = np.zeros((S, n)), np.zeros((S, C))
         half = S // 2
     if two_time:
         ph_hist = np.empty((T, S, n))
@@ -282,8 +284,14 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
                 # antithetic like (u, r): the same xi_u for both halves, xi_r negated
                 xu = nrng.standard_normal((half, root.shape[1]))
                 xr = nrng.standard_normal((half, C))
-                nu = rho * nu + sigma * (np.concatenate([xu, xu]) @ root.T)
-                nz = rho * nz + sigma * np.concatenate([xr, -xr])
+                ku = sigma * (np.concatenate([xu, xu]) @ root.T)
+                kr = sigma * np.concatenate([xr, -xr])
+                if mu == 0:
+                    nu, nz = rho * nu + ku, rho * nz + kr
+                else:       # underdamped: the noise enters the heavy-ball increment (App. K, L)
+                    vnu = mu * vnu + (1.0 - mu) * (ku - grid.eta * lam * nu)
+                    vnz = mu * vnz + (1.0 - mu) * (kr - grid.eta * lam * nz)
+                    nu, nz = nu + vnu, nz + vnz
     if two_time:
         Phm = ph_hist.transpose(1, 0, 2).reshape(S, T * n)
         Gm = g_hist.transpose(1, 0, 2, 3).reshape(S, T * n * C)
