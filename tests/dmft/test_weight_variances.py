@@ -146,7 +146,8 @@ def test_monte_carlo_bad_weight_variances(bad):
     with pytest.raises(DomainError, match="weight_variances"):
         solve_monte_carlo(X, Y, activation="linear", weight_variances=bad, **MC)
     with pytest.raises(DomainError, match="weight_variances"):
-        solve_monte_carlo(X, Y, activation="linear", weight_variances=V, bias=True, **MC)
+        solve_monte_carlo(X, Y, activation="linear", weight_variances=bad, bias=True,
+                          temperature=0.5, weight_decay=1.0, **MC)
 
 
 @pytest.mark.slow
@@ -230,4 +231,5 @@ def test_two_layer_tanh_agrees_with_trained_networks():
     with pytest.raises(DomainError, match="weight_variances"):
         solve_two_layer(X, Y, activation="tanh", weight_variances=(1.0, -1.0), **kw)
     with pytest.raises(DomainError, match="weight_variances"):
-        solve_two_layer(X, Y, activation="tanh", weight_variances=v, bias=True, **kw)
+        solve_two_layer(X, Y, activation="tanh", weight_variances=(0.0, 1.0), bias=True,
+                        temperature=0.5, weight_decay=1.0, method="monte_carlo", **kw)

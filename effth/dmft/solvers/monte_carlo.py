@@ -357,9 +357,6 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
     n_hidden = hidden_layer_count(depth, hidden_layers)
     kwargs["width_ratios"] = width_ratio_values(width_ratios, n_hidden)
     kwargs["weight_variances"] = weight_variance_values(weight_variances, n_hidden + 1)
-    if kwargs["weight_variances"] is not None and (bias or temperature != 0):
-        raise DomainError("weight_variances need bias=False and temperature=0 here (the bias "
-                          "and the Langevin noise keep their own variance in the sources)")
     R = min(int(replicas), max(1, int(samples) // 32))
     if R > 1 and gamma0 != 0:
         return _replicated(dict(kwargs, replicas=1), R, seed, progress)
@@ -587,7 +584,7 @@ def _chain(kw, seed, monitor_se=False):
         # growing windows (causal: earlier times unchanged); the optimizer's filter
         filt = None if plain else parameter_filter(grid.eta, T, weight_decay, temperature,
                                                    momentum)
-        w = _window(T, n, C, rho, data.kx, filt)
+        w = _window(T, n, C, rho, data.kx, filt, variances)
         if Phi is None:
             Phi = [np.tile(p, (T, T)) for p in phi0]
             G = [np.kron(np.tile(g, (T, T)), np.eye(C)) for g in g0]
@@ -783,7 +780,15 @@ def _replicated(kwargs, R, seed, progress):
                       edge=2.0 * (1.0 + kwargs["momentum"]) / (1.0 - kwargs["momentum"]))
 
 
-def _window(T, n, C, rho, kx, filt=None):
+def _noise_blocks(kap, n, C):
+    """The noise kernel ``kap`` ``(T, T)`` spread over the flattened ``(t, mu(, c))`` blocks of
+    the sources (``n``, ``nc``) and of the responses (``a``: ``(Tn, TnC)``, ``b``: ``(TnC, Tn)``)."""
+    return SimpleNamespace(
+        kappa=kap, n=np.kron(kap, np.ones((n, n))), nc=np.kron(kap, np.ones((n * C, n * C))),
+        a=np.kron(kap, np.ones((n, n * C))), b=np.kron(kap, np.ones((n * C, n))))
+
+
+def _window(T, n, C, rho, kx, filt=None, variances=None):
     """Constants of a window of ``T`` steps (flattened time-major, index ``(i n + mu) C + c``).
 
     ``filt``: the optimizer's :class:`~effth.dmft.grid.ParameterFilter` on ``T`` points with
@@ -791,7 +796,11 @@ def _window(T, n, C, rho, kx, filt=None):
     ``k(j) = rho^j``).  Momentum alone keeps ``kappa = a a^T`` (the sources are ``a(t)`` times the
     undecayed ones, as with decay); with a temperature ``kappa`` does not factorize, the sources
     are sampled with covariance ``kappa * Phi`` directly and ``kap_a``, ``kap_b`` weight the
-    response terms (``dr = 1``: responses to the total sources)."""
+    response terms (``dr = 1``: responses to the total sources).  With a temperature and
+    ``variances`` (``sigma_k^2`` of ``W^k``, ``k = 0 .. L``) each weight layer has its own kernel
+    ``kappa_k = sigma_k^2 a a^T + (kappa - a a^T)`` (``noisy.layers[k]``: the initial part
+    scales, the noise does not; Bordelon & Pehlevan (2022), App. D.8, App. K), while the biases
+    keep ``kappa``."""
     lag = np.subtract.outer(np.arange(T), np.arange(T)) - 1
     mem = kap = None
     if filt is None:
@@ -804,9 +813,12 @@ def _window(T, n, C, rho, kx, filt=None):
         if filt.noise > 0:
             kap, rt = filt.kappa, np.ones(T)
     past, eye_t = causal_mask(T), np.eye(T)
-    noisy = None if kap is None else SimpleNamespace(
-        kappa=kap, n=np.kron(kap, np.ones((n, n))), nc=np.kron(kap, np.ones((n * C, n * C))),
-        a=np.kron(kap, np.ones((n, n * C))), b=np.kron(kap, np.ones((n * C, n))))
+    noisy = None if kap is None else _noise_blocks(kap, n, C)
+    if noisy is not None:
+        noisy.layers = None
+        if variances is not None:
+            aa = np.outer(filt.init, filt.init)
+            noisy.layers = [_noise_blocks(v * aa + (kap - aa), n, C) for v in variances]
     return SimpleNamespace(
         mem=mem, noisy=noisy,
         T=T, rt=rt, dr_n=np.repeat(rt, n), dr_nc=np.repeat(rt, n * C),  # D_rho on (t, mu(, c))
@@ -847,18 +859,30 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
             a = ctx["ratios"]
             nz = w.noisy                # Langevin: kappa * (response to the total source)
             v = ctx["variances"]        # sigma_k^2 of W^k (App. D.8): W^{l-1} feeds h^l
+            kl = None if nz is None else nz.layers   # Langevin and variances: kappa_k per layer
             if ell >= 2:      # raw response of layer l-1, times sqrt(a_{l-1} / a_l) (eq. (60))
-                resp = w.dr_n[:, None] * Ab[ell - 2] if nz is None else nz.a * Ab[ell - 2]
-                resp = resp if v is None else v[ell - 1] * resp
+                if kl is not None:
+                    resp = kl[ell - 1].a * Ab[ell - 2]
+                else:
+                    resp = w.dr_n[:, None] * Ab[ell - 2] if nz is None else nz.a * Ab[ell - 2]
+                    resp = resp if v is None else v[ell - 1] * resp
                 Cm = Cm + (resp if a is None else np.sqrt(a[ell - 2] / a[ell - 1]) * resp)
             if ell <= L - 1:  # raw response of layer l+1, times sqrt(a_{l+1} / a_l) (eq. (63))
-                resp = w.dr_nc[:, None] * Bb[ell - 1] if nz is None else nz.b * Bb[ell - 1]
-                resp = resp if v is None else v[ell] * resp
+                if kl is not None:
+                    resp = kl[ell].b * Bb[ell - 1]
+                else:
+                    resp = w.dr_nc[:, None] * Bb[ell - 1] if nz is None else nz.b * Bb[ell - 1]
+                    resp = resp if v is None else v[ell] * resp
                 Dm = Dm + (resp if a is None else np.sqrt(a[ell] / a[ell - 1]) * resp)
-            if nz is not None:          # total sources (initial weights and noise): kappa * K
+            if kl is not None:          # kappa_{l-1} * Phi^{l-1} + kappa * 1 (bias), kappa_l * G
+                Pprev = (kl[ell - 1].n * (Pprev - one) + nz.n * one if one
+                         else kl[ell - 1].n * Pprev)
+                Gnext = kl[ell].nc * Gnext
+            elif nz is not None:        # total sources (initial weights and noise): kappa * K
                 Pprev, Gnext = nz.n * Pprev, nz.nc * Gnext
-            if v is not None:           # u^l ~ sigma_{l-1}^2 Phi^{l-1}, r^l ~ sigma_l^2 G^{l+1}
-                Pprev, Gnext = v[ell - 1] * Pprev, v[ell] * Gnext
+            elif v is not None:         # u^l ~ sigma_{l-1}^2 Phi^{l-1} (+ 1), r^l ~ sigma_l^2 G^{l+1}
+                Pprev = v[ell - 1] * (Pprev - one) + one if one else v[ell - 1] * Pprev
+                Gnext = v[ell] * Gnext
             uh = _sample(ctx["rng"], Pprev, S // 2)
             rh = _sample(ctx["rng"], Gnext, S // 2)
             uh = np.concatenate([uh, uh])                               # antithetic (u, r), (u, -r)
@@ -879,7 +903,8 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
                 if need_B:
                     Bbn[ell - 2] = w.mask_b * _stein(g, uh, Pprev, cut, False, w.pre_b, w.eq_b)
                 if ell == L and nz is not None:
-                    ro = _readout_regression(ph, rh, nz.kappa, T, n, C)
+                    ro = _readout_regression(ph, rh, (nz if kl is None else kl[L]).kappa, T,
+                                             n, C)
                 elif ell == L:
                     # rh^L is one N(0, I_C) vector: <d phi(h^L)/d rh^L_c> = <phi(h^L) rh^L_c>,
                     # regressed on the sample's own <rh rh^T> (exact for phi linear in rh)
@@ -888,15 +913,16 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
             else:
                 Abl, Bbl, ro = _jacobians(Cm, Dm, d1, ddphi_f(h), z, w.dr_nc, C, need_A,
                                           need_B, ell == L,
-                                          kappa=None if nz is None else nz.kappa)
+                                          kappa=None if nz is None else
+                                          (nz if kl is None else kl[L]).kappa)
                 if need_A:                                              # d/d rh = (d/d r) D_rho
                     Abn[ell - 1] = w.mask_a * Abl * w.dr_nc[None, :]
                 if need_B:
                     Bbn[ell - 2] = w.mask_b * Bbl * w.dr_n[None, :]
     if ctx["gi"]:
         Abn, Bbn = [np.zeros_like(x) for x in Ab], [np.zeros_like(x) for x in Bb]
-    if ctx["variances"] is not None:   # readout term w^L(0) . phi / N = sigma_L^2 <d phi / d r^L>
-        ro = ctx["variances"][-1] * ro
+    if ctx["variances"] is not None and (w.noisy is None or w.noisy.layers is None):
+        ro = ctx["variances"][-1] * ro   # readout w^L(0) . phi / N = sigma_L^2 <d phi / d r^L>
     return Phin, Gn, Abn, Bbn, ro.reshape(S, T, n, C), (bphi, bg)
 
 

@@ -127,7 +127,10 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         (Bordelon & Pehlevan (2022), App. D.8): ``u ~ N(0, sigma_0^2 K^x)``, ``r ~ N(0,
         sigma_1^2)`` (the nodes scaled by ``sigma``), the drifts and the NTK formula unchanged
         (lazy NTK ``sigma_1^2 <phi' phi'> K^x + Phi``).  ``None`` or ones: bit for bit the unit
-        variances; not with ``bias`` or ``temperature > 0``.
+        variances.  With ``bias`` the bias keeps its unit variance, ``u ~ N(0, sigma_0^2 K^x +
+        1)``, and the drift and NTK use ``K^x + 1``; with ``temperature > 0`` only the initial
+        parts scale with ``sigma``, the noise paths keep ``sigma^2 (K^x (+ 1))`` and ``sigma^2``
+        per step (the Langevin noise does not depend on the initial variance).
     two_time : bool
         Form the two-time kernels (memory ``S T n`` for the field history); else only the
         equal-time blocks ``Phi(t, t)``, ``G(t, t)`` are filled (other entries zero).
@@ -187,9 +190,6 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         raise DomainError(f"gamma0={gamma0!r} must be a finite real number")
     ratios = width_ratio_values(width_ratios, 1)
     variances = weight_variance_values(weight_variances, 2)
-    if variances is not None and (bias or temperature != 0):
-        raise DomainError("weight_variances need bias=False and temperature=0 in solve_two_layer "
-                          "(the bias and the Langevin noise keep their own variance)")
     act = resolve_activation(activation)
     grid = TimeGrid(eta, steps)
     rho, temperature, momentum = langevin_settings(grid.eta, weight_decay, temperature, momentum)
@@ -207,7 +207,8 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     if gamma0 == 0:
         raise DomainError("gamma0 = 0 with weight decay (trivial fixed point f = K = 0) or several "
                           "outputs is not solved here (output factor 1/gamma0); use gamma0 > 0")
-    _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=1, weight_variances=variances)
+    _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=1, bias=bool(bias),
+                                 weight_variances=variances)
     check_stability(ntk0[:P, :P], grid.eta, edge=2.0 * (1.0 + momentum) / (1.0 - momentum))
     lam = float(weight_decay)
     if (temperature > 0 or momentum > 0) and lam > 0:
@@ -218,15 +219,17 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     phi_f, dphi_f = act.numpy(0), act.numpy(1)
     gam = float(gamma0) if ratios is None else float(gamma0) / np.sqrt(ratios[0])  # gamma_1
     t0 = time.perf_counter()
-    u, r, w, used, kind = _nodes(data.kx, method, nodes, max_nodes, samples, seed, C, act,
+    src = _source_kernel(data.kx, variances, bias)
+    u, r, w, used, kind = _nodes(src, method, nodes, max_nodes, samples, seed, C, act,
                                  quadrature_rule)
-    if variances is not None:               # u ~ N(0, sigma_0^2 K^x), r ~ N(0, sigma_1^2)
-        u, r = np.sqrt(variances[0]) * u, np.sqrt(variances[1]) * r
+    if variances is not None:               # u ~ N(0, sigma_0^2 K^x (+ 1)), r ~ N(0, sigma_1^2)
+        u = u if bias else np.sqrt(variances[0]) * u
+        r = np.sqrt(variances[1]) * r
     S = w.size
     lazy = exact = None
     if method == "quadrature" and quad_tol is not None and lam == 0 and momentum == 0:
         # the rule's own lazy limit against the exact one (closed forms / accurate 2-D rules)
-        exact = _lazy_exact(data.kx, act, Y, grid.eta, T, variances)
+        exact = _lazy_exact(data.kx, act, Y, grid.eta, T, variances, bias)
         lazy = _lazy_on_rule(u, w, phi_f, dphi_f, data.kx, Y, grid.eta, T, variances)
         e_lazy = float(np.max(np.abs(lazy[2] - exact[2])))
         if e_lazy > quad_tol and nodes is None:
@@ -314,9 +317,9 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         lo = solve_two_layer(**kw)
         lazy_lo = None
         if lazy is not None:
-            u2, _, w2, _, _ = _nodes(data.kx, "quadrature", coarse, max_nodes, samples, seed, C,
+            u2, _, w2, _, _ = _nodes(src, "quadrature", coarse, max_nodes, samples, seed, C,
                                      act, kind)
-            if variances is not None:
+            if variances is not None and not bias:
                 u2 = np.sqrt(variances[0]) * u2
             lazy_lo = _lazy_on_rule(u2, w2, phi_f, dphi_f, data.kx, Y, grid.eta, T, variances)
         f3 = f if multi else f[..., None]
@@ -343,10 +346,18 @@ def _lazy_dynamics(ntk, Y, eta, T):
                     axis=-1)
 
 
-def _lazy_exact(kx, act, Y, eta, T, variances=None):
+def _source_kernel(kx, variances, bias):
+    """The covariance the nodes ``u`` are drawn from: ``kx`` (``K^x (+ 1)``), scaled afterwards
+    by ``sigma_0`` without a bias; with a bias and ``variances`` directly ``sigma_0^2 K^x + 1``
+    (the bias keeps its unit variance, Bordelon & Pehlevan (2022), App. D.8, App. H)."""
+    return variances[0] * (kx - 1.0) + 1.0 if variances is not None and bias else kx
+
+
+def _lazy_exact(kx, act, Y, eta, T, variances=None, bias=False):
     """The exact lazy (``gamma0 -> 0``) kernels ``Phi``, ``dPhi`` and predictions ``(T, n, C)``
     (closed forms or accurate two-dimensional rules, :func:`lazy_kernels`)."""
-    phi, dphi, _, ntk = lazy_kernels(kx, act, hidden_layers=1, weight_variances=variances)
+    phi, dphi, _, ntk = lazy_kernels(kx, act, hidden_layers=1, bias=bool(bias),
+                                     weight_variances=variances)
     return phi[0], dphi[0], _lazy_dynamics(ntk, Y, eta, T)
 
 
