@@ -21,6 +21,8 @@ from effth.dmft.solvers.lazy import lazy_kernels
 from effth.errors import DomainError
 from effth.simulation import simulate_training
 
+from ._sampled_checks import gap_slope
+
 X = np.array([[1.0, 0.3], [0.2, -1.0]])
 Y = np.array([1.0, -0.5])
 L = 2
@@ -250,18 +252,6 @@ def test_two_layer_underdamped_langevin_against_networks_and_wrong_temperature()
     assert np.max(np.abs(pm - wrong.phi[0][idx, :, idx, :]) / ps) > 8
 
 
-def _slope(Ns, d2):
-    """Weighted least-squares slope of ``log mean(d2)`` on ``log N`` and its standard error
-    (``d2``: per-network squared gaps, one row per width; the widths are independent)."""
-    m = d2.mean(1)
-    se = d2.std(1, ddof=1) / np.sqrt(d2.shape[1])
-    A = np.vstack([np.log(Ns), np.ones(len(Ns))]).T
-    w = (m / se) ** 2                                   # 1 / Var(log m), delta method
-    cov = np.linalg.inv(A.T @ (A * w[:, None]))
-    p = cov @ A.T @ (w * np.log(m))
-    return p[0], np.sqrt(cov[0, 0])
-
-
 def test_two_layer_underdamped_langevin_gap_to_networks_falls_like_one_over_width():
     """The mean squared gap of single networks (all of ``f`` and the final ``Phi(t, t)``) to the
     DMFT falls like ``N^-1`` (fitted slope within 4 standard errors of -1, widths 32-1024): only
@@ -282,9 +272,9 @@ def test_two_layer_underdamped_langevin_gap_to_networks_falls_like_one_over_widt
                             run.phi[:, 0, -1, :, -1, :].reshape(S, -1)], axis=1)
         for k in th:
             d2[k].append(np.sum((o - target[k]) ** 2, axis=1))
-    slope, se = _slope(Ns, np.array(d2[MU]))
+    slope, se = gap_slope(Ns, np.array(d2[MU]))
     assert abs(slope + 1) < 4 * se, (slope, se)
-    wrong, wse = _slope(Ns, np.array(d2[0.0]))
+    wrong, wse = gap_slope(Ns, np.array(d2[0.0]))
     assert abs(wrong + 1) > 8 * wse, (wrong, wse)
 
 
