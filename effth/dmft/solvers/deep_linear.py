@@ -206,7 +206,11 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         needs the responses; Bordelon & Pehlevan (2022), our reference checks's GI values use NTK-Euler).  ``'exact'``: ``f(t_i) = gamma0^-1 <h^L g^L>`` (exact limit of discrete GD, Bordelon & Pehlevan (2022), eqs. (3), (21), App. M);
         ``'ntk'``: ``f_{i+1} = f_i + eta K(t_i, t_i) Delta_i`` (``- eta lambda (L + 1) f_i`` with
         weight decay: the ``(L+1)``-homogeneous network's gradient flow, Bordelon & Pehlevan (2022), App. J; not defined
-        with both weight decay and biases, ``DomainError``).
+        with both weight decay and biases, ``DomainError``).  Also with ``temperature > 0``: the
+        Langevin drift of ``f``, eq. (102) of App. K, is ``K Delta - lambda theta . grad f +
+        temperature Tr grad^2 f``, and for a linear network ``theta . grad f = (L + 1) f`` while
+        its Ito term vanishes (``f`` is linear in every single weight: ``r = dg/dh = 0``), so the
+        closure is the one above with the kernels of the noisy sources.
     damping : float in (0, 1]
         ``beta`` of the update ``x <- (1 - beta) x + beta x_new``.
     tol : float
@@ -252,7 +256,7 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         have covariances ``kappa * (H^{l-1} + b)`` and ``kappa * G^{l+1}`` with the noise kernel
         ``kappa(t, s) = rho^{t+s} + C(t, s)`` (the discrete ``e^{-lambda(t+s)/beta} +
         C_{lambda,beta}(t, s)`` of eqs. (105)-(112)), and the response terms carry ``kappa``.
-        Requires ``gamma0 != 0`` and ``closure='exact'``; the step must satisfy
+        Requires ``gamma0 != 0``; with ``closure='ntk'`` see ``closure``.  The step must satisfy
         ``eta (lambda_max(K_eq) + weight_decay) < 2`` with ``K_eq`` the lazy NTK at weight
         variance ``max(1, temperature / weight_decay)`` (the stability of the linearized
         Langevin step), else :class:`DomainError`.
@@ -329,9 +333,9 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
                  "lower steps (memory grows as steps**2) or the number of inputs")
     rho, temperature, momentum = langevin_settings(grid.eta, weight_decay, temperature, momentum)
     lam = float(weight_decay)
-    if (temperature > 0 or momentum > 0) and closure != "exact":
-        raise DomainError("temperature or momentum need closure='exact' (the NTK-Euler closure "
-                          "has no Langevin or momentum terms here)")
+    if momentum > 0 and closure != "exact":
+        raise DomainError("momentum needs closure='exact' (the NTK-Euler closure has no "
+                          "heavy-ball memory here)")
     if gamma0 == 0 and temperature > 0:
         raise DomainError("gamma0 = 0 with temperature > 0 is singular (output factor 1/gamma0); "
                           "use a small gamma0 > 0, or solve_deep_linear_equilibrium for the "
