@@ -92,8 +92,6 @@ def test_bad_weight_variances_are_domain_errors(bad):
 
 
 def test_unsupported_combinations_are_domain_errors():
-    with pytest.raises(DomainError, match="bias"):
-        solve_deep_linear(X, Y, weight_variances=V, bias=True, **KW)
     with pytest.raises(DomainError, match="march"):
         solve_deep_linear(X, Y, weight_variances=V, method="sweep", **KW)
 

@@ -194,3 +194,44 @@ def test_two_layer_bias_variances_langevin_gap_to_networks_falls_like_one_over_w
     assert abs(slope + 1) < 4 * se, (slope, se)
     wrong, wse = gap_slope(Ns, d2["unit"])
     assert abs(wrong + 1) > 8 * wse, (wrong, wse)
+
+
+# ----------------------------------------------------------------- (e) deep linear with biases
+
+@pytest.mark.parametrize("extra", [dict(), dict(weight_decay=WD, temperature=TEMP)])
+def test_deep_linear_bias_variances_equal_the_monte_carlo_solver(extra):
+    """Biases (unit variance) with sigma^2 = (1.5, 0.6, 1.3), L = 2, with and without Langevin
+    noise: the deep linear closed equations against the linear Monte-Carlo solver (f, every
+    equal-time Phi^l within 5 SE); the unit variances are rejected by more than 8 SE."""
+    kw = dict(hidden_layers=2, gamma0=1.0, eta=0.1, steps=T, bias=True, weight_variances=V3)
+    kw.update(extra)
+    mc = solve_monte_carlo(X, Y, activation="linear", responses="stein", samples=4000,
+                           replicas=16, seed=1, **kw)
+    est = np.concatenate([mc.f[1:].ravel(), mc.phi[:, IDX, :, IDX, :].ravel()])
+    se = np.concatenate([mc.stderr("f")[1:].ravel(), mc.stderr("phi")[:, IDX, :, IDX, :].ravel()])
+    ok = se > 0
+
+    def z(r):
+        ref = np.concatenate([r.f[1:].ravel(), r.phi[:, IDX, :, IDX, :].ravel()])
+        return np.max(np.abs(est - ref)[ok] / se[ok])
+
+    assert z(solve_deep_linear(X, Y, **kw)) < 5
+    assert z(solve_deep_linear(X, Y, **dict(kw, weight_variances=None))) > 8
+
+
+def test_deep_linear_bias_variances_langevin_against_networks():
+    """The same with Langevin noise against 700 linear networks of width 128 (f(t) and every
+    equal-time Phi^l within 5 SE); sigma_0^2 x 0.9 is rejected by more than 8 SE in Phi."""
+    kw = dict(hidden_layers=2, gamma0=1.0, eta=0.1, steps=T, bias=True, weight_variances=V3,
+              weight_decay=WD, temperature=TEMP)
+    run = simulate_training(X, Y, widths=128, activation="linear", seed=7, networks=700,
+                            parameterization="mup", **kw)
+    rp = run.value("phi")[:, IDX, :, IDX, :].ravel()
+    rps = run.stderr("phi")[:, IDX, :, IDX, :].ravel()
+    ok = rps > 0
+    t = np.arange(1, T)
+    dl = solve_deep_linear(X, Y, **kw)
+    assert np.max(np.abs(run.value("f")[t] - dl.f[t]) / run.stderr("f")[t]) < 5
+    assert np.max(np.abs(rp - dl.phi[:, IDX, :, IDX, :].ravel())[ok] / rps[ok]) < 5
+    wrong = solve_deep_linear(X, Y, **dict(kw, weight_variances=(0.9 * V3[0], V3[1], V3[2])))
+    assert np.max(np.abs(rp - wrong.phi[:, IDX, :, IDX, :].ravel())[ok] / rps[ok]) > 8

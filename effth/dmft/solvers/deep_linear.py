@@ -292,7 +292,9 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         multiplies the initial part of the noise kernel only, ``kappa_l = sigma_l^2 a(t) a(s) +
         (noise part)``.  At ``gamma0 = 0``: ``H^l = sigma_{l-1}^2 H^{l-1}``,
         ``G^l = sigma_l^2 G^{l+1}`` with ``G^{L+1} = sigma_L^2``.  ``None`` or all ones: the
-        unit-variance equations, bit for bit; needs ``bias=False`` and ``method='march'``.  The
+        unit-variance equations, bit for bit; needs ``method='march'``.  Biases keep
+        ``b(0) ~ N(0, 1)``: their source part is ``kappa * 1`` (the unit-variance noise kernel)
+        next to ``kappa_{l-1} * H^{l-1}``, while drifts and NTK use ``H^{l-1} + 1``.  The
         trainer's counterpart: ``simulate_training(..., weight_variances=...)``.
 
     Returns
@@ -351,9 +353,9 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
                           "bias, 2-D y, temperature or momentum); use method='march'")
     ratios = width_ratio_values(width_ratios, L)
     variances = weight_variance_values(weight_variances, L + 1)
-    if variances is not None and (bias or method == "sweep"):
-        raise DomainError("weight_variances need bias=False and method='march' (the bias keeps "
-                          "unit variance in the sources; the sweeps solve the plain equations)")
+    if variances is not None and method == "sweep":
+        raise DomainError("weight_variances need method='march' (the sweeps solve the plain "
+                          "equations)")
     model = _Model(eta=grid.eta, g2=float(gamma0) ** 2, rho=rho, lam=lam, b=float(bool(bias)),
                    Y=Y, closure=closure, gi=bool(gradient_independent), temperature=temperature,
                    momentum=momentum, ratios=ratios, variances=variances)
@@ -648,9 +650,15 @@ def _march(data, model, L, T, rule=None):
     decayed = not model.unit
     H0 = np.tile(data.kx, (T, T))                       # Hb^0 (the first bias is in data.kx)
     H = [np.zeros((Tn, Tn)) for _ in range(L)]
+    # biases with weight variances: the bias keeps unit variance, its source kappa (not kappa_k)
+    kbl = np.repeat(filt.kappa, n, axis=1) if b and model.variances is not None else None
     # source covariances S_h^ell = R Hb^{ell-1} R; without decay and bias simply H^{ell-1}
     if model.plain:
         Sh = [H0] + H[: L - 1]
+    elif kbl is not None:            # kappa_0 * K^x + kappa * 1
+        Sh = [(H0 - b) * np.kron(kaps[0], np.ones((n, n))) + b * np.kron(filt.kappa,
+                                                                          np.ones((n, n)))] \
+            + [np.zeros((Tn, Tn)) for _ in range(L - 1)]
     else:
         Sh = [H0 * np.kron(kaps[0], np.ones((n, n)))] + [np.zeros((Tn, Tn)) for _ in range(L - 1)]
     G = [np.zeros((TC, TC)) for _ in range(L)]
@@ -718,7 +726,8 @@ def _march(data, model, L, T, rule=None):
                 Hl[rt, :m] = Hrow
                 Hl[:m, rt] = Hrow.T
                 if ell < L and not model.plain:              # source of the next layer
-                    Srow = (Hrow + b) * knl[ell][t, :m]
+                    Srow = ((Hrow + b) * knl[ell][t, :m] if kbl is None
+                            else Hrow * knl[ell][t, :m] + b * kbl[t, :m])
                     Sh[ell][rt, :m] = Srow
                     Sh[ell][:m, rt] = Srow.T
             # ---------------- downward: D, M_g, M_g D, G, Y row t
@@ -867,7 +876,11 @@ def _iterate(state, data, model, L, T, damping, tol, max_iter, diag, stepwise):
                         Cm = Cm + (Rnc[ell - 1] * A[ell - 2] if decayed else A[ell - 2])
                     if ell <= L - 1:
                         Dm = Dm + (Rnc[ell].T * B[ell - 1] if decayed else B[ell - 1])
-                Sh = Hb * Rnn[ell - 1] if decayed else Hb
+                if b and model.variances is not None:   # the bias keeps unit variance: kappa
+                    Sh = (Hb - b) * Rnn[ell - 1] + b * np.kron(model.filter(T).kappa,
+                                                               np.ones((n, n)))
+                else:
+                    Sh = Hb * Rnn[ell - 1] if decayed else Hb
                 Sg = Gnext * Rcc[ell] if decayed else Gnext
                 DC = Dm @ Cm
                 try:
