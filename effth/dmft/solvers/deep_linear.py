@@ -230,7 +230,8 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         ``ConvergenceError`` if that residual exceeds ``tol`` times the largest kernel entry).
         ``'sweep'``: damped Gauss-Seidel sweeps of the whole-window fixed point, continued over
         growing time windows (``damping``, ``max_iter``, ``window`` apply).  ``'sweep'`` solves
-        the plain equations only: with ``weight_decay``, ``bias`` or a 2-D ``y`` it raises
+        the plain equations (with ``width_ratios`` and ``weight_variances``) only: with
+        ``weight_decay``, ``bias``, a 2-D ``y``, ``temperature`` or ``momentum`` it raises
         :class:`DomainError` (its stable step-by-step closure is not derived for them; use
         ``'march'``).
     weight_decay : float
@@ -292,7 +293,8 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         multiplies the initial part of the noise kernel only, ``kappa_l = sigma_l^2 a(t) a(s) +
         (noise part)``.  At ``gamma0 = 0``: ``H^l = sigma_{l-1}^2 H^{l-1}``,
         ``G^l = sigma_l^2 G^{l+1}`` with ``G^{L+1} = sigma_L^2``.  ``None`` or all ones: the
-        unit-variance equations, bit for bit; needs ``method='march'``.  Biases keep
+        unit-variance equations, bit for bit; both methods (``'sweep'``: its stepwise exact
+        closure carries ``sigma_{L-1}^2`` on the source and response terms).  Biases keep
         ``b(0) ~ N(0, 1)``: their source part is ``kappa * 1`` (the unit-variance noise kernel)
         next to ``kappa_{l-1} * H^{l-1}``, while drifts and NTK use ``H^{l-1} + 1``.  The
         trainer's counterpart: ``simulate_training(..., weight_variances=...)``.
@@ -353,9 +355,6 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
                           "bias, 2-D y, temperature or momentum); use method='march'")
     ratios = width_ratio_values(width_ratios, L)
     variances = weight_variance_values(weight_variances, L + 1)
-    if variances is not None and method == "sweep":
-        raise DomainError("weight_variances need method='march' (the sweeps solve the plain "
-                          "equations)")
     model = _Model(eta=grid.eta, g2=float(gamma0) ** 2, rho=rho, lam=lam, b=float(bool(bias)),
                    Y=Y, closure=closure, gi=bool(gradient_independent), temperature=temperature,
                    momentum=momentum, ratios=ratios, variances=variances)
@@ -392,7 +391,9 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
     else:
         width = window if window else 10
         stages = list(range(min(width, T), T, width)) + [T]
-        state = _initial_state(data, L, stages[0], grid.eta, lazy_kernels(data.kx, hidden_layers=L)[3])
+        state = _initial_state(data, L, stages[0], grid.eta,
+                               lazy_kernels(data.kx, hidden_layers=L,
+                                            weight_variances=variances)[3])
         for k, Tk in enumerate(stages):
             if k:
                 state = _extend(state, stages[k - 1], Tk, n)
@@ -899,9 +900,14 @@ def _iterate(state, data, model, L, T, damping, tol, max_iter, diag, stepwise):
                 CY = Cm @ (MgE + 0.5 * Gl @ Cm.T)
                 Hl = Sh + g2 * (CY + CY.T)
                 if ell == L and model.closure == "exact":
-                    if stepwise:
+                    if stepwise and model.variances is None:
                         f_new = _exact_closure(Hb, Gl, Mg, None if (L == 1 or model.gi)
                                                else A[ell - 2], data, model.eta)[..., None]
+                    elif stepwise:      # sigma_{L-1}^2 on the source and response terms
+                        v = model.variances[L - 1]
+                        f_new = _exact_closure(Hb, Gl, Mg, None if (L == 1 or model.gi)
+                                               else v * A[ell - 2], data, model.eta,
+                                               source=v)[..., None]
                     else:
                         F = (MgE.T + Cm @ Gl).reshape(T, n, T, C)
                         f_new = F[diagonal, :, diagonal, :]
@@ -938,7 +944,7 @@ def _iterate(state, data, model, L, T, damping, tol, max_iter, diag, stepwise):
         f"(last residual {diag.residuals[-1]:.3g} > tol {tol:.3g}); raise max_iter or damp")
 
 
-def _exact_closure(Hm, GL, Mg, Am, data, eta):
+def _exact_closure(Hm, GL, Mg, Am, data, eta, source=1.0):
     """Exact discrete-GD predictions ``f(t_i) = gamma0^-1 <h^L(t_i) g^L(t_i)>`` solved forward in time.
 
     With the kernels ``H^{L-1}``, ``G^L``, ``A^{L-1}`` and ``M_g`` of the last layer held fixed,
@@ -949,6 +955,8 @@ def _exact_closure(Hm, GL, Mg, Am, data, eta):
     times only, so ``Delta_i = y - f(t_i)`` is solved step by step.  Substituting ``Delta`` from
     the previous sweep instead (Picard) amplifies errors like a Volterra iteration and diverges
     from a cold start (Bordelon & Pehlevan (2022), §4.1, App. F, eqs. (11), (68)-(71)).
+    ``source``: ``sigma_{L-1}^2`` multiplying the ``M_g`` term, whose ``H^{L-1}`` is the source
+    covariance ``sigma_{L-1}^2 H^{L-1}`` (App. D.8; ``Am`` then holds ``sigma_{L-1}^2 A``).
     """
     T = GL.shape[0]
     n, P = data.n_all, data.n_train
@@ -958,7 +966,9 @@ def _exact_closure(Hm, GL, Mg, Am, data, eta):
     c = np.zeros((T, T))
     c[:, :-1] = cum[:, 1:]
     c = np.tril(c, k=-1)
-    W = eta * (H4 * GL.T[:, None, :, None] + c[:, None, :, None] * H4.transpose(2, 3, 0, 1))
+    W = eta * (H4 * GL.T[:, None, :, None]
+               + (c[:, None, :, None] if source == 1.0 else source * c[:, None, :, None])
+               * H4.transpose(2, 3, 0, 1))
     W = W * np.tril(np.ones((T, T)), k=-1)[:, None, :, None]
     f = np.zeros((T, n))
     if Am is not None:
