@@ -267,7 +267,9 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         ``theta <- theta + v``; the drift terms carry the memory kernel ``k(t-1-s)``
         (``1 - mu^{t-s}`` without decay, eq. (123)) in place of ``rho^{t-1-s}``.  ``mu = 0`` is GD
         (``tau -> 0``).  The step must satisfy ``eta lambda_max(K_0) < 2 (1 + mu) / (1 - mu)``.
-        Not with ``temperature > 0``; ``closure='exact'`` only.
+        With ``temperature > 0`` too (underdamped Langevin dynamics) the noise passes the same
+        memory (``kappa`` of :class:`~effth.dmft.grid.ParameterFilter`).  ``closure='exact'``
+        only.
     width_ratios : sequence of float, optional
         ``a_1 .. a_L > 0``: hidden layer ``l`` has width ``N_l = a_l N`` (Bordelon & Pehlevan
         (2022), App. D.8), with ``gamma = gamma0 sqrt(N)`` and every kernel normalized by its own

@@ -286,8 +286,11 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         ``sigma_{l-1}^2 Phi^{l-1}``, ``sigma_l^2 G^{l+1}`` (the readout ``sigma_L^2``), the
         responses to them enter with ``sigma_{l-1}^2`` (``C^l``) and ``sigma_l^2`` (``D^l``), and
         the exact closure's readout term is ``sigma_L^2 <d phi(h^L) / d r^L>``; drifts and the
-        NTK formula carry no ``sigma``.  ``None`` or all ones: bit for bit the unit variances;
-        not with ``bias`` or ``temperature > 0``.
+        NTK formula carry no ``sigma``.  ``None`` or all ones: bit for bit the unit variances.
+        Biases keep ``b(0) ~ N(0, 1)``: ``u^l ~ GP(0, sigma_{l-1}^2 Phi^{l-1} + 1)``.  With a
+        temperature each weight layer ``k`` has its own noise kernel ``kappa_k = sigma_k^2 a(t)
+        a(s) + (kappa - a a^T)(t, s)`` (the initial part scales, the noise does not) in its
+        sources, responses and (``k = L``) the readout term; the biases keep ``kappa``.
     temperature : float
         Langevin temperature ``1/beta >= 0`` (Bordelon & Pehlevan (2022), App. K, eq. (100); the
         meaning of :func:`~effth.dmft.solve_deep_linear`'s and the trainer's keyword): noise of
