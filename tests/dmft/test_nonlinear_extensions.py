@@ -250,8 +250,8 @@ def test_bad_input():
         solve_monte_carlo(X, Y, hidden_layers=2, gamma0=0.0, eta=0.1, steps=5, weight_decay=0.1)
     with pytest.raises(DomainError, match="gamma0 = 0"):
         solve_monte_carlo(X, Y2, hidden_layers=2, gamma0=0.0, eta=0.1, steps=5)
-    with pytest.raises(DomainError, match="closure='ntk'"):
-        solve_monte_carlo(X, Y, closure="ntk", weight_decay=0.1, **kw)
+    with pytest.raises(DomainError, match="closure='exact'"):
+        solve_monte_carlo(X, Y, closure="ntk", weight_decay=0.1, momentum=0.5, **kw)
     for bad in (np.ones((2, 0)), np.ones((2, 2, 1)), np.ones((3, 2)), [[1.0, np.nan], [0.0, 1.0]],
                 [1.0, np.inf]):
         with pytest.raises(DomainError):

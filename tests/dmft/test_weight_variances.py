@@ -92,10 +92,8 @@ def test_bad_weight_variances_are_domain_errors(bad):
 
 
 def test_unsupported_combinations_are_domain_errors():
-    with pytest.raises(DomainError, match="bias"):
-        solve_deep_linear(X, Y, weight_variances=V, bias=True, **KW)
     with pytest.raises(DomainError, match="march"):
-        solve_deep_linear(X, Y, weight_variances=V, method="sweep", **KW)
+        solve_deep_linear(X, Y, weight_variances=V, method="sweep", bias=True, **KW)
 
 
 # ---------------------------------------------------------------- Monte-Carlo solver
@@ -146,7 +144,8 @@ def test_monte_carlo_bad_weight_variances(bad):
     with pytest.raises(DomainError, match="weight_variances"):
         solve_monte_carlo(X, Y, activation="linear", weight_variances=bad, **MC)
     with pytest.raises(DomainError, match="weight_variances"):
-        solve_monte_carlo(X, Y, activation="linear", weight_variances=V, bias=True, **MC)
+        solve_monte_carlo(X, Y, activation="linear", weight_variances=bad, bias=True,
+                          temperature=0.5, weight_decay=1.0, **MC)
 
 
 @pytest.mark.slow
@@ -230,4 +229,26 @@ def test_two_layer_tanh_agrees_with_trained_networks():
     with pytest.raises(DomainError, match="weight_variances"):
         solve_two_layer(X, Y, activation="tanh", weight_variances=(1.0, -1.0), **kw)
     with pytest.raises(DomainError, match="weight_variances"):
-        solve_two_layer(X, Y, activation="tanh", weight_variances=v, bias=True, **kw)
+        solve_two_layer(X, Y, activation="tanh", weight_variances=(0.0, 1.0), bias=True,
+                        temperature=0.5, weight_decay=1.0, method="monte_carlo", **kw)
+
+
+@pytest.mark.parametrize("L, ratios", [(1, None), (2, None), (3, None), (2, (2.0, 0.5))])
+def test_sweep_with_variances_equals_the_march(L, ratios, monkeypatch):
+    """``method='sweep'`` with sigma^2 per layer: the damped whole-window fixed point (its
+    stepwise exact closure carries sigma_{L-1}^2 on the M_g source and the response term) equals
+    the forward march to 1e-10; the closure without that factor converges elsewhere."""
+    v = (1.5, 0.6, 1.3, 0.8)[: L + 1]
+    kw = dict(hidden_layers=L, gamma0=1.0, eta=0.1, steps=16, weight_variances=v,
+              width_ratios=ratios)
+    march = solve_deep_linear(X, Y, **kw)
+    sweep = solve_deep_linear(X, Y, method="sweep", tol=1e-12, **kw)
+    for name in ("f", "phi", "g", "A", "B"):
+        np.testing.assert_allclose(getattr(sweep, name), getattr(march, name), rtol=0,
+                                   atol=1e-10)
+    from effth.dmft.solvers import deep_linear as dl
+    closure = dl._exact_closure
+    monkeypatch.setattr(dl, "_exact_closure",
+                        lambda *a, source=1.0, **k: closure(*a, **k))
+    wrong = solve_deep_linear(X, Y, method="sweep", tol=1e-12, **kw)
+    assert np.max(np.abs(wrong.f - march.f)) > 1e-3

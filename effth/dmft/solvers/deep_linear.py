@@ -206,7 +206,11 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         needs the responses; Bordelon & Pehlevan (2022), our reference checks's GI values use NTK-Euler).  ``'exact'``: ``f(t_i) = gamma0^-1 <h^L g^L>`` (exact limit of discrete GD, Bordelon & Pehlevan (2022), eqs. (3), (21), App. M);
         ``'ntk'``: ``f_{i+1} = f_i + eta K(t_i, t_i) Delta_i`` (``- eta lambda (L + 1) f_i`` with
         weight decay: the ``(L+1)``-homogeneous network's gradient flow, Bordelon & Pehlevan (2022), App. J; not defined
-        with both weight decay and biases, ``DomainError``).
+        with both weight decay and biases, ``DomainError``).  Also with ``temperature > 0``: the
+        Langevin drift of ``f``, eq. (102) of App. K, is ``K Delta - lambda theta . grad f +
+        temperature Tr grad^2 f``, and for a linear network ``theta . grad f = (L + 1) f`` while
+        its Ito term vanishes (``f`` is linear in every single weight: ``r = dg/dh = 0``), so the
+        closure is the one above with the kernels of the noisy sources.
     damping : float in (0, 1]
         ``beta`` of the update ``x <- (1 - beta) x + beta x_new``.
     tol : float
@@ -226,7 +230,8 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         ``ConvergenceError`` if that residual exceeds ``tol`` times the largest kernel entry).
         ``'sweep'``: damped Gauss-Seidel sweeps of the whole-window fixed point, continued over
         growing time windows (``damping``, ``max_iter``, ``window`` apply).  ``'sweep'`` solves
-        the plain equations only: with ``weight_decay``, ``bias`` or a 2-D ``y`` it raises
+        the plain equations (with ``width_ratios`` and ``weight_variances``) only: with
+        ``weight_decay``, ``bias``, a 2-D ``y``, ``temperature`` or ``momentum`` it raises
         :class:`DomainError` (its stable step-by-step closure is not derived for them; use
         ``'march'``).
     weight_decay : float
@@ -252,7 +257,7 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         have covariances ``kappa * (H^{l-1} + b)`` and ``kappa * G^{l+1}`` with the noise kernel
         ``kappa(t, s) = rho^{t+s} + C(t, s)`` (the discrete ``e^{-lambda(t+s)/beta} +
         C_{lambda,beta}(t, s)`` of eqs. (105)-(112)), and the response terms carry ``kappa``.
-        Requires ``gamma0 != 0`` and ``closure='exact'``; the step must satisfy
+        Requires ``gamma0 != 0``; with ``closure='ntk'`` see ``closure``.  The step must satisfy
         ``eta (lambda_max(K_eq) + weight_decay) < 2`` with ``K_eq`` the lazy NTK at weight
         variance ``max(1, temperature / weight_decay)`` (the stability of the linearized
         Langevin step), else :class:`DomainError`.
@@ -262,7 +267,9 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         ``theta <- theta + v``; the drift terms carry the memory kernel ``k(t-1-s)``
         (``1 - mu^{t-s}`` without decay, eq. (123)) in place of ``rho^{t-1-s}``.  ``mu = 0`` is GD
         (``tau -> 0``).  The step must satisfy ``eta lambda_max(K_0) < 2 (1 + mu) / (1 - mu)``.
-        Not with ``temperature > 0``; ``closure='exact'`` only.
+        With ``temperature > 0`` too (underdamped Langevin dynamics) the noise passes the same
+        memory (``kappa`` of :class:`~effth.dmft.grid.ParameterFilter`).  ``closure='exact'``
+        only.
     width_ratios : sequence of float, optional
         ``a_1 .. a_L > 0``: hidden layer ``l`` has width ``N_l = a_l N`` (Bordelon & Pehlevan
         (2022), App. D.8), with ``gamma = gamma0 sqrt(N)`` and every kernel normalized by its own
@@ -288,7 +295,10 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         multiplies the initial part of the noise kernel only, ``kappa_l = sigma_l^2 a(t) a(s) +
         (noise part)``.  At ``gamma0 = 0``: ``H^l = sigma_{l-1}^2 H^{l-1}``,
         ``G^l = sigma_l^2 G^{l+1}`` with ``G^{L+1} = sigma_L^2``.  ``None`` or all ones: the
-        unit-variance equations, bit for bit; needs ``bias=False`` and ``method='march'``.  The
+        unit-variance equations, bit for bit; both methods (``'sweep'``: its stepwise exact
+        closure carries ``sigma_{L-1}^2`` on the source and response terms).  Biases keep
+        ``b(0) ~ N(0, 1)``: their source part is ``kappa * 1`` (the unit-variance noise kernel)
+        next to ``kappa_{l-1} * H^{l-1}``, while drifts and NTK use ``H^{l-1} + 1``.  The
         trainer's counterpart: ``simulate_training(..., weight_variances=...)``.
 
     Returns
@@ -329,9 +339,9 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
                  "lower steps (memory grows as steps**2) or the number of inputs")
     rho, temperature, momentum = langevin_settings(grid.eta, weight_decay, temperature, momentum)
     lam = float(weight_decay)
-    if (temperature > 0 or momentum > 0) and closure != "exact":
-        raise DomainError("temperature or momentum need closure='exact' (the NTK-Euler closure "
-                          "has no Langevin or momentum terms here)")
+    if momentum > 0 and closure != "exact":
+        raise DomainError("momentum needs closure='exact' (the NTK-Euler closure has no "
+                          "heavy-ball memory here)")
     if gamma0 == 0 and temperature > 0:
         raise DomainError("gamma0 = 0 with temperature > 0 is singular (output factor 1/gamma0); "
                           "use a small gamma0 > 0, or solve_deep_linear_equilibrium for the "
@@ -347,9 +357,6 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
                           "bias, 2-D y, temperature or momentum); use method='march'")
     ratios = width_ratio_values(width_ratios, L)
     variances = weight_variance_values(weight_variances, L + 1)
-    if variances is not None and (bias or method == "sweep"):
-        raise DomainError("weight_variances need bias=False and method='march' (the bias keeps "
-                          "unit variance in the sources; the sweeps solve the plain equations)")
     model = _Model(eta=grid.eta, g2=float(gamma0) ** 2, rho=rho, lam=lam, b=float(bool(bias)),
                    Y=Y, closure=closure, gi=bool(gradient_independent), temperature=temperature,
                    momentum=momentum, ratios=ratios, variances=variances)
@@ -386,7 +393,9 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
     else:
         width = window if window else 10
         stages = list(range(min(width, T), T, width)) + [T]
-        state = _initial_state(data, L, stages[0], grid.eta, lazy_kernels(data.kx, hidden_layers=L)[3])
+        state = _initial_state(data, L, stages[0], grid.eta,
+                               lazy_kernels(data.kx, hidden_layers=L,
+                                            weight_variances=variances)[3])
         for k, Tk in enumerate(stages):
             if k:
                 state = _extend(state, stages[k - 1], Tk, n)
@@ -644,9 +653,15 @@ def _march(data, model, L, T, rule=None):
     decayed = not model.unit
     H0 = np.tile(data.kx, (T, T))                       # Hb^0 (the first bias is in data.kx)
     H = [np.zeros((Tn, Tn)) for _ in range(L)]
+    # biases with weight variances: the bias keeps unit variance, its source kappa (not kappa_k)
+    kbl = np.repeat(filt.kappa, n, axis=1) if b and model.variances is not None else None
     # source covariances S_h^ell = R Hb^{ell-1} R; without decay and bias simply H^{ell-1}
     if model.plain:
         Sh = [H0] + H[: L - 1]
+    elif kbl is not None:            # kappa_0 * K^x + kappa * 1
+        Sh = [(H0 - b) * np.kron(kaps[0], np.ones((n, n))) + b * np.kron(filt.kappa,
+                                                                          np.ones((n, n)))] \
+            + [np.zeros((Tn, Tn)) for _ in range(L - 1)]
     else:
         Sh = [H0 * np.kron(kaps[0], np.ones((n, n)))] + [np.zeros((Tn, Tn)) for _ in range(L - 1)]
     G = [np.zeros((TC, TC)) for _ in range(L)]
@@ -714,7 +729,8 @@ def _march(data, model, L, T, rule=None):
                 Hl[rt, :m] = Hrow
                 Hl[:m, rt] = Hrow.T
                 if ell < L and not model.plain:              # source of the next layer
-                    Srow = (Hrow + b) * knl[ell][t, :m]
+                    Srow = ((Hrow + b) * knl[ell][t, :m] if kbl is None
+                            else Hrow * knl[ell][t, :m] + b * kbl[t, :m])
                     Sh[ell][rt, :m] = Srow
                     Sh[ell][:m, rt] = Srow.T
             # ---------------- downward: D, M_g, M_g D, G, Y row t
@@ -863,7 +879,11 @@ def _iterate(state, data, model, L, T, damping, tol, max_iter, diag, stepwise):
                         Cm = Cm + (Rnc[ell - 1] * A[ell - 2] if decayed else A[ell - 2])
                     if ell <= L - 1:
                         Dm = Dm + (Rnc[ell].T * B[ell - 1] if decayed else B[ell - 1])
-                Sh = Hb * Rnn[ell - 1] if decayed else Hb
+                if b and model.variances is not None:   # the bias keeps unit variance: kappa
+                    Sh = (Hb - b) * Rnn[ell - 1] + b * np.kron(model.filter(T).kappa,
+                                                               np.ones((n, n)))
+                else:
+                    Sh = Hb * Rnn[ell - 1] if decayed else Hb
                 Sg = Gnext * Rcc[ell] if decayed else Gnext
                 DC = Dm @ Cm
                 try:
@@ -882,9 +902,14 @@ def _iterate(state, data, model, L, T, damping, tol, max_iter, diag, stepwise):
                 CY = Cm @ (MgE + 0.5 * Gl @ Cm.T)
                 Hl = Sh + g2 * (CY + CY.T)
                 if ell == L and model.closure == "exact":
-                    if stepwise:
+                    if stepwise and model.variances is None:
                         f_new = _exact_closure(Hb, Gl, Mg, None if (L == 1 or model.gi)
                                                else A[ell - 2], data, model.eta)[..., None]
+                    elif stepwise:      # sigma_{L-1}^2 on the source and response terms
+                        v = model.variances[L - 1]
+                        f_new = _exact_closure(Hb, Gl, Mg, None if (L == 1 or model.gi)
+                                               else v * A[ell - 2], data, model.eta,
+                                               source=v)[..., None]
                     else:
                         F = (MgE.T + Cm @ Gl).reshape(T, n, T, C)
                         f_new = F[diagonal, :, diagonal, :]
@@ -921,7 +946,7 @@ def _iterate(state, data, model, L, T, damping, tol, max_iter, diag, stepwise):
         f"(last residual {diag.residuals[-1]:.3g} > tol {tol:.3g}); raise max_iter or damp")
 
 
-def _exact_closure(Hm, GL, Mg, Am, data, eta):
+def _exact_closure(Hm, GL, Mg, Am, data, eta, source=1.0):
     """Exact discrete-GD predictions ``f(t_i) = gamma0^-1 <h^L(t_i) g^L(t_i)>`` solved forward in time.
 
     With the kernels ``H^{L-1}``, ``G^L``, ``A^{L-1}`` and ``M_g`` of the last layer held fixed,
@@ -932,6 +957,8 @@ def _exact_closure(Hm, GL, Mg, Am, data, eta):
     times only, so ``Delta_i = y - f(t_i)`` is solved step by step.  Substituting ``Delta`` from
     the previous sweep instead (Picard) amplifies errors like a Volterra iteration and diverges
     from a cold start (Bordelon & Pehlevan (2022), §4.1, App. F, eqs. (11), (68)-(71)).
+    ``source``: ``sigma_{L-1}^2`` multiplying the ``M_g`` term, whose ``H^{L-1}`` is the source
+    covariance ``sigma_{L-1}^2 H^{L-1}`` (App. D.8; ``Am`` then holds ``sigma_{L-1}^2 A``).
     """
     T = GL.shape[0]
     n, P = data.n_all, data.n_train
@@ -941,7 +968,9 @@ def _exact_closure(Hm, GL, Mg, Am, data, eta):
     c = np.zeros((T, T))
     c[:, :-1] = cum[:, 1:]
     c = np.tril(c, k=-1)
-    W = eta * (H4 * GL.T[:, None, :, None] + c[:, None, :, None] * H4.transpose(2, 3, 0, 1))
+    W = eta * (H4 * GL.T[:, None, :, None]
+               + (c[:, None, :, None] if source == 1.0 else source * c[:, None, :, None])
+               * H4.transpose(2, 3, 0, 1))
     W = W * np.tril(np.ones((T, T)), k=-1)[:, None, :, None]
     f = np.zeros((T, n))
     if Am is not None:

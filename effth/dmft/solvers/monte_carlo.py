@@ -177,8 +177,15 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         against 67 s for ``'jacobian'`` and gave the same answer within 0.12-0.43 standard
         errors; pass ``responses='stein'`` when the Jacobians are too slow.
     closure : {'exact', 'ntk'}
-        Prediction rule (see :class:`DMFTResult`).  ``'ntk'`` (NTK-Euler) is not defined with
-        weight decay (``DomainError``): there ``f`` is no function of the NTK alone.
+        Prediction rule (see :class:`DMFTResult`).  ``'ntk'`` (NTK-Euler) with weight decay or
+        a temperature takes the Euler step of eq. (102) (Bordelon & Pehlevan (2022), App. K),
+        ``f <- f + eta K Delta - eta lambda theta . grad f + (sigma^2 / 2) Tr grad^2 f``: ``f``
+        is then no function of the NTK alone, and the extra terms are single-site averages,
+        ``theta . grad f = f + gamma0^-1 sum_l <g^l h^l>`` and the Ito term ``Tr grad^2 f =
+        gamma0^-1 sum_l <r^l> (<phi(h^{l-1})^2> + b)`` with ``r^l = dg^l/dh^l`` (its recursion
+        over the layers in ``_ntk_euler``).  It converges to the exact closure as ``eta -> 0``
+        (both ``O(eta)`` from the continuous-time limit).  Needs equal widths and no momentum
+        there (``DomainError``).
     batches : int
         With ``replicas = 1`` only: the last sweep's samples are split into this many batches
         to estimate the standard error of ``Phi``, ``G`` and (exact closure) ``f``.  This is the
@@ -279,8 +286,11 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         ``sigma_{l-1}^2 Phi^{l-1}``, ``sigma_l^2 G^{l+1}`` (the readout ``sigma_L^2``), the
         responses to them enter with ``sigma_{l-1}^2`` (``C^l``) and ``sigma_l^2`` (``D^l``), and
         the exact closure's readout term is ``sigma_L^2 <d phi(h^L) / d r^L>``; drifts and the
-        NTK formula carry no ``sigma``.  ``None`` or all ones: bit for bit the unit variances;
-        not with ``bias`` or ``temperature > 0``.
+        NTK formula carry no ``sigma``.  ``None`` or all ones: bit for bit the unit variances.
+        Biases keep ``b(0) ~ N(0, 1)``: ``u^l ~ GP(0, sigma_{l-1}^2 Phi^{l-1} + 1)``.  With a
+        temperature each weight layer ``k`` has its own noise kernel ``kappa_k = sigma_k^2 a(t)
+        a(s) + (kappa - a a^T)(t, s)`` (the initial part scales, the noise does not) in its
+        sources, responses and (``k = L``) the readout term; the biases keep ``kappa``.
     temperature : float
         Langevin temperature ``1/beta >= 0`` (Bordelon & Pehlevan (2022), App. K, eq. (100); the
         meaning of :func:`~effth.dmft.solve_deep_linear`'s and the trainer's keyword): noise of
@@ -299,7 +309,8 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         ``mu = exp(-eta / tau)``; the trainer's update ``v <- mu v + (1 - mu)(eta G - eta lambda
         theta)``, ``theta <- theta + v``): the drifts carry the memory kernel ``k(t-1-s)`` (eq.
         (123)) and the initial parts ``a(t)`` of the filter; stability edge ``eta
-        lambda_max(K_0) < 2 (1 + mu) / (1 - mu)``.  Not with ``temperature > 0``; both need
+        lambda_max(K_0) < 2 (1 + mu) / (1 - mu)``.  With ``temperature > 0`` too (underdamped
+        Langevin dynamics) the noise passes the same memory (``kappa`` of the filter).  Needs
         ``closure='exact'``.  ``temperature = momentum = 0`` is the GD solver bit for bit.
 
     Raises
@@ -307,9 +318,10 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
     DomainError
         Bad data or hyperparameters (``eta lambda`` outside ``[0, 1)``, ``y`` not ``(P,)`` or
         ``(P, C)``, non-finite values), ``eta lambda_max(K_NTK) >= 2``, ``gamma0 = 0`` with
-        weight decay or several outputs, ``closure='ntk'`` with weight decay, negative
-        ``temperature``, ``momentum`` outside ``[0, 1)`` or both nonzero, ``closure='ntk'`` or
-        ``gamma0 = 0`` with either, a Langevin step past its stable bound.
+        weight decay or several outputs, negative
+        ``temperature``, ``momentum`` outside ``[0, 1)``, ``gamma0 = 0`` with temperature or
+        momentum, ``closure='ntk'`` with momentum (or, with weight decay or
+        a temperature, with ``width_ratios``), a Langevin step past its stable bound.
     ConvergenceError
         A kernel entry exceeds ``diverge_at`` (or is not finite); ``iterations=None`` and the
         drift test not passed within ``max_iterations`` sweeps.
@@ -356,9 +368,6 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
     n_hidden = hidden_layer_count(depth, hidden_layers)
     kwargs["width_ratios"] = width_ratio_values(width_ratios, n_hidden)
     kwargs["weight_variances"] = weight_variance_values(weight_variances, n_hidden + 1)
-    if kwargs["weight_variances"] is not None and (bias or temperature != 0):
-        raise DomainError("weight_variances need bias=False and temperature=0 here (the bias "
-                          "and the Langevin noise keep their own variance in the sources)")
     R = min(int(replicas), max(1, int(samples) // 32))
     if R > 1 and gamma0 != 0:
         return _replicated(dict(kwargs, replicas=1), R, seed, progress)
@@ -531,12 +540,14 @@ def _chain(kw, seed, monitor_se=False):
     data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
     _v.check_target_scale(Y, 2, "the loss sum Delta^2 / 2")
     L, T, n, P, C = n_hidden, grid.steps, data.n_all, data.n_train, Y.shape[1]
-    if closure == "ntk" and weight_decay > 0:
-        raise DomainError("closure='ntk' is not defined with weight decay (f is no function of the "
-                          "NTK alone); use closure='exact'")
-    if (temperature > 0 or momentum > 0) and closure != "exact":
-        raise DomainError("temperature or momentum need closure='exact' (the NTK-Euler closure "
-                          "has no Langevin or momentum terms here)")
+    if momentum > 0 and closure != "exact":
+        raise DomainError("momentum needs closure='exact' (the NTK-Euler closure has no "
+                          "heavy-ball memory here)")
+    langevin_ntk = closure == "ntk" and (weight_decay > 0 or temperature > 0)
+    if langevin_ntk and ratios is not None:
+        raise DomainError("closure='ntk' with weight decay or temperature needs equal widths "
+                          "(width_ratios=None): its terms of eq. (102) are derived for one width; "
+                          "use closure='exact'")
     if gamma0 == 0 and (temperature > 0 or momentum > 0):
         raise DomainError("gamma0 = 0 with temperature or momentum is not solved here (output "
                           "factor 1/gamma0); use a small gamma0 > 0")
@@ -573,12 +584,12 @@ def _chain(kw, seed, monitor_se=False):
     # per-layer feature strengths gamma_l = gamma0 / sqrt(a_l) (App. D.8, eq. (58))
     gams = [gam] * L if ratios is None else [gam / np.sqrt(a) for a in ratios]
     ctx = dict(L=L, n=n, C=C, S=S, gam=gam, gams=gams, ratios=ratios, eta=grid.eta, one=one,
-               variances=variances,
+               variances=variances, ito=langevin_ntk,
                rng=rng, stein_cut=stein_cut,
                responses=responses, fns=(phi_f, dphi_f, ddphi_f),
                fields=[None] * L if keep_fields else None, gi=bool(gradient_independent))
     T_all = T
-    Phi = None
+    Phi = ext = None
     acc = []                                 # undamped estimates of the last `average` sweeps
     diag = Diagnostics(tol=tol)
     window_ends = sorted({-(-T_all * k // int(windows)) for k in range(1, int(windows) + 1)})
@@ -586,7 +597,7 @@ def _chain(kw, seed, monitor_se=False):
         # growing windows (causal: earlier times unchanged); the optimizer's filter
         filt = None if plain else parameter_filter(grid.eta, T, weight_decay, temperature,
                                                    momentum)
-        w = _window(T, n, C, rho, data.kx, filt)
+        w = _window(T, n, C, rho, data.kx, filt, variances)
         if Phi is None:
             Phi = [np.tile(p, (T, T)) for p in phi0]
             G = [np.kron(np.tile(g, (T, T)), np.eye(C)) for g in g0]
@@ -599,8 +610,8 @@ def _chain(kw, seed, monitor_se=False):
         stderr = None
         for it in range(1, int(iterations) + 1):
             last = (it == int(iterations) or monitor_se) and T == T_all
-            Phin, Gn, Abn, Bbn, ro, bat = _sweep(ctx, w, Phi, G, Ab, Bb, delta,
-                                                 batches if last or monitor_se else 0)
+            Phin, Gn, Abn, Bbn, ro, bat, extn = _sweep(ctx, w, Phi, G, Ab, Bb, delta,
+                                                       batches if last or monitor_se else 0)
             bad = [x for x in Phin + Gn
                    if not np.all(np.isfinite(x)) or np.max(np.abs(x)) > diverge_at]
             if bad:
@@ -614,7 +625,9 @@ def _chain(kw, seed, monitor_se=False):
                 f = _exact_closure(Phin[-1], w.rt[:, None, None] * ro.mean(axis=0) / gams[-1],
                                    Y, grid.eta, rho, w.mem)
             else:
-                f = _ntk_euler(data.kx, Phin, Gn, Y, grid.eta, one)
+                f = _ntk_euler(data.kx, Phin, Gn, Y, grid.eta, one,
+                               _langevin_terms(w, extn, variances, weight_decay, gam, L)
+                               if langevin_ntk else None)
             delta_new = Y[None] - f[:, :P]
             res = max(max(float(np.max(np.abs(x - xo))) for x, xo in zip(Phin + Gn, Phi + G)),
                       float(np.max(np.abs(delta_new - delta))))
@@ -624,6 +637,9 @@ def _chain(kw, seed, monitor_se=False):
                 acc = (acc + [(Phin, Gn, Abn, Bbn, f)])[-int(average):]
             mix = lambda old, new: [(1 - damping) * x + damping * xn for x, xn in zip(old, new)]
             Phi, G, Ab, Bb = mix(Phi, Phin), mix(G, Gn), mix(Ab, Abn), mix(Bb, Bbn)
+            if langevin_ntk:            # the single-site averages of eq. (102), damped alike
+                ext = extn if it == 1 or ext is None or len(ext[0][0]) != T else \
+                    [mix(e, en) for e, en in zip(ext, extn)]
             delta = (1 - damping) * delta + damping * delta_new
             if last or monitor_se:
                 stderr = _batch_stderr(bat, ro, closure, w, Y, gams[-1], grid.eta, rho, batches)
@@ -655,7 +671,9 @@ def _chain(kw, seed, monitor_se=False):
         Bb = [np.mean([x[3][k] for x in acc], axis=0) for k in range(L - 1)]
     diag.seconds = time.perf_counter() - t0
     if closure == "ntk":
-        f = _ntk_euler(data.kx, Phi, G, Y, grid.eta, one)
+        f = _ntk_euler(data.kx, Phi, G, Y, grid.eta, one,
+                       _langevin_terms(w, ext, variances, weight_decay, gam, L)
+                       if langevin_ntk else None)
     gg = np.stack([x.reshape(T, n, C, T, n, C).transpose(0, 1, 3, 4, 2, 5) for x in G])
     A = (np.stack([x.reshape(T, n, T, n, C) / gams[k] for k, x in enumerate(Ab)]) if L > 1
          else np.zeros((0, T, n, T, n, C)))
@@ -782,7 +800,15 @@ def _replicated(kwargs, R, seed, progress):
                       edge=2.0 * (1.0 + kwargs["momentum"]) / (1.0 - kwargs["momentum"]))
 
 
-def _window(T, n, C, rho, kx, filt=None):
+def _noise_blocks(kap, n, C):
+    """The noise kernel ``kap`` ``(T, T)`` spread over the flattened ``(t, mu(, c))`` blocks of
+    the sources (``n``, ``nc``) and of the responses (``a``: ``(Tn, TnC)``, ``b``: ``(TnC, Tn)``)."""
+    return SimpleNamespace(
+        kappa=kap, n=np.kron(kap, np.ones((n, n))), nc=np.kron(kap, np.ones((n * C, n * C))),
+        a=np.kron(kap, np.ones((n, n * C))), b=np.kron(kap, np.ones((n * C, n))))
+
+
+def _window(T, n, C, rho, kx, filt=None, variances=None):
     """Constants of a window of ``T`` steps (flattened time-major, index ``(i n + mu) C + c``).
 
     ``filt``: the optimizer's :class:`~effth.dmft.grid.ParameterFilter` on ``T`` points with
@@ -790,7 +816,11 @@ def _window(T, n, C, rho, kx, filt=None):
     ``k(j) = rho^j``).  Momentum alone keeps ``kappa = a a^T`` (the sources are ``a(t)`` times the
     undecayed ones, as with decay); with a temperature ``kappa`` does not factorize, the sources
     are sampled with covariance ``kappa * Phi`` directly and ``kap_a``, ``kap_b`` weight the
-    response terms (``dr = 1``: responses to the total sources)."""
+    response terms (``dr = 1``: responses to the total sources).  With a temperature and
+    ``variances`` (``sigma_k^2`` of ``W^k``, ``k = 0 .. L``) each weight layer has its own kernel
+    ``kappa_k = sigma_k^2 a a^T + (kappa - a a^T)`` (``noisy.layers[k]``: the initial part
+    scales, the noise does not; Bordelon & Pehlevan (2022), App. D.8, App. K), while the biases
+    keep ``kappa``."""
     lag = np.subtract.outer(np.arange(T), np.arange(T)) - 1
     mem = kap = None
     if filt is None:
@@ -803,12 +833,16 @@ def _window(T, n, C, rho, kx, filt=None):
         if filt.noise > 0:
             kap, rt = filt.kappa, np.ones(T)
     past, eye_t = causal_mask(T), np.eye(T)
-    noisy = None if kap is None else SimpleNamespace(
-        kappa=kap, n=np.kron(kap, np.ones((n, n))), nc=np.kron(kap, np.ones((n * C, n * C))),
-        a=np.kron(kap, np.ones((n, n * C))), b=np.kron(kap, np.ones((n * C, n))))
+    noisy = None if kap is None else _noise_blocks(kap, n, C)
+    if noisy is not None:
+        noisy.layers = None
+        if variances is not None:
+            aa = np.outer(filt.init, filt.init)
+            noisy.layers = [_noise_blocks(v * aa + (kap - aa), n, C) for v in variances]
     return SimpleNamespace(
         mem=mem, noisy=noisy,
         T=T, rt=rt, dr_n=np.repeat(rt, n), dr_nc=np.repeat(rt, n * C),  # D_rho on (t, mu(, c))
+        noise=0.0 if filt is None else float(filt.noise),
         strict_r=np.kron(decay, np.ones((n, n))),
         mask_a=np.kron(past, np.ones((n, n * C))),                       # (Tn, TnC): j < i
         mask_b=(np.kron(past, np.ones((n * C, n)))                       # (TnC, Tn): j < i, and
@@ -835,6 +869,7 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
     dl = dl.reshape(Tn, C)                                  # Delta_{alpha c}(t_j) by (j, alpha)
     Phin, Gn, Abn, Bbn = [None] * L, [None] * L, [None] * (L - 1), [None] * (L - 1)
     bphi, bg = [None] * L, [None] * L
+    ext = [None] * L if ctx["ito"] else None
     with np.errstate(over="ignore", invalid="ignore"):
         for ell in range(1, L + 1):
             Pprev = w.K0 if ell == 1 else Phi[ell - 2] + one
@@ -846,18 +881,30 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
             a = ctx["ratios"]
             nz = w.noisy                # Langevin: kappa * (response to the total source)
             v = ctx["variances"]        # sigma_k^2 of W^k (App. D.8): W^{l-1} feeds h^l
+            kl = None if nz is None else nz.layers   # Langevin and variances: kappa_k per layer
             if ell >= 2:      # raw response of layer l-1, times sqrt(a_{l-1} / a_l) (eq. (60))
-                resp = w.dr_n[:, None] * Ab[ell - 2] if nz is None else nz.a * Ab[ell - 2]
-                resp = resp if v is None else v[ell - 1] * resp
+                if kl is not None:
+                    resp = kl[ell - 1].a * Ab[ell - 2]
+                else:
+                    resp = w.dr_n[:, None] * Ab[ell - 2] if nz is None else nz.a * Ab[ell - 2]
+                    resp = resp if v is None else v[ell - 1] * resp
                 Cm = Cm + (resp if a is None else np.sqrt(a[ell - 2] / a[ell - 1]) * resp)
             if ell <= L - 1:  # raw response of layer l+1, times sqrt(a_{l+1} / a_l) (eq. (63))
-                resp = w.dr_nc[:, None] * Bb[ell - 1] if nz is None else nz.b * Bb[ell - 1]
-                resp = resp if v is None else v[ell] * resp
+                if kl is not None:
+                    resp = kl[ell].b * Bb[ell - 1]
+                else:
+                    resp = w.dr_nc[:, None] * Bb[ell - 1] if nz is None else nz.b * Bb[ell - 1]
+                    resp = resp if v is None else v[ell] * resp
                 Dm = Dm + (resp if a is None else np.sqrt(a[ell] / a[ell - 1]) * resp)
-            if nz is not None:          # total sources (initial weights and noise): kappa * K
+            if kl is not None:          # kappa_{l-1} * Phi^{l-1} + kappa * 1 (bias), kappa_l * G
+                Pprev = (kl[ell - 1].n * (Pprev - one) + nz.n * one if one
+                         else kl[ell - 1].n * Pprev)
+                Gnext = kl[ell].nc * Gnext
+            elif nz is not None:        # total sources (initial weights and noise): kappa * K
                 Pprev, Gnext = nz.n * Pprev, nz.nc * Gnext
-            if v is not None:           # u^l ~ sigma_{l-1}^2 Phi^{l-1}, r^l ~ sigma_l^2 G^{l+1}
-                Pprev, Gnext = v[ell - 1] * Pprev, v[ell] * Gnext
+            elif v is not None:         # u^l ~ sigma_{l-1}^2 Phi^{l-1} (+ 1), r^l ~ sigma_l^2 G^{l+1}
+                Pprev = v[ell - 1] * (Pprev - one) + one if one else v[ell - 1] * Pprev
+                Gnext = v[ell] * Gnext
             uh = _sample(ctx["rng"], Pprev, S // 2)
             rh = _sample(ctx["rng"], Gnext, S // 2)
             uh = np.concatenate([uh, uh])                               # antithetic (u, r), (u, -r)
@@ -868,6 +915,11 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
             ph, d1 = phi_f(h), dphi_f(h)
             Phin[ell - 1] = ph.T @ ph / S
             Gn[ell - 1] = g.T @ g / S
+            if ctx["ito"]:    # <g h>, <phi''(h) z>, <phi'(h)^2> per (t, mu(, c)): eq. (102)
+                ext[ell - 1] = [(g.reshape(S, T, n, C) * h.reshape(S, T, n, 1)).mean(axis=0),
+                                (ddphi_f(h).reshape(S, T, n, 1)
+                                 * z.reshape(S, T, n, C)).mean(axis=0),
+                                (d1 ** 2).reshape(S, T, n).mean(axis=0)]
             if batches:
                 bphi[ell - 1], bg[ell - 1] = _batch_means(ph, batches), _batch_means(g, batches)
             need_A, need_B = ell <= L - 1 and not ctx["gi"], ell >= 2 and not ctx["gi"]
@@ -878,7 +930,8 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
                 if need_B:
                     Bbn[ell - 2] = w.mask_b * _stein(g, uh, Pprev, cut, False, w.pre_b, w.eq_b)
                 if ell == L and nz is not None:
-                    ro = _readout_regression(ph, rh, nz.kappa, T, n, C)
+                    ro = _readout_regression(ph, rh, (nz if kl is None else kl[L]).kappa, T,
+                                             n, C)
                 elif ell == L:
                     # rh^L is one N(0, I_C) vector: <d phi(h^L)/d rh^L_c> = <phi(h^L) rh^L_c>,
                     # regressed on the sample's own <rh rh^T> (exact for phi linear in rh)
@@ -887,16 +940,17 @@ def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
             else:
                 Abl, Bbl, ro = _jacobians(Cm, Dm, d1, ddphi_f(h), z, w.dr_nc, C, need_A,
                                           need_B, ell == L,
-                                          kappa=None if nz is None else nz.kappa)
+                                          kappa=None if nz is None else
+                                          (nz if kl is None else kl[L]).kappa)
                 if need_A:                                              # d/d rh = (d/d r) D_rho
                     Abn[ell - 1] = w.mask_a * Abl * w.dr_nc[None, :]
                 if need_B:
                     Bbn[ell - 2] = w.mask_b * Bbl * w.dr_n[None, :]
     if ctx["gi"]:
         Abn, Bbn = [np.zeros_like(x) for x in Ab], [np.zeros_like(x) for x in Bb]
-    if ctx["variances"] is not None:   # readout term w^L(0) . phi / N = sigma_L^2 <d phi / d r^L>
-        ro = ctx["variances"][-1] * ro
-    return Phin, Gn, Abn, Bbn, ro.reshape(S, T, n, C), (bphi, bg)
+    if ctx["variances"] is not None and (w.noisy is None or w.noisy.layers is None):
+        ro = ctx["variances"][-1] * ro   # readout w^L(0) . phi / N = sigma_L^2 <d phi / d r^L>
+    return Phin, Gn, Abn, Bbn, ro.reshape(S, T, n, C), (bphi, bg), ext
 
 
 def _readout_regression(ph, rh, kappa, T, n, C):
@@ -1176,9 +1230,40 @@ def _exact_closure(PhiL, a, Y, eta, rho=1.0, memory=None):
     return f
 
 
-def _ntk_euler(kx, Phi, G, Y, eta, one=0.0):
+def _langevin_terms(w, ext, variances, weight_decay, gam, L):
+    """The constants of the NTK-Euler closure under weight decay and Langevin noise (eq. (102)
+    of Bordelon & Pehlevan (2022), App. K): ``lam`` (weight decay), ``half`` (half the noise
+    variance per step, ``sigma^2 / 2``), ``gam`` (``gamma0``), the per-layer single-site
+    averages ``ext`` (``<g h>``, ``<phi''(h) z>``, ``<phi'(h)^2>``) and ``kap[l]`` (``T``,) the
+    variance ``kappa_l(t, t)`` of the random part of ``W^l`` (``l = 1 .. L-1``), which carries
+    ``r = dg/dh`` down through the layers."""
+    noisy = w.noisy
+    kap = [None] * L
+    for ell in range(1, L):
+        if noisy is not None:
+            k = (noisy if noisy.layers is None else noisy.layers[ell]).kappa
+            kap[ell] = np.diag(k).copy()
+        else:
+            kap[ell] = (w.rt ** 2) * (1.0 if variances is None else variances[ell])
+    half = 0.0 if noisy is None else 0.5 * w.noise
+    return SimpleNamespace(lam=float(weight_decay), half=half, gam=float(gam), ext=ext, kap=kap)
+
+
+def _ntk_euler(kx, Phi, G, Y, eta, one=0.0, lang=None):
     """NTK-Euler predictions ``(T, n, C)`` from ``(T n, T n)`` kernels ``Phi``, ``(T n C, T n C)``
-    kernels ``G``: ``K^{cc'} = G^1 K^x + sum_l G^{l+1} (Phi^l + one) + Phi^L delta_{cc'}``."""
+    kernels ``G``: ``K^{cc'} = G^1 K^x + sum_l G^{l+1} (Phi^l + one) + Phi^L delta_{cc'}``.
+
+    With ``lang`` (:func:`_langevin_terms`: weight decay ``lambda`` and/or Langevin noise of
+    variance ``sigma^2`` per step) the Euler step of eq. (102) of Bordelon & Pehlevan (2022),
+    App. K, in the network's mean-field units:
+
+    ``f(t+1) = f + eta K Delta - eta lambda theta . grad f + (sigma^2 / 2) Tr grad^2 f``, with
+    ``theta . grad f = f + gamma0^-1 sum_l <g^l h^l>`` (readout, then ``W^{l-1}`` and ``b^l``
+    together) and ``Tr grad^2 f = gamma0^-1 sum_l <r^l> (<phi(h^{l-1})^2> + b)`` (``phi(h^0)^2``
+    the diagonal of ``K^x``), where ``r^l = dg^l/dh^l`` obeys ``<r^L> = <phi''(h^L) z^L>``,
+    ``<r^l> = <phi''(h^l) z^l> + <phi'(h^l)^2> kappa_l(t, t) <r^{l+1}>`` (the paper's
+    ``r^{l+1}``; ``sigma^2 = 2 eta / beta`` to first order).  For a linear network these are
+    ``(L + 1) f`` and 0."""
     n = kx.shape[0]
     T = Phi[0].shape[0] // n
     P, C = Y.shape
@@ -1190,8 +1275,26 @@ def _ntk_euler(kx, Phi, G, Y, eta, one=0.0):
         K = K + dg(G[ell]) * (dphi(Phi[ell - 1]) + one)
     K = K + dphi(Phi[-1]) * np.eye(C)[None, None, :, None, :]
     f = np.zeros((T, n, C))
+    if lang is None:
+        for i in range(T - 1):
+            f[i + 1] = f[i] + eta * np.einsum("mcad,ad->mc", K[i][:, :, :P], Y - f[i, :P])
+        return f
+    L = len(Phi)
+    ext = lang.ext
+    gh = sum(e[0] for e in ext) / lang.gam                          # (T, n, C)
+    ito = np.zeros((T, n, C))
+    if lang.half > 0:
+        r = ext[L - 1][1]                                           # <r^L>
+        for ell in range(L, 0, -1):
+            if ell < L:
+                r = ext[ell - 1][1] + ext[ell - 1][2][:, :, None] * lang.kap[ell][:, None, None] * r
+            sq = (np.diag(kx)[None] if ell == 1 else
+                  Phi[ell - 2].reshape(T, n, T, n)[idx, :, idx, :].diagonal(axis1=1, axis2=2) + one)
+            ito = ito + r * np.broadcast_to(sq, (T, n))[:, :, None]
+        ito = lang.half * ito / lang.gam
     for i in range(T - 1):
-        f[i + 1] = f[i] + eta * np.einsum("mcad,ad->mc", K[i][:, :, :P], Y - f[i, :P])
+        f[i + 1] = (f[i] + eta * np.einsum("mcad,ad->mc", K[i][:, :, :P], Y - f[i, :P])
+                    - eta * lang.lam * (f[i] + gh[i]) + ito[i])
     return f
 
 

@@ -100,16 +100,21 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         noise of variance ``sigma^2 = temperature (1 - rho^2) / weight_decay`` per step, so each
         single site carries the noise paths ``nu(t+1) = rho nu(t) + sigma K^{1/2} xi_u(t)`` in ``h``
         and ``rho nz + sigma xi_r`` in ``z`` (at ``L = 1`` there are no response terms: the
-        fields of eq. (112) with ``A = B = 0``).  ``method='monte_carlo'`` only (the noise paths
-        are ``T``-dimensional); the step must satisfy ``eta (lambda_max(K_eq) + weight_decay) < 2``
-        with ``K_eq`` the lazy NTK at weight variance ``max(1, temperature / weight_decay)``.
+        fields of eq. (112) with ``A = B = 0``).  With ``momentum`` too (underdamped Langevin
+        dynamics, :class:`~effth.dmft.grid.ParameterFilter`) the noise enters the heavy-ball
+        increment like the gradient, ``v_nu <- mu v_nu + (1 - mu) (sigma K^{1/2} xi_u - eta
+        lambda nu)``, ``nu <- nu + v_nu`` (likewise ``nz``), with ``sigma^2`` of
+        :func:`~effth.dmft.grid.langevin_noise` that keeps the prior ``temperature /
+        weight_decay``; ``momentum=0`` is the GD noise recursion above bit for bit.
+        ``method='monte_carlo'`` only (the noise paths are ``T``-dimensional); the step must
+        satisfy ``eta (lambda_max(K_eq) + weight_decay) < 2 (1 + mu) / (1 - mu)`` with ``K_eq``
+        the lazy NTK at weight variance ``max(1, temperature / weight_decay)``.
     momentum : float
         Heavy-ball coefficient ``mu`` in ``[0, 1)`` (Bordelon & Pehlevan (2022), App. L; as in
         :func:`~effth.dmft.solve_deep_linear`): the accumulated drifts obey
         ``v <- mu v + (1 - mu) (d - eta lambda a)``, ``a <- a + v``, and the initial parts carry
-        ``a(t)`` of :class:`~effth.dmft.grid.ParameterFilter`.  Not with ``temperature > 0`` here
-        (:func:`~effth.dmft.solve_monte_carlo` and :func:`~effth.dmft.solve_deep_linear` solve both
-        together).
+        ``a(t)`` of :class:`~effth.dmft.grid.ParameterFilter`.  Together with ``temperature > 0``
+        see ``temperature`` (the noise paths follow the same heavy-ball memory).
     width_ratios : sequence of one float, optional
         ``(a_1,)``: hidden width ``N_1 = a_1 N`` against the reference width ``N`` of
         ``gamma = gamma0 sqrt(N)`` (Bordelon & Pehlevan (2022), App. D.8; the conventions of
@@ -122,7 +127,10 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         (Bordelon & Pehlevan (2022), App. D.8): ``u ~ N(0, sigma_0^2 K^x)``, ``r ~ N(0,
         sigma_1^2)`` (the nodes scaled by ``sigma``), the drifts and the NTK formula unchanged
         (lazy NTK ``sigma_1^2 <phi' phi'> K^x + Phi``).  ``None`` or ones: bit for bit the unit
-        variances; not with ``bias`` or ``temperature > 0``.
+        variances.  With ``bias`` the bias keeps its unit variance, ``u ~ N(0, sigma_0^2 K^x +
+        1)``, and the drift and NTK use ``K^x + 1``; with ``temperature > 0`` only the initial
+        parts scale with ``sigma``, the noise paths keep ``sigma^2 (K^x (+ 1))`` and ``sigma^2``
+        per step (the Langevin noise does not depend on the initial variance).
     two_time : bool
         Form the two-time kernels (memory ``S T n`` for the field history); else only the
         equal-time blocks ``Phi(t, t)``, ``G(t, t)`` are filled (other entries zero).
@@ -182,17 +190,9 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         raise DomainError(f"gamma0={gamma0!r} must be a finite real number")
     ratios = width_ratio_values(width_ratios, 1)
     variances = weight_variance_values(weight_variances, 2)
-    if variances is not None and (bias or temperature != 0):
-        raise DomainError("weight_variances need bias=False and temperature=0 in solve_two_layer "
-                          "(the bias and the Langevin noise keep their own variance)")
     act = resolve_activation(activation)
     grid = TimeGrid(eta, steps)
     rho, temperature, momentum = langevin_settings(grid.eta, weight_decay, temperature, momentum)
-    if temperature > 0 and momentum > 0:
-        raise DomainError("temperature > 0 together with momentum > 0 is not solved by "
-                          "solve_two_layer (its single-site noise paths follow the GD decay, "
-                          "not the heavy-ball memory); use solve_monte_carlo(hidden_layers=1, "
-                          "...) or, for a linear activation, solve_deep_linear")
     if temperature > 0 and method != "monte_carlo":
         raise DomainError("temperature > 0 needs method='monte_carlo' (the single-site noise paths "
                           "are T-dimensional; no quadrature rule over them)")
@@ -207,7 +207,8 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     if gamma0 == 0:
         raise DomainError("gamma0 = 0 with weight decay (trivial fixed point f = K = 0) or several "
                           "outputs is not solved here (output factor 1/gamma0); use gamma0 > 0")
-    _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=1, weight_variances=variances)
+    _, _, _, ntk0 = lazy_kernels(data.kx, act, hidden_layers=1, bias=bool(bias),
+                                 weight_variances=variances)
     check_stability(ntk0[:P, :P], grid.eta, edge=2.0 * (1.0 + momentum) / (1.0 - momentum))
     lam = float(weight_decay)
     if (temperature > 0 or momentum > 0) and lam > 0:
@@ -218,15 +219,17 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
     phi_f, dphi_f = act.numpy(0), act.numpy(1)
     gam = float(gamma0) if ratios is None else float(gamma0) / np.sqrt(ratios[0])  # gamma_1
     t0 = time.perf_counter()
-    u, r, w, used, kind = _nodes(data.kx, method, nodes, max_nodes, samples, seed, C, act,
+    src = _source_kernel(data.kx, variances, bias)
+    u, r, w, used, kind = _nodes(src, method, nodes, max_nodes, samples, seed, C, act,
                                  quadrature_rule)
-    if variances is not None:               # u ~ N(0, sigma_0^2 K^x), r ~ N(0, sigma_1^2)
-        u, r = np.sqrt(variances[0]) * u, np.sqrt(variances[1]) * r
+    if variances is not None:               # u ~ N(0, sigma_0^2 K^x (+ 1)), r ~ N(0, sigma_1^2)
+        u = u if bias else np.sqrt(variances[0]) * u
+        r = np.sqrt(variances[1]) * r
     S = w.size
     lazy = exact = None
     if method == "quadrature" and quad_tol is not None and lam == 0 and momentum == 0:
         # the rule's own lazy limit against the exact one (closed forms / accurate 2-D rules)
-        exact = _lazy_exact(data.kx, act, Y, grid.eta, T, variances)
+        exact = _lazy_exact(data.kx, act, Y, grid.eta, T, variances, bias)
         lazy = _lazy_on_rule(u, w, phi_f, dphi_f, data.kx, Y, grid.eta, T, variances)
         e_lazy = float(np.max(np.abs(lazy[2] - exact[2])))
         if e_lazy > quad_tol and nodes is None:
@@ -243,6 +246,8 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         root = covariance_root(data.kx)
         nrng = _noise_rng(seed)
         nu, nz = np.zeros((S, n)), np.zeros((S, C))          # Langevin noise parts of h, z
+        if mu > 0:                                          # their heavy-ball velocities
+            vnu, vnz = np.zeros((S, n)), np.zeros((S, C))
         half = S // 2
     if two_time:
         ph_hist = np.empty((T, S, n))
@@ -282,8 +287,14 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
                 # antithetic like (u, r): the same xi_u for both halves, xi_r negated
                 xu = nrng.standard_normal((half, root.shape[1]))
                 xr = nrng.standard_normal((half, C))
-                nu = rho * nu + sigma * (np.concatenate([xu, xu]) @ root.T)
-                nz = rho * nz + sigma * np.concatenate([xr, -xr])
+                ku = sigma * (np.concatenate([xu, xu]) @ root.T)
+                kr = sigma * np.concatenate([xr, -xr])
+                if mu == 0:
+                    nu, nz = rho * nu + ku, rho * nz + kr
+                else:       # underdamped: the noise enters the heavy-ball increment (App. K, L)
+                    vnu = mu * vnu + (1.0 - mu) * (ku - grid.eta * lam * nu)
+                    vnz = mu * vnz + (1.0 - mu) * (kr - grid.eta * lam * nz)
+                    nu, nz = nu + vnu, nz + vnz
     if two_time:
         Phm = ph_hist.transpose(1, 0, 2).reshape(S, T * n)
         Gm = g_hist.transpose(1, 0, 2, 3).reshape(S, T * n * C)
@@ -306,9 +317,9 @@ def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
         lo = solve_two_layer(**kw)
         lazy_lo = None
         if lazy is not None:
-            u2, _, w2, _, _ = _nodes(data.kx, "quadrature", coarse, max_nodes, samples, seed, C,
+            u2, _, w2, _, _ = _nodes(src, "quadrature", coarse, max_nodes, samples, seed, C,
                                      act, kind)
-            if variances is not None:
+            if variances is not None and not bias:
                 u2 = np.sqrt(variances[0]) * u2
             lazy_lo = _lazy_on_rule(u2, w2, phi_f, dphi_f, data.kx, Y, grid.eta, T, variances)
         f3 = f if multi else f[..., None]
@@ -335,10 +346,18 @@ def _lazy_dynamics(ntk, Y, eta, T):
                     axis=-1)
 
 
-def _lazy_exact(kx, act, Y, eta, T, variances=None):
+def _source_kernel(kx, variances, bias):
+    """The covariance the nodes ``u`` are drawn from: ``kx`` (``K^x (+ 1)``), scaled afterwards
+    by ``sigma_0`` without a bias; with a bias and ``variances`` directly ``sigma_0^2 K^x + 1``
+    (the bias keeps its unit variance, Bordelon & Pehlevan (2022), App. D.8, App. H)."""
+    return variances[0] * (kx - 1.0) + 1.0 if variances is not None and bias else kx
+
+
+def _lazy_exact(kx, act, Y, eta, T, variances=None, bias=False):
     """The exact lazy (``gamma0 -> 0``) kernels ``Phi``, ``dPhi`` and predictions ``(T, n, C)``
     (closed forms or accurate two-dimensional rules, :func:`lazy_kernels`)."""
-    phi, dphi, _, ntk = lazy_kernels(kx, act, hidden_layers=1, weight_variances=variances)
+    phi, dphi, _, ntk = lazy_kernels(kx, act, hidden_layers=1, bias=bool(bias),
+                                     weight_variances=variances)
     return phi[0], dphi[0], _lazy_dynamics(ntk, Y, eta, T)
 
 
