@@ -1,5 +1,6 @@
-"""One input, depth 3, skip at layer 2 (PDLT (B.4)): the derived four-point vertex V^(3) against
-the exact O(1/n) vertex, and against residual networks.
+"""One neuron's history in a residual MLP (PDLT (B.4)): the exact O(1/n) kernel sector
+(``residual_history_flow``, ``mlp_flow(closure="history")``) against a depth-3 oracle, against the
+truncated cumulant closure where the two must agree, and against residual networks.
 
 With a skip, neuron j of layer 2 keeps gamma z^(1)_j, so (z^(1)_j, z^(2)_j) are O(1)-correlated
 (covariance gamma K^(1)).  Given layer 1, the layer-2 neurons are independent
@@ -11,9 +12,11 @@ n Var(G_hat^(3)) to O(1) gives, exactly,
 with s = sigma^2, A = d<s>_K/dK at K^(2), and the covariance over the bivariate Gaussian
 (variances K^(1), K^(2), covariance gamma K^(1)) -- one neuron's history.  By Mehler's formula
 that covariance is sum_m (gamma K1)^m / m! <s^(m)>_K2 <s^(m)>_K1.  The layer-by-layer nearly-Gaussian
-closure (the pipeline, and (B.24)) keeps m = 1 (through T) and m = 2 (through V^(2)) only:
-``mlp_flow`` equals that truncation to 1e-8, and the m >= 3 terms it drops are 0.3-3.8 % of V^(3)
-(tanh, ReLU at the (B.20)-(B.21) C_W(gamma), GELU at C_W = 1 - gamma^2).
+closure (the derivation pipeline, and (B.24)) keeps m = 1 (through T) and m = 2 (through V^(2))
+only: ``mlp_flow(closure="cumulant")`` equals that truncation to 1e-8, and the m >= 3 terms it
+drops are 0.3-3.8 % of V^(3) (tanh, ReLU at the (B.20)-(B.21) C_W(gamma), GELU at
+C_W = 1 - gamma^2).  The same expansion of the mean gives G1^(3) = C_W^2 xi^2 [<f_G s~> +
+(C_W/2) <f_GG> Var_K1 s], f(z, G) = E_eps s(gamma z + sqrt(G) eps): the history enters G1 too.
 
 The networks here are sampled layer by layer from that exact conditional law (one input, Gaussian
 weights), in float64, by a few lines of NumPy that share nothing with effth.simulation.
@@ -27,8 +30,10 @@ import numpy as np
 import pytest
 from scipy import integrate, special
 
+from effth.activations import get_activation
 from effth.arch import MLP
-from effth.pdlt import mlp_flow
+from effth.pdlt import initialization_flow, mlp_flow
+from effth.pdlt.residual_history import residual_history_flow
 
 X = np.array([[1.0, 0.3, -0.5]])
 Z = 4.5
@@ -72,17 +77,100 @@ def history_vertex(act, gamma, c_w, K1, xi=1.0):
     return V(cov), V(cov2)
 
 
+def history_metric(act, gamma, c_w, K1):
+    """(exact G1^(3), its truncation at m <= 2) for the depth-3 net, C_b = 0, xi = 1.
+
+    G1^(3) = C_W D_2(s), D_2(s) = C_W <f_G s~> + (C_W^2/2) <f_GG> Var_K1 s (the mean of s(z^(2))
+    expanded in delta G_hat^(2)); <f_G s~> = E[s(z2) (eps^2 - 1) s~(z1)] / (2 G2) by Stein's lemma
+    in eps, and <f_GG> = d^2 <s>_K / dK^2 at K2 = <s He_4(z/sqrt K2)> / (4 K2^2).  By Mehler,
+    <f_G s~> = (1/2) sum_m (gamma K1)^m/m! <s^(m+2)>_K2 <s^(m)>_K1, m >= 1."""
+    s2 = lambda z: ACTS[act](z) ** 2  # noqa: E731
+    m1 = _gauss(s2, K1)
+    var1 = _gauss(lambda z: s2(z) ** 2, K1) - m1 ** 2
+    G2 = c_w * m1
+    K2 = gamma ** 2 * K1 + G2
+    inner = lambda a: _gauss(lambda e: s2(gamma * a + e) * (e * e / G2 - 1.0), G2)  # noqa: E731
+    fG = _gauss(lambda a: (s2(a) - m1) * inner(a), K1) / (2 * G2)
+    fGG = _deriv(s2, K2, 4) / 4
+    fG2 = 0.5 * sum((gamma * K1) ** m / special.factorial(m) * _deriv(s2, K2, m + 2)
+                    * _deriv(s2, K1, m) for m in (1, 2))
+    G1 = lambda f: c_w * (c_w * f + 0.5 * c_w ** 2 * fGG * var1)  # noqa: E731
+    return G1(fG), G1(fG2)
+
+
+def _flow(act, gamma, c_w, closure):
+    f = mlp_flow(MLP(act, depth=3, widths=64, c_w=c_w, gamma=gamma), X, closure=closure)
+    return float(f["K"][0].ravel()[0]), float(f["V"][2].ravel()[0]), float(f["G1"][2].ravel()[0])
+
+
 def _derived(act, gamma, c_w):
-    f = mlp_flow(MLP(act, depth=3, widths=64, c_w=c_w, gamma=gamma), X)
-    return float(f["K"][0].ravel()[0]), float(f["V"][2].ravel()[0])
+    K1, V, _ = _flow(act, gamma, c_w, "cumulant")
+    return K1, V
 
 
 @pytest.mark.parametrize("act,gamma,c_w", CASES)
 def test_derived_vertex_is_the_history_expansion_truncated_at_second_order(act, gamma, c_w):
-    K1, Vd = _derived(act, gamma, c_w)
+    K1, Vd, G1d = _flow(act, gamma, c_w, "cumulant")
     exact, trunc = history_vertex(act, gamma, c_w, K1)
     assert Vd == pytest.approx(trunc, rel=1e-7)
     assert exact / Vd - 1 > 2e-3          # the dropped m >= 3 terms are not negligible
+    G1x, G1t = history_metric(act, gamma, c_w, K1)
+    assert G1d == pytest.approx(G1t, rel=1e-7)
+    assert abs(G1x / G1d - 1) > 2e-3
+
+
+@pytest.mark.parametrize("act,gamma,c_w", CASES)
+def test_history_recursion_equals_the_depth3_oracle(act, gamma, c_w):
+    """mlp_flow's default for one input (closure="history") is the exact V^(3) and G1^(3)."""
+    K1, Vh, G1h = _flow(act, gamma, c_w, None)
+    exact, trunc = history_vertex(act, gamma, c_w, K1)
+    assert Vh == pytest.approx(exact, rel=1e-8)
+    assert abs(Vh / trunc - 1) > 2e-3     # the truncated value is rejected by the same check
+    G1x, G1t = history_metric(act, gamma, c_w, K1)
+    assert G1h == pytest.approx(G1x, rel=1e-8)
+    assert abs(G1h / G1t - 1) > 2e-3
+    direct = residual_history_flow(K1, 3, act, c_w=c_w, gamma=[gamma, 0.0])
+    assert float(direct["V"][2].ravel()[0]) == Vh
+
+
+def _pipeline_vs_history(act, L, **kw):
+    a = initialization_flow(np.array([[0.8]]), L, act, **kw)
+    b = residual_history_flow(0.8, L, act, **kw)
+    return ({k: np.array([x.ravel()[0] for x in a[k]]) for k in ("K", "V", "G1", "T")},
+            {k: np.array([x.ravel()[0] for x in b[k]]) for k in ("K", "V", "G1", "T")})
+
+
+@pytest.mark.parametrize("act", ["affine", "abs"])
+def test_history_equals_the_cumulant_closure_when_sigma_squared_is_quadratic(act):
+    """Affine sigma (with C_b, xi, per-layer gamma and widths) and |z|: every Mehler term m >= 3
+    vanishes, so the exact recursion is the pipeline's at every layer, for K, V, G1 and T.  A
+    quartic sigma^2 (sigma = z^2) is not: its m = 3, 4 terms make V differ."""
+    import sympy as sp
+
+    a = get_activation(0.7 * sp.Symbol("z") + 0.3) if act == "affine" else act
+    kw = dict(c_w=[1.1, 0.9, 1.2, 0.8, 1.0], c_b=[0.1, 0.2, 0.0, 0.3, 0.1],
+              gamma=[0.5, 0.7, 0.3, 0.6, 0.0], xi=[1.0, 0.8, 1.2, 1.0, 1.0],
+              ratios=[1.0, 1.0, 1.0, 1.0, 0.5])
+    p, h = _pipeline_vs_history(a, 6, **kw)
+    for k in ("K", "V", "G1", "T"):
+        scale = np.max(np.abs(p["V"]))
+        assert np.max(np.abs(p[k] - h[k])) < 1e-12 * scale, k
+    p, h = _pipeline_vs_history(get_activation(sp.Symbol("z") ** 2), 4, c_w=0.3, gamma=[0.5, 0.5, 0.0])
+    assert abs(h["V"][-1] / p["V"][-1] - 1) > 1e-3
+
+
+def test_gamma_zero_is_the_plain_mlp():
+    """gamma = 0 (xi != 1, C_b, unequal widths): the history recursion is the plain derived flow
+    (PDLT (4.90), (4.115)) to 1e-12; mlp_flow of such a net is the pipeline bitwise."""
+    kw = dict(c_w=1.2, c_b=0.1, ratios=[1.0, 2.0, 0.5, 1.0, 1.5])
+    p = initialization_flow(np.array([[0.8]]), 6, "tanh", **kw)
+    h = residual_history_flow(0.8, 6, "tanh", xi=1.0, gamma=0.0, **kw)
+    for k in ("K", "V", "G1"):
+        for x, y in zip(p[k], h[k]):
+            assert float(y.ravel()[0]) == pytest.approx(float(x.ravel()[0]), rel=1e-12, abs=1e-15)
+    net = MLP("tanh", depth=5, widths=32, c_w=1.2, xi=0.9)
+    a, b = mlp_flow(net, X), mlp_flow(net, X, closure="cumulant")
+    assert all(np.array_equal(x, y) for k in ("K", "V", "G1") for x, y in zip(a[k], b[k]))
 
 
 @functools.lru_cache(maxsize=None)
