@@ -116,7 +116,7 @@ def residual_criticality(activation: Any, gamma: Any, xi: Any = 1.0) -> Residual
 @public
 def residual_nu(activation: Any, gamma: Any, *, depth: int = 64, K1: float = 1.0,
                 closure: str = "history") -> float:
-    r"""Depth coefficient :math:`\nu(\gamma)` of the critical residual MLP, from the derived flow.
+    r"""Depth coefficient :math:`\nu(\gamma)` of the critical residual MLP, from the exact flow.
 
     Iterates the exact single-input recursions of :math:`K, V, G^{\{1\}}, T` over one neuron's
     history (:func:`~effth.pdlt.residual_history.residual_history_flow`; ``closure="cumulant"``:

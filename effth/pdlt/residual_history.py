@@ -68,6 +68,7 @@ _X = 14.0            # standardized half-width of the quadrature (sqrt(phi) < 1e
 _NODES = 20          # Gauss-Legendre nodes per panel
 _MAX_ORDER = 4000    # Hermite orders kept at most
 _TAIL = 1e-17        # rho^M at the truncation order M
+_MAX_DEPTH = 1_000_000
 
 
 def _panels(breaks: list[float], h: float) -> tuple[np.ndarray, np.ndarray]:
@@ -92,7 +93,7 @@ def _hermite_coefficients(f, K: float, order: int, kinks: tuple) -> np.ndarray:
     split at the kinks of ``f``."""
     sK = math.sqrt(K)
     inner = sorted({float(c) / sK for c in kinks if abs(float(c) / sK) < _X})
-    x, w = _panels([-_X, *inner, _X], min(0.25, 1.5 / math.sqrt(order + 1.0)))
+    x, w = _panels([-_X, *inner, _X], min(0.25, 6.0 / math.sqrt(order + 1.0)))  # 1.5 periods
     W = w * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi) * f(sK * x)
     out = np.empty(order + 2)
     out[-1] = W @ f(sK * x)          # <f^2>_K: Var f without Parseval's slowly converging tail
@@ -125,16 +126,21 @@ class _Coefficients:
         return self._cache[K]
 
 
-def _per_layer(x: Any, L: int, name: str, default: float) -> np.ndarray:
-    """One value per step l -> l+1 (layers 2..L), from a scalar or an (L-1)-sequence."""
+def _per_layer(x: Any, L: int, name: str, default: float, positive: bool = False,
+               signed: bool = False) -> np.ndarray:
+    """One finite value per step l -> l+1 (layers 2..L), from a scalar or an (L-1)-sequence."""
+    from effth._validate import real_array
+
     if x is None:
         return np.full(L - 1, float(default))
-    a = np.asarray(x, dtype=float)
+    a = real_array(x, name, finite=True)
     if a.ndim == 0:
-        return np.full(L - 1, float(a))
+        a = np.full(L - 1, float(a))
     if a.shape != (L - 1,):
         raise DomainError(f"{name} must be a number or one value per layer 2..L ({L - 1} values), "
                           f"got shape {a.shape}")
+    if not signed and np.any(a < 0) or positive and np.any(a == 0):
+        raise DomainError(f"{name} must be {'positive' if positive else 'non-negative'}, got {a}")
     return a
 
 
@@ -175,7 +181,8 @@ def residual_history_flow(K1: Any, depth: int, activation: Any, c_w: Any = 1.0, 
     Raises
     ------
     DomainError
-        More than one input, a non-positive kernel, or non-finite values.
+        More than one input, a non-positive kernel, non-finite or negative hyperparameters, a
+        non-positive ``xi`` or width ratio, more than 10^6 layers.
 
     Warns
     -----
@@ -190,8 +197,10 @@ def residual_history_flow(K1: Any, depth: int, activation: Any, c_w: Any = 1.0, 
     """
     from effth._validate import integer
 
-    Ka = np.asarray(K1, dtype=float)
-    if Ka.size != 1:
+    from effth._validate import real_array
+
+    Ka = real_array(K1, "K1", finite=True)
+    if Ka.size != 1 or Ka.ndim not in (0, 2):
         raise DomainError(f"residual_history_flow is implemented for one input (K1 of shape (1, 1)); "
                           f"got K1 of shape {Ka.shape}: for several inputs use mlp_flow(..., "
                           "closure='cumulant') (the truncated PDLT (B.24))")
@@ -199,10 +208,13 @@ def residual_history_flow(K1: Any, depth: int, activation: Any, c_w: Any = 1.0, 
     if not 0 < k1 < math.inf:
         raise DomainError(f"K1 must be positive and finite, got {k1!r}")
     L = integer(depth, "depth", minimum=1)
+    if L > _MAX_DEPTH:
+        raise DomainError(f"depth={L} exceeds {_MAX_DEPTH} layers (the flow keeps every layer)")
     act = get_activation(activation)
     cw, cb = _per_layer(c_w, L, "c_w", 1.0), _per_layer(c_b, L, "c_b", 0.0)
-    gm, xs = _per_layer(gamma, L, "gamma", 0.0), _per_layer(xi, L, "xi", 1.0)
-    rt = _per_layer(ratios, L, "ratios", 1.0)
+    gm = _per_layer(gamma, L, "gamma", 0.0, signed=True)
+    xs = _per_layer(xi, L, "xi", 1.0, positive=True)
+    rt = _per_layer(ratios, L, "ratios", 1.0, positive=True)
     # infinite-width kernels, and the history correlations rho that set the truncation
     mean_s = _Coefficients(act, 0)
     Ks = [k1]
@@ -221,6 +233,8 @@ def residual_history_flow(K1: Any, depth: int, activation: Any, c_w: Any = 1.0, 
                           AccuracyWarning, stacklevel=2)
     else:
         M = integer(order, "order", minimum=4)
+        if M > 5 * _MAX_ORDER:
+            raise DomainError(f"order={M} exceeds {5 * _MAX_ORDER} Hermite orders")
     coeffs = _Coefficients(act, M)
     m = np.arange(M + 1, dtype=float)
     c, d = np.zeros(M + 1), np.zeros(M + 1)
