@@ -2,19 +2,22 @@ r"""Residual MLPs (PDLT app. B) and the optimal aspect ratio (PDLT app. A, §A.4
 
 The recursions themselves are derived by the one pipeline
 (``derive_initialization(statistic, residual=True)``, iterated by :func:`initialization_flow`
-with ``gamma=``, ``xi=``); this module adds what a practitioner asks of them:
+with ``gamma=``, ``xi=``); their single-layer cumulant closure misses one neuron's history at
+:math:`O(1/n)`, which :mod:`effth.pdlt.residual_history` restores for one input (``mlp_flow``'s
+default there).  This module adds what a practitioner asks of them:
 
 * :func:`residual_criticality` -- the critical :math:`C_W(\gamma)` of PDLT (B.20)–(B.21): the
   derived kernel recursion :math:`K'=\xi^2(C_b+C_W\langle\sigma\sigma\rangle_K)+\gamma^2K` (B.11)
   shifts both susceptibilities by :math:`\gamma^2` (B.15)–(B.16) and scales the branch by
   :math:`\xi^2`, so at :math:`C_b=0` criticality is :math:`\xi^2C_W=(1-\gamma^2)C_W^{\rm MLP}`;
 * :func:`residual_nu` -- the depth coefficient :math:`\nu(\gamma)` of
-  :math:`V^{(L)}/(n\,G^{(L)2})=\nu\,L/n` (A.68), measured on the derived single-input flow at
+  :math:`V^{(L)}/(n\,G^{(L)2})=\nu\,L/n` (A.68), measured on the exact single-input flow at
   criticality.  For activations that are not odd (ReLU) the flow carries the three-point vertex
-  :math:`T` that the book's (B.24) omits: the derived ReLU value is
+  :math:`T` that the book's (B.24) omits: with the cumulant closure the ReLU value is
   :math:`\nu(\gamma)=(1-\gamma^2)[5-\gamma^2+\tfrac{16}{\pi}\gamma(1+\gamma)]`, larger than the
-  printed (B.29) :math:`(1-\gamma^2)(5-\gamma^2)` for :math:`\gamma>0`; simulations of residual
-  ReLU networks confirm the derived value (``docs/residual.md``);
+  printed (B.29) :math:`(1-\gamma^2)(5-\gamma^2)` for :math:`\gamma>0`, and the history terms
+  raise it by another 1–3.5 % (``docs/residual.md``, Erratum 2); simulations of residual
+  ReLU networks reject the printed value (``docs/residual.md``);
 * :func:`optimal_aspect_ratio` -- :math:`r^\star=4/[(20+3m_1+3m_2)\nu]` (A.72), (A.73), (B.36);
   :func:`mutual_information` (A.71); :func:`optimal_gamma` -- :math:`\gamma^\star(r)` solving
   :math:`r^\star(\gamma)=r` (§B.3);
@@ -349,7 +352,8 @@ def residual_ntk_flow(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 
 
     Iterates ``derive_ntk(statistic, residual=True)`` (the NTK pipeline on the residual forward
     equations of :math:`z` and :math:`\hat H`) together with the residual kernel sector
-    :math:`K, V, G^{\{1\}}, T` (:func:`~effth.pdlt.initialization.recursions.mlp_flow`), with the
+    :math:`K, V, G^{\{1\}}, T` in the same cumulant closure
+    (:func:`~effth.pdlt.initialization.recursions.mlp_flow` with ``closure="cumulant"``), with the
     per-layer gains :math:`\gamma^{(\ell)}, \xi^{(\ell)}` of ``net`` (the first and the output
     layer have none).  Layer 1 is :math:`\Theta^{(1)}=\xi^{(1)2}[\lambda_b^{(1)}+\lambda_W^{(1)}
     XX^\top/n_0]` with every finite-width tensor zero.  ``ntk_flow(net, X)`` returns this for a

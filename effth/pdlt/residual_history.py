@@ -145,8 +145,8 @@ def _per_layer(x: Any, L: int, name: str, default: float, positive: bool = False
 
 
 @public
-def residual_history_flow(K1: Any, depth: int, activation: Any, c_w: Any = 1.0, c_b: Any = 0.0,
-                          ratios: Any = 1.0, *, gamma: Any = 0.0, xi: Any = 1.0,
+def residual_history_flow(K1: Any, depth: int, activation: Any, *, c_w: Any = 1.0,
+                          c_b: Any = 0.0, ratios: Any = 1.0, gamma: Any = 0.0, xi: Any = 1.0,
                           order: int | None = None) -> dict:
     r"""The exact :math:`O(1/n)` kernel sector :math:`K, V, G^{\{1\}}, T` of a residual MLP, one input.
 

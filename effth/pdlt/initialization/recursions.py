@@ -425,8 +425,8 @@ def _warn_residual_history(net: Any) -> None:
             f"V and G1 of a residual net with {act!r} (skips at layers {where}) on several inputs "
             "come from the single-layer cumulant closure, which, like PDLT (B.24), keeps only the "
             "Mehler terms m <= 2 of the covariance between one neuron's sigma^2 at different "
-            "layers; the dropped terms are 3-7 % of V and 10-40 % of G1 at layers 4-8 for tanh, "
-            "ReLU, GELU at gamma = 0.9 (one input, measured on networks).  The exact history "
+            "layers; the dropped terms are 1-6 % of V and 10-80 % of G1 at layers 3-9 for tanh, "
+            "ReLU, GELU at gamma = 0.9 (one input, confirmed on networks).  The exact history "
             "recursion (closure='history') is implemented for one input; K, T and the affine "
             "case are exact (docs/residual.md, Erratum 2)",
             AccuracyWarning, stacklevel=3)
