@@ -133,6 +133,47 @@ def test_history_recursion_equals_the_depth3_oracle(act, gamma, c_w):
     assert float(direct["V"][2].ravel()[0]) == Vh
 
 
+def _history_cov(act, Ka, Kb, c):
+    """Cov[s(z_a), s(z_b)] for the Gaussian pair Var z_a = Ka, Var z_b = Kb, Cov = c, s = sigma^2
+    (nested 1-D quadratures: z_a | z_b = y is N(c y / Kb, Ka - c^2 / Kb))."""
+    s2 = lambda z: ACTS[act](z) ** 2  # noqa: E731
+    inner = lambda y: _gauss(lambda e: s2(c / Kb * y + e), Ka - c * c / Kb)  # noqa: E731
+    return _gauss(lambda y: s2(y) * inner(y), Kb) - _gauss(s2, Ka) * _gauss(s2, Kb)
+
+
+@pytest.mark.parametrize("act,gamma,c_w", [("relu", 0.5, 1.5), ("gelu", 0.9, 0.5)])
+def test_history_recursion_written_out_at_depth_4(act, gamma, c_w):
+    """Depth 4, skips at layers 2 and 3 (C_b = 0, xi = 1): the recursion of
+    effth.pdlt.residual_history written out by hand, every history term a Gaussian covariance of
+    one neuron's sigma^2 at two layers (correlations gamma K1, gamma K2, gamma^2 K1) by 1-D
+    quadratures: V4 = C^2 [Var_K3 s + C3(s, s)] with
+    C3(s, s) = C2(A, A) + 2 C A3 [Cov(s3, s2) + C2(A, s)] + C^2 A3^2 [Var_K2 s + C2(s, s)],
+    C2(A, A) = 2 C g^2 A3 Cov(s3, s1) + C^2 g^4 A3^2 Var_K1 s,
+    C2(A, s) = C A2 Cov(s3, s1) + C g^2 A3 Cov(s2, s1) + C^2 g^2 A3 A2 Var_K1 s,
+    C2(s, s) = 2 C A2 Cov(s2, s1) + C^2 A2^2 Var_K1 s,  A_l = d<s>_K/dK at K_l.
+    It checks the Hermite representation (rank-two C, truncation) where two skips stack."""
+    g, C, K1 = gamma, c_w, 1.0
+    s2 = lambda z: ACTS[act](z) ** 2  # noqa: E731
+    K2 = g * g * K1 + C * _gauss(s2, K1)
+    K3 = g * g * K2 + C * _gauss(s2, K2)
+    var = lambda K: _gauss(lambda z: s2(z) ** 2, K) - _gauss(s2, K) ** 2  # noqa: E731
+    dK = lambda K: _deriv(s2, K, 2) / 2  # noqa: E731
+    A2, A3 = dK(K2), dK(K3)
+    c21, c32, c31 = (_history_cov(act, K2, K1, g * K1), _history_cov(act, K3, K2, g * K2),
+                     _history_cov(act, K3, K1, g * g * K1))
+    v1 = var(K1)
+    C2AA = 2 * C * g * g * A3 * c31 + C * C * g ** 4 * A3 ** 2 * v1
+    C2As = C * A2 * c31 + C * g * g * A3 * c21 + C * C * g * g * A3 * A2 * v1
+    C2ss = 2 * C * A2 * c21 + C * C * A2 ** 2 * v1
+    C3ss = C2AA + 2 * C * A3 * (c32 + C2As) + C * C * A3 ** 2 * (var(K2) + C2ss)
+    V4 = C * C * (var(K3) + C3ss)
+    f = residual_history_flow(K1, 4, act, c_w=C, gamma=[g, g, 0.0])
+    assert float(f["K"][2].ravel()[0]) == pytest.approx(K3, rel=1e-12)
+    assert float(f["V"][3].ravel()[0]) == pytest.approx(V4, rel=1e-8)   # measured 1.6e-12 (ReLU), 1e-15
+    tr = initialization_flow(np.array([[K1]]), 4, act, c_w=C, gamma=[g, g, 0.0])
+    assert abs(float(tr["V"][3].ravel()[0]) / V4 - 1) > 3e-3     # the closure misses it
+
+
 def _pipeline_vs_history(act, L, **kw):
     a = initialization_flow(np.array([[0.8]]), L, act, **kw)
     b = residual_history_flow(0.8, L, act, **kw)
