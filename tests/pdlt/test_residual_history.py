@@ -200,6 +200,16 @@ def test_history_equals_the_cumulant_closure_when_sigma_squared_is_quadratic(act
     assert abs(h["V"][-1] / p["V"][-1] - 1) > 1e-3
 
 
+def test_kernel_and_three_point_vertex_are_the_pipelines():
+    """K and T need no history beyond Mehler order 2 (T = C(z^2, z) reads only the order-2 row of
+    the rank-two C): for ReLU and GELU at gamma = 0.9, depth 6, they equal the derived flow."""
+    for act in ("relu", "gelu"):
+        p, h = _pipeline_vs_history(act, 6, c_w=0.5, gamma=[0.9, 0.9, 0.9, 0.9, 0.0])
+        for k in ("K", "T"):
+            np.testing.assert_allclose(h[k], p[k], rtol=1e-10, atol=1e-14 * np.max(np.abs(p[k])))
+        assert np.max(np.abs(p["T"])) > 1e-2                     # and T is not zero here
+
+
 def test_gamma_zero_is_the_plain_mlp():
     """gamma = 0 (xi != 1, C_b, unequal widths): the history recursion is the plain derived flow
     (PDLT (4.90), (4.115)) to 1e-12; mlp_flow of such a net is the pipeline bitwise."""
