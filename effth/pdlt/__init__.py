@@ -47,13 +47,14 @@ from effth.pdlt.learning import (AlgorithmProjectors, BayesPosterior, DeltaFlow,
                                  observable_update, output_kernels, polation_mean, predict,
                                  quadratic_model, trained_output)
 from effth.pdlt.ntk import NTK_STATISTICS, NTKFlow, NTKRecursion, derive_ntk, learning_rates, ntk_flow
-from effth.pdlt import information, residual
+from effth.pdlt import information, residual, residual_history
 from effth.pdlt.derivation.six_point import derive_six_point_vertex, six_point_flow
 from effth.pdlt.information import (entropy_expansion, mutual_information_expansion,
                                     tripartite_information_expansion)
 from effth.pdlt.residual import (ResidualCriticality, mutual_information, optimal_aspect_ratio,
                                  optimal_gamma, residual_branch_gain, residual_criticality,
                                  residual_nu)
+from effth.pdlt.residual_history import residual_history_flow
 
 __all__ = ["derive_six_point_vertex", "six_point_flow", "cnn_kernels", "CNNKernels", "Recursion", "derive_initialization", "initialization_flow", "mlp_flow", "RATIO",
            "flow", "Flow", "LayerStep", "KernelScaleWarning", "WidthWarning",
@@ -70,6 +71,7 @@ __all__ = ["derive_six_point_vertex", "six_point_flow", "cnn_kernels", "CNNKerne
            "bayes_posterior", "BayesPosterior", "observable_update", "quadratic_model",
            "QuadraticModel", "meta_kernel", "nearly_kernel_predict", "NearlyKernelPrediction",
            "residual", "residual_criticality", "ResidualCriticality", "residual_nu",
+           "residual_history", "residual_history_flow",
            "optimal_aspect_ratio", "mutual_information", "optimal_gamma", "residual_branch_gain",
            "information", "entropy_expansion", "mutual_information_expansion",
            "tripartite_information_expansion"]

@@ -2,19 +2,22 @@ r"""Residual MLPs (PDLT app. B) and the optimal aspect ratio (PDLT app. A, §A.4
 
 The recursions themselves are derived by the one pipeline
 (``derive_initialization(statistic, residual=True)``, iterated by :func:`initialization_flow`
-with ``gamma=``, ``xi=``); this module adds what a practitioner asks of them:
+with ``gamma=``, ``xi=``); their single-layer cumulant closure misses one neuron's history at
+:math:`O(1/n)`, which :mod:`effth.pdlt.residual_history` restores for one input (``mlp_flow``'s
+default there).  This module adds what a practitioner asks of them:
 
 * :func:`residual_criticality` -- the critical :math:`C_W(\gamma)` of PDLT (B.20)–(B.21): the
   derived kernel recursion :math:`K'=\xi^2(C_b+C_W\langle\sigma\sigma\rangle_K)+\gamma^2K` (B.11)
   shifts both susceptibilities by :math:`\gamma^2` (B.15)–(B.16) and scales the branch by
   :math:`\xi^2`, so at :math:`C_b=0` criticality is :math:`\xi^2C_W=(1-\gamma^2)C_W^{\rm MLP}`;
 * :func:`residual_nu` -- the depth coefficient :math:`\nu(\gamma)` of
-  :math:`V^{(L)}/(n\,G^{(L)2})=\nu\,L/n` (A.68), measured on the derived single-input flow at
+  :math:`V^{(L)}/(n\,G^{(L)2})=\nu\,L/n` (A.68), measured on the exact single-input flow at
   criticality.  For activations that are not odd (ReLU) the flow carries the three-point vertex
-  :math:`T` that the book's (B.24) omits: the derived ReLU value is
+  :math:`T` that the book's (B.24) omits: with the cumulant closure the ReLU value is
   :math:`\nu(\gamma)=(1-\gamma^2)[5-\gamma^2+\tfrac{16}{\pi}\gamma(1+\gamma)]`, larger than the
-  printed (B.29) :math:`(1-\gamma^2)(5-\gamma^2)` for :math:`\gamma>0`; simulations of residual
-  ReLU networks confirm the derived value (``docs/residual.md``);
+  printed (B.29) :math:`(1-\gamma^2)(5-\gamma^2)` for :math:`\gamma>0`, and the history terms
+  raise it by another 1–3.5 % (``docs/residual.md``, Erratum 2); simulations of residual
+  ReLU networks reject the printed value (``docs/residual.md``);
 * :func:`optimal_aspect_ratio` -- :math:`r^\star=4/[(20+3m_1+3m_2)\nu]` (A.72), (A.73), (B.36);
   :func:`mutual_information` (A.71); :func:`optimal_gamma` -- :math:`\gamma^\star(r)` solving
   :math:`r^\star(\gamma)=r` (§B.3);
@@ -114,11 +117,14 @@ def residual_criticality(activation: Any, gamma: Any, xi: Any = 1.0) -> Residual
 
 
 @public
-def residual_nu(activation: Any, gamma: Any, *, depth: int = 64, K1: float = 1.0) -> float:
-    r"""Depth coefficient :math:`\nu(\gamma)` of the critical residual MLP, from the derived flow.
+def residual_nu(activation: Any, gamma: Any, *, depth: int = 64, K1: float = 1.0,
+                closure: str = "history") -> float:
+    r"""Depth coefficient :math:`\nu(\gamma)` of the critical residual MLP, from the exact flow.
 
-    Iterates the derived single-input recursions of :math:`K, V, G^{\{1\}}, T` (PDLT (B.4) through
-    the derivation pipeline) at :func:`residual_criticality` and returns
+    Iterates the exact single-input recursions of :math:`K, V, G^{\{1\}}, T` over one neuron's
+    history (:func:`~effth.pdlt.residual_history.residual_history_flow`; ``closure="cumulant"``:
+    the derived single-layer cumulant closure, PDLT (B.24) with the three-point vertex) at
+    :func:`residual_criticality` and returns
 
     * scale-invariant class: the per-layer increment :math:`(V^{(L)}-V^{(L-1)})/K^{(L)2}`, which
       is exactly :math:`\nu` of (B.28)–(B.29) once :math:`T` has reached its fixed point
@@ -126,11 +132,12 @@ def residual_nu(activation: Any, gamma: Any, *, depth: int = 64, K1: float = 1.0
     * :math:`K^\star=0` class: :math:`V^{(L)}/(L\,K^{(L)2})`, which tends to :math:`\nu` of
       (B.35) with :math:`O(\log L/L)` corrections (deep ``depth`` needed).
 
-    For activations other than linear the derived recursions (like the book's (B.24)) drop the
-    Mehler terms :math:`m\ge3` of the covariance of one neuron's :math:`\sigma^2` at successive
-    layers, which a skip makes :math:`O(1)`: measured on networks, the derived :math:`V` is low
-    by 0.3–4 % at layer 3 for tanh, ReLU and GELU (``docs/residual.md``, Erratum 2), so this
-    :math:`\nu(\gamma)` carries an error of that order; exact for linear networks.
+    The cumulant closure (like the book's (B.24), (B.29), (B.35)) drops the Mehler terms
+    :math:`m\ge3` of the covariance of one neuron's :math:`\sigma^2` at different layers, which
+    a skip makes :math:`O(1)`; ``closure="history"`` keeps them all (``docs/residual.md``,
+    Erratum 2).  Both agree for linear networks.  In the scale-invariant class the increment
+    converges geometrically in depth (like :math:`\gamma^L`): ``depth`` of a few hundred for
+    :math:`\gamma` near 1.
 
     Parameters
     ----------
@@ -140,20 +147,29 @@ def residual_nu(activation: Any, gamma: Any, *, depth: int = 64, K1: float = 1.0
         Layers iterated (>= 3).
     K1 : float
         First-layer kernel (scale-invariant: any; :math:`\nu` does not depend on it).
+    closure : {"history", "cumulant"}
+        The exact recursion, or the truncated one of the book's (B.24) (with :math:`T`).
 
     Returns
     -------
     float
     """
     from effth.pdlt.initialization.recursions import initialization_flow
+    from effth.pdlt.residual_history import residual_history_flow
 
     crit = residual_criticality(activation, gamma)
     L = integer(depth, "depth", minimum=3)
     k1 = real_scalar(K1, "K1")
     if not 0 < k1 < float("inf"):
         raise DomainError(f"K1 must be positive and finite, got {K1!r}")
-    f = initialization_flow(np.array([[k1]]), L, activation, c_w=crit.c_w, c_b=0.0,
-                            gamma=crit.gamma, xi=1.0)
+    if closure not in ("history", "cumulant"):
+        raise DomainError(f"closure must be 'history' or 'cumulant', got {closure!r}")
+    if closure == "history":
+        f = residual_history_flow(k1, L, activation, c_w=crit.c_w, c_b=0.0, gamma=crit.gamma,
+                                  xi=1.0)
+    else:
+        f = initialization_flow(np.array([[k1]]), L, activation, c_w=crit.c_w, c_b=0.0,
+                                gamma=crit.gamma, xi=1.0)
     K = float(f["K"][-1].ravel()[0])
     V = [float(v.ravel()[0]) for v in f["V"]]
     if crit.universality_class == "scale-invariant":
@@ -314,7 +330,7 @@ def _kernel_sector(net: Any, X: np.ndarray, need_all: bool, method: str, rtol: f
     from effth.pdlt.initialization.recursions import derive_initialization, mlp_flow
 
     if need_all:
-        return mlp_flow(net, X, method=method, rtol=rtol)
+        return mlp_flow(net, X, method=method, rtol=rtol, closure="cumulant")
     rec = derive_initialization("K", residual=True)
     K = net.c_b_at(1) + net.c_w_at(1) * (X @ X.T) / X.shape[1]
     out = [K]
@@ -336,7 +352,8 @@ def residual_ntk_flow(net: Any, X: Any, *, lambda_b: Any = 1.0, lambda_w: Any = 
 
     Iterates ``derive_ntk(statistic, residual=True)`` (the NTK pipeline on the residual forward
     equations of :math:`z` and :math:`\hat H`) together with the residual kernel sector
-    :math:`K, V, G^{\{1\}}, T` (:func:`~effth.pdlt.initialization.recursions.mlp_flow`), with the
+    :math:`K, V, G^{\{1\}}, T` in the same cumulant closure
+    (:func:`~effth.pdlt.initialization.recursions.mlp_flow` with ``closure="cumulant"``), with the
     per-layer gains :math:`\gamma^{(\ell)}, \xi^{(\ell)}` of ``net`` (the first and the output
     layer have none).  Layer 1 is :math:`\Theta^{(1)}=\xi^{(1)2}[\lambda_b^{(1)}+\lambda_W^{(1)}
     XX^\top/n_0]` with every finite-width tensor zero.  ``ntk_flow(net, X)`` returns this for a

@@ -101,10 +101,13 @@ def test_linear_nu_matches_B29_printed_values():
 def test_relu_nu_exceeds_B29_by_the_third_cumulant():
     """gamma = 0: the book's nu = 5.  gamma > 0: the derived T terms add, by hand from the single-input
     reductions (V' gains 4 chi_par C_W <sigma sigma'> T, T* = 4 gamma (1+gamma) K^{3/2}/sqrt(2 pi)),
-    (16/pi) gamma (1+gamma)(1-gamma^2); the book's (B.29) value is (1-gamma^2)(5-gamma^2) = 3.5625 at 0.5."""
+    (16/pi) gamma (1+gamma)(1-gamma^2); the book's (B.29) value is (1-gamma^2)(5-gamma^2) = 3.5625 at 0.5.
+    This is the cumulant closure (Mehler orders m <= 2); the exact history value is larger
+    (tests/pdlt/test_residual_history.py)."""
     assert residual_nu("relu", 0.0, depth=4) == pytest.approx(5.0, rel=1e-10)
+    assert residual_nu("relu", 0.0, depth=4, closure="cumulant") == pytest.approx(5.0, rel=1e-10)
     g = 0.5
-    nu = residual_nu("relu", g, depth=40)
+    nu = residual_nu("relu", g, depth=40, closure="cumulant")
     assert book_nu(g) == pytest.approx(3.5625)
     assert nu == pytest.approx(book_nu(g) + 16 / math.pi * g * (1 + g) * (1 - g * g), rel=1e-9)
 
@@ -119,7 +122,7 @@ def test_leaky_relu_nu_printed_and_corrected():
     g, A2, A4 = 0.5, (1 + 0.01) / 2, (1 + 1e-4) / 2
     corrected = (1 - g * g) * ((1 - g * g) * (3 * A4 / A2**2 - 1) + 4 * g * g
                                + 4 / math.pi * g * (1 + g) * (1 - 0.01) ** 2 / A2**2)
-    assert residual_nu(act, g, depth=40) == pytest.approx(corrected, rel=1e-9)
+    assert residual_nu(act, g, depth=40, closure="cumulant") == pytest.approx(corrected, rel=1e-9)
 
 
 # ------------------------------------------------------------------------ measured
@@ -264,7 +267,9 @@ def test_residual_vertex_closure_is_the_truncated_mehler_series(opt_in_slow, act
     networks): intercept -0.3 SE from the exact V3, +7.5 SE from the derived one."""
     from ._residual_ntk_oracle import depth3_vertex
 
-    fl = mlp_flow(MLP(act, depth=3, widths=32, gamma=gamma), np.array([[1.0]]))
-    got = float(fl["V"][2].ravel()[0])
+    net, x = MLP(act, depth=3, widths=32, gamma=gamma), np.array([[1.0]])
+    got = float(mlp_flow(net, x, closure="cumulant")["V"][2].ravel()[0])
     assert abs(got - depth3_vertex(act, gamma, truncate=True)) < 1e-7 * got
     assert depth3_vertex(act, gamma) > 1.01 * got
+    exact = float(mlp_flow(net, x)["V"][2].ravel()[0])          # closure="history", the default
+    assert abs(exact - depth3_vertex(act, gamma)) < 1e-7 * exact

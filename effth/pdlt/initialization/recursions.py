@@ -402,30 +402,38 @@ def initialization_flow(K1, depth: int, activation, c_w=1.0, c_b=0.0, ratios=1.0
     return out
 
 
-@public
+def _residual_skips(net: Any) -> list:
+    """Layers 2..L-1 with a skip connection (gamma != 0): those whose one-neuron history reaches V, G1."""
+    return [k for k in range(2, net.depth) if float(net.gamma_at(k)) != 0]
+
+
 def _warn_residual_history(net: Any) -> None:
-    """:class:`AccuracyWarning` when a residual net's derived V, G1 rest on the single-layer
-    closure that drops one neuron's history (a skip before the last layer, sigma^2 not quadratic)."""
+    """:class:`AccuracyWarning` when a residual net's V, G1 rest on the single-layer cumulant
+    closure that drops one neuron's history (a skip before the last layer, sigma^2 not quadratic):
+    several inputs, where the exact history recursion is not implemented."""
     import warnings
 
     from effth.errors import AccuracyWarning
 
-    act, L = net.act, net.depth
+    act = net.act
     quadratic = act.is_polynomial and (act.polynomial_degree or 0) <= 1
-    skips = [k for k in range(2, L) if float(net.gamma_at(k)) != 0]
+    skips = _residual_skips(net)
     if skips and not quadratic:
         where = (", ".join(map(str, skips)) if len(skips) <= 4
                  else f"{skips[0]}, {skips[1]}, ..., {skips[-1]}")
         warnings.warn(
-            f"V and G1 of a residual net with {act!r} (skips at layers {where}) come from the "
-            "single-layer cumulant closure, which, like PDLT (B.24), keeps only the Mehler terms "
-            "m <= 2 of the covariance between one neuron's sigma^2 at successive layers; the "
-            "dropped terms are 0.3-4 % of V at layer 3 (tanh, ReLU, GELU; measured on networks) "
-            "and unknown deeper; K and the affine case are exact (docs/residual.md, Erratum 2)",
+            f"V and G1 of a residual net with {act!r} (skips at layers {where}) on several inputs "
+            "come from the single-layer cumulant closure, which, like PDLT (B.24), keeps only the "
+            "Mehler terms m <= 2 of the covariance between one neuron's sigma^2 at different "
+            "layers; the dropped terms are 1-6 % of V and 10-80 % of G1 at layers 3-9 for tanh, "
+            "ReLU, GELU at gamma = 0.9 (one input, confirmed on networks).  The exact history "
+            "recursion (closure='history') is implemented for one input; K, T and the affine "
+            "case are exact (docs/residual.md, Erratum 2)",
             AccuracyWarning, stacklevel=3)
 
 
-def mlp_flow(net: Any, X, method: str = "auto", rtol: float = 1e-10) -> dict:
+def mlp_flow(net: Any, X, method: str = "auto", rtol: float = 1e-10, *,
+             closure: str | None = None) -> dict:
     r"""The derived :math:`K, V, G^{\{1\}}` of every layer of an ``MLP`` on inputs ``X``.
 
     :math:`K^{(1)}=C_b^{(1)}+C_W^{(1)}XX^\top/n_0` (PDLT (4.8)); the per-layer :math:`C_W, C_b`
@@ -436,18 +444,32 @@ def mlp_flow(net: Any, X, method: str = "auto", rtol: float = 1e-10) -> dict:
     ----------
     net : effth.MLP
     X : array_like (N_D, n_0)
+    closure : {None, "history", "cumulant"}
+        For a residual ``net`` with a skip before the last layer (PDLT (B.4)).  ``"history"``:
+        the exact :math:`O(1/n)` recursion over one neuron's history
+        (:func:`~effth.pdlt.residual_history.residual_history_flow`; one input only).
+        ``"cumulant"``: the derived single-layer cumulant closure, which like the book's (B.24)
+        keeps only the Mehler orders :math:`m\le2` of the covariance of a neuron's
+        :math:`\sigma^2` at different layers (exact for affine :math:`\sigma`).  ``None``
+        (default): ``"history"`` for one input, ``"cumulant"`` otherwise.  :math:`K` and
+        :math:`T` are the same either way; plain nets ignore it.
 
     Returns
     -------
     dict
         As :func:`initialization_flow`, layers ``1..net.depth``.
 
+    Raises
+    ------
+    DomainError
+        ``closure="history"`` with several inputs, or an unknown ``closure``.
+
     Warns
     -----
     AccuracyWarning
-        For a residual net with a skip before the last layer and an activation that is not
-        affine: its :math:`V`, :math:`G^{\{1\}}` beyond the first skip are the single-layer
-        cumulant closure, which drops terms of one neuron's history (``docs/residual.md``).
+        For a residual net on several inputs (``closure=None``) with a skip before the last
+        layer and an activation that is not affine: its :math:`V`, :math:`G^{\{1\}}` beyond the
+        first skip are the truncated cumulant closure (``docs/residual.md``, Erratum 2).
     """
     from effth._validate import input_matrix, network
     from effth.arch import MLP
@@ -467,10 +489,22 @@ def mlp_flow(net: Any, X, method: str = "auto", rtol: float = 1e-10) -> dict:
         ratios = [full[k] / full[k - 1] for k in range(1, len(full))]
     c_w = [net.c_w_at(k) for k in range(2, L + 1)] or [1.0]
     c_b = [net.c_b_at(k) for k in range(2, L + 1)] or [0.0]
+    if closure not in (None, "history", "cumulant"):
+        raise DomainError(f"closure must be None, 'history' or 'cumulant', got {closure!r}")
     res = {}
     if getattr(net, "residual", False):
         res = dict(gamma=[net.gamma_at(k) for k in range(2, L + 1)] or [0.0],
                    xi=[net.xi_at(k) for k in range(2, L + 1)] or [1.0])
-        _warn_residual_history(net)
+        if _residual_skips(net):
+            if closure == "history" and X.shape[0] != 1:
+                raise DomainError(f"closure='history' (the exact one-neuron history recursion) is "
+                                  f"implemented for one input, got {X.shape[0]}; "
+                                  "closure='cumulant' gives the truncated PDLT (B.24)")
+            if closure == "history" or (closure is None and X.shape[0] == 1):
+                from effth.pdlt.residual_history import residual_history_flow
+
+                return residual_history_flow(K1, L, net.act, c_w=c_w, c_b=c_b, ratios=ratios, **res)
+            if closure is None:
+                _warn_residual_history(net)
     return initialization_flow(K1, L, net.act, c_w=c_w, c_b=c_b, ratios=ratios,
                                method=method, rtol=rtol, **res)
