@@ -57,9 +57,13 @@ def _conditional(rng, C, Uprev, rows, past, rcond):
     return mean + rng.standard_normal((Uprev.shape[0], root.shape[0])) @ root.T
 
 
-def march_fa(data, L, rho, g0, eta, T, fn, dfn, d2fn, S, nb, rng, rcond=1e-9):
+def march_fa(data, L, rho, g0, eta, T, fn, dfn, d2fn, S, nb, rng, rcond=1e-9, opt=None):
     """March the ρ-FA single-site process; returns ``(f, f_se, D, Phi (L, Tn, Tn), Phi_se,
-    GG (L, Tn, Tn), seconds)``."""
+    GG (L, Tn, Tn), seconds)``.  ``opt`` (:class:`effth.dmft.rules._filter.RuleFilter`): weight
+    decay and momentum, ``h^ℓ(t) = a(t) [u^ℓ(t) + Σ C̄ g~] + Σ_{s<t} k(t-1-s) (...)`` and
+    ``f(t) = eta Σ_{s<t} k(t-1-s) Φ^L(t,s) Δ(s) + a(t) gamma0^{-1} <w^L(0) φ(h^L(t))>`` (the
+    pseudo-gradient chain runs through the frozen feedback and carries no ``a``)."""
+    plain = opt is None or opt.plain
     P, n = data.n_train, data.n_all
     Nn = T * n
     start = time.perf_counter()
@@ -89,15 +93,19 @@ def march_fa(data, L, rho, g0, eta, T, fn, dfn, d2fn, S, nb, rng, rcond=1e-9):
         rs, p = slice(t * n, (t + 1) * n), slice(0, t * n)
         stop = rs.stop
         dp = D[:t].ravel()
+        at = 1.0 if plain else opt.init(t)
+        kw = None if (plain or t == 0) else opt.past(t, n)
         # ------------------------------------------------------------------ forward, l = 1..L
         for l in range(L):
             prev = Kx_t if l == 0 else Phi[l - 1]
             U[l][:, rs] = u1 if l == 0 else _conditional(rng, prev, U[l][:, p], rs, p, rcond)
-            h = U[l][:, rs].copy()
+            h = U[l][:, rs].copy() if plain else at * U[l][:, rs]
             if t > 0:
                 kern = eta * g0 * prev[rs, p] * dp[None, :]
+                if kw is not None:
+                    kern = kern * kw[None, :]
                 if l > 0:
-                    kern = kern + Cb[l - 1][rs, p]
+                    kern = kern + (Cb[l - 1][rs, p] if plain else at * Cb[l - 1][rs, p])
                 h += Gt[l][:, p] @ kern.T
                 if l == L - 1 and d2fn is not None:        # forward-mode ∂h^L(t)/∂ž^L
                     dg = d2fn(H[l][:, p]) * Zc[l][:, p] * dh_top[:, p] + dfn(H[l][:, p])
@@ -122,9 +130,14 @@ def march_fa(data, L, rho, g0, eta, T, fn, dfn, d2fn, S, nb, rng, rcond=1e-9):
             if t == 0:
                 a_top0 = Aphi[L - 1][:, rs].copy()
             w0a = r_top * (Aphi[L - 1][:, rs] - a_top0)
-        f[t] = (eta * Phi[L - 1][rs, p] @ dp if t > 0 else 0.0) + np.mean(w0a, axis=0) / g0
+        if not plain:
+            w0a = at * w0a
+        ph, phb = Phi[L - 1][rs, p], PhiB[L - 1][:, rs, p]
+        if kw is not None:
+            ph, phb = ph * kw[None, :], phb * kw[None, None, :]
+        f[t] = (eta * ph @ dp if t > 0 else 0.0) + np.mean(w0a, axis=0) / g0
         if t > 0:
-            per = eta * PhiB[L - 1][:, rs, p] @ dp
+            per = eta * phb @ dp
             per = per + w0a.reshape(nb, S // nb, n).mean(1) / g0
             f_se[t] = per.std(axis=0, ddof=1) / np.sqrt(nb)
         D[t, :P] = data.y - f[t, :P]
@@ -170,7 +183,8 @@ def _draw_given(rng, C_tt, C_tx, C_xx, X, rcond):
     return mean + rng.standard_normal((X.shape[0], root.shape[0])) @ root.T
 
 
-def march_true_gradient(data, L, g0, eta, T, dfn, samples, D, nb, rng, rho=None, rcond=1e-9):
+def march_true_gradient(data, L, g0, eta, T, dfn, samples, D, nb, rng, rho=None, rcond=1e-9,
+                        opt=None):
     r"""The true-gradient fields of a rule whose forward fields close without them (DFA, Hebb,
     ρ-FA), marched causally in time on the sampled forward fields (eq. (40), z-equation):
 
@@ -191,76 +205,108 @@ def march_true_gradient(data, L, g0, eta, T, dfn, samples, D, nb, rng, rho=None,
     ``G̃ (L, Tn, Tn)`` (``G̃^ℓ(t, s) = <g^ℓ(t) g̃^ℓ(s)>``), the equal-time eNTK ``K (T, n, n)`` and
     their batch standard errors (the spread of ``nb`` independent sample batches, which ignores
     the noise of the estimated kernels fed into the conditional draws).
+
+    ``D`` is ``(T, n, C)``: with ``C`` outputs (App. C.1) the readout ``w^L`` has ``C`` columns,
+    ``z^ℓ_c``, ``g^ℓ_c`` carry an output index (columns ``(t, μ, c)``, ``r^ℓ_c`` with covariance
+    ``G^{ℓ+1}_{cc'}``), the pseudo-gradient samples ``'gtilde'`` are ``(S, T n C)`` and the drift
+    contracts ``Σ_{c'} G̃^{ℓ+1}_{cc'}(t,s) Δ_{c'}(s)``; the kernels are ``(L, TnC, TnC)`` and the
+    eNTK ``(T, n, n, C, C)``.  ``opt`` (:class:`effth.dmft.rules._filter.RuleFilter`): weight
+    decay and momentum, ``z^ℓ(t) = a(t) [r^ℓ(t) + Σ B̄ φ] + Σ_{s<t} k(t-1-s) (...)``.
     """
     n = data.n_all
+    C = D.shape[2]
+    nc = n * C
     H, U, A, Gt, Phi = (samples[k] for k in ("h", "u", "a", "gtilde", "phi"))
     S, Tn = H[0].shape
+    TnC = Tn * C
     fa = rho is not None
-    r_top = samples["r_top"] if fa else rng.standard_normal((S, 1))
-    R = [np.zeros((S, Tn)) for _ in range(L)]
-    Gs = [np.zeros((S, Tn)) for _ in range(L)]
-    G = [np.zeros((Tn, Tn)) for _ in range(L)]
-    GT = [np.zeros((Tn, Tn)) for _ in range(L)]
-    Bb = [np.zeros((Tn, Tn)) for _ in range(L)]
-    Dr = D.ravel()
+    plain = opt is None or opt.plain
+    r_top = samples["r_top"] if fa else rng.standard_normal((S, C))
+    R = [np.zeros((S, TnC)) for _ in range(L)]
+    Gs = [np.zeros((S, TnC)) for _ in range(L)]
+    G = [np.zeros((TnC, TnC)) for _ in range(L)]
+    GT = [np.zeros((TnC, TnC)) for _ in range(L)]
+    Bb = [np.zeros((TnC, Tn)) for _ in range(L)]
+    Dr = D.ravel()                                     # (s, ν, c)
     for t in range(T):
         rs, p = slice(t * n, (t + 1) * n), slice(0, t * n)
+        rc, pc = slice(t * nc, (t + 1) * nc), slice(0, t * nc)
         stop, tn = rs.stop, t * n
+        at = 1.0 if plain else opt.init(t)
+        kw = None if (plain or t == 0) else opt.past(t, n)
         for l in range(L - 1, -1, -1):
             if l == L - 1:
-                R[l][:, rs] = r_top
-                z = r_top + (eta * g0 * (A[l][:, :tn] @ Dr[:tn]))[:, None] if t else \
-                    np.broadcast_to(r_top, (S, n))
+                R[l][:, rc] = np.repeat(r_top, n, axis=0).reshape(S, nc) if C > 1 else r_top
+                top = r_top if plain else at * r_top
+                if t:
+                    feat = A[l][:, :tn] if kw is None else A[l][:, :tn] * kw[None, :]
+                    top = top + np.stack([eta * g0 * (feat @ D[:t, :, c].ravel())
+                                          for c in range(C)], axis=1)
+                z = np.broadcast_to(top[:, None, :], (S, n, C)).reshape(S, nc)
             else:
                 Gn, GTn = G[l + 1], GT[l + 1]
                 if fa:      # condition on v^l (all times) and r^l (earlier times)
                     Vl = samples["v"][l]
-                    C_xx = np.block([[samples["gtilde_tilde"][l + 1], GTn[p, :].T],
-                                     [GTn[p, :], Gn[p, p]]])
-                    C_tx = np.hstack([GTn[rs, :], Gn[rs, p]])
-                    R[l][:, rs] = _draw_given(rng, Gn[rs, rs], C_tx, C_xx,
-                                              np.hstack([Vl, R[l][:, p]]), rcond)
+                    C_xx = np.block([[samples["gtilde_tilde"][l + 1], GTn[pc, :].T],
+                                     [GTn[pc, :], Gn[pc, pc]]])
+                    C_tx = np.hstack([GTn[rc, :], Gn[rc, pc]])
+                    R[l][:, rc] = _draw_given(rng, Gn[rc, rc], C_tx, C_xx,
+                                              np.hstack([Vl, R[l][:, pc]]), rcond)
                 else:
-                    R[l][:, rs] = _draw_given(rng, Gn[rs, rs], Gn[rs, p], Gn[p, p], R[l][:, p],
+                    R[l][:, rc] = _draw_given(rng, Gn[rc, rc], Gn[rc, pc], Gn[pc, pc], R[l][:, pc],
                                               rcond)
-                Bb[l][rs, :stop] = (Gs[l + 1][:, rs].T @ U[l + 1][:, :stop] / S) @ _pinv_psd(
+                Bb[l][rc, :stop] = (Gs[l + 1][:, rc].T @ U[l + 1][:, :stop] / S) @ _pinv_psd(
                     Phi[l][:stop, :stop], rcond)
-                z = R[l][:, rs] + A[l][:, :stop] @ Bb[l][rs, :stop].T
-                if t:
-                    z = z + A[l][:, p] @ (eta * g0 * GTn[rs, p] * Dr[None, :tn]).T
-            g = dfn(H[l][:, rs]) * z
-            Gs[l][:, rs] = g
-            blk = g.T @ Gs[l][:, :stop] / S
-            G[l][rs, :stop] = blk
-            G[l][:stop, rs] = blk.T
-            GT[l][rs] = g.T @ Gt[l] / S
+                z = R[l][:, rc] + A[l][:, :stop] @ Bb[l][rc, :stop].T
+                if not plain:
+                    z = at * z
+                if t:       # eta gamma0 sum_{s<t} k(t-1-s) sum_c' G~_cc'(t, s) Delta_c'(s) phi(s)
+                    wgt = eta * g0 * GTn[rc, pc] * Dr[None, :t * nc]
+                    if C > 1:
+                        wgt = wgt.reshape(nc, tn, C).sum(axis=2)
+                    if kw is not None:
+                        wgt = wgt * kw[None, :]
+                    z = z + A[l][:, p] @ wgt.T
+            g = (dfn(H[l][:, rs])[:, :, None] * z.reshape(S, n, C)).reshape(S, nc)
+            Gs[l][:, rc] = g
+            blk = g.T @ Gs[l][:, :rc.stop] / S
+            G[l][rc, :rc.stop] = blk
+            G[l][:rc.stop, rc] = blk.T
+            GT[l][rc] = g.T @ Gt[l] / S
     # batch errors; the eNTK K(t) = sum_l G~^{l+1}(t, t) Phi^l(t, t), G~^{L+1} = 1, Phi^0 = K^x
     idx = np.arange(T)
+    eye = np.eye(C)
 
     def per_batch(x, y):
         return batch_gram(x, y, nb)
 
-    def eq(x, y):          # per-batch equal-time (nb, T, n, n)
-        return batch_gram_equal_time(x, y, nb, T)
+    def eq(x, y, outputs=True):    # per-batch equal-time (nb, T, n, n, C, C) / (nb, T, n, n)
+        b = batch_gram_equal_time(x, y, nb, T)
+        return b.reshape(nb, T, n, C, n, C).transpose(0, 1, 2, 4, 3, 5) if outputs else b
+
+    def diag(K2, outputs=True):    # equal-time (T, n, n, C, C) / (T, n, n) of a two-time kernel
+        m = nc if outputs else n
+        out = K2.reshape(T, m, T, m)[idx, :, idx, :]
+        return out.reshape(T, n, C, n, C).transpose(0, 1, 3, 2, 4) if outputs else out
 
     se = lambda b: b.std(axis=0, ddof=1) / np.sqrt(nb)
     G_se = [se(per_batch(x, x)) for x in Gs]
     GT_se = [se(per_batch(x, y)) for x, y in zip(Gs, Gt)]
-    kx = data.kx
-    K = GT[0].reshape(T, n, T, n)[idx, :, idx, :] * kx[None]
+    kx = data.kx[:, :, None, None]
+    K = diag(GT[0]) * kx
     Kb = eq(Gs[0], Gt[0]) * kx[None, None]
     for l in range(L):
-        phi_tt = Phi[l].reshape(T, n, T, n)[idx, :, idx, :]
-        phib = eq(A[l], A[l])
+        phi_tt = diag(Phi[l], False)[..., None, None]
+        phib = eq(A[l], A[l], False)[..., None, None]
         if l < L - 1:
-            K = K + GT[l + 1].reshape(T, n, T, n)[idx, :, idx, :] * phi_tt
+            K = K + diag(GT[l + 1]) * phi_tt
             Kb = Kb + eq(Gs[l + 1], Gt[l + 1]) * phib
         else:
-            K, Kb = K + phi_tt, Kb + phib
+            K, Kb = K + phi_tt * eye, Kb + phib * eye
     return np.stack(G), np.stack(GT), K, np.stack(G_se), np.stack(GT_se), se(Kb)
 
 
-def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9):
+def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9, opt=None):
     r"""Sampled DMFT of a deep gated linear network trained by GD (eq. (40) with
     ``φ(h) -> φ'(m) h``).
 
@@ -283,7 +329,12 @@ def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9):
 
     Returns ``(f, f_se, D, Phi, Phi_se, G, G_se, K, K_se, seconds)`` with ``(L, Tn, Tn)`` kernels and
     the equal-time eNTK ``K = Σ_ℓ G^{ℓ+1} Φ^ℓ`` ``(T, n, n)``.
+
+    ``opt`` (:class:`effth.dmft.rules._filter.RuleFilter`): weight decay and momentum; the
+    initial-weight parts carry ``a(t)`` (``h = a(t) [u + Σ Ā g] + ...``, ``z = a(t) [r + Σ B̄ a]
+    + ...``, ``w^L(t) = a(t) w^L(0) + ...``) and the feature-learning sums ``k(t-1-s)``.
     """
+    plain = opt is None or opt.plain
     P, n = data.n_train, data.n_all
     Nn = T * n
     start = time.perf_counter()
@@ -307,18 +358,22 @@ def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9):
         rs, p = slice(t * n, (t + 1) * n), slice(0, t * n)
         stop, tn = rs.stop, t * n
         dp = D[:t].ravel()
+        at = 1.0 if plain else opt.init(t)
+        kw = None if (plain or t == 0) else opt.past(t, n)
         # ------------------------------------------------------------------ forward, l = 1..L
         for l in range(L):
             prev = Kx_t if l == 0 else Phi[l - 1]
             U[l][:, rs] = u1 if l == 0 else _conditional(rng, prev, U[l][:, p], rs, p, rcond)
-            h = U[l][:, rs].copy()
+            h = U[l][:, rs].copy() if plain else at * U[l][:, rs]
             if t:
                 kern = eta * g0 * prev[rs, p] * dp[None, :]
+                if kw is not None:
+                    kern = kern * kw[None, :]
                 if l > 0:
                     # Ā^{l-1}(t, s<t) = <a^{l-1}(t) r^{l-1}(<t)^T> G^l(<t)^+
                     Ab[l - 1][rs, p] = (A[l - 1][:, rs].T @ R[l - 1][:, p] / S) @ _pinv_psd(
                         G[l][p, p], rcond)
-                    kern = kern + Ab[l - 1][rs, p]
+                    kern = kern + (Ab[l - 1][rs, p] if plain else at * Ab[l - 1][rs, p])
                 h += Gs[l][:, p] @ kern.T
                 if l == L - 1:
                     dh_top[:, rs] = (Q[l][:, p] * dz_top[:, p]) @ kern.T
@@ -330,7 +385,8 @@ def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9):
             Phi[l][:stop, rs] = blk.T
         # ------------------------------------------------------------------ readout closure
         stein = np.mean(Q[L - 1][:, rs] * dh_top[:, rs], axis=0)
-        f[t] = (eta * Phi[L - 1][rs, p] @ dp if t else 0.0) + stein / g0
+        ph = Phi[L - 1][rs, p] if kw is None else Phi[L - 1][rs, p] * kw[None, :]
+        f[t] = (eta * ph @ dp if t else 0.0) + (stein if plain else at * stein) / g0
         D[t, :P] = data.y - f[t, :P]
         if not np.all(np.isfinite(f[t])) or np.abs(D[t]).max() > 1e6 * max(1.0, np.abs(data.y).max()):
             raise DomainError(f"the gated-network dynamics diverge at step {t}; use a smaller eta "
@@ -339,19 +395,23 @@ def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9):
         for l in range(L - 1, -1, -1):
             if l == L - 1:
                 R[l][:, rs] = r_top
-                z = np.broadcast_to(r_top, (S, n)).copy()
-                dz = np.ones((S, n))
+                z = np.broadcast_to(r_top if plain else at * r_top, (S, n)).copy()
+                dz = np.ones((S, n)) if plain else np.full((S, n), at)
                 if t:
-                    z += (eta * g0 * (A[l][:, :tn] @ dp))[:, None]
-                    dz += (eta * g0 * ((Q[l][:, :tn] * dh_top[:, :tn]) @ dp))[:, None]
+                    dpk = dp if kw is None else dp * kw
+                    z += (eta * g0 * (A[l][:, :tn] @ dpk))[:, None]
+                    dz += (eta * g0 * ((Q[l][:, :tn] * dh_top[:, :tn]) @ dpk))[:, None]
                 dz_top[:, rs] = dz
             else:
                 R[l][:, rs] = _conditional(rng, G[l + 1], R[l][:, p], rs, p, rcond)
-                z = R[l][:, rs].copy()
+                z = R[l][:, rs].copy() if plain else at * R[l][:, rs]
                 if t:
                     Bb[l][rs, p] = (Gs[l + 1][:, rs].T @ U[l + 1][:, p] / S) @ _pinv_psd(
                         Phi[l][p, p], rcond)
-                    z += A[l][:, p] @ (Bb[l][rs, p] + eta * g0 * G[l + 1][rs, p] * dp[None, :]).T
+                    learn = eta * g0 * G[l + 1][rs, p] * dp[None, :]
+                    if kw is not None:
+                        learn = learn * kw[None, :]
+                    z += A[l][:, p] @ ((Bb[l][rs, p] if plain else at * Bb[l][rs, p]) + learn).T
             Z[l][:, rs] = z
             g = Q[l][:, rs] * z
             Gs[l][:, rs] = g
@@ -383,7 +443,10 @@ def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9):
         rs, p = slice(t * n, (t + 1) * n), slice(0, t * n)
         st = (Q[L - 1][:, rs] * dh_top[:, rs]).reshape(nb, m, n).mean(axis=1) / g0
         if t:
-            fb[:, t] = eta * batch_gram(A[L - 1][:, rs], A[L - 1][:, p], nb) @ D[:t].ravel()
-        fb[:, t] += st
+            bg = batch_gram(A[L - 1][:, rs], A[L - 1][:, p], nb)
+            if not plain:
+                bg = bg * opt.past(t, n)[None, None, :]
+            fb[:, t] = eta * bg @ D[:t].ravel()
+        fb[:, t] += st if plain else opt.init(t) * st
     return (f, se(fb), D, np.stack(Phi), np.stack(Phi_se), np.stack(G), np.stack(G_se), K, se(Kb),
             time.perf_counter() - start)
