@@ -57,42 +57,56 @@ def _conditional(rng, C, Uprev, rows, past, rcond):
     return mean + rng.standard_normal((Uprev.shape[0], root.shape[0])) @ root.T
 
 
-def march_fa(data, L, rho, g0, eta, T, fn, dfn, d2fn, S, nb, rng, rcond=1e-9, opt=None):
+def march_fa(data, L, rho, g0, eta, T, fn, dfn, d2fn, S, nb, rng, rcond=1e-9, opt=None, Y=None):
     """March the ρ-FA single-site process; returns ``(f, f_se, D, Phi (L, Tn, Tn), Phi_se,
-    GG (L, Tn, Tn), seconds)``.  ``opt`` (:class:`effth.dmft.rules._filter.RuleFilter`): weight
-    decay and momentum, ``h^ℓ(t) = a(t) [u^ℓ(t) + Σ C̄ g~] + Σ_{s<t} k(t-1-s) (...)`` and
+    GG (L, TnC, TnC), seconds, samples)`` with ``f``, ``f_se``, ``D`` of shape ``(T, n, C)``.
+
+    ``Y`` ``(P, C)`` (default: the scalar targets): ``C`` outputs (App. C.1) give the readout,
+    the top feedback ``ρ w^L(0) + sqrt(1-ρ²) w~^L`` and the chain ``ž^ℓ_c``, ``g~^ℓ_c``, ``v^ℓ_c``,
+    ``ζ~^ℓ_c`` one column per output (columns ``(t, μ, c)``, covariances ``G~~^{ℓ+1}_{cc'}``);
+    ``h^ℓ`` moves by ``Σ_c [C̄_c + eta gamma0 Φ Δ_c] g~_c``, ``D̄^ℓ_c = <∂g~^{ℓ+1}_c/∂u^{ℓ+1}>``,
+    and the closure's Stein term is ``ρ <∂φ(h^L(t))/∂ž^L_c>``.
+
+    ``opt`` (:class:`effth.dmft.rules._filter.RuleFilter`): weight decay and momentum,
+    ``h^ℓ(t) = a(t) [u^ℓ(t) + Σ C̄ g~] + Σ_{s<t} k(t-1-s) (...)`` and
     ``f(t) = eta Σ_{s<t} k(t-1-s) Φ^L(t,s) Δ(s) + a(t) gamma0^{-1} <w^L(0) φ(h^L(t))>`` (the
     pseudo-gradient chain runs through the frozen feedback and carries no ``a``)."""
     plain = opt is None or opt.plain
     P, n = data.n_train, data.n_all
+    Y = data.y[:, None] if Y is None else np.asarray(Y, dtype=float)
+    C = Y.shape[1]
+    nc = n * C
     Nn = T * n
+    NC = Nn * C
     start = time.perf_counter()
     c = np.sqrt(max(0.0, 1.0 - rho * rho))
     H = [np.zeros((S, Nn)) for _ in range(L)]
     Aphi = [np.zeros((S, Nn)) for _ in range(L)]
-    Zc = [np.zeros((S, Nn)) for _ in range(L)]             # ž
-    Gt = [np.zeros((S, Nn)) for _ in range(L)]             # g~
+    Zc = [np.zeros((S, NC)) for _ in range(L)]             # ž_c at (t, μ, c)
+    Gt = [np.zeros((S, NC)) for _ in range(L)]             # g~_c
     U = [np.zeros((S, Nn)) for _ in range(L)]
-    V = [np.zeros((S, Nn)) for _ in range(L)]
-    Zeta = [np.zeros((S, Nn)) for _ in range(L)]
+    V = [np.zeros((S, NC)) for _ in range(L)]
+    Zeta = [np.zeros((S, NC)) for _ in range(L)]
     Phi = [np.zeros((Nn, Nn)) for _ in range(L)]
     PhiB = [np.zeros((nb, Nn, Nn)) for _ in range(L)]
-    GG = [np.zeros((Nn, Nn)) for _ in range(L)]
-    Cb = [np.zeros((Nn, Nn)) for _ in range(L)]            # C̄^ℓ(t, s), s < t
-    Db = [np.zeros((Nn, Nn)) for _ in range(L)]            # D̄^ℓ(t, s), s <= t
-    r_top = rng.standard_normal((S, 1))
-    w_tilde = rng.standard_normal((S, 1))
+    GG = [np.zeros((NC, NC)) for _ in range(L)]
+    Cb = [np.zeros((Nn, NC)) for _ in range(L)]            # C̄^ℓ_c(t, s), s < t
+    Db = [np.zeros((NC, Nn)) for _ in range(L)]            # D̄^ℓ_c(t, s), s <= t
+    r_top = rng.standard_normal((S, C))
+    w_tilde = rng.standard_normal((S, C))
     ev, EV = np.linalg.eigh(data.kx)
     u1 = rng.standard_normal((S, n)) @ (EV * np.sqrt(np.clip(ev, 0, None))).T
     Kx_t = np.tile(data.kx, (T, T))
-    dh_top = np.zeros((S, Nn))                             # ∂h^L / ∂ž^L (static ž^L)
-    f = np.zeros((T, n))
-    f_se = np.zeros((T, n))
-    D = np.zeros((T, n))
+    dh_top = np.zeros((S, Nn, C))                          # ∂h^L / ∂ž^L_c (static ž^L)
+    f = np.zeros((T, n, C))
+    f_se = np.zeros((T, n, C))
+    D = np.zeros((T, n, C))
+    eye = np.eye(C)
     for t in range(T):
         rs, p = slice(t * n, (t + 1) * n), slice(0, t * n)
+        rc, pc = slice(t * nc, (t + 1) * nc), slice(0, t * nc)
         stop = rs.stop
-        dp = D[:t].ravel()
+        dp = D[:t].ravel()                                 # (s, ν, c)
         at = 1.0 if plain else opt.init(t)
         kw = None if (plain or t == 0) else opt.past(t, n)
         # ------------------------------------------------------------------ forward, l = 1..L
@@ -101,15 +115,24 @@ def march_fa(data, L, rho, g0, eta, T, fn, dfn, d2fn, S, nb, rng, rcond=1e-9, op
             U[l][:, rs] = u1 if l == 0 else _conditional(rng, prev, U[l][:, p], rs, p, rcond)
             h = U[l][:, rs].copy() if plain else at * U[l][:, rs]
             if t > 0:
-                kern = eta * g0 * prev[rs, p] * dp[None, :]
+                kern = eta * g0 * (prev[rs, p] if C == 1 else np.repeat(prev[rs, p], C, axis=1)) \
+                    * dp[None, :]
                 if kw is not None:
-                    kern = kern * kw[None, :]
+                    kern = kern * np.repeat(kw, C)[None, :]
                 if l > 0:
-                    kern = kern + (Cb[l - 1][rs, p] if plain else at * Cb[l - 1][rs, p])
-                h += Gt[l][:, p] @ kern.T
-                if l == L - 1 and d2fn is not None:        # forward-mode ∂h^L(t)/∂ž^L
-                    dg = d2fn(H[l][:, p]) * Zc[l][:, p] * dh_top[:, p] + dfn(H[l][:, p])
-                    dh_top[:, rs] = dg @ kern.T
+                    kern = kern + (Cb[l - 1][rs, pc] if plain else at * Cb[l - 1][rs, pc])
+                h += Gt[l][:, pc] @ kern.T
+                if l == L - 1 and d2fn is not None:        # forward-mode ∂h^L(t)/∂ž^L_c
+                    hp = H[l][:, p]
+                    if C == 1:
+                        dg = d2fn(hp) * Zc[l][:, pc] * dh_top[:, p, 0] + dfn(hp)
+                        dh_top[:, rs, 0] = dg @ kern.T
+                    else:   # ∂g~_{c'}(s)/∂ž_c = φ''(h) ž_{c'} ∂h(s)/∂ž_c + φ'(h) δ_{cc'}
+                        zc = Zc[l][:, pc].reshape(S, t * n, C)
+                        dg = ((d2fn(hp)[:, :, None, None] * zc[:, :, :, None]
+                               * dh_top[:, p, None, :]) + dfn(hp)[:, :, None, None] * eye)
+                        dh_top[:, rs] = np.einsum("sjkc,mjk->smc", dg,
+                                                  kern.reshape(n, t * n, C), optimize=True)
             H[l][:, rs] = h
             a = fn(h)
             Aphi[l][:, rs] = a
@@ -121,48 +144,52 @@ def march_fa(data, L, rho, g0, eta, T, fn, dfn, d2fn, S, nb, rng, rcond=1e-9, op
             PhiB[l][:, :stop, rs] = bb.transpose(0, 2, 1)
             # C̄^l(t, s<t) = <φ(h^l(t)) v^l(<t)^T> Σ_vv^+  (causal Stein regression)
             if t > 0 and l < L - 1:
-                Svv = GG[l + 1][p, p]
-                Cb[l][rs, p] = (a.T @ V[l][:, p] / S) @ _pinv_psd(Svv, rcond)
+                Svv = GG[l + 1][pc, pc]
+                Cb[l][rs, pc] = (a.T @ V[l][:, pc] / S) @ _pinv_psd(Svv, rcond)
         # ------------------------------------------------------------------ readout closure
-        if d2fn is not None:      # Stein: <w^L(0) φ(h^L(t))> = ρ <∂φ(h^L(t))/∂ž^L>
-            w0a = rho * dfn(H[L - 1][:, rs]) * dh_top[:, rs]
+        if d2fn is not None:      # Stein: <w^L_c(0) φ(h^L(t))> = ρ <∂φ(h^L(t))/∂ž^L_c>
+            w0a = rho * dfn(H[L - 1][:, rs])[:, :, None] * dh_top[:, rs]
         else:                     # kinked φ: the direct average, control variate φ(h^L(0))
             if t == 0:
                 a_top0 = Aphi[L - 1][:, rs].copy()
-            w0a = r_top * (Aphi[L - 1][:, rs] - a_top0)
+            w0a = r_top[:, None, :] * (Aphi[L - 1][:, rs] - a_top0)[:, :, None]
         if not plain:
             w0a = at * w0a
         ph, phb = Phi[L - 1][rs, p], PhiB[L - 1][:, rs, p]
         if kw is not None:
             ph, phb = ph * kw[None, :], phb * kw[None, None, :]
-        f[t] = (eta * ph @ dp if t > 0 else 0.0) + np.mean(w0a, axis=0) / g0
-        if t > 0:
-            per = eta * phb @ dp
-            per = per + w0a.reshape(nb, S // nb, n).mean(1) / g0
-            f_se[t] = per.std(axis=0, ddof=1) / np.sqrt(nb)
-        D[t, :P] = data.y - f[t, :P]
-        if not np.all(np.isfinite(f[t])) or np.abs(D[t]).max() > 1e6 * max(1.0, np.abs(data.y).max()):
+        for k in range(C):
+            dk = D[:t, :, k].ravel()
+            f[t, :, k] = (eta * ph @ dk if t > 0 else 0.0) + np.mean(w0a[:, :, k], axis=0) / g0
+            if t > 0:
+                per = eta * phb @ dk
+                per = per + w0a[:, :, k].reshape(nb, S // nb, n).mean(1) / g0
+                f_se[t, :, k] = per.std(axis=0, ddof=1) / np.sqrt(nb)
+        D[t, :P] = Y - f[t, :P]
+        if not np.all(np.isfinite(f[t])) or np.abs(D[t]).max() > 1e6 * max(1.0, np.abs(Y).max()):
             raise DomainError(f"the ρ-FA dynamics diverge at step {t}; use a smaller eta or gamma0")
         # ------------------------------------------------------------------ backward, l = L..1
         for l in range(L - 1, -1, -1):
             if l == L - 1:
-                V[l][:, rs] = r_top
-                Zeta[l][:, rs] = w_tilde
-                z = np.broadcast_to(rho * r_top + c * w_tilde, (S, n))
+                V[l][:, rc] = np.tile(r_top, n) if C > 1 else r_top
+                Zeta[l][:, rc] = np.tile(w_tilde, n) if C > 1 else w_tilde
+                z = np.broadcast_to(np.tile(rho * r_top + c * w_tilde, n) if C > 1
+                                    else rho * r_top + c * w_tilde, (S, nc))
             else:
-                V[l][:, rs] = _conditional(rng, GG[l + 1], V[l][:, p], rs, p, rcond)
-                Zeta[l][:, rs] = _conditional(rng, GG[l + 1], Zeta[l][:, p], rs, p, rcond)
-                # D̄^l(t, s<=t) = <g~^{l+1}(t) u^{l+1}(<=t)^T> Φ^l(<=t)^+
-                Db[l][rs, :stop] = (Gt[l + 1][:, rs].T @ U[l + 1][:, :stop] / S) @ _pinv_psd(
+                V[l][:, rc] = _conditional(rng, GG[l + 1], V[l][:, pc], rc, pc, rcond)
+                Zeta[l][:, rc] = _conditional(rng, GG[l + 1], Zeta[l][:, pc], rc, pc, rcond)
+                # D̄^l_c(t, s<=t) = <g~^{l+1}_c(t) u^{l+1}(<=t)^T> Φ^l(<=t)^+
+                Db[l][rc, :stop] = (Gt[l + 1][:, rc].T @ U[l + 1][:, :stop] / S) @ _pinv_psd(
                     Phi[l][:stop, :stop], rcond)
-                z = (rho * V[l][:, rs] + c * Zeta[l][:, rs]
-                     + rho * Aphi[l][:, :stop] @ Db[l][rs, :stop].T)
-            Zc[l][:, rs] = z
-            gt = dfn(H[l][:, rs]) * z
-            Gt[l][:, rs] = gt
-            blk = gt.T @ Gt[l][:, :stop] / S
-            GG[l][rs, :stop] = blk
-            GG[l][:stop, rs] = blk.T
+                z = (rho * V[l][:, rc] + c * Zeta[l][:, rc]
+                     + rho * Aphi[l][:, :stop] @ Db[l][rc, :stop].T)
+            Zc[l][:, rc] = z
+            gt = dfn(H[l][:, rs]) * z if C == 1 else (
+                dfn(H[l][:, rs])[:, :, None] * z.reshape(S, n, C)).reshape(S, nc)
+            Gt[l][:, rc] = gt
+            blk = gt.T @ Gt[l][:, :rc.stop] / S
+            GG[l][rc, :rc.stop] = blk
+            GG[l][:rc.stop, rc] = blk.T
     Phi_se = [pb.std(axis=0, ddof=1) / np.sqrt(nb) for pb in PhiB]
     samples = {"h": H, "u": U, "a": Aphi, "gtilde": Gt, "v": V, "r_top": r_top, "phi": Phi,
                "gtilde_tilde": GG}

@@ -1044,19 +1044,21 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
     chain runs through the frozen feedback and carries no ``a``.  One implementation for every
     rule; ``weight_decay = momentum = 0`` is the plain solver bit for bit.
 
-    **Several outputs** (App. C.1, eqs. (41)-(43); DFA and Hebb): DFA's feedback ``z~^ℓ`` and the
-    readout get one column per output, the pseudo-gradients ``g̃^ℓ_c`` (DFA ``φ'(h^ℓ) z~^ℓ_c``,
-    Hebb ``Δ_c φ(h^ℓ)``) and true gradients ``g^ℓ_c`` an output index, ``h^ℓ`` moves by
-    ``Σ_c Δ_c g̃^ℓ_c``, ``f_c(t) = eta Σ_{s<t} k(t-1-s) Φ^L(t,s) Δ_c(s)``, and the true-gradient
-    drift contracts ``Σ_{c'} G̃^{ℓ+1}_{cc'} Δ_{c'}``; ``G^ℓ``, ``G̃^ℓ`` and the eNTK are ``C x C``
-    per pair of samples and times (shapes as :func:`solve_rule_deep_linear`).  Deep ρ-FA and
-    GLN with several outputs raise :class:`NotDerivedError` (``solve_rule_two_layer`` has every
-    rule at ``L = 1``).
+    **Several outputs** (App. C.1, eqs. (41)-(43); DFA, Hebb and ρ-FA): DFA's feedback ``z~^ℓ``,
+    ρ-FA's top feedback and the readout get one column per output, the pseudo-gradients
+    ``g̃^ℓ_c`` (DFA ``φ'(h^ℓ) z~^ℓ_c``, Hebb ``Δ_c φ(h^ℓ)``, ρ-FA ``φ'(h^ℓ) ž^ℓ_c`` with one feedback
+    source ``v^ℓ_c``, ``ζ~^ℓ_c`` and response ``D̄^ℓ_c`` per output and ``Σ_c C̄_c g̃_c`` in the
+    forward field) and true gradients ``g^ℓ_c`` an output index, ``h^ℓ`` moves by
+    ``Σ_c Δ_c g̃^ℓ_c``, ``f_c(t) = eta Σ_{s<t} k(t-1-s) Φ^L(t,s) Δ_c(s) + ...``, and the
+    true-gradient drift contracts ``Σ_{c'} G̃^{ℓ+1}_{cc'} Δ_{c'}``; ``G^ℓ``, ``G̃^ℓ`` and the eNTK
+    are ``C x C`` per pair of samples and times (shapes as :func:`solve_rule_deep_linear`).
+    Deep GLN with several outputs raises :class:`NotDerivedError` (``solve_rule_two_layer`` has
+    every rule at ``L = 1``).
 
     Parameters
     ----------
     X, y, X_test, kernel
-        Data; ``y`` ``(P,)`` or ``(P, C)`` (DFA, Hebb).
+        Data; ``y`` ``(P,)`` or ``(P, C)`` (DFA, Hebb, ρ-FA).
     rule : {'dfa', 'hebb', 'fa', 'gln'}
     rho : float, optional
         Feedback alignment for ``'fa'``.
@@ -1093,11 +1095,11 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
                                                          batches)
     data, Yc, multi = _sampled_targets(X, y, X_test, kernel)
     P, n, C = data.n_train, data.n_all, Yc.shape[1]
-    if multi and r.name in ("fa", "gln"):
+    if multi and r.name == "gln":
         raise NotDerivedError(
             f"several outputs for deep {r.title} networks are not implemented (the responses "
-            "C, D of the feedback chain would carry output indices); use solve_rule_two_layer "
-            "(L = 1) or solve_rule_deep_linear (linear activation)")
+            "A, B and the readout's forward-mode derivative would carry output indices); use "
+            "solve_rule_two_layer (L = 1) or solve_rule_deep_linear (linear gates)")
     opt = RuleFilter(eta, T, weight_decay, momentum)
     rng = _v.rng(seed)
     if r.name == "gln":
@@ -1116,10 +1118,9 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
         from effth.dmft.rules.feedback_alignment import march_fa
         d2fn = None if act.kinks else act.numpy(2)      # kinks: direct readout average
         f, f_se, D, Phi, Phi_se, GG, sec, smp = march_fa(data, L, r.rho, g0, eta, T, fn, dfn,
-                                                         d2fn, S, nb, rng, opt=opt)
-        return _with_true_gradients(data, L, r, act, g0, eta, T, dfn, smp, f[..., None],
-                                    f_se[..., None], D[..., None], Phi, Phi_se, nb, rng, sec, S,
-                                    {"gtilde_tilde": GG}, opt, False)
+                                                         d2fn, S, nb, rng, opt=opt, Y=Yc)
+        return _with_true_gradients(data, L, r, act, g0, eta, T, dfn, smp, f, f_se, D, Phi,
+                                    Phi_se, nb, rng, sec, S, {"gtilde_tilde": GG}, opt, multi)
     start = time.perf_counter()
     Nn = T * n
     A = [np.zeros((S, Nn)) for _ in range(L)]          # features a^ℓ at flattened (t, μ)
@@ -1227,7 +1228,7 @@ def _with_true_gradients(data, L, r, act, g0, eta, T, dfn, smp, f, f_se, D, Phi,
                           closure="exact", activation=act.name,
                           diagnostics={"seconds": seconds + time.perf_counter() - start,
                                        "samples": S, "weight_decay": opt.lam,
-                                       "momentum": opt.mu, **{k: rs(v) for k, v in extra.items()}},
+                                       "momentum": opt.mu, **{k: pairs(v) for k, v in extra.items()}},
                           mc_stderr={"f": f_se, "phi": rs(Phi_se), "g": pairs(G_se),
                                      "gtilde": pairs(GT_se), "ntk": K_se})
 
