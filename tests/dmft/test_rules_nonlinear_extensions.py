@@ -232,9 +232,9 @@ SLOW = [("dfa", None, 2, 0.8, 0.0, Y), ("dfa", None, 2, 0.0, 0.6, Y), ("dfa", No
 @pytest.mark.parametrize("rule,rho,L,wd,mu,y", SLOW,
                          ids=[f"{c[0]}-L{c[2]}-wd{c[3]}-mu{c[4]}-C{c[5].ndim}" for c in SLOW])
 def test_tanh_vs_networks_wide(opt_in_slow, rule, rho, L, wd, mu, y):
-    """Widths 128-1024, 32 networks, the theory the mean of 8 runs of 20000 samples (about a
-    minute per case): slope -1 within 4 SE, f and the eNTK within 4.5 sigma at N = 1024, the
-    wrong theories > 5 sigma away."""
+    """Widths 128-1024, 32 networks, the theory the mean of 8 runs of 20000 samples (one to three
+    minutes per case; the figures are in docs/learning_rules.md): slope -1 within 4 SE, f and the
+    eNTK within 4.5 sigma at N = 1024, the wrong theories > 5 sigma away."""
     th, wrongs, run, fit = _width_study(rule, rho, L, wd, mu, y, [128, 256, 512, 1024], 32,
                                         20000, 8, seed=1000)
     zs = [round(_z(th, run, q), 2) for q in ("f", "ntk")]
