@@ -333,7 +333,7 @@ def march_true_gradient(data, L, g0, eta, T, dfn, samples, D, nb, rng, rho=None,
     return np.stack(G), np.stack(GT), K, np.stack(G_se), np.stack(GT_se), se(Kb)
 
 
-def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9, opt=None):
+def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9, opt=None, Y=None):
     r"""Sampled DMFT of a deep gated linear network trained by GD (eq. (40) with
     ``φ(h) -> φ'(m) h``).
 
@@ -354,8 +354,16 @@ def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9, opt=None):
     ``f(t) = eta Σ_{s<t} Φ^L(t,s) Δ(s) + gamma0^{-1} <∂a^L(t)/∂r^L>`` (Stein's lemma on
     ``<w^L(0) a^L(t)>``), the derivative tracked in forward mode.
 
-    Returns ``(f, f_se, D, Phi, Phi_se, G, G_se, K, K_se, seconds)`` with ``(L, Tn, Tn)`` kernels and
-    the equal-time eNTK ``K = Σ_ℓ G^{ℓ+1} Φ^ℓ`` ``(T, n, n)``.
+    Returns ``(f, f_se, D, Phi, Phi_se, G, G_se, K, K_se, seconds)``: ``f``, ``f_se``, ``D``
+    ``(T, n, C)``, ``Phi`` ``(L, Tn, Tn)``, ``G`` ``(L, TnC, TnC)`` and the equal-time eNTK
+    ``K = Σ_ℓ G^{ℓ+1} Φ^ℓ`` ``(T, n, n, C, C)``.
+
+    ``Y`` ``(P, C)`` (default: the scalar targets): ``C`` outputs (App. C.1); the readout
+    ``w^L`` gets ``C`` columns and ``z^ℓ_c``, ``g^ℓ_c = q^ℓ z^ℓ_c``, ``r^ℓ_c`` (covariance
+    ``G^{ℓ+1}_{cc'}``, ``G^{L+1} = I_C``), ``Ā^ℓ_c`` and ``B̄^ℓ_c`` an output index (columns
+    ``(t, μ, c)``); ``h^ℓ`` moves by ``Σ_c [Ā_c + eta gamma0 Φ Δ_c] g_c``, the ``z`` drift contracts
+    ``Σ_{c'} G^{ℓ+1}_{cc'} Δ_{c'}``, and the closure's Stein term is ``<∂a^L(t)/∂r^L_c>``, tracked
+    in forward mode with ``∂z^L_{c'}/∂r^L_c``.
 
     ``opt`` (:class:`effth.dmft.rules._filter.RuleFilter`): weight decay and momentum; the
     initial-weight parts carry ``a(t)`` (``h = a(t) [u + Σ Ā g] + ...``, ``z = a(t) [r + Σ B̄ a]
@@ -363,7 +371,11 @@ def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9, opt=None):
     """
     plain = opt is None or opt.plain
     P, n = data.n_train, data.n_all
+    Y = data.y[:, None] if Y is None else np.asarray(Y, dtype=float)
+    C = Y.shape[1]
+    nc = n * C
     Nn = T * n
+    NC = Nn * C
     start = time.perf_counter()
     ev, EV = np.linalg.eigh(data.kx)
     root = EV * np.sqrt(np.clip(ev, 0, None))
@@ -372,19 +384,26 @@ def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9, opt=None):
         return np.tile(np.broadcast_to(np.asarray(dfn(m), dtype=float), m.shape), T)
 
     Q = [gate() for _ in range(L)]                  # q^l = phi'(m^l), frozen, tiled over time
+    QC = Q if C == 1 else [np.repeat(q, C, axis=1) for q in Q]      # on the (t, mu, c) columns
     u1 = rng.standard_normal((S, n)) @ root.T
-    r_top = rng.standard_normal((S, 1))
-    H, A, Z, Gs, U, R = ([np.zeros((S, Nn)) for _ in range(L)] for _ in range(6))
-    Phi, G, Ab, Bb = ([np.zeros((Nn, Nn)) for _ in range(L)] for _ in range(4))
+    r_top = rng.standard_normal((S, C))
+    H, A, U = ([np.zeros((S, Nn)) for _ in range(L)] for _ in range(3))
+    Z, Gs, R = ([np.zeros((S, NC)) for _ in range(L)] for _ in range(3))
+    Phi = [np.zeros((Nn, Nn)) for _ in range(L)]
+    G = [np.zeros((NC, NC)) for _ in range(L)]
+    Ab = [np.zeros((Nn, NC)) for _ in range(L)]
+    Bb = [np.zeros((NC, Nn)) for _ in range(L)]
     Kx_t = np.tile(data.kx, (T, T))
-    dz_top = np.zeros((S, Nn))                       # ∂z^L / ∂r^L (broadcast over samples mu)
-    dh_top = np.zeros((S, Nn))                       # ∂h^L / ∂r^L
-    f = np.zeros((T, n))
-    D = np.zeros((T, n))
+    eye = np.eye(C)
+    dz_top = np.zeros((S, NC, C))                    # ∂z^L_{c'} / ∂r^L_c (broadcast over mu)
+    dh_top = np.zeros((S, Nn, C))                    # ∂h^L / ∂r^L_c
+    f = np.zeros((T, n, C))
+    D = np.zeros((T, n, C))
     for t in range(T):
         rs, p = slice(t * n, (t + 1) * n), slice(0, t * n)
+        rc, pc = slice(t * nc, (t + 1) * nc), slice(0, t * nc)
         stop, tn = rs.stop, t * n
-        dp = D[:t].ravel()
+        dp = D[:t].ravel()                           # (s, nu, c)
         at = 1.0 if plain else opt.init(t)
         kw = None if (plain or t == 0) else opt.past(t, n)
         # ------------------------------------------------------------------ forward, l = 1..L
@@ -393,17 +412,22 @@ def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9, opt=None):
             U[l][:, rs] = u1 if l == 0 else _conditional(rng, prev, U[l][:, p], rs, p, rcond)
             h = U[l][:, rs].copy() if plain else at * U[l][:, rs]
             if t:
-                kern = eta * g0 * prev[rs, p] * dp[None, :]
+                kern = eta * g0 * (prev[rs, p] if C == 1 else np.repeat(prev[rs, p], C, axis=1)) \
+                    * dp[None, :]
                 if kw is not None:
-                    kern = kern * kw[None, :]
+                    kern = kern * np.repeat(kw, C)[None, :]
                 if l > 0:
-                    # Ā^{l-1}(t, s<t) = <a^{l-1}(t) r^{l-1}(<t)^T> G^l(<t)^+
-                    Ab[l - 1][rs, p] = (A[l - 1][:, rs].T @ R[l - 1][:, p] / S) @ _pinv_psd(
-                        G[l][p, p], rcond)
-                    kern = kern + (Ab[l - 1][rs, p] if plain else at * Ab[l - 1][rs, p])
-                h += Gs[l][:, p] @ kern.T
+                    # Ā^{l-1}_c(t, s<t) = <a^{l-1}(t) r^{l-1}_c(<t)^T> G^l(<t)^+
+                    Ab[l - 1][rs, pc] = (A[l - 1][:, rs].T @ R[l - 1][:, pc] / S) @ _pinv_psd(
+                        G[l][pc, pc], rcond)
+                    kern = kern + (Ab[l - 1][rs, pc] if plain else at * Ab[l - 1][rs, pc])
+                h += Gs[l][:, pc] @ kern.T
                 if l == L - 1:
-                    dh_top[:, rs] = (Q[l][:, p] * dz_top[:, p]) @ kern.T
+                    if C == 1:
+                        dh_top[:, rs, 0] = (Q[l][:, p] * dz_top[:, pc, 0]) @ kern.T
+                    else:
+                        dh_top[:, rs] = np.einsum("sjc,mj->smc", QC[l][:, pc, None]
+                                                  * dz_top[:, pc], kern, optimize=True)
             H[l][:, rs] = h
             a = Q[l][:, rs] * h
             A[l][:, rs] = a
@@ -411,40 +435,50 @@ def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9, opt=None):
             Phi[l][rs, :stop] = blk
             Phi[l][:stop, rs] = blk.T
         # ------------------------------------------------------------------ readout closure
-        stein = np.mean(Q[L - 1][:, rs] * dh_top[:, rs], axis=0)
+        stein = np.mean(Q[L - 1][:, rs, None] * dh_top[:, rs], axis=0)          # (n, C)
         ph = Phi[L - 1][rs, p] if kw is None else Phi[L - 1][rs, p] * kw[None, :]
-        f[t] = (eta * ph @ dp if t else 0.0) + (stein if plain else at * stein) / g0
-        D[t, :P] = data.y - f[t, :P]
-        if not np.all(np.isfinite(f[t])) or np.abs(D[t]).max() > 1e6 * max(1.0, np.abs(data.y).max()):
+        for k in range(C):
+            f[t, :, k] = (eta * ph @ D[:t, :, k].ravel() if t else 0.0) + (
+                stein[:, k] if plain else at * stein[:, k]) / g0
+        D[t, :P] = Y - f[t, :P]
+        if not np.all(np.isfinite(f[t])) or np.abs(D[t]).max() > 1e6 * max(1.0, np.abs(Y).max()):
             raise DomainError(f"the gated-network dynamics diverge at step {t}; use a smaller eta "
                               "or gamma0")
         # ------------------------------------------------------------------ backward, l = L..1
         for l in range(L - 1, -1, -1):
             if l == L - 1:
-                R[l][:, rs] = r_top
-                z = np.broadcast_to(r_top if plain else at * r_top, (S, n)).copy()
-                dz = np.ones((S, n)) if plain else np.full((S, n), at)
+                R[l][:, rc] = r_top if C == 1 else np.tile(r_top, n)
+                top = (r_top if plain else at * r_top).copy()               # (S, C)
+                dz = np.broadcast_to(eye if plain else at * eye, (S, C, C)).copy()
                 if t:
-                    dpk = dp if kw is None else dp * kw
-                    z += (eta * g0 * (A[l][:, :tn] @ dpk))[:, None]
-                    dz += (eta * g0 * ((Q[l][:, :tn] * dh_top[:, :tn]) @ dpk))[:, None]
-                dz_top[:, rs] = dz
+                    Dk = D[:t].reshape(tn, C) if kw is None else D[:t].reshape(tn, C) * kw[:, None]
+                    if C == 1:
+                        top += (eta * g0 * (A[l][:, :tn] @ Dk[:, 0]))[:, None]
+                        dz[:, 0, 0] += eta * g0 * ((Q[l][:, :tn] * dh_top[:, :tn, 0]) @ Dk[:, 0])
+                    else:
+                        top += eta * g0 * (A[l][:, :tn] @ Dk)
+                        dz += eta * g0 * np.einsum("sjc,jk->skc", Q[l][:, :tn, None]
+                                                   * dh_top[:, :tn], Dk, optimize=True)
+                z = np.broadcast_to(top[:, None, :], (S, n, C)).reshape(S, nc)
+                dz_top[:, rc] = np.broadcast_to(dz[:, None], (S, n, C, C)).reshape(S, nc, C)
             else:
-                R[l][:, rs] = _conditional(rng, G[l + 1], R[l][:, p], rs, p, rcond)
-                z = R[l][:, rs].copy() if plain else at * R[l][:, rs]
+                R[l][:, rc] = _conditional(rng, G[l + 1], R[l][:, pc], rc, pc, rcond)
+                z = R[l][:, rc].copy() if plain else at * R[l][:, rc]
                 if t:
-                    Bb[l][rs, p] = (Gs[l + 1][:, rs].T @ U[l + 1][:, p] / S) @ _pinv_psd(
+                    Bb[l][rc, p] = (Gs[l + 1][:, rc].T @ U[l + 1][:, p] / S) @ _pinv_psd(
                         Phi[l][p, p], rcond)
-                    learn = eta * g0 * G[l + 1][rs, p] * dp[None, :]
+                    learn = eta * g0 * G[l + 1][rc, pc] * dp[None, :]
+                    if C > 1:           # sum_c' G_cc'(t, s) Delta_c'(s)
+                        learn = learn.reshape(nc, tn, C).sum(axis=2)
                     if kw is not None:
                         learn = learn * kw[None, :]
-                    z += A[l][:, p] @ ((Bb[l][rs, p] if plain else at * Bb[l][rs, p]) + learn).T
-            Z[l][:, rs] = z
-            g = Q[l][:, rs] * z
-            Gs[l][:, rs] = g
-            blk = g.T @ Gs[l][:, :stop] / S
-            G[l][rs, :stop] = blk
-            G[l][:stop, rs] = blk.T
+                    z += A[l][:, p] @ ((Bb[l][rc, p] if plain else at * Bb[l][rc, p]) + learn).T
+            Z[l][:, rc] = z
+            g = QC[l][:, rc] * z
+            Gs[l][:, rc] = g
+            blk = g.T @ Gs[l][:, :rc.stop] / S
+            G[l][rc, :rc.stop] = blk
+            G[l][:rc.stop, rc] = blk.T
     # batch errors and the eNTK
     m = S // nb
     idx = np.arange(T)
@@ -453,27 +487,34 @@ def march_gln(data, L, g0, eta, T, dfn, S, nb, rng, rcond=1e-9, opt=None):
     def per_batch(x):
         return batch_gram(x, x, nb)
 
-    def eq(x):
-        return batch_gram_equal_time(x, x, nb, T)
+    def eq(x, outputs):            # per-batch equal-time (nb, T, n, n, C, C) / (nb, T, n, n)
+        b = batch_gram_equal_time(x, x, nb, T)
+        return b.reshape(nb, T, n, C, n, C).transpose(0, 1, 2, 4, 3, 5) if outputs else b
+
+    def diag(K2, outputs):
+        mm = nc if outputs else n
+        out = K2.reshape(T, mm, T, mm)[idx, :, idx, :]
+        return out.reshape(T, n, C, n, C).transpose(0, 1, 3, 2, 4) if outputs else out
 
     Phi_se = [se(per_batch(a)) for a in A]
     G_se = [se(per_batch(g)) for g in Gs]
-    diag = lambda K2: K2.reshape(T, n, T, n)[idx, :, idx, :]
-    K = diag(G[0]) * data.kx[None] + diag(Phi[L - 1])
-    Kb = eq(Gs[0]) * data.kx[None, None] + eq(A[L - 1])
+    kx = data.kx[:, :, None, None]
+    K = diag(G[0], True) * kx + diag(Phi[L - 1], False)[..., None, None] * eye
+    Kb = eq(Gs[0], True) * kx[None, None] + eq(A[L - 1], False)[..., None, None] * eye
     for l in range(1, L):
-        K = K + diag(G[l]) * diag(Phi[l - 1])
-        Kb = Kb + eq(Gs[l]) * eq(A[l - 1])
+        K = K + diag(G[l], True) * diag(Phi[l - 1], False)[..., None, None]
+        Kb = Kb + eq(Gs[l], True) * eq(A[l - 1], False)[..., None, None]
     # f errors: the batch spread of the closure
-    fb = np.zeros((nb, T, n))
+    fb = np.zeros((nb, T, n, C))
     for t in range(T):
         rs, p = slice(t * n, (t + 1) * n), slice(0, t * n)
-        st = (Q[L - 1][:, rs] * dh_top[:, rs]).reshape(nb, m, n).mean(axis=1) / g0
+        st = (Q[L - 1][:, rs, None] * dh_top[:, rs]).reshape(nb, m, n, C).mean(axis=1) / g0
         if t:
             bg = batch_gram(A[L - 1][:, rs], A[L - 1][:, p], nb)
             if not plain:
                 bg = bg * opt.past(t, n)[None, None, :]
-            fb[:, t] = eta * bg @ D[:t].ravel()
+            for k in range(C):
+                fb[:, t, :, k] = eta * bg @ D[:t, :, k].ravel()
         fb[:, t] += st if plain else opt.init(t) * st
     return (f, se(fb), D, np.stack(Phi), np.stack(Phi_se), np.stack(G), np.stack(G_se), K, se(Kb),
             time.perf_counter() - start)

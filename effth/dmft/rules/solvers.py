@@ -1044,21 +1044,21 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
     chain runs through the frozen feedback and carries no ``a``.  One implementation for every
     rule; ``weight_decay = momentum = 0`` is the plain solver bit for bit.
 
-    **Several outputs** (App. C.1, eqs. (41)-(43); DFA, Hebb and ρ-FA): DFA's feedback ``z~^ℓ``,
+    **Several outputs** (App. C.1, eqs. (41)-(43); every rule): DFA's feedback ``z~^ℓ``,
     ρ-FA's top feedback and the readout get one column per output, the pseudo-gradients
     ``g̃^ℓ_c`` (DFA ``φ'(h^ℓ) z~^ℓ_c``, Hebb ``Δ_c φ(h^ℓ)``, ρ-FA ``φ'(h^ℓ) ž^ℓ_c`` with one feedback
     source ``v^ℓ_c``, ``ζ~^ℓ_c`` and response ``D̄^ℓ_c`` per output and ``Σ_c C̄_c g̃_c`` in the
     forward field) and true gradients ``g^ℓ_c`` an output index, ``h^ℓ`` moves by
     ``Σ_c Δ_c g̃^ℓ_c``, ``f_c(t) = eta Σ_{s<t} k(t-1-s) Φ^L(t,s) Δ_c(s) + ...``, and the
     true-gradient drift contracts ``Σ_{c'} G̃^{ℓ+1}_{cc'} Δ_{c'}``; ``G^ℓ``, ``G̃^ℓ`` and the eNTK
-    are ``C x C`` per pair of samples and times (shapes as :func:`solve_rule_deep_linear`).
-    Deep GLN with several outputs raises :class:`NotDerivedError` (``solve_rule_two_layer`` has
-    every rule at ``L = 1``).
+    are ``C x C`` per pair of samples and times (shapes as :func:`solve_rule_deep_linear`); GLN's
+    ``z^ℓ_c``, ``g^ℓ_c``, ``r^ℓ_c`` and responses ``Ā_c``, ``B̄_c`` carry the output index
+    (:func:`effth.dmft.rules.feedback_alignment.march_gln`).
 
     Parameters
     ----------
     X, y, X_test, kernel
-        Data; ``y`` ``(P,)`` or ``(P, C)`` (DFA, Hebb, ρ-FA).
+        Data; ``y`` ``(P,)`` or ``(P, C)`` (``C`` outputs, below).
     rule : {'dfa', 'hebb', 'fa', 'gln'}
     rho : float, optional
         Feedback alignment for ``'fa'``.
@@ -1095,23 +1095,21 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
                                                          batches)
     data, Yc, multi = _sampled_targets(X, y, X_test, kernel)
     P, n, C = data.n_train, data.n_all, Yc.shape[1]
-    if multi and r.name == "gln":
-        raise NotDerivedError(
-            f"several outputs for deep {r.title} networks are not implemented (the responses "
-            "A, B and the readout's forward-mode derivative would carry output indices); use "
-            "solve_rule_two_layer (L = 1) or solve_rule_deep_linear (linear gates)")
     opt = RuleFilter(eta, T, weight_decay, momentum)
     rng = _v.rng(seed)
     if r.name == "gln":
         from effth.dmft.rules.feedback_alignment import march_gln
         f, f_se, D, Phi, Phi_se, G, G_se, K, K_se, sec = march_gln(data, L, g0, eta, T, dfn, S,
-                                                                   nb, rng, opt=opt)
+                                                                   nb, rng, opt=opt, Y=Yc)
         shape = (L, T, n, T, n)
-        G, G_se = G.reshape(shape), G_se.reshape(shape)
+        G, G_se = (np.stack([_output_pairs(k, T, n, C, multi) for k in x]) for x in (G, G_se))
+        if not multi:
+            f, f_se, D, K, K_se = f[..., 0], f_se[..., 0], D[..., 0], K[..., 0, 0], K_se[..., 0, 0]
         return RuleDMFTResult(grid=TimeGrid(eta, T), data=data, hidden_layers=L, gamma0=g0,
                               rule=r, phi=Phi.reshape(shape), g=G, gtilde=G.copy(), f=f,
                               delta=D[:, :P], ntk=K, closure="exact", activation=act.name,
-                              diagnostics={"seconds": sec, "samples": S},
+                              diagnostics={"seconds": sec, "samples": S, "weight_decay": opt.lam,
+                                           "momentum": opt.mu},
                               mc_stderr={"f": f_se, "phi": Phi_se.reshape(shape), "g": G_se,
                                          "gtilde": G_se.copy(), "ntk": K_se})
     if r.name == "fa":
