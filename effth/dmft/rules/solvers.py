@@ -509,10 +509,13 @@ def two_layer_exact(rule="gd", *, gamma0, times, y=1.0, rho=None, rtol=1e-11) ->
 @public
 @dataclass
 class RuleDMFTResult(HiddenLayers):
-    r"""Infinite-width DMFT of a deep linear network trained by a learning rule (App. E).
+    r"""Infinite-width DMFT of a network trained by a learning rule (the deep linear solver of
+    App. E and the sampled nonlinear solvers).
 
     Sample axes have length ``n = P + Q`` (training, then test points); kernels are indexed
-    ``[t, μ, s, ν]`` and hidden layer ``ℓ`` sits at index ``ℓ - 1``.
+    ``[t, μ, s, ν]`` and hidden layer ``ℓ`` sits at index ``ℓ - 1``.  With ``C`` outputs (2-D
+    targets, App. C.1) ``f`` is ``(T, n, C)``, ``delta`` ``(T, P, C)``, ``g`` and ``gtilde`` gain
+    two trailing output axes ``(C, C)`` and ``ntk`` is ``(T, n, n, C, C)``.
 
     Attributes
     ----------
