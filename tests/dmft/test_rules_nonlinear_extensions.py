@@ -66,6 +66,24 @@ def test_two_layer_zero_options_and_one_output_column(rule, rho):
     _same(b, c, squeeze=True)
 
 
+@pytest.mark.parametrize("rule,rho", RULES)
+def test_two_layer_outputs_equal_time_record(rule, rho):
+    """Two outputs with the options: record_kernels=False holds the equal-time entries of the
+    two-time kernels (same samples, a different summation order) and zeros elsewhere."""
+    kw = dict(rule=rule, rho=rho, gamma0=1.0, eta=0.1, steps=6, samples=2000, weight_decay=0.5,
+              momentum=0.5, activation="relu" if rule == "gln" else "tanh")
+    a = solve_rule_two_layer(X, Y2, **kw)
+    b = solve_rule_two_layer(X, Y2, record_kernels=False, **kw)
+    assert np.array_equal(a.f, b.f) and np.array_equal(a.ntk, b.ntk)
+    idx = np.arange(6)
+    for name in ("phi", "g", "gtilde"):
+        x, y = getattr(a, name)[0], getattr(b, name)[0]
+        assert np.allclose(x[idx, :, idx], y[idx, :, idx], rtol=1e-12, atol=1e-14), name
+        y = y.copy()
+        y[idx, :, idx] = 0
+        assert not np.any(y), name
+
+
 @pytest.mark.parametrize("rule,rho,act", [("fa", 0.5, "tanh"), ("fa", 0.5, "relu"),
                                           ("dfa", None, "tanh"), ("hebb", None, "tanh"),
                                           ("gln", None, "relu")])
