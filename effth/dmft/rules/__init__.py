@@ -3,7 +3,9 @@ GLN as one rule object the solvers take.
 
 * :mod:`.solvers` -- :func:`learning_rule`, :func:`lazy_entk`, the deep linear, two-layer and
   forward (rich, nonlinear) solvers, :func:`kernel_fluctuations`;
-* :mod:`.feedback_alignment` -- the feedback-alignment fields of the sampled solvers.
+* :mod:`.feedback_alignment` -- the feedback-alignment fields of the sampled solvers;
+* :mod:`._filter` -- weight decay and momentum of the sampled solvers (the trainer's optimizer
+  as a filter ``a(t)``, ``k(j)``, App. C, eqs. (50)-(53)).
 """
 
 from effth.dmft.rules.solvers import (RULES, KernelFluctuations, LazyENTK, LearningRule,

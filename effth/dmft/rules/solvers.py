@@ -56,8 +56,7 @@ from effth._validate import integer, real_array, real_scalar
 from effth.errors import ConvergenceError, DomainError, NotDerivedError
 from effth.numerics import gaussian_expectation
 from effth.dmft.solvers.deep_linear import RuleFields, _march, _Model
-from effth.dmft.grid import (TimeGrid, TrainingData, langevin_settings, prepare_data,
-                             prepare_targets)
+from effth.dmft.grid import TimeGrid, TrainingData, langevin_settings, prepare_targets
 from effth.dmft.solvers.lazy import (
     _pair_cov,
     hidden_layer_count,
@@ -66,6 +65,7 @@ from effth.dmft.solvers.lazy import (
     resolve_activation,
 )
 from effth.dmft._batches import batch_gram
+from effth.dmft.rules._filter import RuleFilter
 from effth.dmft.metrics import target_alignment
 
 __all__ = [
@@ -509,10 +509,13 @@ def two_layer_exact(rule="gd", *, gamma0, times, y=1.0, rho=None, rtol=1e-11) ->
 @public
 @dataclass
 class RuleDMFTResult(HiddenLayers):
-    r"""Infinite-width DMFT of a deep linear network trained by a learning rule (App. E).
+    r"""Infinite-width DMFT of a network trained by a learning rule (the deep linear solver of
+    App. E and the sampled nonlinear solvers).
 
     Sample axes have length ``n = P + Q`` (training, then test points); kernels are indexed
-    ``[t, μ, s, ν]`` and hidden layer ``ℓ`` sits at index ``ℓ - 1``.
+    ``[t, μ, s, ν]`` and hidden layer ``ℓ`` sits at index ``ℓ - 1``.  With ``C`` outputs (2-D
+    targets, App. C.1) ``f`` is ``(T, n, C)``, ``delta`` ``(T, P, C)``, ``g`` and ``gtilde`` gain
+    two trailing output axes ``(C, C)`` and ``ntk`` is ``(T, n, n, C, C)``.
 
     Attributes
     ----------
@@ -680,8 +683,8 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
     if not is_linear(resolve_activation(activation)):
         raise NotDerivedError(
             f"solve_rule_deep_linear solves linear networks only (activation={activation!r}); "
-            "the nonlinear rich regime needs the Monte-Carlo solver of Algorithm 1, which is not "
-            "implemented for learning rules other than GD (use solve_monte_carlo for GD)")
+            "for nonlinear networks use solve_rule_two_layer (L = 1, every rule), "
+            "solve_rule_forward (deep DFA, Hebb, ρ-FA, GLN) or solve_monte_carlo (GD)")
     if r.name == "gln":
         r_eff = LearningRule("gd")               # linear gates: phi'(m) = 1
     else:
@@ -802,7 +805,8 @@ def _sampled_arguments(activation, gamma0, eta, steps, samples, batches) -> tupl
 @public
 def solve_rule_two_layer(X=None, y=None, *, rule="gd", rho=None, gamma0, eta, steps,
                          activation="relu", samples: int = 20000, batches: int = 10, seed=0,
-                         X_test=None, kernel=None, record_kernels: bool = True) -> RuleDMFTResult:
+                         X_test=None, kernel=None, record_kernels: bool = True,
+                         weight_decay: float = 0.0, momentum: float = 0.0) -> RuleDMFTResult:
     r"""DMFT of two-layer networks (``L = 1``) of any activation trained by ``rule``, sampled.
 
     At ``L = 1`` Algorithm 1 needs no response functions (``A^0 = B^1 = C = D = 0``): the
@@ -821,11 +825,24 @@ def solve_rule_two_layer(X=None, y=None, *, rule="gd", rho=None, gamma0, eta, st
     Parameters
     ----------
     X, y, X_test, kernel
-        Data (:func:`effth.dmft.prepare_data`), scalar targets.
+        Data (:func:`effth.dmft.prepare_data`).  ``y`` of shape ``(P, C)`` gives ``C`` outputs
+        (App. C.1, eqs. (41)-(43)): the readout source ``z = w^L`` and the feedback of ρ-FA and
+        DFA get one independent column per output, ``g_c = φ'(h) z_c``, Hebb's
+        ``g~_{μc} = Δ_{μc} φ(h_μ)``, and ``h`` moves by ``Σ_c Δ_c g~_c``; then ``f`` is
+        ``(T, n, C)``, ``delta`` ``(T, P, C)``, ``g``, ``gtilde`` ``(1, T, n, T, n, C, C)``, ``ntk``
+        ``(T, n, n, C, C)``.  ``(P, 1)`` is the scalar solver bit for bit.
     rule, rho
         Learning rule.
     gamma0, eta, steps
         Richness (``> 0``), Euler step and grid points.
+    weight_decay, momentum : float
+        The trainer's optimizer (App. C, eqs. (50)-(53) in discrete time; the update of
+        :func:`effth.simulation.simulate_rule_training`): ``λ >= 0`` with ``eta λ < 1`` and the
+        heavy-ball ``μ`` in ``[0, 1)``.  ``h = W^0 x / sqrt(D)`` and ``z = w^L`` are linear images
+        of one trained weight each, so they take the same update, ``v <- μ v + (1 - μ)(u - eta λ
+        x)``, ``x <- x + v`` around their increment ``u``
+        (:class:`effth.dmft.rules._filter.RuleFilter`); the frozen feedback and gates do not
+        decay.  ``0, 0`` is the plain solver bit for bit.
     activation : str, Activation or sympy.Expr
         ``φ`` (gate nonlinearity ``φ'`` for GLN).
     samples : int
@@ -848,30 +865,33 @@ def solve_rule_two_layer(X=None, y=None, *, rule="gd", rho=None, gamma0, eta, st
     r = learning_rule(rule, rho)
     act, fn, dfn, g0, eta, T, S, nb = _sampled_arguments(activation, gamma0, eta, steps, samples,
                                                          batches)
-    data = prepare_data(X, y, X_test=X_test, kernel=kernel)
-    P, n = data.n_train, data.n_all
+    data, Yc, multi = _sampled_targets(X, y, X_test, kernel)
+    P, n, C = data.n_train, data.n_all, Yc.shape[1]
+    opt = RuleFilter(eta, T, weight_decay, momentum)
     rng = _v.rng(seed)
     w_, V = np.linalg.eigh(data.kx)
     root = V * np.sqrt(np.clip(w_, 0, None))
     h = rng.standard_normal((S, n)) @ root.T
-    z = rng.standard_normal((S, 1))
+    z = rng.standard_normal((S, C))                   # readout w^L(0), one column per output
     z0 = z.copy()
     if r.name == "fa":
-        fb = r.rho * z0 + np.sqrt(max(0.0, 1 - r.rho ** 2)) * rng.standard_normal((S, 1))
+        fb = r.rho * z0 + np.sqrt(max(0.0, 1 - r.rho ** 2)) * rng.standard_normal((S, C))
     elif r.name == "dfa":
-        fb = rng.standard_normal((S, 1))
+        fb = rng.standard_normal((S, C))
     if r.name == "gln":
         gate = dfn(rng.standard_normal((S, n)) @ root.T)
     start = time.perf_counter()
     keep = T if record_kernels else 1
+    nc = n * C
     A = np.zeros((keep, S, n))
-    Gs = np.zeros((keep, S, n))
-    Gt = np.zeros((keep, S, n))
-    eq = {k: np.zeros((T, n, n)) for k in ("phi", "g", "gtilde", "phi_se", "gtilde_se")}
+    Gs = np.zeros((keep, S, nc))                      # g_c, flattened (mu, c)
+    Gt = np.zeros((keep, S, nc))
+    eq = {"phi": np.zeros((T, n, n)), "phi_se": np.zeros((T, n, n))}
+    eq.update({k: np.zeros((T, nc, nc)) for k in ("g", "gtilde", "gtilde_se")})
     za0 = None
-    f = np.zeros((T, n))
-    D = np.zeros((T, n))
-    fb_err = np.zeros((T, n))
+    f = np.zeros((T, n, C))
+    D = np.zeros((T, n, C))
+    fb_err = np.zeros((T, n, C))
     try:
         with np.errstate(over="raise", invalid="raise"):
             for t in range(T):
@@ -879,62 +899,100 @@ def solve_rule_two_layer(X=None, y=None, *, rule="gd", rho=None, gamma0, eta, st
                     a, q = gate * h, gate
                 else:
                     a, q = fn(h), dfn(h)
-                za = z * a
+                za = z[:, None, :] * a[:, :, None]
                 if za0 is None:
                     za0 = za.copy()
                 za = za - za0                             # control variate: f(0) = 0 exactly
                 f[t] = za.mean(axis=0) / g0
-                fb_err[t] = za.reshape(nb, S // nb, n).mean(axis=1).std(axis=0, ddof=1) / (
+                fb_err[t] = za.reshape(nb, S // nb, n, C).mean(axis=1).std(axis=0, ddof=1) / (
                     g0 * np.sqrt(nb))
-                D[t, :P] = data.y - f[t, :P]
-                g = q * z
+                D[t, :P] = Yc - f[t, :P]
+                g = q[:, :, None] * z[:, None, :]
                 if r.name in ("gd", "gln"):
                     gt = g
                 elif r.name in ("fa", "dfa"):
-                    gt = q * fb
+                    gt = q[:, :, None] * fb[:, None, :]
                 else:
-                    gt = D[t][None, :] * a
+                    gt = D[t][None, :, :] * a[:, :, None]
+                gf, gtf = g.reshape(S, nc), gt.reshape(S, nc)
                 if record_kernels:
-                    A[t], Gs[t], Gt[t] = a, g, gt
-                for key, (x1, x2) in (("phi", (a, a)), ("g", (g, g)), ("gtilde", (g, gt))):
+                    A[t], Gs[t], Gt[t] = a, gf, gtf
+                for key, (x1, x2) in (("phi", (a, a)), ("g", (gf, gf)), ("gtilde", (gf, gtf))):
                     per = batch_gram(x1, x2, nb)
                     eq[key][t] = per.mean(axis=0)
                     if key != "g":
                         eq[key + "_se"][t] = per.std(axis=0, ddof=1) / np.sqrt(nb)
-                h = h + eta * g0 * (gt * D[t][None, :]) @ data.kx
-                z = z + eta * g0 * (a @ D[t])[:, None]
+                # h = W^0 x / sqrt(D) and z = w^L: the trainer's update of their weights
+                e = (gt * D[t][None, :, :]).sum(axis=2)   # sum_c Delta_c g~_c
+                h = opt.step("h", h, eta * g0 * e @ data.kx)
+                z = opt.step("z", z, np.stack([eta * g0 * (a @ D[t][:, c]) for c in range(C)],
+                                              axis=1))
     except FloatingPointError:
         raise DomainError(f"the {r.title} dynamics overflow (eta={eta:g}, gamma0={g0:g}); use a "
                           "smaller eta or gamma0") from None
-    _check_divergence(D[:, :P], r, eta, g0)
+    _check_divergence(D[:, :P].reshape(T, -1), r, eta, g0)
 
     def two_time(x, y_):
-        xf, yf = x.transpose(1, 0, 2).reshape(S, T * n), y_.transpose(1, 0, 2).reshape(S, T * n)
+        m1, m2 = x.shape[2], y_.shape[2]
+        xf, yf = x.transpose(1, 0, 2).reshape(S, T * m1), y_.transpose(1, 0, 2).reshape(S, T * m2)
         full = xf.T @ yf / S
         per = batch_gram(xf, yf, nb)
-        return full.reshape(T, n, T, n), (per.std(axis=0, ddof=1) / np.sqrt(nb)).reshape(T, n, T, n)
+        return full, per.std(axis=0, ddof=1) / np.sqrt(nb)
 
     idx = np.arange(T)
+    pairs = lambda x: _output_pairs(x, T, n, C, multi)
     if record_kernels:
-        phi, phi_se = two_time(A, A)
-        gg, _ = two_time(Gs, Gs)
-        gt2, gt_se = two_time(Gt, Gs)
-        gt2 = gt2.transpose(2, 3, 0, 1)               # G~(t, s) = <g(t) g~(s)>
-        gt_se = gt_se.transpose(2, 3, 0, 1)
+        phi, phi_se = (x.reshape(T, n, T, n) for x in two_time(A, A))
+        gg = pairs(two_time(Gs, Gs)[0])
+        gt2, gt_se = (pairs(x.T) for x in two_time(Gt, Gs))   # G~(t, s) = <g(t) g~(s)>
     else:
-        phi, phi_se, gg, gt2, gt_se = (np.zeros((T, n, T, n)) for _ in range(5))
+        phi, phi_se = np.zeros((T, n, T, n)), np.zeros((T, n, T, n))
         phi[idx, :, idx, :], phi_se[idx, :, idx, :] = eq["phi"], eq["phi_se"]
-        gg[idx, :, idx, :] = eq["g"]
-        gt2[idx, :, idx, :], gt_se[idx, :, idx, :] = eq["gtilde"], eq["gtilde_se"]
+        gg, gt2, gt_se = (np.zeros((T, n, T, n) + ((C, C) if multi else ())) for _ in range(3))
+        gg[idx, :, idx], gt2[idx, :, idx], gt_se[idx, :, idx] = (
+            _equal_pairs(eq[k], T, n, C, multi) for k in ("g", "gtilde", "gtilde_se"))
     kx = data.kx
-    K = eq["gtilde"] * kx[None] + eq["phi"]
-    K_se = np.sqrt((eq["gtilde_se"] * kx[None]) ** 2 + eq["phi_se"] ** 2)
+    G1, G1_se = (_equal_pairs(eq[k], T, n, C, multi) for k in ("gtilde", "gtilde_se"))
+    if multi:
+        eye = np.eye(C)
+        K = G1 * kx[None, :, :, None, None] + eq["phi"][..., None, None] * eye
+        K_se = np.sqrt((G1_se * kx[None, :, :, None, None]) ** 2
+                       + (eq["phi_se"][..., None, None] * eye) ** 2)
+    else:
+        f, D, fb_err = f[..., 0], D[..., 0], fb_err[..., 0]
+        K = G1 * kx[None] + eq["phi"]
+        K_se = np.sqrt((G1_se * kx[None]) ** 2 + eq["phi_se"] ** 2)
     return RuleDMFTResult(grid=TimeGrid(eta, T), data=data, hidden_layers=1, gamma0=g0, rule=r,
                           phi=phi[None], g=gg[None], gtilde=gt2[None], f=f, delta=D[:, :P], ntk=K,
                           closure="exact", activation=act.name,
-                          diagnostics={"seconds": time.perf_counter() - start, "samples": S},
+                          diagnostics={"seconds": time.perf_counter() - start, "samples": S,
+                                       "weight_decay": opt.lam, "momentum": opt.mu},
                           mc_stderr={"f": fb_err, "phi": phi_se[None], "gtilde": gt_se[None],
                                      "ntk": K_se})
+
+
+def _sampled_targets(X, y, X_test, kernel):
+    """``(data, Y (P, C), multi)`` of the sampled solvers (:func:`effth.dmft.grid.prepare_targets`),
+    with finite data."""
+    data, Yc, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel)
+    if not np.all(np.isfinite(data.kx)) or not np.all(np.isfinite(Yc)):
+        raise DomainError("the data must be finite")
+    return data, Yc, multi
+
+
+def _output_pairs(K2, T, n, C, multi):
+    """A two-time kernel of output-carrying fields, flattened ``(t, mu, c)`` on both axes
+    ``(T n C, T n C)``, as ``(T, n, T, n, C, C)`` (``(T, n, T, n)`` for scalar targets)."""
+    if not multi:
+        return K2.reshape(T, n, T, n)
+    return K2.reshape(T, n, C, T, n, C).transpose(0, 1, 3, 4, 2, 5)
+
+
+def _equal_pairs(K2, T, n, C, multi):
+    """Equal-time ``(T, n C, n C)`` as ``(T, n, n, C, C)`` (``(T, n, n)`` for scalar targets)."""
+    if not multi:
+        return K2.reshape(T, n, n)
+    return K2.reshape(T, n, C, n, C).transpose(0, 1, 3, 2, 4)
 
 
 # ================================================================== deep nonlinear DFA / Hebb
@@ -942,7 +1000,8 @@ def solve_rule_two_layer(X=None, y=None, *, rule="gd", rho=None, gamma0, eta, st
 @public
 def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidden_layers=None, gamma0,
                        eta, steps, activation="tanh", samples: int = 20000, batches: int = 10,
-                       seed=0, X_test=None, kernel=None, jitter: float = 1e-10) -> RuleDMFTResult:
+                       seed=0, X_test=None, kernel=None, jitter: float = 1e-10,
+                       weight_decay: float = 0.0, momentum: float = 0.0) -> RuleDMFTResult:
     r"""Rich-regime DMFT of deep networks of any activation trained by DFA, Hebb, ρ-FA or GLN (sampled).
 
     ρ-FA (any activation) is marched by :mod:`effth.dmft.rules.feedback_alignment`: its
@@ -975,10 +1034,34 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
     regression on ``u^{ℓ+1}``.  GD and GLN need the responses in the dynamics itself and are not
     handled here.
 
+    **Weight decay and momentum** (App. C, eqs. (50)-(53), in discrete time; the optimizer of
+    :func:`effth.simulation.simulate_rule_training`): with the filter
+    ``θ(t) = a(t) θ(0) + Σ_{s<t} k(t-1-s) u(s)`` of the update
+    (:class:`effth.dmft.rules._filter.RuleFilter`, :class:`~effth.dmft.grid.ParameterFilter`),
+    every field built from an initial weight carries ``a(t)`` (``h^ℓ = a(t) [u^ℓ + Σ C̄ g̃]``,
+    GLN ``a(t) [u^ℓ + Σ Ā g]``, ``z^ℓ = a(t) [r^ℓ + Σ B̄ φ]``, the readout ``w^L(t) = a(t) w^L(0)
+    + ...`` and its closure term ``a(t) gamma0^{-1} <w^L(0) φ(h^L(t))>``), with the sources
+    ``u``, ``r``, ``v`` unscaled and the responses taken with respect to them, and every
+    feature-learning sum carries ``k(t-1-s)``: ``eta gamma0 Σ_{s<t} k(t-1-s) Φ^{ℓ-1}(t,s) Δ(s)
+    g̃^ℓ(s)``, ``f(t) = eta Σ_{s<t} k(t-1-s) Φ^L(t,s) Δ(s) + ...``.  ρ-FA's pseudo-gradient
+    chain runs through the frozen feedback and carries no ``a``.  One implementation for every
+    rule; ``weight_decay = momentum = 0`` is the plain solver bit for bit.
+
+    **Several outputs** (App. C.1, eqs. (41)-(43); every rule): DFA's feedback ``z~^ℓ``,
+    ρ-FA's top feedback and the readout get one column per output, the pseudo-gradients
+    ``g̃^ℓ_c`` (DFA ``φ'(h^ℓ) z~^ℓ_c``, Hebb ``Δ_c φ(h^ℓ)``, ρ-FA ``φ'(h^ℓ) ž^ℓ_c`` with one feedback
+    source ``v^ℓ_c``, ``ζ~^ℓ_c`` and response ``D̄^ℓ_c`` per output and ``Σ_c C̄_c g̃_c`` in the
+    forward field) and true gradients ``g^ℓ_c`` an output index, ``h^ℓ`` moves by
+    ``Σ_c Δ_c g̃^ℓ_c``, ``f_c(t) = eta Σ_{s<t} k(t-1-s) Φ^L(t,s) Δ_c(s) + ...``, and the
+    true-gradient drift contracts ``Σ_{c'} G̃^{ℓ+1}_{cc'} Δ_{c'}``; ``G^ℓ``, ``G̃^ℓ`` and the eNTK
+    are ``C x C`` per pair of samples and times (shapes as :func:`solve_rule_deep_linear`); GLN's
+    ``z^ℓ_c``, ``g^ℓ_c``, ``r^ℓ_c`` and responses ``Ā_c``, ``B̄_c`` carry the output index
+    (:func:`effth.dmft.rules.feedback_alignment.march_gln`).
+
     Parameters
     ----------
     X, y, X_test, kernel
-        Data, scalar targets.
+        Data; ``y`` ``(P,)`` or ``(P, C)`` (``C`` outputs, below).
     rule : {'dfa', 'hebb', 'fa', 'gln'}
     rho : float, optional
         Feedback alignment for ``'fa'``.
@@ -994,6 +1077,8 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
     seed : int
     jitter : float
         Relative eigenvalue floor of the conditional Gaussian sampling.
+    weight_decay, momentum : float
+        ``λ >= 0`` with ``eta λ < 1``, heavy-ball ``μ`` in ``[0, 1)`` (above).
 
     Returns
     -------
@@ -1011,28 +1096,32 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
     jitter = _v.nonnegative(jitter, "jitter")
     act, fn, dfn, g0, eta, T, S, nb = _sampled_arguments(activation, gamma0, eta, steps, samples,
                                                          batches)
-    data = prepare_data(X, y, X_test=X_test, kernel=kernel)
-    P, n = data.n_train, data.n_all
+    data, Yc, multi = _sampled_targets(X, y, X_test, kernel)
+    P, n, C = data.n_train, data.n_all, Yc.shape[1]
+    opt = RuleFilter(eta, T, weight_decay, momentum)
     rng = _v.rng(seed)
     if r.name == "gln":
         from effth.dmft.rules.feedback_alignment import march_gln
         f, f_se, D, Phi, Phi_se, G, G_se, K, K_se, sec = march_gln(data, L, g0, eta, T, dfn, S,
-                                                                   nb, rng)
+                                                                   nb, rng, opt=opt, Y=Yc)
         shape = (L, T, n, T, n)
-        G, G_se = G.reshape(shape), G_se.reshape(shape)
+        G, G_se = (np.stack([_output_pairs(k, T, n, C, multi) for k in x]) for x in (G, G_se))
+        if not multi:
+            f, f_se, D, K, K_se = f[..., 0], f_se[..., 0], D[..., 0], K[..., 0, 0], K_se[..., 0, 0]
         return RuleDMFTResult(grid=TimeGrid(eta, T), data=data, hidden_layers=L, gamma0=g0,
                               rule=r, phi=Phi.reshape(shape), g=G, gtilde=G.copy(), f=f,
                               delta=D[:, :P], ntk=K, closure="exact", activation=act.name,
-                              diagnostics={"seconds": sec, "samples": S},
+                              diagnostics={"seconds": sec, "samples": S, "weight_decay": opt.lam,
+                                           "momentum": opt.mu},
                               mc_stderr={"f": f_se, "phi": Phi_se.reshape(shape), "g": G_se,
                                          "gtilde": G_se.copy(), "ntk": K_se})
     if r.name == "fa":
         from effth.dmft.rules.feedback_alignment import march_fa
         d2fn = None if act.kinks else act.numpy(2)      # kinks: direct readout average
         f, f_se, D, Phi, Phi_se, GG, sec, smp = march_fa(data, L, r.rho, g0, eta, T, fn, dfn,
-                                                         d2fn, S, nb, rng)
+                                                         d2fn, S, nb, rng, opt=opt, Y=Yc)
         return _with_true_gradients(data, L, r, act, g0, eta, T, dfn, smp, f, f_se, D, Phi,
-                                    Phi_se, nb, rng, sec, S, {"gtilde_tilde": GG})
+                                    Phi_se, nb, rng, sec, S, {"gtilde_tilde": GG}, opt, multi)
     start = time.perf_counter()
     Nn = T * n
     A = [np.zeros((S, Nn)) for _ in range(L)]          # features a^ℓ at flattened (t, μ)
@@ -1040,13 +1129,13 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
     U = [np.zeros((S, Nn)) for _ in range(L)]          # sources u^ℓ
     Phi = [np.zeros((Nn, Nn)) for _ in range(L)]
     PhiB = [np.zeros((nb, Nn, Nn)) for _ in range(L)]  # batch estimates (errors)
-    zt = [rng.standard_normal((S, 1)) for _ in range(L)] if r.name == "dfa" else None
+    zt = [rng.standard_normal((S, C)) for _ in range(L)] if r.name == "dfa" else None
     w_, V = np.linalg.eigh(data.kx)
     u1 = rng.standard_normal((S, n)) @ (V * np.sqrt(np.clip(w_, 0, None))).T
-    f = np.zeros((T, n))
-    f_se = np.zeros((T, n))
-    D = np.zeros((T, n))
-    Gt = [np.zeros((S, Nn)) for _ in range(L)]         # pseudo-gradients g~^ℓ
+    f = np.zeros((T, n, C))
+    f_se = np.zeros((T, n, C))
+    D = np.zeros((T, n, C))
+    Gt = [np.zeros((S, Nn * C)) for _ in range(L)]     # pseudo-gradients g~^ℓ_c at (t, μ, c)
     Kx_t = np.tile(data.kx, (T, T))
     try:
         with np.errstate(over="raise", invalid="raise"):
@@ -1072,10 +1161,13 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
                         root = ES * np.sqrt(np.clip(es, 0, None))
                         U[l][:, rs] = mean + rng.standard_normal((S, n)) @ root.T
                     drift = 0.0
-                    if t > 0:
-                        wgt = prev[rs, p] * D[:t].ravel()[None, :]      # Phi^{l-1}(t,s) Delta(s)
-                        drift = eta * g0 * Gt[l][:, p] @ wgt.T
-                    h = U[l][:, rs] + drift
+                    if t > 0:       # Phi^{l-1}(t,s) Delta_c(s) [k(t-1-s)], columns (s, ν, c)
+                        wgt = (prev[rs, p] if C == 1 else np.repeat(prev[rs, p], C, axis=1)) \
+                            * D[:t].ravel()[None, :]
+                        if not opt.plain:
+                            wgt = wgt * opt.past(t, n * C)[None, :]
+                        drift = eta * g0 * Gt[l][:, :t * n * C] @ wgt.T
+                    h = (U[l][:, rs] if opt.plain else opt.init(t) * U[l][:, rs]) + drift
                     Hf[l][:, rs] = h
                     a = fn(h)
                     A[l][:, rs] = a
@@ -1086,16 +1178,25 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
                     bb = batch_gram(A[l][:, rs], A[l][:, :stop], nb)
                     PhiB[l][:, rs, :stop] = bb
                     PhiB[l][:, :stop, rs] = bb.transpose(0, 2, 1)
-                # f(t) = eta sum_{s<t} Phi^L(t, s) Delta(s)  (exact closure, <r phi(h^L)> = 0)
+                # f(t) = eta sum_{s<t} k(t-1-s) Phi^L(t, s) Delta(s)  (exact closure,
+                # <r phi(h^L)> = 0)
                 if t > 0:
-                    dp = D[:t].ravel()
-                    f[t] = eta * Phi[L - 1][rs, p] @ dp
-                    per = eta * PhiB[L - 1][:, rs, p] @ dp
-                    f_se[t] = per.std(axis=0, ddof=1) / np.sqrt(nb)
-                D[t, :P] = data.y - f[t, :P]
+                    ph, phb = Phi[L - 1][rs, p], PhiB[L - 1][:, rs, p]
+                    if not opt.plain:
+                        kw = opt.past(t, n)
+                        ph, phb = ph * kw[None, :], phb * kw[None, None, :]
+                    for c in range(C):
+                        dp = D[:t, :, c].ravel()
+                        f[t, :, c] = eta * ph @ dp
+                        per = eta * phb @ dp
+                        f_se[t, :, c] = per.std(axis=0, ddof=1) / np.sqrt(nb)
+                D[t, :P] = Yc - f[t, :P]
+                rc = slice(t * n * C, (t + 1) * n * C)
                 for l in range(L):                        # pseudo-gradients at time t
                     h = Hf[l][:, rs]
-                    Gt[l][:, rs] = dfn(h) * zt[l] if r.name == "dfa" else A[l][:, rs] * D[t][None, :]
+                    gt = (dfn(h)[:, :, None] * zt[l][:, None, :] if r.name == "dfa"
+                          else A[l][:, rs][:, :, None] * D[t][None, :, :])
+                    Gt[l][:, rc] = gt.reshape(S, n * C)
                 if not np.all(np.isfinite(f[t])) or np.abs(D[t]).max() > 1e6 * max(1.0, np.abs(data.y).max()):
                     raise FloatingPointError
     except FloatingPointError:
@@ -1104,27 +1205,33 @@ def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidd
     phi_se = np.stack([pb.std(axis=0, ddof=1) / np.sqrt(nb) for pb in PhiB])
     smp = {"h": Hf, "u": U, "a": A, "gtilde": Gt, "phi": Phi}
     return _with_true_gradients(data, L, r, act, g0, eta, T, dfn, smp, f, f_se, D, np.stack(Phi),
-                                phi_se, nb, rng, time.perf_counter() - start, S, {})
+                                phi_se, nb, rng, time.perf_counter() - start, S, {}, opt, multi)
 
 
 def _with_true_gradients(data, L, r, act, g0, eta, T, dfn, smp, f, f_se, D, Phi, Phi_se, nb, rng,
-                         seconds, S, extra) -> RuleDMFTResult:
+                         seconds, S, extra, opt, multi) -> RuleDMFTResult:
     """The forward solvers' result, with ``G``, ``G~`` and the eNTK from the true-gradient fields
-    marched on the stored samples (:func:`effth.dmft.rules.feedback_alignment.march_true_gradient`)."""
+    marched on the stored samples (:func:`effth.dmft.rules.feedback_alignment.march_true_gradient`);
+    ``f``, ``f_se``, ``D`` carry an output axis ``(T, n, C)``."""
     from effth.dmft.rules.feedback_alignment import march_true_gradient
-    n, P = data.n_all, data.n_train
+    n, P, C = data.n_all, data.n_train, D.shape[2]
     start = time.perf_counter()
     G, GT, K, G_se, GT_se, K_se = march_true_gradient(
-        data, L, g0, eta, T, dfn, smp, D, nb, rng, rho=r.rho if r.name == "fa" else None)
+        data, L, g0, eta, T, dfn, smp, D, nb, rng, rho=r.rho if r.name == "fa" else None, opt=opt)
     shape = (L, T, n, T, n)
     rs = lambda x: x.reshape(shape)
+    pairs = lambda x: np.stack([_output_pairs(k, T, n, C, multi) for k in x])
+    if not multi:
+        f, f_se, D = f[..., 0], f_se[..., 0], D[..., 0]
+        K, K_se = K[..., 0, 0], K_se[..., 0, 0]
     return RuleDMFTResult(grid=TimeGrid(eta, T), data=data, hidden_layers=L, gamma0=g0, rule=r,
-                          phi=rs(Phi), g=rs(G), gtilde=rs(GT), f=f, delta=D[:, :P], ntk=K,
+                          phi=rs(Phi), g=pairs(G), gtilde=pairs(GT), f=f, delta=D[:, :P], ntk=K,
                           closure="exact", activation=act.name,
                           diagnostics={"seconds": seconds + time.perf_counter() - start,
-                                       "samples": S, **{k: rs(v) for k, v in extra.items()}},
-                          mc_stderr={"f": f_se, "phi": rs(Phi_se), "g": rs(G_se),
-                                     "gtilde": rs(GT_se), "ntk": K_se})
+                                       "samples": S, "weight_decay": opt.lam,
+                                       "momentum": opt.mu, **{k: pairs(v) for k, v in extra.items()}},
+                          mc_stderr={"f": f_se, "phi": rs(Phi_se), "g": pairs(G_se),
+                                     "gtilde": pairs(GT_se), "ntk": K_se})
 
 
 # ================================================================== finite-width NLO (App. H)
