@@ -96,6 +96,30 @@ def real_array(a: Any, name: str, *, finite: bool = False) -> np.ndarray:
     return out
 
 
+
+def teacher_signal(signal: Any, outputs: int):
+    r"""The teacher's signal ``S = |w_*|^2 / D`` (one output) or, for ``C = outputs`` channels
+    (Bordelon & Pehlevan 2025, app. G), the ``(C, C)`` matrix ``S_cc' = w*_c . w*_c' / D``: a
+    positive number (``S`` times the identity) or a symmetric positive semi-definite ``(C, C)``
+    matrix with a positive diagonal.  Returns ``(S, None)`` for one output,
+    ``(max_c S_cc, matrix)`` otherwise (shared by the random-data theory and its simulator)."""
+    if np.ndim(signal) == 0:
+        S = positive(signal, "signal")
+        return (S, None) if outputs == 1 else (S, S * np.eye(outputs))
+    M = real_array(signal, "signal", finite=True)
+    if M.shape != (outputs, outputs):
+        raise DomainError(f"signal has shape {M.shape}: with outputs={outputs} give a number or "
+                          f"the ({outputs}, {outputs}) matrix S_cc' = w*_c . w*_c' / D")
+    if not np.allclose(M, M.T, rtol=1e-12, atol=0.0):
+        raise DomainError("signal must be a symmetric matrix S_cc' = w*_c . w*_c' / D")
+    M = 0.5 * (M + M.T)
+    if np.any(np.diag(M) <= 0) or np.linalg.eigvalsh(M)[0] < -1e-12 * np.abs(M).max():
+        raise DomainError("signal must be positive semi-definite with a positive diagonal "
+                          "(a Gram matrix of the teacher vectors, S_cc' = w*_c . w*_c' / D)")
+    if outputs == 1:
+        return float(M[0, 0]), None
+    return float(np.diag(M).max()), M
+
 def input_matrix(X: Any, name: str = "X") -> np.ndarray:
     """Network inputs as a finite float64 array of shape ``(N_D, n_0)``, ``N_D, n_0 >= 1``."""
     Xa = real_array(X, name)

@@ -67,7 +67,7 @@ from effth._progress import progress_bar
 from effth._results import HiddenLayers
 from effth._threads import blas_threads
 from effth._validate import (check_memory, integer, positive, real_array, real_number, real_scalar,
-                             width_ratio_values)
+                             teacher_signal, width_ratio_values)
 from effth.arch import resolve_depth
 from effth.arch._common import resolve_branch_scale
 from effth.errors import ConvergenceError, DomainError
@@ -123,7 +123,7 @@ def _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, 
             width_ratios=None, outputs=1):
     L = resolve_depth(depth, hidden_layers) - 1
     C = integer(outputs, "outputs", minimum=1)
-    signal, signal_matrix = _signal_values(signal, C)
+    signal, signal_matrix = teacher_signal(signal, C)
     alpha = positive(alpha, "alpha", allow_inf=True)
     nu = positive(nu, "nu", allow_inf=True)
     eta = positive(eta, "eta")
@@ -183,29 +183,6 @@ def _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, 
     return _Params(L=L, T=T, eta=eta, g2=g2, iv=iv, alpha=alpha, alpha_b=ab, sigma=sigma, S=S,
                    centering=bool(centering), beta=beta, widths=widths, C=C,
                    signal_matrix=signal_matrix)
-
-
-def _signal_values(signal, outputs: int):
-    r"""The teacher's signal ``S = |w_*|^2 / D`` (one output) or, for ``C = outputs`` channels
-    (App. G), the ``(C, C)`` matrix ``S_cc' = w*_c . w*_c' / D``: a positive number (``S`` times
-    the identity) or a symmetric positive semi-definite ``(C, C)`` matrix with a positive
-    diagonal.  Returns ``(S, None)`` for one output, ``(max_c S_cc, matrix)`` otherwise."""
-    if np.ndim(signal) == 0:
-        S = positive(signal, "signal")
-        return (S, None) if outputs == 1 else (S, S * np.eye(outputs))
-    M = real_array(signal, "signal", finite=True)
-    if M.shape != (outputs, outputs):
-        raise DomainError(f"signal has shape {M.shape}: with outputs={outputs} give a number or "
-                          f"the ({outputs}, {outputs}) matrix S_cc' = w*_c . w*_c' / D")
-    if not np.allclose(M, M.T, rtol=1e-12, atol=0.0):
-        raise DomainError("signal must be a symmetric matrix S_cc' = w*_c . w*_c' / D")
-    M = 0.5 * (M + M.T)
-    if np.any(np.diag(M) <= 0) or np.linalg.eigvalsh(M)[0] < -1e-12 * np.abs(M).max():
-        raise DomainError("signal must be positive semi-definite with a positive diagonal "
-                          "(a Gram matrix of the teacher vectors, S_cc' = w*_c . w*_c' / D)")
-    if outputs == 1:
-        return float(M[0, 0]), None
-    return float(np.diag(M).max()), M
 
 
 # --------------------------------------------------------------------------- result

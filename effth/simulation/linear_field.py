@@ -39,7 +39,8 @@ import numpy as np
 from .._display import depth_text, html_table, short
 from .._progress import progress_bar
 from .._threads import blas_threads
-from .._validate import integer, positive, real_array, real_scalar, width_ratio_values
+from .._validate import (integer, positive, real_scalar, teacher_signal,
+                         width_ratio_values)
 from effth.arch import resolve_depth
 from effth.arch._common import resolve_branch_scale
 from ..errors import ConvergenceError, DomainError
@@ -199,7 +200,7 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
     if not (math.isfinite(sigma) and sigma >= 0):
         raise DomainError(f"sigma={sigma!r} must be finite and >= 0")
     C = integer(outputs, "outputs", minimum=1)
-    S, Smat = _signal(signal, C)
+    S, Smat = teacher_signal(signal, C)
     if parameterization == "ntk":
         g = g * math.sqrt(positive(reference_nu, "reference_nu") / nu)
     elif parameterization != "mup":
@@ -327,24 +328,6 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
                           channel_test_loss=chan)
 
 
-def _signal(signal, C):
-    """``(S, None)`` for one output, else ``(max_c S_cc, (C, C) Gram matrix)``; the check of
-    :func:`effth.dmft.random_data.signal_values` (repeated here: the simulator imports no
-    theory)."""
-    if np.ndim(signal) == 0:
-        S = positive(signal, "signal")
-        return (S, None) if C == 1 else (S, S * np.eye(C))
-    M = real_array(signal, "signal", finite=True)
-    if M.shape != (C, C):
-        raise DomainError(f"signal has shape {M.shape}: with outputs={C} give a number or the "
-                          f"({C}, {C}) matrix S_cc' = w*_c . w*_c' / D")
-    if not np.allclose(M, M.T, rtol=1e-12, atol=0.0):
-        raise DomainError("signal must be a symmetric matrix S_cc' = w*_c . w*_c' / D")
-    M = 0.5 * (M + M.T)
-    if np.any(np.diag(M) <= 0) or np.linalg.eigvalsh(M)[0] < -1e-12 * np.abs(M).max():
-        raise DomainError("signal must be positive semi-definite with a positive diagonal "
-                          "(a Gram matrix of the teacher vectors, S_cc' = w*_c . w*_c' / D)")
-    return (float(M[0, 0]), None) if C == 1 else (float(np.diag(M).max()), M)
 
 
 def _teachers(G, Smat, D):
