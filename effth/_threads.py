@@ -2,8 +2,9 @@
 
 On the 2-core machines effth targets, oversubscribed BLAS threads made batched matrix products
 about 100x slower.  effth therefore limits BLAS to ``EFFTH_BLAS_THREADS`` threads (default 1)
-*inside* its own heavy routines only, via :func:`blas_threads`; it never changes the user's
-global settings.
+*inside* its own heavy routines only, via :func:`blas_threads` (the simulators, among them
+``simulate_training``; the DMFT marchers and sweeps; the kernel and NTK flows); it never
+changes the user's global settings.
 """
 
 from __future__ import annotations

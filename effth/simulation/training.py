@@ -38,6 +38,7 @@ import numpy as np
 
 from .._display import activation_text, depth_text, html_table
 from .._progress import progress_bar
+from .._threads import blas_threads
 from .._results import HiddenLayers
 from .._validate import check_memory, check_networks, integer, langevin_momentum, real_array, real_scalar
 from .._validate import weight_variance_values
@@ -406,7 +407,9 @@ def simulate_training(X, y, *, depth: int | None = None, hidden_layers: int | No
                  f"T = {int(steps)})", "lower steps (the kernels grow as steps**2), widths or "
                  "networks")
     runs = []
-    with progress_bar(len(seeds), "training networks", progress=progress, unit="net") as bar:
+    # one network at a time, N x N products: BLAS threads only oversubscribe (effth._threads)
+    with blas_threads(), progress_bar(len(seeds), "training networks", progress=progress,
+                                      unit="net") as bar:
         for s in seeds:
             runs.append(_train_one(X, Y, L, Ns, float(gamma0), float(eta), int(steps),
                                    fns, s, parameterization, center, record_kernels,

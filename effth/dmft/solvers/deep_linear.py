@@ -91,6 +91,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from effth._threads import limits_blas_threads
 from effth._validate import check_memory
 
 from effth.errors import ConvergenceError, DomainError
@@ -621,6 +622,7 @@ class RuleFields:
         return drive[:, None]
 
 
+@limits_blas_threads
 def _march(data, model, L, T, rule=None):
     """Exact forward recursion in time of the closed equations (module docstring).
 
@@ -839,6 +841,7 @@ def _extend(state, T_old, T_new, n):
     return H, G, A, B, delta[idx]
 
 
+@limits_blas_threads
 def _iterate(state, data, model, L, T, damping, tol, max_iter, diag, stepwise):
     """Fixed-point sweeps of the closed equations on ``T`` grid points (see module docstring).
 

@@ -92,6 +92,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from effth._threads import limits_blas_threads
 from effth._validate import weight_variance_values, width_ratio_values
 from effth.errors import ConvergenceError, DomainError
 from effth.dmft.grid import (TimeGrid, causal_mask, langevin_settings, parameter_filter,
@@ -854,6 +855,7 @@ def _window(T, n, C, rho, kx, filt=None, variances=None):
         eq_b=np.repeat(np.arange(T * n), C))                             # and the column (i, mu)
 
 
+@limits_blas_threads
 def _sweep(ctx, w, Phi, G, Ab, Bb, delta, batches):
     """One sweep over the layers with the previous iterate's kernels (Jacobi style).
 
