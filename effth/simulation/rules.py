@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._threads import limits_blas_threads
+
 from .._display import depth_text, html_table, short
 from .._progress import progress_bar
 from .._results import HiddenLayers
@@ -159,6 +161,7 @@ class RuleTrainingRun(HiddenLayers):
 
 
 @public
+@limits_blas_threads
 def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = None,
                            hidden_layers: int | None = None, widths, gamma0: float, eta: float,
                            steps: int, activation="linear", seed=0, networks: int | None = None,

@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from effth._threads import limits_blas_threads
+
 from effth._display import depth_text, html_table, short
 from effth._results import HiddenLayers
 from effth._validate import integer, real_array, real_scalar
@@ -598,6 +600,7 @@ class RuleDMFTResult(HiddenLayers):
 
 
 @public
+@limits_blas_threads
 def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, hidden_layers=None,
                            gamma0, eta, steps, X_test=None, kernel=None,
                            closure: str = "exact", activation="linear",
@@ -803,6 +806,7 @@ def _sampled_arguments(activation, gamma0, eta, steps, samples, batches) -> tupl
 
 
 @public
+@limits_blas_threads
 def solve_rule_two_layer(X=None, y=None, *, rule="gd", rho=None, gamma0, eta, steps,
                          activation="relu", samples: int = 20000, batches: int = 10, seed=0,
                          X_test=None, kernel=None, record_kernels: bool = True,
@@ -998,6 +1002,7 @@ def _equal_pairs(K2, T, n, C, multi):
 # ================================================================== deep nonlinear DFA / Hebb
 
 @public
+@limits_blas_threads
 def solve_rule_forward(X=None, y=None, *, rule="dfa", rho=None, depth=None, hidden_layers=None, gamma0,
                        eta, steps, activation="tanh", samples: int = 20000, batches: int = 10,
                        seed=0, X_test=None, kernel=None, jitter: float = 1e-10,

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from effth._threads import limits_blas_threads
+
 from effth._signature import public
 from effth._display import html_table
 from effth.dmft.grid import TrainingData, prepare_data, real_scalar
@@ -192,6 +194,7 @@ def solve_deep_linear_equilibrium(X=None, y=None, *, depth: int | None = None,
 
 
 @public
+@limits_blas_threads
 def solve_equilibrium(X=None, y=None, *, depth: int | None = None, hidden_layers: int | None = None,
                       activation="tanh", gamma0: float, temperature: float, weight_decay: float,
                       X_test=None, kernel=None, method: str = "auto", samples: int = 16_000,

@@ -28,6 +28,8 @@ import time
 
 import numpy as np
 
+from effth._threads import limits_blas_threads
+
 from effth.errors import DomainError
 from effth._validate import weight_variance_values, width_ratio_values
 from effth.numerics._rules import covariance_root
@@ -40,6 +42,7 @@ __all__ = ["solve_two_layer"]
 
 
 @public
+@limits_blas_threads
 def solve_two_layer(X=None, y=None, *, gamma0: float, eta: float, steps: int,
                     activation="tanh", X_test=None, kernel=None,
                     method: str = "quadrature", nodes: int | None = None, max_nodes: int = 64_000,
