@@ -95,8 +95,6 @@ from typing import Any
 
 import numpy as np
 
-from effth._threads import limits_blas_threads
-
 from effth import _validate as _v
 from effth._signature import public
 from effth.arch.cnn import CNN, unpad
@@ -446,7 +444,6 @@ def _prepare(net, X, y, X_test, eta, steps):
 
 
 @public
-@limits_blas_threads
 def solve_cnn_monte_carlo(net: CNN, X: Any, y: Any, *, eta: float, steps: int, X_test: Any = None,
                           samples: int = 2000, iterations: int | None = 15, damping: float = 0.6,
                           tol: float = 0.0, replicas: int = 4, stein_cut: float = 2.0,
@@ -741,7 +738,6 @@ def _is_identity(act) -> bool:
 
 
 @public
-@limits_blas_threads
 def solve_cnn_deep_linear(net: CNN, X: Any, y: Any, *, eta: float, steps: int,
                           X_test: Any = None, tol: float = 1e-11, max_iter: int | None = None,
                           reduce: bool = False) -> DMFTResult:
