@@ -891,7 +891,10 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
             Lt = training_cholesky(TAA, "Theta", jitter=jitter)
             if eta is not None:
                 _check_stable(TAA + jitter * np.eye(P), eta)
-            Pm = _solve_tri(Lt, Tf[P:, :P].T, transpose=True).T
+            # the mean as Theta_BA (Theta~^{-1} y): solves with the C columns of y; the Q x P
+            # projector Theta_BA Theta~^{-1} (Q right-hand sides) only for the covariance
+            mean = Tf[P:, :P] @ _solve_tri(Lt, y, transpose=True)
+            Pm = None
             train_mean, train_cov = y.copy(), np.zeros((P, P))
         else:
             lam, U = training_spectrum(TAA, "Theta", need_invertible=converged or method == "newton",
@@ -926,10 +929,12 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
                         S = step @ S
                     Pm = Pg + Pn @ S                              # z_B(T) = z_B - Pm (z_A - y)
                 train_mean, train_cov = y.copy(), np.zeros((P, P))
-        mean = Pm @ y
+        if Pm is not None:
+            mean = Pm @ y
 
         def cov():                                      # (10.41), when first read
-            return _finite_or_raise("covariance", _covariance(Pm, Kf, P))
+            pm = Pm if Pm is not None else _solve_tri(Lt, Tf[P:, :P].T, transpose=True).T
+            return _finite_or_raise("covariance", _covariance(pm, Kf, P))
     _finite_or_raise("mean", mean)
     finite = None
     if width is not None and method == "bayes":
