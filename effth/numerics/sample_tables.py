@@ -225,7 +225,8 @@ def _split(K: np.ndarray) -> tuple:
                 old[take] = new[take]
             last[take] = v
     s, A0, cvec = best
-    order = np.array([[u for u in range(k) if u != l] + [l] for l in last], dtype=np.intp).reshape(B, k)
+    by_last = np.array([[u for u in range(k) if u != l] + [l] for l in range(k)], dtype=np.intp)
+    order = by_last[last].reshape(B, k)
     A, cnorm = _rotate(A0, cvec)
     return order, A, cnorm, s
 

@@ -169,10 +169,11 @@ def test_four_point_table_four_distinct_kernel_matches_numpy_path(monkeypatch):
     per-coordinate exponentials) against the NumPy path of the same rules: every entry of the
     (N,)*4 table within 1e-14 of the table's largest entry, the error estimates too; the kernel is
     the path taken, and a kernel that used the step-2h x_3 weights for the fine sum would be
-    off by far more (1e-6)."""
+    off by far more (1e-6).  A zero input (row 6) gives exact zeros, as in NumPy."""
     import effth.numerics.sample_tables as st
     rng = np.random.default_rng(3)
     X = rng.standard_normal((7, 5))
+    X[6] = 0.0
     K = X @ X.T / 5
     calls = []
     real = st._fused_four
@@ -184,6 +185,7 @@ def test_four_point_table_four_distinct_kernel_matches_numpy_path(monkeypatch):
     monkeypatch.setattr(st, "_fused_four", spy)
     F, FE = st.four_point_table(K, TANH, rtol=1e-8)
     assert calls and all(calls)
+    assert np.all(F[:6, :6, :6, 6] == 0.0)
     monkeypatch.setattr(st, "_fused_four", lambda *a: None)
     G, GE = st.four_point_table(K, TANH, rtol=1e-8)
     scale = np.max(np.abs(G))

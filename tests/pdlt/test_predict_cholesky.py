@@ -62,3 +62,22 @@ def test_bayes_by_cholesky_lazy_posterior(monkeypatch):
     np.testing.assert_allclose(q.value("train_mean"), K[:P, :P] @ Kn @ Y, rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(q.value("train_covariance"), K[:P, :P] - K[:P, :P] @ Kn @ K[:P, :P],
                                rtol=1e-10, atol=1e-13)
+
+
+def test_converged_gd_mean_solves_with_the_targets_only(monkeypatch):
+    """The converged GD mean is Theta_BA (Theta~^{-1} y): the solves take the C columns of y;
+    the Q x P projector (Q right-hand sides) is formed only when the covariance is read."""
+    from effth.pdlt.learning import prediction as pr
+    widths = []
+    real = pr._solve_tri
+
+    def spy(Lc, B, *a, **k):
+        widths.append(1 if B.ndim == 1 else B.shape[1])
+        return real(Lc, B, *a, **k)
+    monkeypatch.setattr(pr, "_solve_tri", spy)
+    Q = K.shape[0] - P
+    p = et.predict(K=K, Theta=TH, y_train=Y, n_train=P)
+    p.value("mean")
+    assert widths and max(widths) == Y.shape[1]
+    p.value("covariance")
+    assert max(widths) == Q
