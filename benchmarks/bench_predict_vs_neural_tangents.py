@@ -22,7 +22,9 @@ the kernels by the plain NumPy loop of the closed forms of ``bench_vs_neural_tan
 ``cho_solve`` (GD: Theta_BA Theta~^{-1} y, Bayes: K_BA K~^{-1} y); printed as effth / GP and the
 largest relative difference of the means (an independent evaluation of the same formulas:
 neural-tangents' ReLU Theta is itself off by 2e-8, see ``bench_vs_neural_tangents.py``).
-Without neural-tangents the script says so and times effth against the GP only.
+Without neural-tangents the script says so and times effth against the GP only.  ``--base REV``
+(default ``main``) also times ``predict`` as it was at that git revision, interleaved (see
+``bench_predict_cholesky.py``), printed as now / before.
 """
 
 from __future__ import annotations
@@ -59,6 +61,21 @@ def _data(P: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(P + Q, N0))
     return X[:P], np.sin(X[:P, :1]) + 0.3 * np.cos(X[:P, 1:2]), X[P:]
+
+
+def _before(act: str, rev: str):
+    """``predict`` at git revision ``rev`` on the same network (None when git has no such file)."""
+    from bench_predict_cholesky import _base_predict
+    import effth as et
+    fn = _base_predict(rev)
+    if fn is None:
+        return None
+    c_w = ACTS[act]
+    net = et.MLP(act, depth=DEPTH, c_w=c_w, c_b=C_B)
+
+    def before(method, Xa, ya, Xb):
+        return fn(net, Xa, ya, Xb, method=method, lambda_b=C_B, lambda_w=c_w).value("mean")
+    return before
 
 
 def _makers(act: str):
@@ -137,6 +154,7 @@ def main() -> int:
     ap.add_argument("--acts", default="erf,relu")
     ap.add_argument("--methods", default="gd,bayes")
     ap.add_argument("--memory", action="store_true")
+    ap.add_argument("--base", default="main")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -149,10 +167,12 @@ def main() -> int:
     for act in args.acts.split(","):
         ours, theirs = _makers(act)
         gp = _gp(act)
+        before = _before(act, args.base) if args.base else None
         for P in map(int, args.sizes.split(",")):
             data = _data(P)
             for method in args.methods.split(","):
-                sides = [ours, gp] + ([theirs] if theirs is not None else [])
+                sides = [ours, gp] + ([theirs] if theirs is not None else []) + (
+                    [before] if before is not None else [])
                 for fn in sides:
                     fn(method, *_data(50, 1))                       # warm-up
                 times = [[] for _ in sides]
@@ -166,11 +186,14 @@ def main() -> int:
                         ts.append(time.perf_counter() - t)
                 best = [min(ts) for ts in times]
                 rel = [float(np.max(np.abs(means[0] - m)) / np.max(np.abs(m))) for m in means[1:]]
-                line = (f"{act:4s} P={P:5d} {method:5s}: effth {best[0]:7.3f} s, GP {best[1]:7.3f} s "
+                line = (f"{act:4s} P={P:5d} {method:5s}: effth {best[0]:7.4f} s, GP {best[1]:7.4f} s "
                         f"(effth/GP {best[0] / best[1]:.2f}, mean rel. diff {rel[0]:.1e})")
                 if theirs is not None:
-                    line += (f", neural-tangents {best[2]:7.3f} s (effth/NT {best[0] / best[2]:.2f}, "
+                    line += (f", neural-tangents {best[2]:7.4f} s (effth/NT {best[0] / best[2]:.2f}, "
                              f"mean rel. diff {rel[1]:.1e})")
+                if before is not None:
+                    line += (f", before {best[-1]:7.4f} s (now/before {best[0] / best[-1]:.2f}, "
+                             f"{rel[-1]:.1e} apart)")
                 line += f"; load {min(loads):.1f}-{max(loads):.1f}"
                 if args.memory and theirs is not None:
                     mem = {}
