@@ -318,10 +318,12 @@ def _condition_on_zero(S: np.ndarray, j: int) -> tuple[np.ndarray, np.ndarray]:
     pos = sjj > 0
     sjj_safe = np.where(pos, sjj, 1.0)
     col = S[..., keep, j]
-    Sc = S[..., keep, :][..., :, keep] - col[..., :, None] * col[..., None, :] / sjj_safe[..., None, None]
+    kk = np.array(keep)
+    sub = S[..., kk[:, None], kk[None, :]]             # one gather of the kept block
+    Sc = sub - col[..., :, None] * col[..., None, :] / sjj_safe[..., None, None]
     Sc = 0.5 * (Sc + np.swapaxes(Sc, -1, -2))
     dg = np.diagonal(Sc, axis1=-2, axis2=-1)
-    dg0 = np.diagonal(S[..., keep, :][..., :, keep], axis1=-2, axis2=-1)
+    dg0 = np.diagonal(sub, axis1=-2, axis2=-1)
     small = dg <= 1e-12 * dg0
     mask = ~(small[..., :, None] | small[..., None, :])
     Sc = np.where(mask, Sc, 0.0)
