@@ -668,7 +668,9 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
     if K is None or y_train is None or n_train is None:
         raise DomainError("predict needs (net, X_train, y_train, X_test) or precomputed kernels "
                           "K=, y_train= and n_train= (plus Theta= for gradient descent)")
-    Kf = symmetric_matrix(finite_array(K, "K", (2,)), "K")
+    Kf = finite_array(K, "K", (2,))
+    if Kf.shape[0] != Kf.shape[1]:
+        symmetric_matrix(Kf, "K")                             # its message for a non-square K
     if isinstance(n_train, bool) or not isinstance(n_train, (numbers.Integral,)) or not 0 < n_train < Kf.shape[0]:
         raise DomainError(f"n_train must be an int with 0 < n_train < N = {Kf.shape[0]} (training "
                           f"inputs first, then at least one test input), got {n_train!r}")
