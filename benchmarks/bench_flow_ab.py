@@ -11,8 +11,11 @@ by entry.
     OPENBLAS_NUM_THREADS=1 python benchmarks/bench_flow_ab.py [--acts relu erf tanh]
         [--inputs 32] [--depth 20] [--rounds 3] [--threads 2]
 
-Measured 2026-12-04 on the 2-core machine shared with other sessions: see docs/performance.md
-("Closed forms where they exist").
+Measured 2026-12-04 on the 2-core machine shared with other sessions, two threads, best of 2,
+load 2.6-3.8: ReLU 6.9 / 11.7 s (0.59), erf 4.9 / 13.4 s (0.36), tanh 16.8 / 41.0 s (0.41); one
+thread, load 4.4-5.2: 0.49, 0.30, 0.47.  K bitwise; V, G1 within 7.3e-15 and 1.3e-14 of each
+layer's largest entry (erf; ReLU and tanh 4e-16 and 0).  See docs/performance.md ("Closed forms
+where they exist").
 """
 
 from __future__ import annotations
