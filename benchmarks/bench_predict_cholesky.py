@@ -8,13 +8,22 @@ the same matrices (mean K_BA K~^{-1} y; covariance K_BB - K_BA K~^{-1} K_AB), in
 With neural-tangents importable (see ``bench_vs_neural_tangents.py`` for its venv), also its
 ``predict.gp_inference`` on the same kernels.
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/bench_predict_cholesky.py --sizes 1000,3000
+``--base REV`` (default ``main``) also times ``predict`` as it was at that git revision
+(``effth/pdlt/learning/prediction.py`` read from git and loaded beside this checkout's) on the
+same matrices, interleaved: printed as now / before.  Bayes is given K alone (it reads no
+Theta).  Each line ends with the load average over its rounds.
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/bench_predict_cholesky.py --sizes 100,1000,3000
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import subprocess
 import sys
+import tempfile
 import time
 import types
 
@@ -33,6 +42,24 @@ def _best(fn, repeat):
     return best, out
 
 
+def _base_predict(rev):
+    """``predict`` of effth/pdlt/learning/prediction.py at git revision ``rev``, or None."""
+    try:
+        src = subprocess.run(["git", "show", f"{rev}:effth/pdlt/learning/prediction.py"],
+                             capture_output=True, text=True, check=True,
+                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    f = os.path.join(tempfile.mkdtemp(prefix="effth_base_"), "prediction_base.py")
+    with open(f, "w") as fh:
+        fh.write(src)
+    spec = importlib.util.spec_from_file_location("effth.pdlt.learning._prediction_base", f)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod.predict
+
+
 def _gp(KAA, KBA, KBB, y, cov):
     c = sl.cho_factor(KAA, lower=True, check_finite=False)
     mean = KBA @ sl.cho_solve(c, y, check_finite=False)
@@ -43,7 +70,8 @@ def _gp(KAA, KBA, KBB, y, cov):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="1000,3000")
+    ap.add_argument("--sizes", default="100,1000,3000")
+    ap.add_argument("--base", default="main")
     ap.add_argument("--test", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
@@ -54,6 +82,7 @@ def main() -> int:
         import neural_tangents as nt
     except Exception:  # noqa: BLE001
         nt = None
+    base = _base_predict(args.base) if args.base else None
     net = et.MLP("erf", depth=10, c_w=1.0, c_b=0.1)
     rng = np.random.default_rng(0)
     print("P, method: effth mean / GP mean, effth mean+cov / GP mean+cov, max rel. difference"
@@ -63,8 +92,9 @@ def main() -> int:
         y = np.sin(X[:P, :1])
         K, Th = et.output_kernels(net, X)
         for method, M in (("gd", Th), ("bayes", K)):
-            def eff(cov, method=method):
-                p = et.predict(K=K, Theta=Th, y_train=y, n_train=P, method=method)
+            def eff(cov, method=method, fn=et.predict):
+                kw = dict(Theta=Th) if method == "gd" else {}
+                p = fn(K=K, y_train=y, n_train=P, method=method, **kw)
                 return p.value("mean"), (p.value("covariance") if cov else None)
             ref_gd = method == "gd"
             def gp(cov, M=M):
@@ -74,13 +104,20 @@ def main() -> int:
                     KAB = K[:P, P:]
                     c = K[P:, P:] - Pm @ KAB - KAB.T @ Pm.T + Pm @ K[:P, :P] @ Pm.T
                 return mean, c
+            load = os.getloadavg()[0]
             t_e, (m_e, _) = _best(lambda: eff(False), args.repeat)
             t_g, (m_g, _) = _best(lambda: gp(False), args.repeat)
             t_ec, (_, c_e) = _best(lambda: eff(True), args.repeat)
             t_gc, (_, c_g) = _best(lambda: gp(True), args.repeat)
             rel = max(abs(m_e - m_g).max() / abs(m_g).max(), abs(c_e - c_g).max() / abs(c_g).max())
-            line = (f"{P:5d} {method:5s}: {t_e:.3f} / {t_g:.3f} s ({t_e / t_g:.2f}x), "
-                    f"{t_ec:.3f} / {t_gc:.3f} s ({t_ec / t_gc:.2f}x), {rel:.1e}")
+            before = ""
+            if base is not None:                      # before, then now again (best of both)
+                t_b, (m_b, _) = _best(lambda: eff(False, fn=base), args.repeat)
+                t_e = min(t_e, _best(lambda: eff(False), args.repeat)[0])
+                before = (f"; before {t_b:.4f} s (now/before {t_e / t_b:.2f}, "
+                          f"{abs(m_b - m_e).max() / abs(m_b).max():.1e} apart)")
+            line = (f"{P:5d} {method:5s}: {t_e:.4f} / {t_g:.4f} s ({t_e / t_g:.2f}x), "
+                    f"{t_ec:.4f} / {t_gc:.4f} s ({t_ec / t_gc:.2f}x), {rel:.1e}" + before)
             if nt is not None:
                 kt = {"nngp": K[:P, :P], "ntk": Th[:P, :P]}
                 def ntp():
@@ -90,8 +127,8 @@ def main() -> int:
                     pf = nt.predict.gp_inference(K[:P, :P], y, diag_reg=0.0)
                     return pf("nngp", K[P:, :P])
                 t_n, m_n = _best(ntp, args.repeat)
-                line += f"; neural-tangents {t_n:.3f} s ({t_e / t_n:.2f}x), {abs(np.asarray(m_n) - m_e).max() / abs(m_e).max():.1e}"
-            print(line, flush=True)
+                line += f"; neural-tangents {t_n:.4f} s ({t_e / t_n:.2f}x), {abs(np.asarray(m_n) - m_e).max() / abs(m_e).max():.1e}"
+            print(line + f"; load {load:.1f}-{os.getloadavg()[0]:.1f}", flush=True)
             assert rel < 1e-10, rel
     return 0
 

@@ -719,11 +719,21 @@ def langevin_momentum(temperature: Any, momentum: Any) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------- kernels, duplicates
-def psd_kernel(K: Any, name: str = "K", *, n_train: int | None = None) -> np.ndarray:
-    """A finite, non-empty, symmetric (to 1e-10 of its scale), positive semi-definite (N, N)
+def psd_kernel(K: Any, name: str = "K", *, n_train: int | None = None,
+               train_factor: bool = False) -> Any:
+    r"""A finite, non-empty, symmetric (to 1e-10 of its scale), positive semi-definite (N, N)
     kernel, returned symmetrized. Every block a formula reads is checked, the test blocks too:
     with ``n_train`` the message says whether the training block, the test block or only the
     coupling between them breaks positivity (a covariance of the joint outputs must be PSD).
+
+    With ``train_factor`` (and ``n_train``) returns ``(K, L)``: ``L`` the lower Cholesky factor
+    of the training block when it is positive definite (else ``None``), from which the check
+    was made blockwise: :math:`K_{AA}=LL^\top` and the Schur complement
+    :math:`K_{BB}+\epsilon-W^\top W`, :math:`W=L^{-1}K_{AB}`, definite with
+    :math:`\epsilon=10^{-10}` of the scale imply that :math:`K+\epsilon` is definite (its
+    Schur complement, with :math:`(K_{AA}+\epsilon)^{-1}\preceq K_{AA}^{-1}`, is larger), the
+    test below; a caller that solves with the training block reuses ``L`` instead of a second
+    factorization.  When the blockwise test fails the test below decides.
     """
     Ka = real_array(K, name)
     if Ka.ndim != 2 or Ka.shape[0] != Ka.shape[1] or Ka.shape[0] < 1:
@@ -732,6 +742,13 @@ def psd_kernel(K: Any, name: str = "K", *, n_train: int | None = None) -> np.nda
         raise DomainError(f"{name} has NaN or infinite entries (overflow upstream?)")
     Ka = symmetric_matrix(Ka, name)
     scale = float(np.max(np.abs(Ka))) or 1.0
+    if train_factor:
+        if n_train is None or not 0 < n_train < Ka.shape[0]:
+            raise ValueError("train_factor needs 0 < n_train < N")
+        L = _blockwise_psd(Ka, int(n_train), 1e-10 * scale)
+        if L is not None:
+            return Ka, L
+        return psd_kernel(Ka, name, n_train=n_train), None
 
     def smallest(M):
         return float(np.min(np.linalg.eigvalsh(M))) if M.size else 0.0
@@ -755,6 +772,21 @@ def psd_kernel(K: Any, name: str = "K", *, n_train: int | None = None) -> np.nda
         raise DomainError(f"{name} is not positive semi-definite{where} (smallest eigenvalue "
                           f"{lam:.3g}); a kernel is a covariance of the outputs")
     return Ka
+
+
+def _blockwise_psd(K: np.ndarray, P: int, eps: float) -> np.ndarray | None:
+    """The lower Cholesky factor of ``K[:P, :P]`` when it and the Schur complement of the test
+    block plus ``eps`` factor (then ``K + eps`` is definite: see :func:`psd_kernel`), else None."""
+    from scipy.linalg import LinAlgError, cholesky, solve_triangular
+    try:
+        L = cholesky(K[:P, :P], lower=True, check_finite=False)
+        W = solve_triangular(L, K[:P, P:], lower=True, check_finite=False)
+        S = K[P:, P:] - W.T @ W
+        S[np.diag_indices_from(S)] += eps
+        cholesky(S, lower=True, check_finite=False)
+    except (np.linalg.LinAlgError, LinAlgError):
+        return None
+    return L
 
 
 def duplicate_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

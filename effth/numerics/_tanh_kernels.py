@@ -215,3 +215,57 @@ def _smoothed(c, s, x1, y, wy, wyc, m1, fo, Sm, Sc, Sa):
                 Sm[f, b, i] = acc
                 Sc[f, b, i] = accc if m1[i] else 0.0
                 Sa[f, b, i] = acca if m1[i] else 0.0
+
+
+@njit(**_OPT)
+def _four_cube(A, x1, x2, w2, c2, x3, w3, c3, inner, inner_c, inner_a):
+    """The inner sums of :func:`effth.numerics.sample_tables._outer_sum` for four distinct samples
+    (r = 3, every power 1): with ``z = A x`` on the 3-D grid,
+    ``t = sum_k w3 tanh z_1 tanh z_2`` (``tc`` with the step-2h weights ``c3``) and
+    ``g = tanh z_0``, ``inner[b, i] = sum_j w2 g t``, ``inner_c = sum_j c2 g tc``,
+    ``inner_a = sum_j w2 |g t|``.  tanh from the per-coordinate exponentials as in
+    :func:`_cube`, the product of the two as one quotient
+    :math:`(P-1)(Q-1)/((P+1)(Q+1))` (one division per node; exactly 0 for a zero input, where
+    :math:`P=1`; no overflow: every :math:`|2z|\le354`, so the denominator stays below
+    :math:`10^{307}`): 1.4 ns per node of the 3-D grid on one core."""
+    B = A.shape[0]
+    n1, n2, n3 = x1.size, x2.size, x3.size
+    E1 = np.empty(n3)
+    E2 = np.empty(n3)
+    X11 = np.empty(n1)
+    X21 = np.empty(n1)
+    X12 = np.empty(n2)
+    X22 = np.empty(n2)
+    for b in range(B):
+        for k in range(n3):
+            E1[k] = math.exp(2.0 * A[b, 1, 2] * x3[k])
+            E2[k] = math.exp(2.0 * A[b, 2, 2] * x3[k])
+        for i in range(n1):
+            X11[i] = math.exp(2.0 * A[b, 1, 0] * x1[i])
+            X21[i] = math.exp(2.0 * A[b, 2, 0] * x1[i])
+        for j in range(n2):
+            X12[j] = math.exp(2.0 * A[b, 1, 1] * x2[j])
+            X22[j] = math.exp(2.0 * A[b, 2, 1] * x2[j])
+        for i in range(n1):
+            acc = 0.0
+            accc = 0.0
+            acca = 0.0
+            for j in range(n2):
+                g = math.tanh(A[b, 0, 0] * x1[i] + A[b, 0, 1] * x2[j])
+                e1 = X11[i] * X12[j]
+                e2 = X21[i] * X22[j]
+                t = 0.0
+                tc = 0.0
+                for k in range(n3):
+                    P = e1 * E1[k]                  # tanh z = (P - 1) / (P + 1), P = e^{2z}
+                    Q = e2 * E2[k]
+                    p = ((P - 1.0) * (Q - 1.0)) / ((P + 1.0) * (Q + 1.0))
+                    t += w3[k] * p
+                    tc += c3[k] * p
+                gt = g * t
+                acc += w2[j] * gt
+                accc += c2[j] * (g * tc)
+                acca += w2[j] * abs(gt)
+            inner[b, i] = acc
+            inner_c[b, i] = accc
+            inner_a[b, i] = acca

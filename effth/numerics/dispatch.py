@@ -213,7 +213,13 @@ def _condition(K: np.ndarray, mean: np.ndarray | None, S: list[int], c: np.ndarr
     # (variance 1e-8 next to 1e8) are not mistaken for duplicated ones.
     dS = np.sqrt(np.clip(np.diagonal(KSS, axis1=1, axis2=2), 0.0, None))
     dSz = np.where(dS > 0.0, dS, 1.0)
-    eig = np.linalg.eigvalsh(KSS / (dSz[:, :, None] * dSz[:, None, :]))
+    Rss = KSS / (dSz[:, :, None] * dSz[:, None, :])
+    if len(S) == 1:                 # the smallest eigenvalue of the correlation: 1, 1 - |rho|
+        eig = Rss[:, 0]
+    elif len(S) == 2:
+        eig = 0.5 * (Rss[:, 0, 0] + Rss[:, 1, 1])[:, None] - np.abs(Rss[:, 0, 1])[:, None]
+    else:
+        eig = np.linalg.eigvalsh(Rss)
     bad = (eig[:, 0] <= 1e-13) | np.any(dS == 0.0, axis=1)
     if np.any(bad):
         b = int(np.argmax(bad))

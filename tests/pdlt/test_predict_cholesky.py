@@ -62,3 +62,70 @@ def test_bayes_by_cholesky_lazy_posterior(monkeypatch):
     np.testing.assert_allclose(q.value("train_mean"), K[:P, :P] @ Kn @ Y, rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(q.value("train_covariance"), K[:P, :P] - K[:P, :P] @ Kn @ K[:P, :P],
                                rtol=1e-10, atol=1e-13)
+
+
+def test_converged_gd_mean_solves_with_the_targets_only(monkeypatch):
+    """The converged GD mean is Theta_BA (Theta~^{-1} y): the solves take the C columns of y;
+    the Q x P projector (Q right-hand sides) is formed only when the covariance is read."""
+    from effth.pdlt.learning import prediction as pr
+    widths = []
+    real = pr._solve_tri
+
+    def spy(Lc, B, *a, **k):
+        widths.append(1 if B.ndim == 1 else B.shape[1])
+        return real(Lc, B, *a, **k)
+    monkeypatch.setattr(pr, "_solve_tri", spy)
+    Q = K.shape[0] - P
+    p = et.predict(K=K, Theta=TH, y_train=Y, n_train=P)
+    p.value("mean")
+    assert widths and max(widths) == Y.shape[1]
+    p.value("covariance")
+    assert max(widths) == Q
+
+
+def test_given_kernels_factor_the_training_block_once(monkeypatch):
+    """With given kernels the PSD check of the matrix the solve uses is blockwise (the training
+    block's Cholesky factor, then the test block's Schur complement) and its factor is the one
+    the solve uses: one factorization of a P x P block (GD: Theta's, Bayes: K's) besides the
+    full-matrix check of the other kernel; the predictions are those of the eigenbasis."""
+    import scipy.linalg as sl
+    sizes = []
+    real = sl.cholesky
+
+    def spy(a, *args, **kw):
+        sizes.append(np.shape(a)[0])
+        return real(a, *args, **kw)
+    monkeypatch.setattr(sl, "cholesky", spy)
+    N = K.shape[0]
+    p = et.predict(K=K, Theta=TH, y_train=Y, n_train=P)
+    lam, U = np.linalg.eigh(TH[:P, :P])
+    np.testing.assert_allclose(p.value("mean"), TH[P:, :P] @ U @ np.diag(1 / lam) @ U.T @ Y,
+                               rtol=1e-12, atol=1e-13)
+    assert sorted(sizes) == sorted([N, P, N - P])         # K's full check, Theta's blocks
+    sizes.clear()
+    b = et.predict(K=K, y_train=Y, n_train=P, method="bayes")
+    np.testing.assert_allclose(b.value("mean"), K[P:, :P] @ np.linalg.solve(K[:P, :P], Y),
+                               rtol=1e-12, atol=1e-13)
+    assert sorted(sizes) == sorted([P, N - P])
+
+
+def test_blockwise_psd_check_decides_as_the_full_one():
+    """psd_kernel(train_factor=True): the factor of a definite training block and the same
+    verdicts as the full check -- a test block that is not PSD and a coupling too large for two
+    PSD blocks are refused with their messages, a singular training block of a PSD kernel
+    (duplicated training inputs) passes with no factor."""
+    from effth._validate import psd_kernel
+    Ka, L = psd_kernel(K, "K", n_train=P, train_factor=True)
+    np.testing.assert_allclose(L @ L.T, K[:P, :P], rtol=1e-13, atol=1e-14)
+    bad = K.copy()
+    bad[P:, P:] -= 2.0 * np.eye(K.shape[0] - P)
+    with pytest.raises(DomainError, match="test block"):
+        psd_kernel(bad, "K", n_train=P, train_factor=True)
+    cpl = np.eye(4)
+    cpl[0, 2] = cpl[2, 0] = 1.5                           # both blocks I, the coupling too large
+    with pytest.raises(DomainError, match="train-test"):
+        psd_kernel(cpl, "K", n_train=2, train_factor=True)
+    v = np.array([1.0, 1.0, 0.5])
+    dup = np.outer(v, v) + np.diag([0.0, 0.0, 1.0])      # rank-one training block, PSD kernel
+    out, L = psd_kernel(dup, "K", n_train=2, train_factor=True)
+    assert L is None and np.array_equal(out, dup)

@@ -318,10 +318,12 @@ def _condition_on_zero(S: np.ndarray, j: int) -> tuple[np.ndarray, np.ndarray]:
     pos = sjj > 0
     sjj_safe = np.where(pos, sjj, 1.0)
     col = S[..., keep, j]
-    Sc = S[..., keep, :][..., :, keep] - col[..., :, None] * col[..., None, :] / sjj_safe[..., None, None]
+    kk = np.array(keep)
+    sub = S[..., kk[:, None], kk[None, :]]             # one gather of the kept block
+    Sc = sub - col[..., :, None] * col[..., None, :] / sjj_safe[..., None, None]
     Sc = 0.5 * (Sc + np.swapaxes(Sc, -1, -2))
     dg = np.diagonal(Sc, axis1=-2, axis2=-1)
-    dg0 = np.diagonal(S[..., keep, :][..., :, keep], axis1=-2, axis2=-1)
+    dg0 = np.diagonal(sub, axis1=-2, axis2=-1)
     small = dg <= 1e-12 * dg0
     mask = ~(small[..., :, None] | small[..., None, :])
     Sc = np.where(mask, Sc, 0.0)
@@ -419,7 +421,7 @@ def theta_poly_expectation(
         parts = _theta_parts(K, slots, noise)
         if memo is not None:
             memo[key] = (K, parts)
-    S, R, linpow, ocache, rcache = parts
+    S, conditional, linpow, ocache, rcache = parts
     nv = m + k
     expanded: dict = {}
     for e, c in poly.items():
@@ -437,35 +439,44 @@ def theta_poly_expectation(
         if a not in ocache:
             ocache[a] = orthant_moment(S, a)
         if b not in rcache:
-            rcache[b] = gaussian_moment(b, R) if any(b) else 1.0
+            rcache[b] = gaussian_moment(b, conditional()[1]) if any(b) else 1.0
         res = res + cc * ocache[a] * rcache[b]
     return res
 
 
 def _theta_parts(K: np.ndarray, slots: tuple, noise: tuple) -> tuple:
     """What :func:`theta_poly_expectation` needs of ``(K, slots, noise)`` besides the polynomial:
-    ``S``, ``R``, the powers of the conditional linear forms and caches of the orthant and
-    Isserlis moments."""
+    ``S``, a function returning ``(B, R)`` (the regression of z on w and the residual
+    covariance, computed on first call: a polynomial without powers of z -- erf's orthant
+    probabilities -- never needs them, and their batched solve was a quarter of an erf flow), the
+    powers of the conditional linear forms and caches of the orthant and Isserlis moments."""
     m = len(slots)
     k = K.shape[-1]
     idx = list(slots)
     S = K[..., idx, :][..., :, idx] + np.diag(np.asarray(noise, dtype=float))
-    Czw = K[..., :, idx]  # (..., k, m)
-    B = np.swapaxes(np.linalg.solve(S, np.swapaxes(Czw, -1, -2)), -1, -2)  # (..., k, m)
-    R = K - B @ np.swapaxes(Czw, -1, -2)
-    R = 0.5 * (R + np.swapaxes(R, -1, -2))
     nv = m + k
-    lin = []
-    for s in range(k):
-        d: dict = {}
-        for j in range(m):
-            e = [0] * nv
-            e[j] = 1
-            d[tuple(e)] = B[..., s, j]
-        e = [0] * nv
-        e[m + s] = 1
-        d[tuple(e)] = 1.0
-        lin.append(d)
+    held: dict = {}
+
+    def conditional() -> tuple:
+        if not held:
+            Czw = K[..., :, idx]  # (..., k, m)
+            B = np.swapaxes(np.linalg.solve(S, np.swapaxes(Czw, -1, -2)), -1, -2)  # (..., k, m)
+            R = K - B @ np.swapaxes(Czw, -1, -2)
+            held["B"], held["R"] = B, 0.5 * (R + np.swapaxes(R, -1, -2))
+            lin = []
+            for s in range(k):
+                d: dict = {}
+                for j in range(m):
+                    e = [0] * nv
+                    e[j] = 1
+                    d[tuple(e)] = B[..., s, j]
+                e = [0] * nv
+                e[m + s] = 1
+                d[tuple(e)] = 1.0
+                lin.append(d)
+            held["lin"] = lin
+        return held["B"], held["R"]
+
     powcache: dict = {}
 
     def linpow(s: int, p: int) -> dict:
@@ -473,7 +484,8 @@ def _theta_parts(K: np.ndarray, slots: tuple, noise: tuple) -> tuple:
             if p == 0:
                 powcache[(s, p)] = {(0,) * nv: 1.0}
             else:
-                powcache[(s, p)] = poly_mul(linpow(s, p - 1), lin[s])
+                conditional()
+                powcache[(s, p)] = poly_mul(linpow(s, p - 1), held["lin"][s])
         return powcache[(s, p)]
 
-    return S, R, linpow, {}, {}
+    return S, conditional, linpow, {}, {}

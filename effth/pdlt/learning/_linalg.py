@@ -39,19 +39,23 @@ def training_spectrum(M: np.ndarray, name: str, *, need_invertible: bool, jitter
     return np.clip(lam, 0.0, None), U
 
 
-def training_cholesky(M: np.ndarray, name: str, *, jitter: float, bound_hint: str = "") -> np.ndarray:
+def training_cholesky(M: np.ndarray, name: str, *, jitter: float, bound_hint: str = "",
+                      factor: np.ndarray | None = None) -> np.ndarray:
     """Lower Cholesky factor of a symmetric positive-definite training block, with the checks of
     :func:`training_spectrum` (not PSD, singular, ill-conditioned) at the cost of a Cholesky
     factorization and a LAPACK condition estimate (``dpocon``); the eigen-decomposition is only
-    computed when a check fails, to say why."""
+    computed when a check fails, to say why.  ``factor``: the Cholesky factor of ``M`` already
+    computed (by the input check, :func:`effth._validate.psd_kernel`), used instead of a second
+    factorization (not with ``jitter``); the checks are the same."""
     from scipy.linalg import lapack
 
     P = M.shape[0]
     if jitter:
         M = M + jitter * np.eye(P)
+        factor = None
     from scipy.linalg import LinAlgError, cholesky
     try:
-        Lc = cholesky(M, lower=True, check_finite=False)     # LAPACK potrf, no extra copies
+        Lc = factor if factor is not None else cholesky(M, lower=True, check_finite=False)
     except (np.linalg.LinAlgError, LinAlgError):
         training_spectrum(M, name, need_invertible=True, jitter=0.0, bound_hint=bound_hint)
         raise DomainError(f"the training block of {name} is not positive definite "

@@ -630,8 +630,12 @@ def _check_duplicates(Xa: np.ndarray, y: np.ndarray) -> None:
 
 
 def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lambda_b, lambda_w, rtol,
-                  regularized=False):
-    """(K full, Theta full or None, P, y, lambda_b, lambda_w) from either calling convention."""
+                  regularized=False, factors=None):
+    """(K full, Theta full or None, P, y, lambda_b, lambda_w) from either calling convention.
+
+    With given kernels and a dict ``factors``, the Cholesky factor of the training block that
+    the solve will use (Bayes: K's, GD and Newton: Theta's; not when ``regularized``) is put in
+    ``factors`` by the PSD check that computed it (:func:`~effth._validate.psd_kernel`)."""
     if net is not None:
         if K is not None or Theta is not None or n_train is not None:
             raise DomainError("give either (net, X_train, y_train, X_test) or precomputed kernels "
@@ -664,14 +668,26 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
     if K is None or y_train is None or n_train is None:
         raise DomainError("predict needs (net, X_train, y_train, X_test) or precomputed kernels "
                           "K=, y_train= and n_train= (plus Theta= for gradient descent)")
-    Kf = symmetric_matrix(finite_array(K, "K", (2,)), "K")
+    Kf = finite_array(K, "K", (2,))
+    if Kf.shape[0] != Kf.shape[1]:
+        symmetric_matrix(Kf, "K")                             # its message for a non-square K
     if isinstance(n_train, bool) or not isinstance(n_train, (numbers.Integral,)) or not 0 < n_train < Kf.shape[0]:
         raise DomainError(f"n_train must be an int with 0 < n_train < N = {Kf.shape[0]} (training "
                           f"inputs first, then at least one test input), got {n_train!r}")
-    Kf = psd_kernel(Kf, "K", n_train=int(n_train))          # the test blocks too
+    reuse = factors is not None and not regularized
+    if reuse and method == "bayes":                          # the test blocks too
+        Kf, factors["K"] = psd_kernel(Kf, "K", n_train=int(n_train), train_factor=True)
+    else:
+        Kf = psd_kernel(Kf, "K", n_train=int(n_train))
     Tf = None
     if Theta is not None:
-        Tf = psd_kernel(finite_array(Theta, "Theta", (2,)), "Theta", n_train=int(n_train))
+        Ta = finite_array(Theta, "Theta", (2,))
+        if Ta.shape != Kf.shape:
+            raise DomainError(f"Theta has shape {Ta.shape} but K has {Kf.shape}")
+        if reuse and method != "bayes":
+            Tf, factors["Theta"] = psd_kernel(Ta, "Theta", n_train=int(n_train), train_factor=True)
+        else:
+            Tf = psd_kernel(Ta, "Theta", n_train=int(n_train))
         if Tf.shape != Kf.shape:
             raise DomainError(f"Theta has shape {Tf.shape} but K has {Kf.shape}")
     elif method != "bayes":
@@ -826,11 +842,13 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
     width = None if widths is None else _width(widths, net, updates, jitter, method)
     if width is not None and method != "bayes":
         _plan_restricted_flows(net, X_train, X_test)     # refused before the kernels, if at all
+    factors: dict = {}
     Kf, Tf, P, y, lb, lw = _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method,
                                          lambda_b, lambda_w, rtol,
                                          # finite-time GD and a regularized block need no inverse
                                          regularized=bool(noise) or bool(jitter) or
-                                         (method == "gd" and updates is not None))
+                                         (method == "gd" and updates is not None),
+                                         factors=factors)
     N = Kf.shape[0]
     Q = N - P
     yt = None
@@ -860,7 +878,8 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
     if method == "bayes":
         Kt = KAA + (noise + jitter) * np.eye(P)
         Lc = training_cholesky(Kt, "K (plus noise)" if noise else "K", jitter=0.0,
-                               bound_hint=" (a noise variance noise=s2 > 0 regularizes it too)")
+                               bound_hint=" (a noise variance noise=s2 > 0 regularizes it too)",
+                               factor=factors.get("K"))
         v = _solve_tri(Lc, y)                           # L^{-1} y
         alpha = _solve_tri(Lc.T, v, upper=True)         # K~^{-1} y (a Cholesky solve)
         mean = Kf[P:, :P] @ alpha
@@ -888,10 +907,13 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
             # converged GD (10.39)-(10.41) and Newton without GD steps (10.34): Theta_BA
             # Theta~^{-1} by a Cholesky solve, no eigendecomposition; a learning rate is checked
             # by a second Cholesky factorization, of 2/eta - Theta~ (definite iff eta lambda_max < 2)
-            Lt = training_cholesky(TAA, "Theta", jitter=jitter)
+            Lt = training_cholesky(TAA, "Theta", jitter=jitter, factor=factors.get("Theta"))
             if eta is not None:
                 _check_stable(TAA + jitter * np.eye(P), eta)
-            Pm = _solve_tri(Lt, Tf[P:, :P].T, transpose=True).T
+            # the mean as Theta_BA (Theta~^{-1} y): solves with the C columns of y; the Q x P
+            # projector Theta_BA Theta~^{-1} (Q right-hand sides) only for the covariance
+            mean = Tf[P:, :P] @ _solve_tri(Lt, y, transpose=True)
+            Pm = None
             train_mean, train_cov = y.copy(), np.zeros((P, P))
         else:
             lam, U = training_spectrum(TAA, "Theta", need_invertible=converged or method == "newton",
@@ -926,10 +948,12 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
                         S = step @ S
                     Pm = Pg + Pn @ S                              # z_B(T) = z_B - Pm (z_A - y)
                 train_mean, train_cov = y.copy(), np.zeros((P, P))
-        mean = Pm @ y
+        if Pm is not None:
+            mean = Pm @ y
 
         def cov():                                      # (10.41), when first read
-            return _finite_or_raise("covariance", _covariance(Pm, Kf, P))
+            pm = Pm if Pm is not None else _solve_tri(Lt, Tf[P:, :P].T, transpose=True).T
+            return _finite_or_raise("covariance", _covariance(pm, Kf, P))
     _finite_or_raise("mean", mean)
     finite = None
     if width is not None and method == "bayes":
