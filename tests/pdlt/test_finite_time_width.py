@@ -10,7 +10,8 @@ import pytest
 from effth.errors import DomainError
 from effth.pdlt.learning.finite_time import (divided_power, finite_time_projectors, phi_divided,
                                              power_t)
-from effth.pdlt.learning.finite_width import MEAN_PARTS, finite_width_mean, trained_output
+from effth.pdlt.learning.finite_width import (MEAN_PARTS, finite_width_covariance,
+                                              finite_width_mean, trained_output)
 
 from ._trained_reference import difference_equations, symmetric_statistics
 from .test_finite_width_learning import _synthetic_instance
@@ -178,8 +179,8 @@ def test_finite_time_rejects_bad_input():
 
 
 def test_predict_with_width_and_updates():
-    """predict(widths=n, updates=t, eta=) reads the finite-time O(1/n) mean; its covariance is
-    refused with the reason; Newton with updates= and widths= is refused."""
+    """predict(widths=n, updates=t, eta=) reads the finite-time O(1/n) mean and covariance;
+    Newton with updates= and widths= is refused."""
     import effth as et
     X = np.array([(1, 0.3, -0.5), (-0.6, 1.1, 0.2), (0.5, 0.5, 0.9)], float)
     net = et.MLP("tanh", depth=2, c_w=1.0, c_b=0.0)
@@ -191,8 +192,13 @@ def test_predict_with_width_and_updates():
     np.testing.assert_allclose(p.value("mean"), ref.value("mean")[2:, 0], rtol=1e-12)
     conv = finite_width_mean(nf, y, n_train=2, eta=0.2, widths=32)
     assert abs(p.value("mean1") - conv.value("mean1")[2:, 0]).max() > 1e-3
-    with pytest.raises(DomainError, match="finite number of steps"):
-        p.value("covariance1")
+    # the covariance after the same t steps (read on first use, from a flow with two test inputs)
+    nf2 = et.ntk_flow(net, X, n_train=2, max_test=2, rtol=1e-8)
+    cref = finite_width_covariance(nf2, y, n_train=2, eta=0.2, updates=7, widths=32)
+    np.testing.assert_allclose(p.value("covariance1"), cref.value("covariance1")[2:, 2:, 0, 0],
+                               rtol=1e-10)
+    cconv = finite_width_covariance(nf2, y, n_train=2, eta=0.2, widths=32)
+    assert abs(p.value("covariance1") - cconv.value("covariance1")[2:, 2:, 0, 0]).max() > 1e-3
     with pytest.raises(DomainError, match="Newton"):
         et.predict(net, X[:2], y, X[2:], method="newton", eta=0.2, updates=3, widths=32)
 
@@ -386,3 +392,90 @@ def test_finite_time_solution_of_real_trained_networks():
     assert med[-1, 1] < 0.1 * med[-1, 0], med[-1]
     for k in (2, 3, 4):                                   # each piece is needed, and the time
         assert med[-1, k] > 5 * med[-1, 1], (k, med[-1])
+
+
+# ----------------------------------------------------------------------------- covariance after t steps
+def _cov_statistics(rng, N, m=2):
+    T = symmetric_statistics(N, rng)
+    G = rng.standard_normal((N, N))
+    T.update(G1=G + G.T, D=rng.standard_normal((N,) * 4), F=rng.standard_normal((N,) * 4))
+    return T
+
+
+def test_finite_time_covariance_limits():
+    """The O(1/n) covariance after t steps: at t -> infinity (10^7 steps of a stable rate) the
+    converged covariance to round-off, part by part; at t = 0 the covariance at initialization,
+    K (x) delta at O(1) and the NLO metric G1 (x) delta (PDLT (4.106)) at O(1/n), with every
+    training part zero; in between neither."""
+    rng = np.random.default_rng(3)
+    N, P, m = 6, 3, 2
+    T = _cov_statistics(rng, N)
+    y = rng.standard_normal((P, m))
+    eta = 0.5 / np.linalg.eigvalsh(T["Theta"][:P, :P]).max()
+    conv = finite_width_covariance(T, y, n_train=P, eta=eta)
+    late = finite_width_covariance(T, y, n_train=P, eta=eta, updates=10 ** 7)
+    for k in conv.names:
+        if k != "covariance_at_width":
+            np.testing.assert_allclose(late.value(k), conv.value(k), rtol=1e-12,
+                                       atol=1e-13 * abs(conv.value(k)).max())
+    first = finite_width_covariance(T, y, n_train=P, eta=eta, updates=0, widths=16)
+    d = np.eye(m)
+    np.testing.assert_array_equal(first.value("covariance"), np.einsum("ab,ij->abij", T["K"], d))
+    np.testing.assert_array_equal(first.value("covariance1"), np.einsum("ab,ij->abij", T["G1"], d))
+    np.testing.assert_allclose(first.value("covariance_at_width"),
+                               np.einsum("ab,ij->abij", T["K"] + T["G1"] / 16, d), rtol=1e-15)
+    for k in ("ntk_fluctuation", "dntk", "ddntk"):
+        assert abs(first.value(k)).max() == 0.0
+    mid = finite_width_covariance(T, y, n_train=P, eta=eta, updates=5)
+    for k in ("metric", "ntk_fluctuation", "dntk", "ddntk"):
+        scale = abs(conv.value(k)).max()
+        assert abs(mid.value(k) - conv.value(k)).max() > 1e-2 * scale, k
+    c = mid.value("covariance1")
+    np.testing.assert_allclose(c, c.transpose(1, 0, 3, 2), rtol=1e-12, atol=1e-12 * abs(c).max())
+
+
+@pytest.mark.parametrize("eta_frac", [0.4, 0.8])
+def test_finite_time_covariance_free_part_against_matrix_powers(eta_frac):
+    """The NTK-fluctuation and H1 parts of the covariance after t steps against the exact
+    covariance of z(t) = z - Hhat_{. a} phi_t(Hhat~)(z_A - y) (direct matrix powers) for Gaussian
+    z independent of Delta H = h sum_k xi_k M_k (xi = +-1, all 2^3 signs enumerated) and the NTK
+    mean Theta + h^2 H1: the O(h^2) term (Richardson) is covariance1 with A = sum_k M_k (x) M_k,
+    B = D = F = 0 and no differentials.  The fluctuation part times 0.9 is rejected."""
+    import itertools
+    rng = np.random.default_rng(5)
+    N, P, t = 5, 3, 9
+    T = symmetric_statistics(N, rng)
+    Ms = [rng.standard_normal((N, N)) for _ in range(3)]
+    Ms = [M + M.T for M in Ms]
+    T["A"] = sum(np.einsum("ab,cd->abcd", M, M) for M in Ms)
+    for k in "BPQRSTU":
+        T[k] = np.zeros((N,) * 4)
+    T.update(G1=np.zeros((N, N)), D=np.zeros((N,) * 4), F=np.zeros((N,) * 4))
+    y = rng.standard_normal((P, 1))
+    H, K = T["Theta"], T["K"]
+    eta = 2 * eta_frac / np.linalg.eigvalsh(H[:P, :P]).max()
+    got = finite_width_covariance(T, y, n_train=P, eta=eta, updates=t)
+
+    def cov(h):
+        """Exact Cov[z(t)] over z ~ N(0, K) and the signs xi."""
+        Fy, MKM = [], 0.0
+        for xi in itertools.product((-1, 1), repeat=len(Ms)):
+            Hx = H + h * h * T["H1"] + h * sum(x * M for x, M in zip(xi, Ms))
+            F = Hx[:, :P] @ _phi_dense(Hx[:P, :P], eta, t)
+            Mt = np.eye(N)
+            Mt[:, :P] -= F
+            MKM = MKM + Mt @ K @ Mt.T
+            Fy.append(F @ y[:, 0])
+        Fy = np.array(Fy)
+        return MKM / len(Fy) + np.cov(Fy.T, bias=True)
+
+    np.testing.assert_allclose(got.value("covariance")[..., 0, 0], cov(0.0), rtol=1e-12)
+    est = [(cov(h) - cov(0.0)) / h ** 2 for h in (2e-3, 1e-3)]
+    fd = (4 * est[1] - est[0]) / 3                              # Richardson: O(h^4)
+    c1 = got.value("covariance1")[..., 0, 0]
+    tol = 1e-6 * abs(fd).max()
+    np.testing.assert_allclose(c1, fd, rtol=1e-6, atol=tol)
+    fl = got.value("ntk_fluctuation")[..., 0, 0]
+    assert abs(fl).max() > 0.1 * abs(fd).max()
+    assert abs(c1 - 0.1 * fl - fd).max() > 1e3 * tol           # a coefficient x 0.9: rejected
+    np.testing.assert_allclose(got.value("metric")[..., 0, 0] + fl, c1, rtol=1e-13, atol=1e-13 * abs(c1).max())
