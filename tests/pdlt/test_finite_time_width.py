@@ -538,9 +538,10 @@ def test_finite_time_covariance_of_trained_networks_width_study(opt_in_slow):
     a + b/n has its intercept within 5 SE of the O(1/n) covariance after t steps, the fit with
     the theory's intercept is good (chi^2 below 16.3, the 0.1 % quantile of 3 dof), the
     intercepts without the dNTK/ddNTK parts or without the NTK fluctuations are rejected (by
-    more than 5 SE of the fitted intercept), and where the remainder is resolved at n = 32 the gap
-    n (Var - Var_inf) - theory falls like n^-q with q > 0 by 3 SE (the gap in Var faster than
-    1/n).  About 10 minutes on the loaded 2-core machine."""
+    more than 5 SE of the fitted intercept), and where the remainder is resolved at n = 32 (by 10
+    SE: t = 4 at the training input) the gap n (Var - Var_inf) - theory falls like n^-q with
+    q > 0 by 3 SE (the gap in Var faster than 1/n).  About 11 minutes on the loaded 2-core
+    machine."""
     widths = (32, 64, 128, 256)
     for t in (4, 10):
         theory, meas = _measured_finite_time_variance(t, widths, 32000, seed=5)
@@ -550,15 +551,16 @@ def test_finite_time_covariance_of_trained_networks_width_study(opt_in_slow):
             coef, se0 = _fit_line(widths, data)
             chi_right = _chi2_fixed(widths, data, full)
             # the gap n (Var - Var_inf) - theory = b (n / 32)^-q: it falls faster than 1/n (q > 0)
-            q, se_q = _gap_exponent(widths, data, full)
+            resolved = abs(data[0, 0] - full) > 10 * data[0, 1]    # a resolved remainder at n = 32
+            q, se_q = _gap_exponent(widths, data, full) if resolved else (np.nan, np.nan)
             print(f"\nt={t} {where} input: measured {data.round(4).tolist()}; intercept "
                   f"{coef[0]:.4f} +- {se0:.4f} (b = {coef[1]:.2f}), theory {full:.4f} (chi2 {chi_right:.2f}), "
                   f"no dNTK/ddNTK {no_diff:.4f}, no fluctuations {no_fluct:.4f}; gap exponent "
-                  f"q = {q:.2f} +- {se_q:.2f} (gap ~ n^-(1+q))")
+                  + (f"q = {q:.2f} +- {se_q:.2f} (gap ~ n^-(1+q))" if resolved else "unresolved at n = 32"))
             assert abs(coef[0] - full) < 5 * se0
             assert chi_right < 16.3
             assert abs(coef[0] - no_diff) > 5 * se0 and abs(coef[0] - no_fluct) > 5 * se0
-            if abs(data[0, 0] - full) > 5 * data[0, 1]:          # a resolved remainder at n = 32
+            if resolved:
                 assert q > 3 * se_q, (q, se_q)
 
 
