@@ -540,7 +540,7 @@ def test_finite_time_covariance_of_trained_networks_width_study(opt_in_slow):
     intercepts without the dNTK/ddNTK parts or without the NTK fluctuations are rejected (by
     more than 5 SE of the fitted intercept), and where the remainder is resolved at n = 32 (by 10
     SE: t = 4 at the training input) the gap n (Var - Var_inf) - theory falls like n^-q with
-    q > 0 by 3 SE (the gap in Var faster than 1/n).  About 11 minutes on the loaded 2-core
+    q > 0 by 3 SE (the gap in Var faster than 1/n).  4-7 minutes on the loaded 2-core
     machine."""
     widths = (32, 64, 128, 256)
     for t in (4, 10):
