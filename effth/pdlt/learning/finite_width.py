@@ -754,11 +754,15 @@ def _decomposition(X: np.ndarray, m: int, pattern: str) -> np.ndarray:
 COVARIANCE_PARTS = ("metric", "ntk_fluctuation", "dntk", "ddntk")
 
 
-def covariance_bytes(N: int, P: int, m: int) -> float:
+def covariance_bytes(N: int, P: int, m: int, updates: int | None = None) -> float:
     """Estimated peak bytes of :func:`finite_width_covariance` on ``N`` inputs (``P`` training,
     ``m`` outputs): five output-index decompositions of ``m^4 N^4`` entries and their restricted
-    copies, the dense :math:`Z_A, Z_B` (``P^4``) and the third moments (``m^4 N P^3``)."""
-    return 8.0 * (10.0 * m ** 4 * float(N) ** 4 + 2.0 * float(P) ** 4 + 2.0 * m ** 4 * N * float(P) ** 3)
+    copies, the dense :math:`Z_A, Z_B` (``P^4``) and the third moments (``m^4 N P^3``); after
+    ``updates`` steps also the training-set parts of :math:`Z_A(t), Z_B(t)` (``P^5``) and the
+    first-order free-part map (``N^2 P^2``)."""
+    extra = 0.0 if updates is None else 2.0 * float(P) ** 5 + 2.0 * (float(N) * P) ** 2
+    return 8.0 * (10.0 * m ** 4 * float(N) ** 4 + 2.0 * float(P) ** 4 + 2.0 * m ** 4 * N * float(P) ** 3
+                  + extra)
 
 
 @public
@@ -791,29 +795,36 @@ class FiniteWidthCovariance(_ExpansionParts):
 
 @public
 def finite_width_covariance(tensors: Any, y_train: Any, *, n_train: int, algorithm: str = "gd",
-                            eta: Any = None, widths: Any = None, layer: int | None = None
-                            ) -> FiniteWidthCovariance:
-    r"""Covariance of the outputs of networks trained to convergence, at order :math:`1/n`.
+                            eta: Any = None, widths: Any = None, layer: int | None = None,
+                            updates: Any = None) -> FiniteWidthCovariance:
+    r"""Covariance of the outputs of trained networks (to convergence or after ``updates`` steps of
+    gradient descent), at order :math:`1/n`.
 
     Not printed in the book (PDLT (∞.161) gives one of its terms, (∞.162)).  Derived here as the
-    connected second moment of the per-network solution (∞.141) -- with the instance inverse
-    expanded to second order in :math:`\widehat{\Delta H}` -- over the statistics of the
-    output layer at initialization, kept to :math:`O(1/n)`:
-    :math:`\mathbb E[zz]=K+G^{\{1\}}/n` (PDLT (4.106)), the NTK mean :math:`\Theta+H^{\{1\}}/n`,
-    :math:`\mathbb E[\widehat{\Delta H}\widehat{\Delta H}]` (8.82), :math:`\mathbb E[zz\widehat{\Delta H}]`
-    (8.67), :math:`\mathbb E[\widehat{dH}z]` (11.45), :math:`\mathbb E[\widehat{dd_IH}]`,
-    :math:`\mathbb E[\widehat{dd_{II}H}]` (∞.11)–(∞.12), and Gaussian :math:`z` at leading order.
-    The contributions at this order are the products of the frozen-NTK part :math:`u=z-H\widetilde
-    H^{-1}z_\mathcal A` with itself (the NLO metric and :math:`H^{\{1\}}`), with the
-    :math:`\widehat{\Delta H}` terms and with the dNTK and ddNTK terms, and the square of the
-    first-order :math:`\widehat{\Delta H}` term; every other product is :math:`O(n^{-3/2})` or
-    smaller.  Output components are coupled through the targets ("wiring").
+    connected second moment of the per-network solution (∞.141) -- after ``updates`` steps the
+    solution of §∞.2.2 (:func:`trained_output` with ``updates=``) -- with the free part
+    :math:`\widehat H_{\delta\tilde\alpha}\varphi(\widehat H)e` expanded to second order in
+    :math:`\widehat{\Delta H}` (Daleckii–Krein: the divided differences of :math:`\varphi=
+    \lambda^{-1}` at convergence, :math:`\varphi_t=[1-(1-\eta\lambda)^t]/\lambda` after
+    :math:`t` steps), over the statistics of the output layer at initialization, kept to
+    :math:`O(1/n)`: :math:`\mathbb E[zz]=K+G^{\{1\}}/n` (PDLT (4.106)), the NTK mean
+    :math:`\Theta+H^{\{1\}}/n`, :math:`\mathbb E[\widehat{\Delta H}\widehat{\Delta H}]` (8.82),
+    :math:`\mathbb E[zz\widehat{\Delta H}]` (8.67), :math:`\mathbb E[\widehat{dH}z]` (11.45),
+    :math:`\mathbb E[\widehat{dd_IH}]`, :math:`\mathbb E[\widehat{dd_{II}H}]` (∞.11)–(∞.12), and
+    Gaussian :math:`z` at leading order.  The contributions at this order are the products of
+    the frozen-NTK part :math:`u=z-H_{\delta\tilde\alpha}\varphi(\widetilde H)e` with itself (the
+    NLO metric and :math:`H^{\{1\}}`), with the :math:`\widehat{\Delta H}` terms and with the
+    dNTK and ddNTK terms (after ``t`` steps with the finite-time projectors and the training-set
+    part of (∞.124)), and the square of the first-order :math:`\widehat{\Delta H}` term; every
+    other product is :math:`O(n^{-3/2})` or smaller.  Output components are coupled through the
+    targets ("wiring").  At ``updates=0`` it is the covariance at initialization, :math:`K` and
+    :math:`G^{\{1\}}`.
 
     Parameters
     ----------
     tensors : NTKFlow or mapping
         As :func:`finite_width_mean`, plus ``"G1"``, ``"D"``, ``"F"``.
-    y_train, n_train, algorithm, eta, widths, layer
+    y_train, n_train, algorithm, eta, widths, layer, updates
         As :func:`finite_width_mean`.
 
     Returns
@@ -824,56 +835,98 @@ def finite_width_covariance(tensors: Any, y_train: Any, *, n_train: int, algorit
     -----
     The ddNTK projectors stay in the eigenbasis of the training NTK (:math:`N_\mathcal A^3`
     coefficients, never :math:`N_\mathcal A^6` tensors); :math:`Z_A, Z_B` are held densely
-    (:math:`N_\mathcal A^4`) and the output indices are explicit (:math:`n_L^4N^4` entries), so
-    it is refused before allocating above the memory bound (:func:`covariance_bytes`).  The statistics are read at entries with at most two test
-    inputs (``ntk_flow(..., n_train=, max_test=2)``).
+    (:math:`N_\mathcal A^4`, after ``t`` steps also their training-set parts,
+    :math:`N_\mathcal A^5`) and the output indices are explicit (:math:`n_L^4N^4` entries), so
+    it is refused before allocating above the memory bound (:func:`covariance_bytes`).  The
+    statistics are read at entries with at most two test inputs
+    (``ntk_flow(..., n_train=, max_test=2)``).
     """
     T, y, P, width, Th, Z = _setup(tensors, _TENSORS + ("G1", "D", "F"), y_train, n_train,
-                                   algorithm, eta, widths, layer, 2)
+                                   algorithm, eta, widths, layer, 2, updates)
     m = y.shape[1]
     N = Th.shape[0]
-    check_memory(covariance_bytes(N, P, m), f"the O(1/n) covariance's output-index decompositions "
+    finite_time = hasattr(Z, "train_coefficients")
+    check_memory(covariance_bytes(N, P, m, Z.updates if finite_time else None),
+                 f"the O(1/n) covariance's output-index decompositions "
                  f"and projectors ({N} inputs, {P} training, {m} outputs)",
                  "use fewer test inputs (the covariance of a subset is that subset's block) or "
                  "fewer training inputs")
     K = T["K"]
+    U, lam = Z.eigenvectors, Z.eigenvalues
     Hi = Z.inverse()
+    # the free part's function of the training NTK and its divided differences (Daleckii-Krein):
+    # phi = 1/lambda at convergence (any algorithm), phi_t after t steps of GD
+    if finite_time:
+        phi, phi1, phi2 = Z.phi, Z.phi1, Z.phi2
+    else:
+        phi = 1.0 / lam
+        phi1 = -1.0 / np.multiply.outer(lam, lam)
+        phi2 = 1.0 / np.multiply.outer(np.multiply.outer(lam, lam), lam)
     EA = np.zeros((P, N))
     EA[:, :P] = np.eye(P)
-    Mb = np.eye(N) - Th[:, :P] @ Hi @ EA                 # u = M z, and the bracket [X]_delta
-    Rb = (Mb @ T["H1"][:, :P]) @ Hi @ EA                 # the H1 shift: u_H = (M - R/n) z
+    HU = Th[:, :P] @ U                                   # H_{delta a} u_p^a
+    Mb = np.eye(N) - Th[:, :P] @ Hi @ EA                 # the bracket [X]_delta
+    Mt = np.eye(N) - (HU * phi) @ U.T @ EA               # u = Mt z + H phi(H~) y
+    # the H1 shift of u: -R z / n, R = H1_{d a} phi + H_{d a} Dphi[H1~] (Frechet derivative)
+    H1 = T["H1"]
+    Rb = (H1[:, :P] @ (U * phi) @ U.T + HU @ ((U.T @ H1[:P, :P] @ U) * phi1) @ U.T) @ EA
     d = np.eye(m)
     KA = K[:, :P]
     # (a) u u: O(1) and the metric / H1 parts
-    cov_inf = np.einsum("ab,ij->abij", Mb @ K @ Mb.T, d)
-    metric = np.einsum("ab,ij->abij", Mb @ T["G1"] @ Mb.T - Rb @ K @ Mb.T - Mb @ K @ Rb.T, d)
-    # NTK fluctuations: E[zz dH~] (8.67) and E[dH~ dH~] (8.82), brackets on the free slot
+    cov_inf = np.einsum("ab,ij->abij", Mt @ K @ Mt.T, d)
+    metric = np.einsum("ab,ij->abij", Mt @ T["G1"] @ Mt.T - Rb @ K @ Mt.T - Mt @ K @ Rb.T, d)
+    # NTK fluctuations: E[zz dH~] (8.67) and E[dH~ dH~] (8.82)
     EzzH = _decomposition((T["D"], T["F"]), m, "zzH")        # [i1 i2 i3 i4, s1 s2 s3 s4]
     EHH = _decomposition((T["A"], T["B"]), m, "HH")
-    # (b) u x (-[dH_{i2 j; b2 a1}] Hi e_{j;a2}): E[z_{i1;d1} z_{j;a2} dH_{i2 j; d2 a1}]
-    b = -np.einsum("IjijxyDp,Ax,BD,py->ABIi", _restrict(EzzH, "xyDp", P), Mb, Mb, Hi, optimize=True)
-    # (c) u x [dH_{i2 j;b2 a1}] Hi dH_{jk;a2 a3} Hi e_{k;a4}, with E[z_{i1;x} z_{k;a4}] = delta K
-    c = np.einsum("ijjIDpqr,BD,pq,rs,As->ABIi", _restrict(EHH, "Dpqr", P), Mb, Hi, Hi, Mb @ KA,
-                  optimize=True)
-    # (d) [dH_{i1 j;b1 a1}] Hi e_j  x  [dH_{i2 k;b2 a3}] Hi e_k, E[e_j e_k] = delta K + y y
+    # first order in dH of the free part, -dH_{ij;D p} L1[B, D, p, y] e_{j;y}:
+    # L1 = delta_{BD} phi(H~)_{py} + H_{B a} Dphi[dH~] (D a training input)
+    L1 = np.einsum("BD,py->BDpy", np.eye(N), (U * phi) @ U.T)
+    L1[:, :P] += np.einsum("Ba,Da,pb,ab,yb->BDpy", HU, U, U, phi1, U, optimize=True)
+    # (b) u x the first-order term: E[z_{i1;x} z_{j;y} dH_{i2 j; D p}]
+    b = -np.einsum("IjijxyDp,Ax,BDpy->ABIi", _restrict(EzzH, "xyDp", P), Mt, L1, optimize=True)
+    # (c) u x the second-order term, -(dH_{ij;Bp} Dphi[dH] + H_{B.} D^2phi[dH, dH]/2) e, in the
+    #     eigenbasis; E[z_{i1;x} e_{k;s}] = delta K_{xs}
+    MKU = Mt @ KA @ U
+    E1 = Z.to_eigenbasis(_restrict(EHH, "Dpqr", P), (5, 6, 7))
+    E2 = Z.to_eigenbasis(E1[..., :P, :, :, :], (4,))
+    c = -(np.einsum("ijjIBaab,ab,Ab->ABIi", E1, phi1, MKU, optimize=True)
+          + np.einsum("ijjIabbc,Ba,abc,Ac->ABIi", E2, HU, phi2, MKU, optimize=True))
+    del E1, E2
+    # (d) the first-order term squared, E[e_j e_k] = delta K + y y
     G2 = np.einsum("jk,pq->jkpq", d, K[:P, :P]) + np.einsum("pj,qk->jkpq", y, y)
-    dd = np.einsum("IjikxpDq,Ax,BD,pr,qs,jkrs->ABIi", _restrict(EHH, "xpDq", P), Mb, Mb, Hi, Hi, G2,
+    dd = np.einsum("IjikxpDq,Axpr,BDqs,jkrs->ABIi", _restrict(EHH, "xpDq", P), L1, L1, G2,
                    optimize=True)
+    del L1
     fluct = b + b.transpose(1, 0, 3, 2) + c + c.transpose(1, 0, 3, 2) + dd
+    # the differential terms' free slot: the bracketed part (coefficients Z.coefficients, the
+    # map Mb) and after t steps the training-set part of (∞.124), H_{B a} u_o^a / lambda_o
+    # times the free slot on the training inputs in the eigenbasis (coefficients with the output
+    # eigen-index o first)
+    UD = np.zeros((N, P))
+    UD[:P] = U
+    slots = [("", Mb, Z.coefficients)]
+    if finite_time:
+        slots.append(("o", (HU / lam, UD), Z.train_coefficients))
     # (e) u x the dNTK terms: E[z_{I;x} dH e_{J;r} e_{L;s}] = E[dH z_I](delta K + y y)_{JLrs}
     #     + E[dH z_{J;r}] delta_{IL} K_{xs} + E[dH z_{L;s}] delta_{IJ} K_{xr}
     E3 = _decomposition((T["P"], T["Q"]), m, "dHz")           # [o0 o1 o2 o3, s0 s1 s2 s3]
     KxA = K[:, :P]
     e_terms = 0.0
-    for dslots, oslots, Zd in (("pDq", "JiL", Z.dense("A")), ("Dpq", "iJL", Z.dense("B"))):
-        spec = oslots + "{z}" + dslots + "{w}"
-        e_terms = e_terms + (
-            np.einsum(spec.format(z="I", w="x") + ",JLrs,pqrs,Ax,BD->ABIi",
-                      _restrict(E3, dslots + "x", P), G2, Zd, Mb, Mb, optimize=True)
-            + np.einsum(spec.replace("L", "I").format(z="J", w="r") + ",xs,pqrs,Ax,BD->ABIi",
-                        _restrict(E3, dslots + "r", P), KxA, Zd, Mb, Mb, optimize=True)
-            + np.einsum(spec.replace("J", "I").format(z="L", w="s") + ",xr,pqrs,Ax,BD->ABIi",
-                        _restrict(E3, dslots + "s", P), KxA, Zd, Mb, Mb, optimize=True))
+    for o, side, zc in slots:
+        ops = (side,) if not o else side
+        bs = ",BD" if not o else ",Bo,Do"
+        for dslots, oslots, proj in (("pDq", "JiL", "A"), ("Dpq", "iJL", "B")):
+            Zd = _dense_pairs(U, zc[proj])
+            spec = oslots + "{z}" + dslots + "{w}"
+            zs = "," + o + "pqrs"
+            e_terms = e_terms + (
+                np.einsum(spec.format(z="I", w="x") + ",JLrs" + zs + ",Ax" + bs + "->ABIi",
+                          _restrict(E3, dslots + "x", P), G2, Zd, Mt, *ops, optimize=True)
+                + np.einsum(spec.replace("L", "I").format(z="J", w="r") + ",xs" + zs + ",Ax" + bs + "->ABIi",
+                            _restrict(E3, dslots + "r", P), KxA, Zd, Mt, *ops, optimize=True)
+                + np.einsum(spec.replace("J", "I").format(z="L", w="s") + ",xr" + zs + ",Ax" + bs + "->ABIi",
+                            _restrict(E3, dslots + "s", P), KxA, Zd, Mt, *ops, optimize=True))
+            del Zd
     dntk = e_terms + e_terms.transpose(1, 0, 3, 2)
     # (f) u x the ddNTK terms: E[dd] E[z_{I;x} e e e], the latter K (delta K + y y) three ways
     Ez3 = (np.einsum("IJ,xs,KLtu->IJKLxstu", d, KxA, G2) + np.einsum("IK,xt,JLsu->IJKLxstu", d, KxA, G2)
@@ -887,11 +940,23 @@ def finite_width_covariance(tensors: Any, y_train: Any, *, n_train: int, algorit
     for E, spec, proj in ((EI, "JiKLpDqr", "IA"), (EI, "iJKLDpqr", "IB"),
                           (EII, "JKiLpqDr", "IIA"), (EII, "iJKLDpqr", "IIB")):
         E_hat = Z.to_eigenbasis(_restrict(E, spec[4:], P), tuple(4 + spec[4:].index(c) for c in "pqr"))
-        f = f + np.einsum(spec.translate(str.maketrans("pqr", "abc")) + ",abc,IJKLxabc,Ax,BD->ABIi",
-                          E_hat, Z.coefficients[proj], Ez3_hat, Mb, Mb, optimize=True)
+        for o, side, zc in slots:
+            ops = (side,) if not o else side
+            bs = ",BD" if not o else ",Bo,Do"
+            f = f + np.einsum(spec.translate(str.maketrans("pqr", "abc")) + "," + o + "abc,IJKLxabc,Ax"
+                              + bs + "->ABIi", E_hat, zc[proj], Ez3_hat, Mt, *ops, optimize=True)
     ddntk = f + f.transpose(1, 0, 3, 2)
     parts = {"metric": metric, "ntk_fluctuation": fluct, "dntk": dntk, "ddntk": ddntk}
     return FiniteWidthCovariance(parts, cov_inf, P, width)
+
+
+def _dense_pairs(U: np.ndarray, z: np.ndarray) -> np.ndarray:
+    r"""A rank-4 projector over training samples from its eigen-coefficients (superscripts
+    :math:`k` and :math:`k+2` share an eigen-index); a leading output eigen-index ``o`` of a
+    training-set part is kept: ``(o, a, b, c, d)``."""
+    if z.ndim == 2:
+        return np.einsum("ap,bq,cp,dq,pq->abcd", U, U, U, U, z, optimize=True)
+    return np.einsum("ap,bq,cp,dq,opq->oabcd", U, U, U, U, z, optimize=True)
 
 
 def _restrict(E: np.ndarray, samples: str, P: int) -> np.ndarray:

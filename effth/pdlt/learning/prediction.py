@@ -376,11 +376,6 @@ class Prediction(TrainTestSplit):
             name.startswith(("mean1_", "covariance1_"))
         if finite and self.finite_width is None:
             raise DomainError(f"{name!r} is the O(1/n) correction: pass widths= (n_(L-1)) to predict")
-        if finite and self.method != "bayes" and name.startswith("cov") and self.finite_width[1] is None \
-                and self.updates is not None:
-            raise DomainError(f"{name!r}: the O(1/n) covariance after a finite number of steps is "
-                              "not implemented (the mean is: 'mean1'); drop updates= for the "
-                              "covariance of networks trained to convergence")
         if name not in self.names:
             if name in ("bias", "variance", "test_loss"):
                 raise DomainError(f"{name!r} needs the test targets: pass y_test= to predict")
@@ -772,8 +767,9 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
           ``"mean1_ddntk_II"``) and the covariance (derived;
           :func:`~effth.pdlt.learning.finite_width.finite_width_covariance`).  With
           ``updates=`` (and ``eta``) the mean after that many steps (PDLT §∞.2.2, the
-          finite-time projectors of :mod:`effth.pdlt.learning.finite_time`); the covariance
-          is then not available.  With
+          finite-time projectors of :mod:`effth.pdlt.learning.finite_time`) and the
+          covariance after that many steps (the same derivation with the solution after
+          ``updates`` steps).  With
           ``eta`` the projectors of GD (∞.142)–(∞.147), without it gradient flow
           (∞.149)–(∞.153); ``method="newton"`` is the two-step Newton algorithm (∞.148).  A
           smooth activation is required: for kinked ones (ReLU) the :math:`1/n` expansion of the
@@ -999,8 +995,8 @@ def _width(widths: Any, net: Any, updates: Any, jitter: float, method: str) -> i
 def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_w, rtol, updates=None,
                   progress=None):
     """The O(1/n) mean of trained networks (PDLT (∞.155); after ``updates`` steps, §∞.2.2) on
-    train-then-test inputs, and their covariance as a :class:`_PendingCovariance` (``None`` at
-    finite time).
+    train-then-test inputs, and their covariance as a :class:`_PendingCovariance` (after the
+    same ``updates`` steps).
 
     The mean at a test input reads only the entries of the NTK hierarchy with that one test input
     (``ntk_flow(..., max_test=1)``), so when the flow on all inputs would need more than
@@ -1020,7 +1016,7 @@ def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_
         # the mean reads the entries with at most one test input; the covariance, which reads
         # those with two, is computed when first read, reusing the subsets of samples the mean's
         # flow integrated (14 + 14 tanh inputs: 17.8 s after a 16.0 s mean, 32.2 s without)
-        cache: list | None = [] if updates is None else None
+        cache: list | None = []
         nf = ntk_flow(net, X, max_test=1, atom_cache=cache, progress=progress, **flow_kw)
         figures = width_figures(nf.kernel, width)
         mean = finite_width_mean(nf, y, **kw)
@@ -1030,9 +1026,6 @@ def _finite_width(net, X_train, X_test, y, method, eta, width, lambda_b, lambda_
     msg = width_message(*figures)
     if msg is not None:                  # the criterion of flow(), at the width given here
         warnings.warn(f"predict(widths={width}): {msg}", WidthWarning, stacklevel=4)   # past @public
-    if updates is not None:
-        return mean, None
-    kw.pop("updates")
     return mean, _PendingCovariance(net, X, y, flow_kw, kw, None if chunk < N - P else cache, progress)
 
 
@@ -1127,7 +1120,8 @@ class _PendingCovariance:
         net, X, y, flow_kw, kw, progress = self._args
         N, P = X.shape[0], len(y)
         m = 1 if y.ndim == 1 else y.shape[1]
-        check_memory(restricted_flow_bytes(N, int(net.depth), P, 2) + covariance_bytes(N, P, m),
+        check_memory(restricted_flow_bytes(N, int(net.depth), P, 2)
+                     + covariance_bytes(N, P, m, kw.get("updates")),
                      f"the O(1/n) covariance on {P} training and {N - P} test inputs (the NTK "
                      f"hierarchy on all {N} inputs and the output-index decompositions)",
                      "read the covariance for fewer test inputs (another predict call), or use "
