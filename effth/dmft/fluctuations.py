@@ -675,19 +675,20 @@ class _Site:
         J = self.jac(self._shift(s)).reshape(2, self.m, S, -1, self.m)
         return ((J[0] - J[1]) / (2 * self.eps)).transpose(1, 2, 3, 0)
 
-    def third_mean(self):
-        """Sample mean of the third derivatives ``(3Tn, m, m, m)``."""
+    def third_mean(self, count):
+        """Mean of the third derivatives ``(3Tn, m, m, m)`` over the first ``count`` samples."""
         out = np.zeros((3 * self.Tn, self.m, self.m, self.m))
+        s = self.s[:count]
         for c in range(self.m):
             e = np.zeros(self.m)
             e[c] = self.eps
-            out[..., c] = (self.hess(self.s + e) - self.hess(self.s - e)).mean(axis=0) / (2 * self.eps)
+            out[..., c] = (self.hess(s + e) - self.hess(s - e)).mean(axis=0) / (2 * self.eps)
         return out
 
 
-def _nonlinear_site_hessian(res, samples, seed, eps, center):
+def _nonlinear_site_hessian(res, samples, seed, eps, center, third, response_noise=True):
     """``(J, Sigma, nq)`` of :func:`_deep_nonlinear_fluctuations` (see there)."""
-    from effth.dmft.solvers.lazy import resolve_activation
+    from effth.dmft.solvers.lazy import is_linear, resolve_activation
     from effth.dmft.solvers.monte_carlo import _root
 
     act = resolve_activation(res.activation)
@@ -695,7 +696,6 @@ def _nonlinear_site_hessian(res, samples, seed, eps, center):
     L, T, n, P, g0, eta = (res.hidden_layers, res.grid.steps, res.data.n_all, res.n_train,
                            res.gamma0, res.grid.eta)
     Tn = T * n
-    m = 2 * Tn
     lay = _Layout(L, T, n, g_samples=True)
     rng = np.random.default_rng(seed)
     tt = np.repeat(np.arange(T), n)                         # time of index (t, mu)
@@ -732,8 +732,9 @@ def _nonlinear_site_hessian(res, samples, seed, eps, center):
                             rng.standard_normal((samples, Tn)) @ _root(Gnext)], axis=1)
         site = _Site(s, Cm, Dm, fns, T, n, eps)
         V, Jv, Hv = site.V(s), site.jac(s), site.hess(s)
-        need_third = L > 1
-        T3 = site.third_mean() if need_third else None
+        # third derivatives (Price's theorem on the responses); zero for a linear activation
+        T3 = None if L == 1 else (np.zeros((3 * Tn, 2 * Tn, 2 * Tn, 2 * Tn)) if is_linear(act)
+                                  else site.third_mean(third))
         # observables as sums of products V_a V_b: rows (output index, a, b, coefficient)
         terms = [(lay.offH[ell - 1] + k, iH[k], jH[k], 1.0) for k in range(lay.nH)]
         terms += [(lay.offG[ell - 1] + k, Tn + iH[k], Tn + jH[k], 1.0) for k in range(lay.nG)]
@@ -749,7 +750,7 @@ def _nonlinear_site_hessian(res, samples, seed, eps, center):
         O = (V[:, ta] * V[:, tb]) @ W                                          # (S, nO)
         dO = np.einsum("stp,tk->skp", Jv[:, ta] * V[:, tb, None] + V[:, ta, None] * Jv[:, tb], W)
         # the site's outputs Y: observables, then responses (means of Jv entries)
-        out_idx, Ymean, dY = [rows], [O.mean(axis=0)], []
+        out_idx = [rows]
         # generalized observables of this site (the conjugate of each of its outputs):
         # plain O, or X = d_p (. W_w) (p a source, w a field index of V)
         gen_p, gen_w, gen_idx = [], [], []
@@ -772,7 +773,7 @@ def _nonlinear_site_hessian(res, samples, seed, eps, center):
         rk = np.concatenate(resp_k) if resp_k else np.zeros(0, int)
         rl = np.concatenate(resp_l) if resp_l else np.zeros(0, int)
         out_all = np.concatenate(out_idx)
-        nO, nR = len(rows), len(rk)
+        nR = len(rk)
 
         def dmean(i_src, wfield):
             """d<Y>/d(parameter moving source i_src by W_wfield per sample), for all outputs Y
@@ -832,7 +833,7 @@ def _nonlinear_site_hessian(res, samples, seed, eps, center):
         # Sigma: generalized covariances of this site's outputs
         Oc = O - O.mean(axis=0)
         Sig[np.ix_(rows, rows)] += Oc.T @ Oc / samples
-        if gen_p:
+        if gen_p and response_noise:
             gp, gw, gi = np.concatenate(gen_p), np.concatenate(gen_w), np.concatenate(gen_idx)
             Wg = V[:, gw]                                                    # (S, nX)
             Jg = Jv[:, gw, gp]                                               # d_p W_w
@@ -851,16 +852,17 @@ def _nonlinear_site_hessian(res, samples, seed, eps, center):
 
 
 def _deep_nonlinear_fluctuations(res: DMFTResult, *, center: bool = True, samples: int = 4000,
-                                 replicas: int = 4, seed=0, eps: float = 1e-3):
-    """``(DMFTFluctuations, stderr of the propagator)`` at the saddle ``res`` (a
+                                 replicas: int = 4, seed=0, eps: float = 1e-3,
+                                 third_samples: int = 1000, response_noise: bool = True):
+    """``(DMFTFluctuations, replicas)`` at the saddle ``res`` (a
     :func:`effth.dmft.solve_monte_carlo` or deep linear result, one output, plain GD)."""
     props = []
     for rep in range(int(replicas)):
-        J, Sig, lay = _nonlinear_site_hessian(res, int(samples), [int(seed), rep], eps, bool(center))
+        J, Sig, lay = _nonlinear_site_hessian(res, int(samples), [int(seed), rep], eps, bool(center),
+                                               int(third_samples), bool(response_noise))
         M = np.eye(J.shape[0]) - J
         prop = np.linalg.solve(M, np.linalg.solve(M, Sig).T)
         props.append(0.5 * (prop + prop.T)[:lay.nq, :lay.nq])
-    props = np.array(props)
-    se = props.std(axis=0, ddof=1) / np.sqrt(len(props)) if len(props) > 1 else None
-    return DMFTFluctuations(dmft=res, center=bool(center), propagator=props.mean(axis=0),
-                            gradient_norm=float("nan"), asymmetry=0.0, _layout=lay), se
+    make = lambda prop: DMFTFluctuations(dmft=res, center=bool(center), propagator=prop,
+                                         gradient_norm=float("nan"), asymmetry=0.0, _layout=lay)
+    return make(np.mean(props, axis=0)), [make(p) for p in props]
