@@ -395,3 +395,31 @@ def test_sampled_site_hessian_two_layer_tanh():
         worst_wrong = max(worst_wrong,
                           float(np.max(np.abs(_replica_z(fl, reps, wrong, name, layer)))))
     assert worst_wrong > 6.0
+
+
+def test_sampled_site_hessian_tanh_networks(request):
+    """tanh, L = 2, gamma0 = 1, N = 256, 1500 muP networks: every equal-time entry of N Var of
+    Phi^1, Phi^2, G^1, G^2 and of f agrees with the sampled-site Hessian (|z| < 4.5, the
+    prediction's replica error included).  Opt-in: about 2 minutes on one core."""
+    request.getfixturevalue("opt_in_slow")
+    from effth.dmft import solve_monte_carlo
+    from effth.dmft.fluctuations import _deep_nonlinear_fluctuations
+    T, eta, L, N = 3, 0.4, 2, 256
+    kw = dict(hidden_layers=L, gamma0=1.0, eta=eta, steps=T)
+    mc = solve_monte_carlo(X, Y, activation="tanh", responses="jacobian", samples=40000, seed=4,
+                           **kw)
+    fl, reps = _deep_nonlinear_fluctuations(mc, samples=2000, replicas=4, seed=9,
+                                            third_samples=1500)
+    run = simulate_training(X, Y, widths=N, seed=7, networks=1500, activation="tanh",
+                            parameterization="mup", **kw)
+    idx = np.arange(T)
+    for name, layer, arr in (("phi", 1, run.phi[:, 0]), ("phi", 2, run.phi[:, 1]),
+                             ("g", 1, run.g[:, 0]), ("g", 2, run.g[:, 1]), ("f", None, run.f)):
+        p = fl.variance(name, layer)
+        pse = np.std([r.variance(name, layer) for r in reps], axis=0, ddof=1) / np.sqrt(4)
+        v, se = _sample_variance(arr)
+        if name != "f":
+            p, pse, v, se = (x[idx, :, idx, :] for x in (p, pse, v, se))
+        ok = se > 0                                   # the centred f(0) = 0 exactly
+        z = (N * v - p)[ok] / np.sqrt((N * se[ok]) ** 2 + pse[ok] ** 2)
+        assert np.max(np.abs(z)) < 4.5, (name, layer, z)
