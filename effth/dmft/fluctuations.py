@@ -636,3 +636,233 @@ angle/\partial f`, and :math:`\partial^2S/\partial k\partial k=0`;
     prop = 0.5 * (prop + prop.T)
     return DMFTFluctuations(dmft=res, center=bool(center), propagator=prop,
                             gradient_norm=grad_norm, asymmetry=0.0, _layout=lay)
+
+
+# ---------------------------------------------------------------------------------------------
+# deep nonlinear networks: the Hessian of App. P.7.1 from the sampled single site
+# ---------------------------------------------------------------------------------------------
+
+class _Site:
+    """One layer's single site at fixed sources: the fields ``V = (phi(h), g, z)`` ``(S, 3 T n)``
+    and their pathwise derivatives with respect to the sources ``s = (u, r)`` (``m = 2 T n``),
+    by central differences of the forward substitution of
+    :func:`effth.dmft.solvers.monte_carlo._solve_fields` (common random numbers)."""
+
+    def __init__(self, s, Cm, Dm, fns, T, n, eps):
+        self.s, self.Cm, self.Dm, self.fns, self.T, self.n, self.eps = s, Cm, Dm, fns, T, n, eps
+        self.Tn, self.m = T * n, 2 * T * n
+
+    def V(self, s):
+        from effth.dmft.solvers.monte_carlo import _solve_fields
+        Tn = self.Tn
+        h, z, g = _solve_fields(s[:, :Tn], s[:, Tn:], self.Cm, self.Dm, self.fns[0], self.fns[1],
+                                self.T, self.n, 1)
+        return np.concatenate([self.fns[0](h), g, z], axis=1)
+
+    def _shift(self, s):
+        E = self.eps * np.eye(self.m)
+        return np.concatenate([s[None] + E[:, None], s[None] - E[:, None]]).reshape(-1, self.m)
+
+    def jac(self, s):
+        """``(S, 3Tn, m)``."""
+        S = s.shape[0]
+        Vs = self.V(self._shift(s)).reshape(2, self.m, S, -1)
+        return ((Vs[0] - Vs[1]) / (2 * self.eps)).transpose(1, 2, 0)
+
+    def hess(self, s):
+        """``(S, 3Tn, m, m)``."""
+        S = s.shape[0]
+        J = self.jac(self._shift(s)).reshape(2, self.m, S, -1, self.m)
+        return ((J[0] - J[1]) / (2 * self.eps)).transpose(1, 2, 3, 0)
+
+    def third_mean(self, count):
+        """Mean of the third derivatives ``(3Tn, m, m, m)`` over the first ``count`` samples."""
+        out = np.zeros((3 * self.Tn, self.m, self.m, self.m))
+        s = self.s[:count]
+        for c in range(self.m):
+            e = np.zeros(self.m)
+            e[c] = self.eps
+            out[..., c] = (self.hess(s + e) - self.hess(s - e)).mean(axis=0) / (2 * self.eps)
+        return out
+
+
+def _nonlinear_site_hessian(res, samples, seed, eps, center, third, response_noise=True):
+    """``(J, Sigma, nq)`` of :func:`_deep_nonlinear_fluctuations` (see there)."""
+    from effth.dmft.solvers.lazy import is_linear, resolve_activation
+    from effth.dmft.solvers.monte_carlo import _root
+
+    act = resolve_activation(res.activation)
+    fns = (act.numpy(0), act.numpy(1), act.numpy(2))
+    L, T, n, P, g0, eta = (res.hidden_layers, res.grid.steps, res.data.n_all, res.n_train,
+                           res.gamma0, res.grid.eta)
+    Tn = T * n
+    lay = _Layout(L, T, n, g_samples=True)
+    rng = np.random.default_rng(seed)
+    tt = np.repeat(np.arange(T), n)                         # time of index (t, mu)
+    mask_a = tt[None, :] < tt[:, None]                      # Ab: r-time < phi-time
+    mask_b = tt[None, :] <= tt[:, None]                     # Bb: u-time <= g-time
+    ia, ib = np.nonzero(mask_a), np.nonzero(mask_b)
+    na, nb = len(ia[0]), len(ib[0])
+    nk = lay.nq + (L - 1) * (na + nb)
+    offa = [lay.nq + k * na for k in range(L - 1)]
+    offb = [lay.nq + (L - 1) * na + k * nb for k in range(L - 1)]
+    Phi = [res.phi[k].reshape(Tn, Tn) for k in range(L)]
+    G = [res.g[k].reshape(Tn, Tn) for k in range(L)]
+    Ab = [g0 * res.A[k].reshape(Tn, Tn) for k in range(L - 1)]
+    Bb = [g0 * res.B[k].reshape(Tn, Tn) for k in range(L - 1)]
+    delta = np.zeros((T, n))
+    delta[:, :P] = res.delta
+    dl = delta.reshape(Tn)
+    train = np.tile(np.arange(n) < P, T)
+    strict = np.kron(np.tril(np.ones((T, T)), -1), np.ones((n, n)))
+    K0 = np.tile(res.data.kx, (T, T))
+    iH, jH = lay.iuH
+    J = np.zeros((nk, nk))
+    Sig = np.zeros((nk, nk))
+    for ell in range(1, L + 1):
+        Pprev = K0 if ell == 1 else Phi[ell - 2]
+        Gnext = np.ones((Tn, Tn)) if ell == L else G[ell]
+        Cm = g0 * eta * strict * Pprev * dl[None, :]
+        Dm = g0 * eta * strict * Gnext * dl[None, :]
+        if ell >= 2:
+            Cm = Cm + Ab[ell - 2]
+        if ell <= L - 1:
+            Dm = Dm + Bb[ell - 1]
+        s = np.concatenate([rng.standard_normal((samples, Tn)) @ _root(Pprev),
+                            rng.standard_normal((samples, Tn)) @ _root(Gnext)], axis=1)
+        site = _Site(s, Cm, Dm, fns, T, n, eps)
+        V, Jv, Hv = site.V(s), site.jac(s), site.hess(s)
+        # third derivatives (Price's theorem on the responses); zero for a linear activation
+        T3 = None if L == 1 else (np.zeros((3 * Tn, 2 * Tn, 2 * Tn, 2 * Tn)) if is_linear(act)
+                                  else site.third_mean(third))
+        # observables as sums of products V_a V_b: rows (output index, a, b, coefficient)
+        terms = [(lay.offH[ell - 1] + k, iH[k], jH[k], 1.0) for k in range(lay.nH)]
+        terms += [(lay.offG[ell - 1] + k, Tn + iH[k], Tn + jH[k], 1.0) for k in range(lay.nG)]
+        if ell == L:
+            for k in range(Tn):
+                terms.append((lay.off_f + k, 2 * Tn + k, k, 1.0 / g0))
+                if center:
+                    terms.append((lay.off_f + k, 2 * Tn + k % n, k % n, -1.0 / g0))
+        to, ta, tb, tc = (np.array(x) for x in zip(*terms))
+        rows = np.unique(to)
+        W = np.zeros((len(to), len(rows)))
+        W[np.arange(len(to)), np.searchsorted(rows, to)] = tc
+        O = (V[:, ta] * V[:, tb]) @ W                                          # (S, nO)
+        dO = np.einsum("stp,tk->skp", Jv[:, ta] * V[:, tb, None] + V[:, ta, None] * Jv[:, tb], W)
+        # the site's outputs Y: observables, then responses (means of Jv entries)
+        out_idx = [rows]
+        # generalized observables of this site (the conjugate of each of its outputs):
+        # plain O, or X = d_p (. W_w) (p a source, w a field index of V)
+        gen_p, gen_w, gen_idx = [], [], []
+        if ell <= L - 1:                 # Ab^ell = <d phi / d r>; conjugate Bb^ell_{ji}: d_{r_j}(. phi_i)
+            out_idx.append(offa[ell - 1] + np.arange(na))
+            gen_idx.append(offa[ell - 1] + np.arange(na))
+            gen_p.append(Tn + ia[1])
+            gen_w.append(ia[0])
+        if ell >= 2:                     # Bb^{ell-1} = <d g / d u>; conjugate Ab^{ell-1}_{ji}: d_{u_j}(. g_i)
+            out_idx.append(offb[ell - 2] + np.arange(nb))
+            gen_idx.append(offb[ell - 2] + np.arange(nb))
+            gen_p.append(ib[1])
+            gen_w.append(Tn + ib[0])
+        # response outputs as (field index k, source index l) of the Jacobian
+        resp_k, resp_l = [], []
+        if ell <= L - 1:
+            resp_k.append(ia[0]); resp_l.append(Tn + ia[1])
+        if ell >= 2:
+            resp_k.append(Tn + ib[0]); resp_l.append(ib[1])
+        rk = np.concatenate(resp_k) if resp_k else np.zeros(0, int)
+        rl = np.concatenate(resp_l) if resp_l else np.zeros(0, int)
+        out_all = np.concatenate(out_idx)
+        nR = len(rk)
+
+        def dmean(i_src, wfield):
+            """d<Y>/d(parameter moving source i_src by W_wfield per sample), for all outputs Y
+            (observables, responses): (nO + nR,)."""
+            w = V[:, wfield]
+            a = (dO[:, :, i_src] * w[:, None]).mean(axis=0)
+            b = (Hv[:, rk, i_src, rl] * w[:, None] + Jv[:, rk, i_src] * Jv[:, wfield, rl]).mean(axis=0)
+            return np.concatenate([a, b])
+
+        def price(i, j):
+            """d<Y>/dK_ij of the source covariance (i, j both u or both r), unique entry."""
+            c = 1.0 if i != j else 0.5
+            d2O = np.einsum("st,tk->sk", Hv[:, ta, i, j] * V[:, tb] + Jv[:, ta, i] * Jv[:, tb, j]
+                            + Jv[:, ta, j] * Jv[:, tb, i] + V[:, ta] * Hv[:, tb, i, j], W)
+            a = d2O.mean(axis=0)
+            b = T3[rk, rl, i, j] if nR else np.zeros(0)
+            return c * np.concatenate([a, b])
+
+        # J: derivatives of this site's outputs with respect to every input order parameter
+        col = {}
+        def add(kidx, vec):
+            col[kidx] = col.get(kidx, 0.0) + vec
+        for k in range(lay.nH):          # the kernel below, Phi^{ell-1}: source covariance and drift
+            if ell == 1:
+                break
+            a, b = iH[k], jH[k]
+            v = price(a, b)
+            for (x, y) in {(a, b), (b, a)}:
+                if strict[x, y]:
+                    v = v + g0 * eta * dl[y] * dmean(x, Tn + y)
+            add(lay.offH[ell - 2] + k, v)
+        for k in range(lay.nG):          # the kernel above, G^{ell+1}
+            if ell == L:
+                break
+            a, b = iH[k], jH[k]
+            v = price(Tn + a, Tn + b)
+            for (x, y) in {(a, b), (b, a)}:
+                if strict[x, y]:
+                    v = v + g0 * eta * dl[y] * dmean(Tn + x, y)
+            add(lay.offG[ell] + k, v)
+        for y in range(Tn):              # the predictions through Delta = y - f
+            if not train[y]:
+                continue
+            v = 0.0
+            for x in range(Tn):
+                if strict[x, y]:
+                    v = v - g0 * eta * (Pprev[x, y] * dmean(x, Tn + y) + Gnext[x, y] * dmean(Tn + x, y))
+            add(lay.off_f + y, v)
+        if ell >= 2:                     # Ab^{ell-1} causal entries in Cm
+            for k in range(na):
+                add(offa[ell - 2] + k, dmean(ia[0][k], Tn + ia[1][k]))
+        if ell <= L - 1:                 # Bb^ell causal entries in Dm
+            for k in range(nb):
+                add(offb[ell - 1] + k, dmean(Tn + ib[0][k], ib[1][k]))
+        for kidx, v in col.items():
+            J[out_all, kidx] += v
+        # Sigma: generalized covariances of this site's outputs
+        Oc = O - O.mean(axis=0)
+        Sig[np.ix_(rows, rows)] += Oc.T @ Oc / samples
+        if gen_p and response_noise:
+            gp, gw, gi = np.concatenate(gen_p), np.concatenate(gen_w), np.concatenate(gen_idx)
+            Wg = V[:, gw]                                                    # (S, nX)
+            Jg = Jv[:, gw, gp]                                               # d_p W_w
+            cross = (dO[:, :, gp] * Wg[:, None, :] + O[:, :, None] * Jg[:, None, :]).mean(axis=0) \
+                - np.outer(O.mean(axis=0), Jg.mean(axis=0))
+            Sig[np.ix_(rows, gi)] += cross
+            Sig[np.ix_(gi, rows)] += cross.T
+            Hpp = Hv[:, gw[:, None], gp[:, None], gp[None, :]]              # (S, nX, nX): d_p d_p' W_w
+            JJ = Jv[:, gw[:, None], gp[None, :]]                             # d_p' W_w
+            A1 = (Hpp * Wg[:, None, :]).mean(axis=0)                        # H_w[p,p'] W_w'
+            XX = (A1 + A1.T + (Jg[:, :, None] * Jg[:, None, :]).mean(axis=0)
+                  + (JJ * np.swapaxes(JJ, 1, 2)).mean(axis=0)
+                  - np.outer(Jg.mean(axis=0), Jg.mean(axis=0)))
+            Sig[np.ix_(gi, gi)] += XX
+    return J, Sig, lay
+
+
+def _deep_nonlinear_fluctuations(res: DMFTResult, *, center: bool = True, samples: int = 4000,
+                                 replicas: int = 4, seed=0, eps: float = 1e-3,
+                                 third_samples: int = 1000, response_noise: bool = True):
+    """``(DMFTFluctuations, replicas)`` at the saddle ``res`` (a
+    :func:`effth.dmft.solve_monte_carlo` or deep linear result, one output, plain GD)."""
+    props = []
+    for rep in range(int(replicas)):
+        J, Sig, lay = _nonlinear_site_hessian(res, int(samples), [int(seed), rep], eps, bool(center),
+                                               int(third_samples), bool(response_noise))
+        M = np.eye(J.shape[0]) - J
+        prop = np.linalg.solve(M, np.linalg.solve(M, Sig).T)
+        props.append(0.5 * (prop + prop.T)[:lay.nq, :lay.nq])
+    make = lambda prop: DMFTFluctuations(dmft=res, center=bool(center), propagator=prop,
+                                         gradient_norm=float("nan"), asymmetry=0.0, _layout=lay)
+    return make(np.mean(props, axis=0)), [make(p) for p in props]

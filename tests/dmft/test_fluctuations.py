@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from effth.dmft.fluctuations import MAX_VARIABLES, deep_linear_fluctuations, two_layer_fluctuations
+from effth.dmft.fluctuations import (MAX_VARIABLES, DMFTFluctuations, deep_linear_fluctuations,
+                                     two_layer_fluctuations)
 from effth.dmft.fluctuations import _gradient, _Layout, _saddle
 from effth.dmft import solve_deep_linear
 from effth.errors import DomainError
@@ -344,3 +345,81 @@ def test_two_layer_bad_input():
         two_layer_fluctuations(X, np.ones((2, 2)), gamma0=1.0, eta=0.2, steps=4)
     with pytest.raises(DomainError, match="center"):
         two_layer_fluctuations(X, Y, gamma0=1.0, eta=0.2, steps=4, center=None)
+
+
+# ---- deep nonlinear networks: the P.7.1 Hessian from the sampled single site (private) ----
+
+def _replica_z(fl, reps, other, name, layer):
+    """z of each entry of N Var(name): (sampled site - other) / the sampled site's replica error."""
+    a, b = other.variance(name, layer), fl.variance(name, layer)
+    se = np.std([r.variance(name, layer) for r in reps], axis=0, ddof=1) / np.sqrt(len(reps))
+    ok = se > 1e-9 * np.max(np.abs(a))
+    return (b - a)[ok] / se[ok]
+
+
+def test_sampled_site_hessian_equals_the_deep_linear_action():
+    """Linear activation, L = 2, gamma0 = 1: the covariance from the sampled single site
+    (Monte-Carlo saddle of solve_monte_carlo, pathwise derivatives) equals the closed-form
+    Hessian of deep_linear_fluctuations within its replicas' error (Student t, 7 dof: |z| < 6);
+    dropping the response noise (the Sigma blocks of the responses' anticausal conjugates,
+    i.e. k = F(k) + xi with xi the single-site covariance of the kernels alone) is rejected."""
+    from effth.dmft import solve_monte_carlo
+    from effth.dmft.fluctuations import _deep_nonlinear_fluctuations
+    kw = dict(hidden_layers=2, gamma0=1.0, eta=0.3, steps=3)
+    ref = deep_linear_fluctuations(X, Y, **kw)
+    mc = solve_monte_carlo(X, Y, activation="linear", responses="jacobian", samples=20000,
+                           seed=1, **kw)
+    fl, reps = _deep_nonlinear_fluctuations(mc, samples=1200, replicas=8, seed=3)
+    naive, _ = _deep_nonlinear_fluctuations(mc, samples=1200, replicas=1, seed=3,
+                                            response_noise=False)
+    worst_naive = 0.0
+    for name, layer in (("f", None), ("phi", 1), ("phi", 2), ("g", 1), ("g", 2)):
+        assert np.max(np.abs(_replica_z(fl, reps, ref, name, layer))) < 6.0, (name, layer)
+        zn = _replica_z(fl, reps, naive, name, layer)
+        worst_naive = max(worst_naive, float(np.max(np.abs(zn))))
+    assert worst_naive > 10.0
+
+
+def test_sampled_site_hessian_two_layer_tanh():
+    """L = 1, tanh, gamma0 = 1: the sampled single site reproduces two_layer_fluctuations
+    (quadrature) within the replicas' error (|z| < 6); a 0.9x covariance is rejected."""
+    from effth.dmft.fluctuations import _deep_nonlinear_fluctuations
+    kw = dict(gamma0=1.0, eta=0.3, steps=3)
+    ref = two_layer_fluctuations(X, Y, activation="tanh", nodes=20, **kw)
+    fl, reps = _deep_nonlinear_fluctuations(ref.dmft, samples=3000, replicas=8, seed=2)
+    wrong = DMFTFluctuations(dmft=ref.dmft, center=True, propagator=0.9 * ref.propagator,
+                             gradient_norm=0.0, asymmetry=0.0, _layout=ref._layout)
+    worst_wrong = 0.0
+    for name, layer in (("f", None), ("phi", 1), ("g", 1)):
+        assert np.max(np.abs(_replica_z(fl, reps, ref, name, layer))) < 6.0, name
+        worst_wrong = max(worst_wrong,
+                          float(np.max(np.abs(_replica_z(fl, reps, wrong, name, layer)))))
+    assert worst_wrong > 6.0
+
+
+def test_sampled_site_hessian_tanh_networks(request):
+    """tanh, L = 2, gamma0 = 1, N = 256, 1500 muP networks: every equal-time entry of N Var of
+    Phi^1, Phi^2, G^1, G^2 and of f agrees with the sampled-site Hessian (|z| < 4.5, the
+    prediction's replica error included).  Opt-in: about 2 minutes on one core."""
+    request.getfixturevalue("opt_in_slow")
+    from effth.dmft import solve_monte_carlo
+    from effth.dmft.fluctuations import _deep_nonlinear_fluctuations
+    T, eta, L, N = 3, 0.4, 2, 256
+    kw = dict(hidden_layers=L, gamma0=1.0, eta=eta, steps=T)
+    mc = solve_monte_carlo(X, Y, activation="tanh", responses="jacobian", samples=40000, seed=4,
+                           **kw)
+    fl, reps = _deep_nonlinear_fluctuations(mc, samples=2000, replicas=4, seed=9,
+                                            third_samples=1500)
+    run = simulate_training(X, Y, widths=N, seed=7, networks=1500, activation="tanh",
+                            parameterization="mup", **kw)
+    idx = np.arange(T)
+    for name, layer, arr in (("phi", 1, run.phi[:, 0]), ("phi", 2, run.phi[:, 1]),
+                             ("g", 1, run.g[:, 0]), ("g", 2, run.g[:, 1]), ("f", None, run.f)):
+        p = fl.variance(name, layer)
+        pse = np.std([r.variance(name, layer) for r in reps], axis=0, ddof=1) / np.sqrt(4)
+        v, se = _sample_variance(arr)
+        if name != "f":
+            p, pse, v, se = (x[idx, :, idx, :] for x in (p, pse, v, se))
+        ok = se > 0                                   # the centred f(0) = 0 exactly
+        z = (N * v - p)[ok] / np.sqrt((N * se[ok]) ** 2 + pse[ok] ** 2)
+        assert np.max(np.abs(z)) < 4.5, (name, layer, z)

@@ -1044,9 +1044,13 @@ def _sample(rng, K, count):
     The symmetric square root ``V sqrt(lambda) V^T`` is used: unlike ``V sqrt(lambda)`` it is a
     continuous function of ``K`` (eigenvectors of near-degenerate kernels are not), so equal
     kernels up to rounding give equal samples (exact ``gamma0 -> -gamma0`` symmetry)."""
+    return rng.standard_normal((count, K.shape[0])) @ _root(K)
+
+
+def _root(K):
+    """The symmetric square root ``V sqrt(max(lambda, 0)) V^T`` of ``K`` (:func:`_sample`)."""
     lam, V = np.linalg.eigh(0.5 * (K + K.T))
-    root = (V * np.sqrt(np.clip(lam, 0.0, None))) @ V.T
-    return rng.standard_normal((count, K.shape[0])) @ root
+    return (V * np.sqrt(np.clip(lam, 0.0, None))) @ V.T
 
 
 def _semichol(gram, tol):
