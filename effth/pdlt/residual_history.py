@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from effth._signature import public
+from effth._validate import integer, real_array
 from effth.activations import get_activation
 from effth.errors import AccuracyWarning, DomainError
 
@@ -129,8 +130,6 @@ class _Coefficients:
 def _per_layer(x: Any, L: int, name: str, default: float, positive: bool = False,
                signed: bool = False) -> np.ndarray:
     """One finite value per step l -> l+1 (layers 2..L), from a scalar or an (L-1)-sequence."""
-    from effth._validate import real_array
-
     if x is None:
         return np.full(L - 1, float(default))
     a = real_array(x, name, finite=True)
@@ -195,10 +194,6 @@ def residual_history_flow(K1: Any, depth: int, activation: Any, *, c_w: Any = 1.
     >>> round(float(f["V"][2].ravel()[0]), 6)
     5.936057
     """
-    from effth._validate import integer
-
-    from effth._validate import real_array
-
     Ka = real_array(K1, "K1", finite=True)
     if Ka.size != 1 or Ka.ndim not in (0, 2):
         raise DomainError(f"residual_history_flow is implemented for one input (K1 of shape (1, 1)); "
@@ -253,13 +248,13 @@ def residual_history_flow(K1: Any, depth: int, activation: Any, *, c_w: Any = 1.
         Cs = c * s[2]
         Cs[2] += cs - c[2] * s[2]
         v = var_s + r * (2.0 * s[2] * cs - c[2] * s[2] ** 2)
-        w = R * (st + r * Cs)
+        y = st + r * Cs
+        w = R * y
         c_new = r * p * p * R * c + C_w * u2 * w
         c_new[2] += C_w * u2 * w[2] + C_w ** 2 * v * u2 * u2
         # D1^T y: (xi^2/2) sqrt(n(n-1)) rho^(n-2) y_(n-2) / K', n >= 2
         D1 = np.zeros(M + 1)
         D1[2:] = 0.5 * x * x * np.sqrt(m[2:] * (m[2:] - 1.0)) * p ** (m[2:] - 2.0) / Kn
-        y = st + r * Cs
         d_new = r * R * d
         d_new[2:] += C_w * D1[2:] * y[:-2]
         d_new[2] += C_w * r * u2 * (d @ s)

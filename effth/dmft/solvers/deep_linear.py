@@ -854,10 +854,14 @@ def _iterate(state, data, model, L, T, damping, tol, max_iter, diag, stepwise):
     n, P, C = data.n_all, data.n_train, model.C
     g2, b = model.g2, model.b
     W = model.drift_weights(T)[:, None, :, None]
-    kaps = model.layer_kappas(model.filter(T), L)          # kappa_k(t, s) of weight layer k
+    filt = model.filter(T)
+    kaps = model.layer_kappas(filt, L)                     # kappa_k(t, s) of weight layer k
     decayed = not model.unit
     Rnc = [np.kron(k, np.ones((n, C))) for k in kaps]      # kappa_k(t, s) on (h, g) index pairs
     Rnn = [np.kron(k, np.ones((n, n))) for k in kaps]
+    # biases with weight variances: the bias keeps unit variance, its source kappa (not kappa_k)
+    Sbias = (b * np.kron(filt.kappa, np.ones((n, n)))
+             if b and model.variances is not None else None)
     Rcc = [np.kron(k, np.ones((C, C))) for k in kaps]
     H0 = np.tile(data.kx, (T, T))
     Gtop = np.kron(np.ones((T, T)), np.eye(C))
@@ -882,9 +886,8 @@ def _iterate(state, data, model, L, T, damping, tol, max_iter, diag, stepwise):
                         Cm = Cm + (Rnc[ell - 1] * A[ell - 2] if decayed else A[ell - 2])
                     if ell <= L - 1:
                         Dm = Dm + (Rnc[ell].T * B[ell - 1] if decayed else B[ell - 1])
-                if b and model.variances is not None:   # the bias keeps unit variance: kappa
-                    Sh = (Hb - b) * Rnn[ell - 1] + b * np.kron(model.filter(T).kappa,
-                                                               np.ones((n, n)))
+                if Sbias is not None:
+                    Sh = (Hb - b) * Rnn[ell - 1] + Sbias
                 else:
                     Sh = Hb * Rnn[ell - 1] if decayed else Hb
                 Sg = Gnext * Rcc[ell] if decayed else Gnext
