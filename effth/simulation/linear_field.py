@@ -229,7 +229,6 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
                "lower networks, steps or dim")
     rng = _rng(seed)
     # chunks of networks so that the weights stay below ~ 3e7 floats
-    per_net = Ns[0] * D + sum(Ns[l + 1] * Ns[l] for l in range(L - 1)) + (P or 0) * D
     chunk = max(1, min(n_net, int(3e7 // max(per_net, 1))))
     test = np.empty((n_net, T))
     train = None if sgd else np.empty((n_net, T))
