@@ -658,7 +658,10 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
         of the discrete network, ``f = w · h^L / (gamma0 N)``); ``'ntk'``:
         ``f(t+eta) = f(t) + eta K(t, t) Δ(t)`` (Euler on ``df/dt = K Δ``, App. A's scheme;
         with weight decay ``f(t+eta) = (1 - eta λ (L+1)) f(t) + eta K(t, t) Δ(t)``, the
-        ``(L+1)``-homogeneous network's decay).
+        ``(L+1)``-homogeneous network's decay; with momentum ``mu`` and no decay
+        ``f(t+eta) = f(t) + eta sum_{s<=t} (1 - mu) mu^{t-s} K(t, s) Δ(s)`` with the two-time eNTK
+        ``K(t, s) = sum_l G̃^{l+1}(t; s) Φ^l(t, s)``, the true gradient of ``f(t)`` against the
+        heavy-ball step).
     weight_decay : float
         ``λ >= 0`` with ``eta λ < 1`` (App. C, eq. (50) in discrete time): every trained weight
         is multiplied by ``1 - eta λ`` per step (the frozen feedback of ρ-FA and DFA is not).
@@ -675,8 +678,8 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
         discrete time; the update of :func:`effth.simulation.simulate_rule_training`):
         ``v <- μ v + (1 - μ) eta (G - λ θ)``, ``θ <- θ + v``, so the feature-learning integrals
         carry the memory kernel ``k(j)`` (``1 - μ^{j+1}`` without decay, the discrete double
-        integral with kernel ``e^{-(t'-t'')/τ}/τ``).  ``μ = 0`` is plain Euler; needs
-        ``closure='exact'``.
+        integral with kernel ``e^{-(t'-t'')/τ}/τ``).  ``μ = 0`` is plain Euler; with
+        ``closure='ntk'`` only without weight decay (see ``closure``).
 
     Returns
     -------
@@ -708,9 +711,10 @@ def solve_rule_deep_linear(X=None, y=None, *, rule="gd", rho=None, depth=None, h
         raise DomainError("the data must be finite")
     lam = real_scalar(weight_decay, "weight_decay")
     rho_wd, _, mu = langevin_settings(eta, lam, 0.0, momentum)
-    if mu > 0 and closure != "exact":
-        raise DomainError("momentum needs closure='exact' (the NTK-Euler closure has no "
-                          "momentum term)")
+    if mu > 0 and closure == "ntk" and lam > 0:
+        raise DomainError("closure='ntk' with momentum solves momentum alone: with weight decay "
+                          "the decay term grad f(t) . theta(s) of an earlier step is not a DMFT "
+                          "order parameter; use closure='exact'")
     start = time.perf_counter()
     kind = {"gd": "gd", "fa": "static", "dfa": "static", "hebb": "hebb"}[r_eff.name]
     hook = RuleFields(kind, r_eff.rho if r_eff.name == "fa" else 0.0, g0)

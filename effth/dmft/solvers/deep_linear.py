@@ -204,14 +204,20 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         Number of grid points ``T``.
     closure : {'exact', 'ntk'}, optional
         Default ``'exact'``, but ``'ntk'`` with ``gradient_independent`` (the exact-f identity
-        needs the responses; Bordelon & Pehlevan (2022), our reference checks's GI values use NTK-Euler).  ``'exact'``: ``f(t_i) = gamma0^-1 <h^L g^L>`` (exact limit of discrete GD, Bordelon & Pehlevan (2022), eqs. (3), (21), App. M);
+        needs the responses; the gradient-independence values of Bordelon & Pehlevan (2022) use
+        NTK-Euler).  ``'exact'``: ``f(t_i) = gamma0^-1 <h^L g^L>`` (exact limit of discrete GD,
+        Bordelon & Pehlevan (2022), eqs. (3), (21), App. M);
         ``'ntk'``: ``f_{i+1} = f_i + eta K(t_i, t_i) Delta_i`` (``- eta lambda (L + 1) f_i`` with
         weight decay: the ``(L+1)``-homogeneous network's gradient flow, Bordelon & Pehlevan (2022), App. J; not defined
         with both weight decay and biases, ``DomainError``).  Also with ``temperature > 0``: the
         Langevin drift of ``f``, eq. (102) of App. K, is ``K Delta - lambda theta . grad f +
         temperature Tr grad^2 f``, and for a linear network ``theta . grad f = (L + 1) f`` while
         its Ito term vanishes (``f`` is linear in every single weight: ``r = dg/dh = 0``), so the
-        closure is the one above with the kernels of the noisy sources.
+        closure is the one above with the kernels of the noisy sources.  With ``momentum``
+        ``mu`` (no weight decay or temperature): ``f_{i+1} = f_i + eta sum_{j<=i} (1 - mu)
+        mu^{i-j} K(t_i, t_j) Delta_j``, the gradient of ``f`` at ``t_i`` against the heavy-ball
+        step, with the two-time NTK ``K(t, s) = sum_l Hb^l(t, s) G^{l+1}(t, s)`` (App. L,
+        eq. (122)).
     damping : float in (0, 1]
         ``beta`` of the update ``x <- (1 - beta) x + beta x_new``.
     tol : float
@@ -269,8 +275,8 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
         (``1 - mu^{t-s}`` without decay, eq. (123)) in place of ``rho^{t-1-s}``.  ``mu = 0`` is GD
         (``tau -> 0``).  The step must satisfy ``eta lambda_max(K_0) < 2 (1 + mu) / (1 - mu)``.
         With ``temperature > 0`` too (underdamped Langevin dynamics) the noise passes the same
-        memory (``kappa`` of :class:`~effth.dmft.grid.ParameterFilter`).  ``closure='exact'``
-        only.
+        memory (``kappa`` of :class:`~effth.dmft.grid.ParameterFilter`).  With
+        ``closure='ntk'`` only without weight decay and temperature (see ``closure``).
     width_ratios : sequence of float, optional
         ``a_1 .. a_L > 0``: hidden layer ``l`` has width ``N_l = a_l N`` (Bordelon & Pehlevan
         (2022), App. D.8), with ``gamma = gamma0 sqrt(N)`` and every kernel normalized by its own
@@ -340,9 +346,11 @@ def solve_deep_linear(X=None, y=None, *, depth: int | None = None, hidden_layers
                  "lower steps (memory grows as steps**2) or the number of inputs")
     rho, temperature, momentum = langevin_settings(grid.eta, weight_decay, temperature, momentum)
     lam = float(weight_decay)
-    if momentum > 0 and closure != "exact":
-        raise DomainError("momentum needs closure='exact' (the NTK-Euler closure has no "
-                          "heavy-ball memory here)")
+    if momentum > 0 and closure == "ntk" and (lam > 0 or temperature > 0):
+        raise DomainError("closure='ntk' with momentum solves momentum alone: with weight decay "
+                          "the decay term grad f(t) . theta(s) of an earlier step is not a DMFT "
+                          "order parameter, and Langevin noise is not in the closure; use "
+                          "closure='exact'")
     if gamma0 == 0 and temperature > 0:
         raise DomainError("gamma0 = 0 with temperature > 0 is singular (output factor 1/gamma0); "
                           "use a small gamma0 > 0, or solve_deep_linear_equilibrium for the "
@@ -589,35 +597,38 @@ class RuleFields:
         if self.kind == "hebb":
             self.gh = [self.g0 * (dl @ hl) for dl, hl in zip(MD, H)]
 
-    def ntk_drive(self, t, n, P, kx, H, delta_t):
-        """``K(t, t) Delta(t)`` with ``K_{mu nu} = sum_l G~^{l+1}(t; t, nu) H^l_{mu nu}(t, t)``
-        (``C x C`` blocks with ``C`` outputs); ``delta_t`` is ``(P, C)``, the result ``(n, C)``."""
+    def ntk_drive(self, t, n, P, kx, H, delta_t, s=None):
+        """``K(t, s) Delta(s)`` with ``K_{mu nu}(t, s) = sum_l G~^{l+1}(t; s, nu) H^l_{mu nu}(t, s)``
+        (``C x C`` blocks with ``C`` outputs), the gradient of ``f(t)`` against the update made
+        at ``s`` (``s = t`` when not given); ``delta_t`` is ``Delta(s)``, ``(P, C)``, the
+        result ``(n, C)``."""
         L = len(H)
-        rt = slice(t * n, (t + 1) * n)
+        s = t if s is None else s
+        rt, cs = slice(t * n, (t + 1) * n), slice(s * n, s * n + P)
         C = self.C
         if C > 1:
             drive = np.zeros((n, C))
-            w2 = np.sum(delta_t ** 2, axis=1)                       # Hebb: |Delta_nu(t)|^2
+            w2 = np.sum(delta_t ** 2, axis=1)                       # Hebb: |Delta_nu(s)|^2
             for ell in range(L + 1):
-                Hd = kx[:, :P] if ell == 0 else H[ell - 1][rt, t * n: t * n + P]
+                Hd = kx[:, :P] if ell == 0 else H[ell - 1][rt, cs]
                 if ell == L:
                     drive = drive + Hd @ delta_t
                 elif self.kind == "static":
                     drive = drive + Hd @ (delta_t @ self.d[ell][t].T)
                 else:
-                    gh = self.gh[ell][t * C:(t + 1) * C, t * n: t * n + P]
+                    gh = self.gh[ell][t * C:(t + 1) * C, cs]
                     drive = drive + Hd @ (gh.T * w2[:, None])
             return drive
         delta_t = delta_t[:, 0]
         drive = np.zeros(n)
         for ell in range(L + 1):
-            Hd = kx[:, :P] if ell == 0 else H[ell - 1][rt, t * n: t * n + P]
+            Hd = kx[:, :P] if ell == 0 else H[ell - 1][rt, cs]
             if ell == L:
                 gt = np.ones(P)
             elif self.kind == "static":
                 gt = np.full(P, self.d[ell][t, 0, 0])
             else:
-                gt = self.gh[ell][t, t * n: t * n + P] * delta_t
+                gt = self.gh[ell][t, cs] * delta_t
             drive = drive + Hd @ (gt * delta_t)
         return drive[:, None]
 
@@ -796,15 +807,15 @@ def _march(data, model, L, T, rule=None):
             elif t:
                 f[t] = kappa_decay * f[t - 1] + eta * drive
             delta[t, :P] = model.Y - f[t, :P]
-            if model.closure == "ntk" and rule is not None:
-                drive = rule.ntk_drive(t, n, P, data.kx, H, delta[t, :P])
+            if model.closure == "ntk" and model.momentum > 0:
+                # heavy ball: f(t+1) - f(t) = grad f(t) . (theta(t+1) - theta(t))
+                #   = eta sum_{s<=t} (1 - mu) mu^(t-s) K(t, s) Delta(s)   (App. L, eq. (122))
+                mu = model.momentum
+                drive = sum((1.0 - mu) * mu ** (t - s) * _ntk_pair(rule, data, H, G, b, t, s, n,
+                                                                     C, P, L, delta[s, :P])
+                            for s in range(t + 1))
             elif model.closure == "ntk":
-                # K(t, t) Delta(t): sum_l [Hb^l(t, t) Delta(t)] G^{l+1}(t, t), G^{L+1} = I
-                drive = (data.kx[:, :P] @ delta[t, :P]) @ G[0][gt, gt]
-                for ell in range(1, L + 1):
-                    hd = H[ell - 1][rt, tn: tn + P] @ delta[t, :P]
-                    drive = drive + ((hd + b * delta[t, :P].sum(axis=0)) @ G[ell][gt, gt]
-                                     if ell < L else hd)
+                drive = _ntk_pair(rule, data, H, G, b, t, t, n, C, P, L, delta[t, :P])
             if not (np.all(np.isfinite(f[t])) and np.max(np.abs(G[0][gt, gt])) < 1e12
                     and (rule is None or np.max(np.abs(delta[t])) < 1e6 * ymax)):
                 raise ConvergenceError(
@@ -813,6 +824,22 @@ def _march(data, model, L, T, rule=None):
     if rule is not None:
         rule.finish(MD, H)
     return (H, G, Af[: L - 1], MD[1:], delta), f
+
+
+def _ntk_pair(rule, data, H, G, b, t, s, n, C, P, L, delta_s):
+    """``K(t, s) Delta(s)``, the NTK-Euler closure's drive: the gradient of ``f(t)`` against the
+    update at ``s`` (``s <= t``), ``(n, C)``.  Plain equations:
+    ``sum_l [Hb^l(t, s) Delta(s)] G^{l+1}(t, s)`` with ``G^{L+1} = I``; a rule hook supplies
+    ``G~^{l+1}(t; s)`` instead."""
+    if rule is not None:
+        return rule.ntk_drive(t, n, P, data.kx, H, delta_s, s=s)
+    rt, gt, gs, cs = (slice(t * n, (t + 1) * n), slice(t * C, (t + 1) * C),
+                      slice(s * C, (s + 1) * C), slice(s * n, s * n + P))
+    drive = (data.kx[:, :P] @ delta_s) @ G[0][gt, gs]
+    for ell in range(1, L + 1):
+        hd = H[ell - 1][rt, cs] @ delta_s
+        drive = drive + ((hd + b * delta_s.sum(axis=0)) @ G[ell][gt, gs] if ell < L else hd)
+    return drive
 
 
 def _initial_state(data, L, T, eta, ntk0):
@@ -1003,6 +1030,20 @@ def _ntk_euler(data, H, G, model):
     Gd.append(np.broadcast_to(np.eye(C), (T, C, C)))                # G^{L+1} = I_C
     shrink = 1.0 - model.eta * model.lam * (L + 1)
     f = np.zeros((T, n, C))
+    if model.momentum > 0:          # two-time K(t_i, t_j) against the heavy-ball step
+        mu = model.momentum
+        Hf = [data.kx[None, :, None].repeat(T, 0).repeat(T, 2)] \
+            + [h.reshape(T, n, T, n) + model.b for h in H[:-1]] + [H[-1].reshape(T, n, T, n)]
+        Gf = [gg.reshape(T, C, T, C) for gg in G] + [np.eye(C)[None, :, None].repeat(T, 0)
+                                                     .repeat(T, 2)]
+        deltas = np.zeros((T, P, C))
+        for i in range(T - 1):
+            deltas[i] = model.Y - f[i, :P]
+            drive = sum((1.0 - mu) * mu ** (i - j)
+                        * sum((h[i, :, j, :P] @ deltas[j]) @ gd[i, :, j] for h, gd in zip(Hf, Gf))
+                        for j in range(i + 1))
+            f[i + 1] = f[i] + model.eta * drive
+        return f
     for i in range(T - 1):
         delta = model.Y - f[i, :P]
         drive = sum((h[i][:, :P] @ delta) @ gd[i] for h, gd in zip(Hd, Gd))
