@@ -375,8 +375,9 @@ CASES: list[Case] = [
                                       samples=100), "weight_variances"),
     # --- solve_monte_carlo
     C("solve_monte_carlo", "X NaN", lambda: et.dmft.solve_monte_carlo(_with(X, np.nan), Y, **MC), r"\bX\b|inputs"),
-    C("solve_monte_carlo", "closure ntk with momentum",
-      lambda: et.dmft.solve_monte_carlo(X, Y, **MC, closure="ntk", momentum=0.5), "closure"),
+    C("solve_monte_carlo", "closure ntk with momentum and weight decay",
+      lambda: et.dmft.solve_monte_carlo(X, Y, **MC, closure="ntk", momentum=0.5,
+                                        weight_decay=0.1), "closure"),
     C("solve_monte_carlo", "closure ntk with temperature and width_ratios",
       lambda: et.dmft.solve_monte_carlo(X, Y, **MC, closure="ntk", temperature=0.5,
                                         weight_decay=1.0, width_ratios=(2.0,)), "equal widths"),

@@ -223,7 +223,7 @@ def test_tanh_langevin_and_momentum_network_gap_falls_like_one_over_n(opt_in_slo
     (dict(momentum=1.0), "momentum"),
     (dict(temperature=2.0, weight_decay=1.0, momentum=0.3, eta=0.9, activation="linear"),
      "heavy-ball step"),
-    (dict(momentum=0.5, closure="ntk"), "closure"),
+    (dict(momentum=0.5, temperature=0.5, weight_decay=1.0, closure="ntk"), "closure"),
     (dict(temperature=0.5, weight_decay=1.0, closure="ntk", width_ratios=(2.0, 1.0)),
      "equal widths"),
     (dict(momentum=0.5, gamma0=0.0), "gamma0 = 0"),

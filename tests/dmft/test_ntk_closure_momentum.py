@@ -120,3 +120,26 @@ def test_closure_uses_the_two_time_ntk(data):
         gaps_equal.append(np.max(np.abs(_euler(K, y, eta, mu, T, two_time=False)[-1] - b.f[-1])))
     assert gaps[1] < 0.6 * gaps[0]
     assert gaps_equal[1] > 0.8 * gaps_equal[0] and gaps_equal[1] > 5 * gaps[1]
+
+
+def test_monte_carlo_closure_matches_the_deep_linear_one(data):
+    """solve_monte_carlo's NTK-Euler step with momentum: on the deep linear solver's exact
+    kernels it gives that solver's f to rounding; end to end (linear activation) within 5 MC
+    standard errors, with momentum dropped far outside."""
+    from effth.dmft.solvers.monte_carlo import _ntk_euler
+
+    X, y = data
+    X, y = X[:4, :3], y[:4]
+    kw = dict(hidden_layers=2, gamma0=1.0, eta=0.1, steps=8, momentum=0.5)
+    b = solve_deep_linear(X, y, closure="ntk", **kw)
+    b0 = solve_deep_linear(X, y, closure="ntk", **{**kw, "momentum": 0.0})
+    T, n = 8, 4
+    f = _ntk_euler(b.data.kx, [p.reshape(T * n, T * n) for p in b.phi],
+                   [g.reshape(T * n, T * n) for g in b.g], y[:, None], 0.1, momentum=0.5)
+    np.testing.assert_allclose(f[..., 0], b.f, rtol=0, atol=1e-14)
+    from effth.dmft import solve_monte_carlo
+
+    a = solve_monte_carlo(X, y, activation="linear", closure="ntk", samples=1500, seed=1, **kw)
+    se = a.mc_stderr["f"][1:]
+    assert np.max(np.abs(a.f[1:] - b.f[1:]) / se) < 5
+    assert np.max(np.abs(a.f[1:] - b0.f[1:]) / se) > 10

@@ -311,8 +311,10 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         theta)``, ``theta <- theta + v``): the drifts carry the memory kernel ``k(t-1-s)`` (eq.
         (123)) and the initial parts ``a(t)`` of the filter; stability edge ``eta
         lambda_max(K_0) < 2 (1 + mu) / (1 - mu)``.  With ``temperature > 0`` too (underdamped
-        Langevin dynamics) the noise passes the same memory (``kappa`` of the filter).  Needs
-        ``closure='exact'``.  ``temperature = momentum = 0`` is the GD solver bit for bit.
+        Langevin dynamics) the noise passes the same memory (``kappa`` of the filter).  With
+        ``closure='ntk'`` (no weight decay or temperature) ``f`` steps along the heavy-ball
+        update with the two-time NTK, ``f(t+1) = f(t) + eta sum_{s<=t} (1 - mu) mu^{t-s}
+        K(t, s) Delta(s)``.  ``temperature = momentum = 0`` is the GD solver bit for bit.
 
     Raises
     ------
@@ -321,8 +323,8 @@ def solve_monte_carlo(X=None, y=None, *, depth: int | None = None, hidden_layers
         ``(P, C)``, non-finite values), ``eta lambda_max(K_NTK) >= 2``, ``gamma0 = 0`` with
         weight decay or several outputs, negative
         ``temperature``, ``momentum`` outside ``[0, 1)``, ``gamma0 = 0`` with temperature or
-        momentum, ``closure='ntk'`` with momentum (or, with weight decay or
-        a temperature, with ``width_ratios``), a Langevin step past its stable bound.
+        momentum, ``closure='ntk'`` with momentum and weight decay or a
+        temperature (or, with weight decay or a temperature, with ``width_ratios``), a Langevin step past its stable bound.
     ConvergenceError
         A kernel entry exceeds ``diverge_at`` (or is not finite); ``iterations=None`` and the
         drift test not passed within ``max_iterations`` sweeps.
@@ -541,9 +543,11 @@ def _chain(kw, seed, monitor_se=False):
     data, Y, multi = prepare_targets(X, y, X_test=X_test, kernel=kernel, bias=bool(bias))
     _v.check_target_scale(Y, 2, "the loss sum Delta^2 / 2")
     L, T, n, P, C = n_hidden, grid.steps, data.n_all, data.n_train, Y.shape[1]
-    if momentum > 0 and closure != "exact":
-        raise DomainError("momentum needs closure='exact' (the NTK-Euler closure has no "
-                          "heavy-ball memory here)")
+    if momentum > 0 and closure == "ntk" and (weight_decay > 0 or temperature > 0):
+        raise DomainError("closure='ntk' with momentum solves momentum alone: with weight decay "
+                          "the decay term grad f(t) . theta(s) of an earlier step is not a DMFT "
+                          "order parameter, and the Langevin terms of eq. (102) are derived "
+                          "without momentum; use closure='exact'")
     langevin_ntk = closure == "ntk" and (weight_decay > 0 or temperature > 0)
     if langevin_ntk and ratios is not None:
         raise DomainError("closure='ntk' with weight decay or temperature needs equal widths "
@@ -628,7 +632,7 @@ def _chain(kw, seed, monitor_se=False):
             else:
                 f = _ntk_euler(data.kx, Phin, Gn, Y, grid.eta, one,
                                _langevin_terms(w, extn, variances, weight_decay, gam, L)
-                               if langevin_ntk else None)
+                               if langevin_ntk else None, momentum=momentum)
             delta_new = Y[None] - f[:, :P]
             res = max(max(float(np.max(np.abs(x - xo))) for x, xo in zip(Phin + Gn, Phi + G)),
                       float(np.max(np.abs(delta_new - delta))))
@@ -674,7 +678,7 @@ def _chain(kw, seed, monitor_se=False):
     if closure == "ntk":
         f = _ntk_euler(data.kx, Phi, G, Y, grid.eta, one,
                        _langevin_terms(w, ext, variances, weight_decay, gam, L)
-                       if langevin_ntk else None)
+                       if langevin_ntk else None, momentum=momentum)
     gg = np.stack([x.reshape(T, n, C, T, n, C).transpose(0, 1, 3, 4, 2, 5) for x in G])
     A = (np.stack([x.reshape(T, n, T, n, C) / gams[k] for k, x in enumerate(Ab)]) if L > 1
          else np.zeros((0, T, n, T, n, C)))
@@ -1255,7 +1259,7 @@ def _langevin_terms(w, ext, variances, weight_decay, gam, L):
     return SimpleNamespace(lam=float(weight_decay), half=half, gam=float(gam), ext=ext, kap=kap)
 
 
-def _ntk_euler(kx, Phi, G, Y, eta, one=0.0, lang=None):
+def _ntk_euler(kx, Phi, G, Y, eta, one=0.0, lang=None, momentum=0.0):
     """NTK-Euler predictions ``(T, n, C)`` from ``(T n, T n)`` kernels ``Phi``, ``(T n C, T n C)``
     kernels ``G``: ``K^{cc'} = G^1 K^x + sum_l G^{l+1} (Phi^l + one) + Phi^L delta_{cc'}``.
 
@@ -1269,7 +1273,11 @@ def _ntk_euler(kx, Phi, G, Y, eta, one=0.0, lang=None):
     the diagonal of ``K^x``), where ``r^l = dg^l/dh^l`` obeys ``<r^L> = <phi''(h^L) z^L>``,
     ``<r^l> = <phi''(h^l) z^l> + <phi'(h^l)^2> kappa_l(t, t) <r^{l+1}>`` (the paper's
     ``r^{l+1}``; ``sigma^2 = 2 eta / beta`` to first order).  For a linear network these are
-    ``(L + 1) f`` and 0."""
+    ``(L + 1) f`` and 0.
+
+    With heavy-ball ``momentum`` ``mu`` (and no ``lang``) ``f`` steps along the heavy-ball update
+    with the two-time NTK, ``f(t+1) = f(t) + eta sum_{s<=t} (1 - mu) mu^{t-s} K(t, s) Delta(s)``
+    (App. L, eq. (122))."""
     n = kx.shape[0]
     T = Phi[0].shape[0] // n
     P, C = Y.shape
@@ -1281,6 +1289,20 @@ def _ntk_euler(kx, Phi, G, Y, eta, one=0.0, lang=None):
         K = K + dg(G[ell]) * (dphi(Phi[ell - 1]) + one)
     K = K + dphi(Phi[-1]) * np.eye(C)[None, None, :, None, :]
     f = np.zeros((T, n, C))
+    if momentum > 0:
+        mu = momentum
+        full = lambda X: X.reshape(T, n, T, n)[:, :, None, :, :, None]
+        K2 = G[0].reshape(T, n, C, T, n, C) * kx[None, :, None, None, :, None]
+        for ell in range(1, len(Phi)):
+            K2 = K2 + G[ell].reshape(T, n, C, T, n, C) * (full(Phi[ell - 1]) + one)
+        K2 = K2 + full(Phi[-1]) * np.eye(C)[None, None, :, None, None, :]
+        deltas = np.zeros((T, P, C))
+        for i in range(T - 1):
+            deltas[i] = Y - f[i, :P]
+            w = (1.0 - mu) * mu ** (i - np.arange(i + 1))
+            f[i + 1] = f[i] + eta * np.einsum("j,mcjad,jad->mc", w, K2[i, :, :, :i + 1, :P],
+                                              deltas[:i + 1])
+        return f
     if lang is None:
         for i in range(T - 1):
             f[i + 1] = f[i] + eta * np.einsum("mcad,ad->mc", K[i][:, :, :P], Y - f[i, :P])
