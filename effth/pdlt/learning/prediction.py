@@ -624,6 +624,38 @@ def _check_duplicates(Xa: np.ndarray, y: np.ndarray) -> None:
                       "is singular; keep one row of each")
 
 
+def _resolve_cnn(net, X_train, y_train, X_test, method, lambda_b, lambda_w, rtol, regularized):
+    """:func:`_resolve_data` for a :class:`~effth.CNN`: its infinite-channel NNGP kernel and NTK
+    on the training images followed by the test images (:func:`effth.pdlt.cnn_kernels`)."""
+    from effth.pdlt.cnn import cnn_kernels
+
+    if net.parameterization != "ntk":
+        raise DomainError("predict gives the lazy (kernel) prediction of a CNN in the NTK "
+                          "parameterization; a μP CNN with gamma0 learns features: use "
+                          "effth.dmft.solve_cnn_monte_carlo (or solve_cnn_deep_linear)")
+    if not (np.all(np.asarray(lambda_b) == 1.0) and np.all(np.asarray(lambda_w) == 1.0)):
+        raise DomainError("lambda_b/lambda_w rescale the MLP's NTK (PDLT (8.6)); a CNN's NTK is "
+                          "that of its parameterization: leave them at 1")
+    dims = (net.dims + 1, net.dims + 2)
+    Xa = finite_array(X_train, "X_train", dims)
+    Xb = finite_array(X_test, "X_test", dims)
+    if Xa.shape[1:] != Xb.shape[1:]:
+        raise DomainError(f"X_train holds images of shape {Xa.shape[1:]} but X_test of shape "
+                          f"{Xb.shape[1:]}: the images must share one shape")
+    if Xa.shape[0] == 0 or Xb.shape[0] == 0:
+        raise DomainError("X_train and X_test need at least one image each")
+    y = label_array(y_train, Xa.shape[0])
+    if not regularized:
+        _check_duplicates(Xa.reshape(Xa.shape[0], -1), y)
+    C = 1 if y.ndim == 1 else y.shape[1]
+    if net.n_out != C:
+        raise DomainError(f"y_train has {C} output components but the network has "
+                          f"n_out={net.n_out}")
+    ks = cnn_kernels(net, np.concatenate([Xa, Xb]), ntk=method != "bayes", rtol=rtol)
+    Tf = ks.value("Theta").copy() if method != "bayes" else None
+    return ks.value("K").copy(), Tf, Xa.shape[0], y, None, None
+
+
 def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lambda_b, lambda_w, rtol,
                   regularized=False, factors=None):
     """(K full, Theta full or None, P, y, lambda_b, lambda_w) from either calling convention.
@@ -638,6 +670,10 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
         if X_train is None or X_test is None or y_train is None:
             raise DomainError("predict(net, X_train, y_train, X_test): X_train, y_train and X_test "
                               "are all required")
+        from effth.arch.cnn import CNN
+        if isinstance(net, CNN):
+            return _resolve_cnn(net, X_train, y_train, X_test, method, lambda_b, lambda_w, rtol,
+                                regularized)
         Xa = finite_array(X_train, "X_train", (2,))
         Xb = finite_array(X_test, "X_test", (2,))
         if Xa.shape[1] != Xb.shape[1]:
@@ -705,7 +741,10 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
 
     Parameters
     ----------
-    net : effth.MLP, optional
+    net : effth.MLP or effth.CNN, optional
+        A :class:`~effth.CNN` (NTK parameterization) takes images, ``(P, *spatial)`` or
+        ``(P, *spatial, C_0)``, and its infinite-channel kernels
+        (:func:`effth.pdlt.cnn_kernels`); ``lambda_b``, ``lambda_w`` and ``widths`` are MLP-only.
     X_train : array_like (P, n_0)
     y_train : array_like (P,) or (P, C)
         Training targets :math:`y_{i;\tilde\alpha}`; ``C`` must equal ``net.n_out``.
@@ -967,6 +1006,13 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
 def _width(widths: Any, net: Any, updates: Any, jitter: float, method: str) -> int:
     """Check ``widths=`` of :func:`predict` (Bayes: PDLT §6.4; GD, Newton: §∞.2); returns
     :math:`n_{L-1}`."""
+    from effth.arch.cnn import CNN
+    if isinstance(net, CNN):
+        from effth.errors import NotDerivedError
+        raise NotDerivedError("widths= adds the O(1/n) corrections of MLPs (PDLT §6.4, §∞.2); "
+                              "for a CNN only the infinite-channel prediction is derived: drop "
+                              "widths= (the trained CNNs of effth.simulation.train_cnn measure "
+                              "the finite-channel one)")
     width = last_hidden_width(widths, "widths", equal=method != "bayes")
     if net is None:
         raise DomainError("widths= needs the network, predict(net, X_train, y_train, X_test, "
