@@ -120,6 +120,27 @@ def _print_recursion(rec, args, out, elapsed: float) -> int:
     return 0
 
 
+def _derive_residual(args: argparse.Namespace, out, t0: float) -> int:
+    """``effth derive TARGET --residual``: the recursions of the residual MLP (PDLT (B.4))."""
+    from effth.pdlt import derive_initialization, derive_ntk
+    from effth.pdlt.ntk.recursions import RESIDUAL_NTK_STATISTICS
+
+    target = args.target
+    if args.single_input or args.second_layer:
+        raise UsageError("--residual derives the general recursions; it does not combine with "
+                         "--single-input or --second-layer")
+    if target in ("K", "V", "G1", "T"):
+        rec = derive_initialization(target, residual=True,
+                                    form="book" if args.form == "book" else "edgeworth")
+    elif target in RESIDUAL_NTK_STATISTICS:
+        rec = derive_ntk(target, residual=True)
+    else:
+        raise UsageError(f"--residual derives K, V, G1, T (the three-point vertex) and the NTK "
+                         f"statistics {', '.join(s for s in RESIDUAL_NTK_STATISTICS if s in _NTK_TARGETS)}; "
+                         f"not {target} (the dNTK and ddNTK of residual MLPs are not derived)")
+    return _print_recursion(rec, args, out, time.perf_counter() - t0)
+
+
 def _plain(expr) -> str:
     from .printing.text import text
     return text(expr)
@@ -144,6 +165,8 @@ def _derive(args: argparse.Namespace, out) -> int:
 
     t0 = time.perf_counter()
     target = args.target
+    if args.residual:
+        return _derive_residual(args, out, t0)
     if target in ("K", "V", "G1") or target in _NTK_TARGETS:
         if args.single_input and args.second_layer:
             raise UsageError("give --single-input or --second-layer, not both")
@@ -648,6 +671,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one input: the recursion in g, chi_par, chi_perp, h, j (PDLT (5.49)-(5.52), (5.111), ch. 9)")
     d.add_argument("--second-layer", action="store_true",
                    help="K/V/G1: the exact layer-2 form (V(1) = G1(1) = 0)")
+    d.add_argument("--residual", action="store_true",
+                   help="the residual MLP z' = xi [b + W sigma(z)] + gamma z (PDLT (B.4)): K (B.11), "
+                   "V (B.24) with the third-cumulant terms, G1, T = the three-point vertex (not "
+                   "the ddNTK), Theta, H1, A, B, D, F. These close on single-layer cumulants; "
+                   "from layer 3 on, for activations that are not odd, the exact one-input values "
+                   "come from the history recursion (effth.pdlt.residual_history_flow)")
     d.add_argument("--format", choices=("latex", "text"), default="latex",
                    help="LaTeX, or plain Unicode text (no LaTeX)")
     d.add_argument("--timing", action="store_true", help="print the derivation time")

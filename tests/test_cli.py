@@ -96,6 +96,24 @@ def test_derive_vertex_recursion_prints_book_symbols():
     assert r"\frac{n_{\ell}}{n_{\ell-1}}" in text and "PDLT (4.119)" in text
 
 
+def test_derive_residual_prints_the_skip_connection(tmp_path):
+    """``--residual``: PDLT (B.11) with gamma and xi, and the three-point vertex T (not the
+    ddNTK T); the standalone document compiles."""
+    code, text = run("derive", "K", "--residual")
+    assert code == 0 and "PDLT (B.11)" in text
+    assert r"{\gamma^{(\ell+1)}}^2 {K^{(\ell)}_{\alpha_1\alpha_2}}" in text
+    assert r"{\xi^{(\ell+1)}}^2" in text
+    code, text = run("derive", "T", "--residual")
+    assert code == 0 and r"{T^{(\ell+1)}_{(\alpha_1\alpha_2)\alpha_3}}" in text
+    assert r"{\gamma^{(\ell+1)}}^3" in text
+    from effth.printing.tex import compile_tex, have_pdflatex
+    if have_pdflatex():
+        out = tmp_path / "k.tex"
+        assert run("derive", "K", "--residual", "--standalone", "--out", str(out))[0] == 0
+        run_ = compile_tex(out.read_text())
+        assert run_.ok, run_.errors
+
+
 def test_gamma0_prints_the_corrected_deep_linear_ntk_prefactor():
     """The gamma0^2 NTK prefactor of a deep linear net with L hidden layers is L(L+1)^2(L+2)/12:
     20 at L = 3 (= 3*16*5/12); Bordelon & Pehlevan (2022), eq. (12), prints L(L+1)/2 = 6, the
@@ -162,6 +180,8 @@ def _one_line_error(capsys) -> str:
     (("derive", "cumulant", "--order", "12"), "at most 8"),
     (("derive", "connected-four-point", "--order", "5"), "at most 2"),
     (("derive", "K", "--single-input", "--second-layer"), "not both"),
+    (("derive", "P", "--residual"), "not derived"),
+    (("derive", "K", "--residual", "--single-input"), "does not combine"),
     (("wick", "40"), "0..14"),
     (("expect", "sigma(1,1.5)*sigma(2)", "--activation", "tanh", "--kernel", "1,0;0,1"),
      "derivative order"),
