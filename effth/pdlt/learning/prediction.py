@@ -624,6 +624,31 @@ def _check_duplicates(Xa: np.ndarray, y: np.ndarray) -> None:
                       "is singular; keep one row of each")
 
 
+def _inputs_and_targets(net, X_train, y_train, X_test, ndim, regularized):
+    """Training and test inputs (vectors, ``ndim=(2,)``, or a CNN's images) and the targets,
+    checked: equal input shapes, at least one of each, no repeated training input (unless the
+    block is regularized), as many target columns as the network has outputs."""
+    Xa = finite_array(X_train, "X_train", ndim)
+    Xb = finite_array(X_test, "X_test", ndim)
+    images = ndim != (2,)
+    if Xa.shape[1:] != Xb.shape[1:]:
+        raise DomainError(f"X_train holds images of shape {Xa.shape[1:]} but X_test of shape "
+                          f"{Xb.shape[1:]}: the images must share one shape" if images else
+                          f"X_train has {Xa.shape[1]} features per input but X_test has "
+                          f"{Xb.shape[1]}")
+    if Xa.shape[0] == 0 or Xb.shape[0] == 0:
+        raise DomainError(f"X_train and X_test need at least one {'image' if images else 'input'} "
+                          "each")
+    y = label_array(y_train, Xa.shape[0])
+    if not regularized:
+        _check_duplicates(Xa.reshape(Xa.shape[0], -1), y)
+    C = 1 if y.ndim == 1 else y.shape[1]
+    if getattr(net, "n_out", C) != C:
+        raise DomainError(f"y_train has {C} output components but the network has "
+                          f"n_out={net.n_out}")
+    return Xa, Xb, y
+
+
 def _resolve_cnn(net, X_train, y_train, X_test, method, lambda_b, lambda_w, rtol, regularized):
     """:func:`_resolve_data` for a :class:`~effth.CNN`: its infinite-channel NNGP kernel and NTK
     on the training images followed by the test images (:func:`effth.pdlt.cnn_kernels`)."""
@@ -636,21 +661,8 @@ def _resolve_cnn(net, X_train, y_train, X_test, method, lambda_b, lambda_w, rtol
     if not (np.all(np.asarray(lambda_b) == 1.0) and np.all(np.asarray(lambda_w) == 1.0)):
         raise DomainError("lambda_b/lambda_w rescale the MLP's NTK (PDLT (8.6)); a CNN's NTK is "
                           "that of its parameterization: leave them at 1")
-    dims = (net.dims + 1, net.dims + 2)
-    Xa = finite_array(X_train, "X_train", dims)
-    Xb = finite_array(X_test, "X_test", dims)
-    if Xa.shape[1:] != Xb.shape[1:]:
-        raise DomainError(f"X_train holds images of shape {Xa.shape[1:]} but X_test of shape "
-                          f"{Xb.shape[1:]}: the images must share one shape")
-    if Xa.shape[0] == 0 or Xb.shape[0] == 0:
-        raise DomainError("X_train and X_test need at least one image each")
-    y = label_array(y_train, Xa.shape[0])
-    if not regularized:
-        _check_duplicates(Xa.reshape(Xa.shape[0], -1), y)
-    C = 1 if y.ndim == 1 else y.shape[1]
-    if net.n_out != C:
-        raise DomainError(f"y_train has {C} output components but the network has "
-                          f"n_out={net.n_out}")
+    Xa, Xb, y = _inputs_and_targets(net, X_train, y_train, X_test, (net.dims + 1, net.dims + 2),
+                                    regularized)
     ks = cnn_kernels(net, np.concatenate([Xa, Xb]), ntk=method != "bayes", rtol=rtol)
     Tf = ks.value("Theta").copy() if method != "bayes" else None
     return ks.value("K").copy(), Tf, Xa.shape[0], y, None, None
@@ -674,20 +686,7 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
         if isinstance(net, CNN):
             return _resolve_cnn(net, X_train, y_train, X_test, method, lambda_b, lambda_w, rtol,
                                 regularized)
-        Xa = finite_array(X_train, "X_train", (2,))
-        Xb = finite_array(X_test, "X_test", (2,))
-        if Xa.shape[1] != Xb.shape[1]:
-            raise DomainError(f"X_train has {Xa.shape[1]} features per input but X_test has "
-                              f"{Xb.shape[1]}")
-        if Xa.shape[0] == 0 or Xb.shape[0] == 0:
-            raise DomainError("X_train and X_test need at least one input each")
-        y = label_array(y_train, Xa.shape[0])
-        if not regularized:
-            _check_duplicates(Xa, y)
-        C = 1 if y.ndim == 1 else y.shape[1]
-        if getattr(net, "n_out", C) != C:
-            raise DomainError(f"y_train has {C} output components but the network has "
-                              f"n_out={net.n_out}")
+        Xa, Xb, y = _inputs_and_targets(net, X_train, y_train, X_test, (2,), regularized)
         need_theta = method != "bayes"
         Kf, Tf = output_kernels(net, np.vstack([Xa, Xb]), lambda_b=lambda_b, lambda_w=lambda_w,
                                 ntk=need_theta, rtol=rtol)
