@@ -816,7 +816,9 @@ def finite_width_covariance(tensors: Any, y_train: Any, *, n_train: int, algorit
     NLO metric and :math:`H^{\{1\}}`), with the :math:`\widehat{\Delta H}` terms and with the
     dNTK and ddNTK terms (after ``t`` steps with the finite-time projectors and the training-set
     part of (∞.124)), and the square of the first-order :math:`\widehat{\Delta H}` term; every
-    other product is :math:`O(n^{-3/2})` or smaller.  Output components are coupled through the
+    other product is :math:`O(n^{-3/2})` or smaller (the square of the dNTK term is
+    :math:`O(1/n^2)`: the dNTK fluctuates at :math:`O(1/n)` and
+    :math:`\mathbb E[\widehat{dH}\widehat{dH}]` is subleading, PDLT §11.2 footnote 6).  Output components are coupled through the
     targets ("wiring").  At ``updates=0`` it is the covariance at initialization, :math:`K` and
     :math:`G^{\{1\}}`.
 
