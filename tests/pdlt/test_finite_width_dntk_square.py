@@ -140,7 +140,7 @@ def test_deep_dntk_correlator_and_would_be_covariance_term_fall_like_1_over_n():
     part of the covariance after t = 10 steps, n Var(d), falls like n^-q at the test and training
     inputs with q = 1 within 0.5, and q = 0 (an O(1/n) part of the covariance) is rejected by
     more than 5 SE."""
-    (a32, h32), (a128, h128) = _dntk_squares(3, 32, 4000, seed=3), _dntk_squares(3, 128, 4000, seed=3)
+    (a32, h32), (a128, h128) = _dntk_squares(3, 32, 2500, seed=3), _dntk_squares(3, 128, 2500, seed=3)
     (m32, s32), (m128, s128) = _mean_se(a32), _mean_se(a128)
     p, sp_ = _exponent(32, m32, s32, 128, m128, s128)
     p = p + 2                                            # of E[dH dH] = (n^2 E) / n^2
@@ -150,8 +150,8 @@ def test_deep_dntk_correlator_and_would_be_covariance_term_fall_like_1_over_n():
           f"n Var(H_01) ~ n^-p, p = {ph:.2f} +- {sph:.2f}")
     assert np.all(np.abs(p - 2) < 0.5) and np.all(p - 1 > 5 * sp_), (p, sp_)
     assert abs(ph) < 5 * sph, (ph, sph)
-    v32, e32 = _n_cov(32, _solution_parts(32, 1000, (10,), seed=4)[10]["dntk"], None)
-    v128, e128 = _n_cov(128, _solution_parts(128, 1000, (10,), seed=4)[10]["dntk"], None)
+    v32, e32 = _n_cov(32, _solution_parts(32, 700, (10,), seed=4)[10]["dntk"], None)
+    v128, e128 = _n_cov(128, _solution_parts(128, 700, (10,), seed=4)[10]["dntk"], None)
     q, sq = _exponent(32, v32, e32, 128, v128, e128)
     print(f"n Var(d) at t = 10 (test, training input): n=32 {v32.round(4).tolist()} +- "
           f"{e32.round(4).tolist()}, n=128 {v128.round(4).tolist()} +- {e128.round(4).tolist()}; "
