@@ -266,7 +266,10 @@ class DMFTFluctuations:
         :func:`deep_nonlinear_fluctuations` only: the largest ``|z|`` of the single-site map
         ``F(k*)`` (the kernels and predictions re-sampled at the saddle) against the saddle
         ``k*`` itself, in units of the combined Monte-Carlo error (1.5-5.5 at converged
-        plain-GD saddles; ``nan`` for the closed forms).
+        plain-GD saddles, the largest over the saddles; ``nan`` for the closed forms).
+    saddles : int
+        :func:`deep_nonlinear_fluctuations` only: the number of independent saddles averaged
+        (``replica_propagators`` holds ``saddles x replicas`` propagators, saddle-major).
 
     Notes
     -----
@@ -285,6 +288,7 @@ class DMFTFluctuations:
     _layout: _Layout = None
     replica_propagators: np.ndarray | None = None
     saddle_z: float = float("nan")
+    saddles: int = 1
 
     _NAMES = ("f", "delta", "loss", "phi", "g", "ntk")
 
@@ -386,9 +390,11 @@ class DMFTFluctuations:
     def stderr(self, name: str, layer: int | None = None, *, widths: float | None = None) -> np.ndarray | None:
         """Monte-Carlo standard error of :meth:`variance` (same shape; ``N Var`` units unless
         ``widths``): the spread of the independent single-site samplings
-        (``replica_propagators``) ``/ sqrt(R)``, ``R - 1`` degrees of freedom.  It is the error of
-        the sampled Jacobian and covariances at the given saddle; the saddle's own Monte-Carlo
-        error is not in it (:func:`deep_nonlinear_fluctuations`).  ``None`` for the closed-form
+        (``replica_propagators``) ``/ sqrt(R)``, ``R - 1`` degrees of freedom: the error of
+        the sampled Jacobian and covariances at the given saddle, without the saddle's own
+        Monte-Carlo error.  With ``saddles = K >= 2`` independent solves it is the error of
+        their mean from the spread of the ``K`` per-saddle means (saddle and sampling errors,
+        ``K - 1`` degrees of freedom), at least the replicas' sampling error.  ``None`` for the closed-form
         theories (:func:`deep_linear_fluctuations`, :func:`two_layer_fluctuations`) and with one
         replica."""
         shape, M = self._linear_map(name, layer)
@@ -399,7 +405,15 @@ class DMFTFluctuations:
             var = reps[:, M, M]
         else:
             var = np.einsum("ij,rjk,ik->ri", M, reps, M)
-        se = var.std(axis=0, ddof=1) / np.sqrt(len(reps))
+        K = int(self.saddles)
+        if K < 2:
+            se = var.std(axis=0, ddof=1) / np.sqrt(len(reps))
+        else:                          # one-way layout: saddles x replicas
+            var = var.reshape(K, -1, var.shape[-1])
+            R = var.shape[1]
+            between = R * var.mean(axis=1).var(axis=0, ddof=1)
+            within = var.var(axis=1, ddof=1).mean(axis=0) if R > 1 else 0.0 * between
+            se = np.sqrt(np.maximum(between, within) / (K * R))
         return se.reshape(shape) / _width(widths)
 
     def std(self, name: str, layer: int | None = None, *, widths: float) -> np.ndarray:
@@ -971,8 +985,40 @@ def _saddle_consistency(check) -> tuple[float, float]:
     return float(np.max(np.abs(z))), float(np.sqrt(np.mean(z ** 2)))
 
 
+def _check_nonlinear_saddle(res, center) -> None:
+    """The refusals of :func:`deep_nonlinear_fluctuations` that the result itself shows."""
+    from effth.dmft.solvers.lazy import resolve_activation
+
+    if not isinstance(res, DMFTResult) or type(res) is not DMFTResult:
+        raise DomainError(f"res must be a DMFTResult of solve_monte_carlo (or solve_two_layer), "
+                          f"got {type(res).__name__}")
+    method = str(res.method)
+    if not (method == "monte_carlo" or method.startswith("two_layer")):
+        raise DomainError(f"res comes from method={method!r}: deep_nonlinear_fluctuations "
+                          "samples the single site of solve_monte_carlo (or solve_two_layer); "
+                          "use deep_linear_fluctuations for solve_deep_linear's closed form")
+    if res.closure != "exact":
+        raise DomainError(f"res was solved with closure={res.closure!r}: the fluctuations of the "
+                          "predictions f = <z phi>/gamma0 need closure='exact'")
+    if res.bias:
+        raise DomainError("res has trainable biases: not covered by deep_nonlinear_fluctuations "
+                          "(solve without bias=True)")
+    if np.ndim(res.f) != 2 or np.ndim(res.data.y) != 1:
+        raise DomainError("res has several outputs: deep_nonlinear_fluctuations takes one output "
+                          "(a 1-D y)")
+    if res.A.shape[1:] != (res.grid.steps, res.data.n_all) * 2 and res.hidden_layers > 1:
+        raise DomainError(f"res holds responses of shape {res.A.shape[1:]}, not "
+                          f"(T, n, T, n): not a one-output Monte-Carlo saddle")
+    _common_arguments(center, res.gamma0, None, "deep_nonlinear_fluctuations")
+    act = resolve_activation(res.activation)
+    if tuple(getattr(act, "kinks", ())):
+        raise DomainError(f"activation {res.activation!r} has kinks at {tuple(act.kinks)}: the "
+                          "pathwise second and third derivatives of the fields need a smooth "
+                          "activation")
+
+
 @public
-def deep_nonlinear_fluctuations(res: DMFTResult, *, center: bool = True, samples: int = 2000,
+def deep_nonlinear_fluctuations(res, *, center: bool = True, samples: int = 2000,
                                 replicas: int = 4, seed=0, eps: float = 1e-3,
                                 third_samples: int = 1000, check_saddle: bool = True) -> DMFTFluctuations:
     r"""O(1/N) covariance of the kernels and predictions of deep nonlinear networks (Bordelon & Pehlevan (2022), App. P.7).
@@ -1004,13 +1050,16 @@ def deep_nonlinear_fluctuations(res: DMFTResult, *, center: bool = True, samples
 
     Parameters
     ----------
-    res : DMFTResult
+    res : DMFTResult or sequence of DMFTResult
         A converged saddle of :func:`effth.dmft.solve_monte_carlo` (``method='monte_carlo'``,
         ``closure='exact'``, one output, no biases, a smooth activation; ``responses='jacobian'``
         recommended) or of :func:`effth.dmft.solve_two_layer` (``L = 1``).  Weight decay,
         Langevin noise, momentum, unequal widths and weight variances are not covered; a
         result is not told apart by its fields, so the saddle is checked instead
-        (``check_saddle``).
+        (``check_saddle``).  A sequence: ``K >= 2`` independent solves of the same problem
+        (e.g. ``seed=0, 1, 2``); each gets ``replicas`` samplings, the result is the mean over
+        all, its saddle (``dmft``) the mean of the solves, and :meth:`DMFTFluctuations.stderr`
+        then includes the saddles' own Monte-Carlo error (from their spread).
     center : bool
         ``True``: the centred predictions ``f - f(theta_0)`` of
         :func:`effth.simulation.simulate_training`; ``False``: the raw output.
@@ -1044,8 +1093,8 @@ def deep_nonlinear_fluctuations(res: DMFTResult, *, center: bool = True, samples
     -------
     DMFTFluctuations
         ``variance``/``covariance``/``std`` as for the closed forms; ``stderr`` the Monte-Carlo
-        error of ``variance`` from the replicas.  The saddle's own error (``res.stderr``) is not
-        propagated: re-solve the saddle with other seeds to see it (``docs/dmft.md``).
+        error of ``variance`` from the replicas.  With one saddle the saddle's own error
+        (``res.stderr``) is not in it; pass several independent solves to include it.
 
     Raises
     ------
@@ -1056,34 +1105,21 @@ def deep_nonlinear_fluctuations(res: DMFTResult, *, center: bool = True, samples
         a saddle that fails ``check_saddle``, a singular ``1 - J``.
     """
     from effth._validate import check_memory, check_work
-    from effth.dmft.solvers.lazy import resolve_activation
 
-    if not isinstance(res, DMFTResult) or type(res) is not DMFTResult:
-        raise DomainError(f"res must be a DMFTResult of solve_monte_carlo (or solve_two_layer), "
-                          f"got {type(res).__name__}")
-    method = str(res.method)
-    if not (method == "monte_carlo" or method.startswith("two_layer")):
-        raise DomainError(f"res comes from method={method!r}: deep_nonlinear_fluctuations "
-                          "samples the single site of solve_monte_carlo (or solve_two_layer); "
-                          "use deep_linear_fluctuations for solve_deep_linear's closed form")
-    if res.closure != "exact":
-        raise DomainError(f"res was solved with closure={res.closure!r}: the fluctuations of the "
-                          "predictions f = <z phi>/gamma0 need closure='exact'")
-    if res.bias:
-        raise DomainError("res has trainable biases: not covered by deep_nonlinear_fluctuations "
-                          "(solve without bias=True)")
-    if np.ndim(res.f) != 2 or np.ndim(res.data.y) != 1:
-        raise DomainError("res has several outputs: deep_nonlinear_fluctuations takes one output "
-                          "(a 1-D y)")
-    if res.A.shape[1:] != (res.grid.steps, res.data.n_all) * 2 and res.hidden_layers > 1:
-        raise DomainError(f"res holds responses of shape {res.A.shape[1:]}, not "
-                          f"(T, n, T, n): not a one-output Monte-Carlo saddle")
-    _common_arguments(center, res.gamma0, None, "deep_nonlinear_fluctuations")
-    act = resolve_activation(res.activation)
-    if tuple(getattr(act, "kinks", ())):
-        raise DomainError(f"activation {res.activation!r} has kinks at {tuple(act.kinks)}: the "
-                          "pathwise second and third derivatives of the fields need a smooth "
-                          "activation")
+    saddles = list(res) if isinstance(res, (list, tuple)) else [res]
+    if not saddles:
+        raise DomainError("res is an empty sequence: give a DMFTResult of solve_monte_carlo")
+    for r in saddles:
+        _check_nonlinear_saddle(r, center)
+    res = saddles[0]
+    for r in saddles[1:]:
+        if not (r.hidden_layers == res.hidden_layers and r.grid.steps == res.grid.steps
+                and r.grid.eta == res.grid.eta and r.gamma0 == res.gamma0
+                and r.activation == res.activation and r.data.kx.shape == res.data.kx.shape
+                and np.allclose(r.data.kx, res.data.kx) and np.allclose(r.data.y, res.data.y)):
+            raise DomainError("the saddles in res solve different problems (data, grid, depth, "
+                              "gamma0 or activation differ): give independent solves of one "
+                              "problem (other seeds)")
     for name, v in (("samples", samples), ("replicas", replicas), ("third_samples", third_samples)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise DomainError(f"{name}={v!r} must be a positive integer")
@@ -1104,34 +1140,61 @@ def deep_nonlinear_fluctuations(res: DMFTResult, *, center: bool = True, samples
                  f"the single site's second derivatives (samples={samples}, T n={Tn}: "
                  f"about {_SITE_BYTES:g} samples (T n)^3 bytes)",
                  "use fewer samples (and more replicas), fewer steps or inputs")
-    seconds = replicas * L * (_SITE_SECONDS * samples * Tn ** 4
+    seconds = len(saddles) * replicas * L * (_SITE_SECONDS * samples * Tn ** 4
                               + (_THIRD_SECONDS * third_samples * Tn ** 5 if L > 1 else 0.0))
-    check_work(seconds, f"deep_nonlinear_fluctuations (replicas={replicas}, samples={samples}, "
+    check_work(seconds, f"deep_nonlinear_fluctuations ({len(saddles)} saddle(s), replicas={replicas}, samples={samples}, "
                f"third_samples={third_samples}, T n={Tn}, L={L}; cost ~ samples (T n)^4 + "
                "third_samples (T n)^5 per layer)",
                "use fewer samples or third_samples, fewer steps (a larger eta) or inputs")
-    check = {}
-    try:
-        fl, reps = _deep_nonlinear_fluctuations(res, center=bool(center), samples=int(samples),
-                                                replicas=int(replicas), seed=int(seed),
-                                                eps=float(eps), third_samples=int(third_samples),
-                                                check=check)
-    except np.linalg.LinAlgError:
-        raise DomainError("1 - J is singular at this saddle (the single-site map has a unit "
-                          "eigenvalue)") from None
-    zmax, zrms = _saddle_consistency(check)
-    if check_saddle and zmax > 8.0:
-        raise DomainError(
-            f"res is not a fixed point of the plain-GD single site: re-sampled at the saddle, the "
-            f"kernels and predictions differ by up to {zmax:.3g} (rms {zrms:.3g}) standard "
-            "errors. An unconverged solve (more iterations or samples), or one with weight "
-            "decay, temperature, momentum, width_ratios or weight_variances, which "
-            "deep_nonlinear_fluctuations does not cover; check_saddle=False skips the test")
-    if not np.all(np.isfinite(fl.propagator)):
-        raise DomainError("the sampled propagator is not finite (1 - J singular at this saddle)")
-    fl.replica_propagators = np.stack([r.propagator for r in reps])
-    fl.saddle_z = zmax
+    fits, reps_all, zs = [], [], []
+    for k, r in enumerate(saddles):
+        check = {}
+        sk = int(seed) if len(saddles) == 1 else int(np.random.SeedSequence([int(seed), k]).generate_state(1)[0])
+        try:
+            fl, reps = _deep_nonlinear_fluctuations(r, center=bool(center), samples=int(samples),
+                                                    replicas=int(replicas), seed=sk,
+                                                    eps=float(eps), third_samples=int(third_samples),
+                                                    check=check)
+        except np.linalg.LinAlgError:
+            raise DomainError("1 - J is singular at this saddle (the single-site map has a unit "
+                              "eigenvalue)") from None
+        zmax, zrms = _saddle_consistency(check)
+        if check_saddle and zmax > 8.0:
+            raise DomainError(
+                f"res{'' if len(saddles) == 1 else f'[{k}]'} is not a fixed point of the plain-GD "
+                f"single site: re-sampled at the saddle, the kernels and predictions differ by up "
+                f"to {zmax:.3g} (rms {zrms:.3g}) standard errors. An unconverged solve (more "
+                "iterations or samples), or one with weight decay, temperature, momentum, "
+                "width_ratios or weight_variances, which deep_nonlinear_fluctuations does not "
+                "cover; check_saddle=False skips the test")
+        if not np.all(np.isfinite(fl.propagator)):
+            raise DomainError("the sampled propagator is not finite (1 - J singular at this saddle)")
+        fits.append(fl)
+        reps_all += [rp.propagator for rp in reps]
+        zs.append(zmax)
+    fl = fits[0]
+    if len(saddles) > 1:
+        fl.dmft = _mean_saddle(saddles)
+        fl.propagator = np.mean([f.propagator for f in fits], axis=0)
+    fl.replica_propagators = np.stack(reps_all)
+    fl.saddles = len(saddles)
+    fl.saddle_z = float(max(zs))
     return fl
+
+
+def _mean_saddle(saddles):
+    """The mean of independent Monte-Carlo solves of one problem (``mc_stderr / sqrt(K)``)."""
+    import dataclasses
+
+    K = len(saddles)
+    mean = {k: np.mean([getattr(r, k) for r in saddles], axis=0)
+            for k in ("phi", "g", "A", "B", "f", "delta")}
+    se = None
+    if all(r.mc_stderr for r in saddles):
+        keys = set.intersection(*(set(r.mc_stderr) for r in saddles))
+        se = {k: np.sqrt(np.mean([np.asarray(r.mc_stderr[k]) ** 2 for r in saddles], axis=0) / K)
+              for k in keys}
+    return dataclasses.replace(saddles[0], mc_stderr=se, fields=None, **mean)
 
 
 def _deep_nonlinear_fluctuations(res: DMFTResult, *, center: bool = True, samples: int = 4000,

@@ -145,6 +145,38 @@ def test_error_estimate_covers_an_independent_sampling():
     assert a.stderr("f") is not None and np.all(a.stderr("f", widths=64) <= a.stderr("f"))
 
 
+def test_several_saddles_include_the_saddle_error():
+    """phi = id, L = 2, gamma0 = 1, three independent 1000-sample saddles: the mean theory equals
+    the closed-form deep_linear_fluctuations within its error (rms z over f, Phi^{1,2}, G^{1,2}
+    between 0.3 and 2, max |z| < 8 for Student t with 2 dof), the error is at least the
+    replicas' sampling error, and the result's saddle is the mean of the solves."""
+    kw = dict(hidden_layers=2, gamma0=1.0, eta=0.3, steps=3)
+    ref = et.dmft.deep_linear_fluctuations(X, Y, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sad = [solve_monte_carlo(X, Y, activation="linear", responses="jacobian", samples=1000,
+                                 seed=s, progress=False, **kw) for s in (31, 32, 33)]
+    fl = deep_nonlinear_fluctuations(sad, samples=600, replicas=2, seed=5, third_samples=10)
+    assert fl.saddles == 3 and fl.replica_propagators.shape[0] == 6
+    assert np.allclose(fl.dmft.f, np.mean([r.f for r in sad], axis=0))
+    zs = []
+    for name, layer in (("f", None), ("phi", 1), ("phi", 2), ("g", 1), ("g", 2)):
+        a, b, se = ref.variance(name, layer), fl.variance(name, layer), fl.stderr(name, layer)
+        ok = se > 1e-9 * np.max(np.abs(a))
+        zs.append(((b - a)[ok] / se[ok]).ravel())
+        reps = np.array([DMFTFluctuations(dmft=fl.dmft, center=True, propagator=p,
+                                          gradient_norm=np.nan, asymmetry=0.0,
+                                          _layout=fl._layout).variance(name, layer)
+                         for p in fl.replica_propagators]).reshape(3, 2, *a.shape)
+        within = reps.var(axis=1, ddof=1).mean(axis=0)
+        assert np.all(se >= np.sqrt(within / 6) * (1 - 1e-12))
+    z = np.concatenate(zs)
+    assert 0.3 < np.sqrt(np.mean(z ** 2)) < 2.0 and np.max(np.abs(z)) < 8.0, z
+    with pytest.raises(DomainError, match="different problems"):
+        deep_nonlinear_fluctuations([sad[0], _saddle(1.0)], samples=200, replicas=2,
+                                    third_samples=10)
+
+
 def test_bad_input():
     res = _saddle(1.0)
     with pytest.raises(DomainError, match="DMFTResult"):
