@@ -1052,8 +1052,10 @@ def deep_nonlinear_fluctuations(res, *, center: bool = True, samples: int = 2000
     ----------
     res : DMFTResult or sequence of DMFTResult
         A converged saddle of :func:`effth.dmft.solve_monte_carlo` (``method='monte_carlo'``,
-        ``closure='exact'``, one output, no biases, a smooth activation; ``responses='jacobian'``
-        recommended) or of :func:`effth.dmft.solve_two_layer` (``L = 1``).  Weight decay,
+        ``closure='exact'``, one output, no biases, a smooth activation; either ``responses``
+        mode: a ``'stein'`` saddle, whose response entries differ but whose action on the
+        fields is the same, gave the covariance of a ``'jacobian'`` one within 1 standard error
+        at tanh, ``L = 2``) or of :func:`effth.dmft.solve_two_layer` (``L = 1``).  Weight decay,
         Langevin noise, momentum, unequal widths and weight variances are not covered; a
         result is not told apart by its fields, so the saddle is checked instead
         (``check_saddle``).  A sequence: ``K >= 2`` independent solves of the same problem
