@@ -15,7 +15,7 @@ for **two-layer networks** with a smooth activation by the quadrature of
 networks** from the sampled single site at a :func:`effth.dmft.solve_monte_carlo` saddle
 (:func:`deep_nonlinear_fluctuations`: :math:`N\,\mathrm{Cov}=(1-J)^{-1}\Sigma(1-J)^{-\top}`
 with the Jacobian of the single-site map and the generalised covariances of App. P.7.1 by
-pathwise derivatives; a Monte-Carlo estimate with its error, :meth:`DMFTFluctuations.stderr`).
+pathwise derivatives; a Monte-Carlo estimate with its error, :meth:`DMFTFluctuations.variance_stderr`).
 
 The action (deep linear, plain GD)
 ----------------------------------
@@ -261,7 +261,7 @@ class DMFTFluctuations:
     replica_propagators : ndarray, shape (R, n_k, n_k), or None
         :func:`deep_nonlinear_fluctuations` only: the propagators of the ``R`` independent
         samplings of the single site whose mean is ``propagator``; their spread is
-        :meth:`stderr`.  ``None`` for the closed-form theories.
+        :meth:`variance_stderr`.  ``None`` for the closed-form theories.
     saddle_z : float
         :func:`deep_nonlinear_fluctuations` only: the largest ``|z|`` of the single-site map
         ``F(k*)`` (the kernels and predictions re-sampled at the saddle) against the saddle
@@ -277,7 +277,7 @@ class DMFTFluctuations:
     :meth:`DMFTResult.value` (``'f'``, ``'delta'``, ``'loss'``, ``'phi'``, ``'g'``, ``'ntk'``);
     ``widths=N`` divides by ``N`` (default: the width-independent ``N Cov``).  Quantities that
     are nonlinear in the order parameters (``'loss'``, ``'ntk'``) are linearised at the saddle.
-    :meth:`stderr` is the Monte-Carlo error of :meth:`variance` where the theory is sampled.
+    :meth:`variance_stderr` is the Monte-Carlo error of :meth:`variance` where the theory is sampled.
     """
 
     dmft: DMFTResult
@@ -387,7 +387,7 @@ class DMFTFluctuations:
             var = np.einsum("ij,jk,ik->i", M, S, M)
         return var.reshape(shape) / _width(widths)
 
-    def stderr(self, name: str, layer: int | None = None, *, widths: float | None = None) -> np.ndarray | None:
+    def variance_stderr(self, name: str, layer: int | None = None, *, widths: float | None = None) -> np.ndarray | None:
         """Monte-Carlo standard error of :meth:`variance` (same shape; ``N Var`` units unless
         ``widths``): the spread of the independent single-site samplings
         (``replica_propagators``) ``/ sqrt(R)``, ``R - 1`` degrees of freedom: the error of
@@ -1060,7 +1060,7 @@ def deep_nonlinear_fluctuations(res, *, center: bool = True, samples: int = 2000
         result is not told apart by its fields, so the saddle is checked instead
         (``check_saddle``).  A sequence: ``K >= 2`` independent solves of the same problem
         (e.g. ``seed=0, 1, 2``); each gets ``replicas`` samplings, the result is the mean over
-        all, its saddle (``dmft``) the mean of the solves, and :meth:`DMFTFluctuations.stderr`
+        all, its saddle (``dmft``) the mean of the solves, and :meth:`DMFTFluctuations.variance_stderr`
         then includes the saddles' own Monte-Carlo error (from their spread).
     center : bool
         ``True``: the centred predictions ``f - f(theta_0)`` of
@@ -1071,7 +1071,7 @@ def deep_nonlinear_fluctuations(res, *, center: bool = True, samples: int = 2000
         times ``3.5e-7`` s per replica on one core, plus the third derivatives.
     replicas : int
         Independent samplings of the site (seeds spawned from ``seed``); ``propagator`` is their
-        mean and :meth:`DMFTFluctuations.stderr` their spread ``/ sqrt(replicas)`` (at least 2
+        mean and :meth:`DMFTFluctuations.variance_stderr` their spread ``/ sqrt(replicas)`` (at least 2
         for an error estimate).  The relative error of an entry of ``N Var`` falls like
         ``1 / sqrt(replicas * samples)``: 1-10% at ``replicas * samples = 4000``, 0.5-3% at
         16000 (tanh, ``L = 2``, ``T n = 6``; ``docs/dmft.md``).
@@ -1094,7 +1094,7 @@ def deep_nonlinear_fluctuations(res, *, center: bool = True, samples: int = 2000
     Returns
     -------
     DMFTFluctuations
-        ``variance``/``covariance``/``std`` as for the closed forms; ``stderr`` the Monte-Carlo
+        ``variance``/``covariance``/``std`` as for the closed forms; ``variance_stderr`` the Monte-Carlo
         error of ``variance`` from the replicas.  With one saddle the saddle's own error
         (``res.stderr``) is not in it; pass several independent solves to include it.
 

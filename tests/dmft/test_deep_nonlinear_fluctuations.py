@@ -75,7 +75,7 @@ def test_lazy_limit_is_the_one_over_n_theory():
     worst_wrong, worst_missing = 0.0, 0.0
     for ell in (1, 2):
         V = flow.value("V", layer=ell + 1)                      # (n, n, n, n)
-        v, se = fl.variance("phi", layer=ell), fl.stderr("phi", layer=ell)   # (T, n, T, n)
+        v, se = fl.variance("phi", layer=ell), fl.variance_stderr("phi", layer=ell)   # (T, n, T, n)
         ref = np.einsum("abab->ab", V)                          # N Var(K_ab), any pair of times
         z = (v - ref[None, :, None, :]) / se
         assert np.max(np.abs(z)) < 8.0, (ell, z)
@@ -84,7 +84,7 @@ def test_lazy_limit_is_the_one_over_n_theory():
             zm = (no_prop.variance("phi", layer=2) - ref[None, :, None, :]) / se
             worst_missing = max(worst_missing, float(np.max(np.abs(zm))))
     k0 = fl.covariance("ntk")[0, :, :, 0]                       # (n, n, n, n) at t = 0
-    ks = fl.stderr("ntk")[0]
+    ks = fl.variance_stderr("ntk")[0]
     z = (np.einsum("abab->ab", k0) - np.einsum("abab->ab", ntk_ref)) / ks
     assert np.max(np.abs(z)) < 8.0, z
     assert worst_wrong > 10.0 and worst_missing > 10.0, (worst_wrong, worst_missing)
@@ -111,15 +111,15 @@ def test_tanh_networks_quick():
     # at t = s = 0 every kernel keeps its lazy fluctuation at any gamma0 (the NNGP vertex)
     for ell in (1, 2):
         ref = np.einsum("abab->ab", et.flow(K1=KX, depth=L + 1, activation="tanh").value("V", layer=ell + 1))
-        z = (fl.variance("phi", layer=ell)[0, :, 0, :] - ref) / fl.stderr("phi", layer=ell)[0, :, 0, :]
+        z = (fl.variance("phi", layer=ell)[0, :, 0, :] - ref) / fl.variance_stderr("phi", layer=ell)[0, :, 0, :]
         assert np.max(np.abs(z)) < 8.0, (ell, z)
     rejected = 0.0
     for name, layer, x, idx in quantities:
         v, se = _sample_variance(x)
-        p, pse = fl.variance(name, layer)[idx], fl.stderr(name, layer)[idx]
+        p, pse = fl.variance(name, layer)[idx], fl.variance_stderr(name, layer)[idx]
         z = (N * v - p) / np.hypot(N * se, pse)
         assert abs(z) < 4.5, (name, layer, N * v, p, N * se, pse)
-        q, qse = lazy.variance(name, layer)[idx], lazy.stderr(name, layer)[idx]
+        q, qse = lazy.variance(name, layer)[idx], lazy.variance_stderr(name, layer)[idx]
         rejected = max(rejected, abs(N * v - q) / np.hypot(N * se, qse))
     assert rejected > 6.0
 
@@ -134,7 +134,7 @@ def test_error_estimate_covers_an_independent_sampling():
     zs = []
     for name, layer in (("f", None), ("phi", 1), ("phi", 2), ("g", 1), ("g", 2)):
         va, vb = a.variance(name, layer), b.variance(name, layer)
-        sa, sb = a.stderr(name, layer), b.stderr(name, layer)
+        sa, sb = a.variance_stderr(name, layer), b.variance_stderr(name, layer)
         if name != "f":
             idx = np.arange(T)
             va, vb, sa, sb = (x[idx, :, idx, :] for x in (va, vb, sa, sb))
@@ -142,7 +142,7 @@ def test_error_estimate_covers_an_independent_sampling():
         zs.append(((va - vb)[ok] / np.hypot(sa, sb)[ok]).ravel())
     rms = float(np.sqrt(np.mean(np.concatenate(zs) ** 2)))
     assert 0.4 < rms < 2.0, rms
-    assert a.stderr("f") is not None and np.all(a.stderr("f", widths=64) <= a.stderr("f"))
+    assert a.variance_stderr("f") is not None and np.all(a.variance_stderr("f", widths=64) <= a.variance_stderr("f"))
 
 
 def test_several_saddles_include_the_saddle_error():
@@ -161,7 +161,7 @@ def test_several_saddles_include_the_saddle_error():
     assert np.allclose(fl.dmft.f, np.mean([r.f for r in sad], axis=0))
     zs = []
     for name, layer in (("f", None), ("phi", 1), ("phi", 2), ("g", 1), ("g", 2)):
-        a, b, se = ref.variance(name, layer), fl.variance(name, layer), fl.stderr(name, layer)
+        a, b, se = ref.variance(name, layer), fl.variance(name, layer), fl.variance_stderr(name, layer)
         ok = se > 1e-9 * np.max(np.abs(a))
         zs.append(((b - a)[ok] / se[ok]).ravel())
         reps = np.array([DMFTFluctuations(dmft=fl.dmft, center=True, propagator=p,
@@ -203,7 +203,7 @@ def test_bad_input():
         deep_nonlinear_fluctuations(unconverged, samples=500, replicas=2, third_samples=50)
     # a closed-form theory has no Monte-Carlo error
     assert et.dmft.deep_linear_fluctuations(X, Y, hidden_layers=2, gamma0=1.0, eta=0.2,
-                                            steps=3).stderr("f") is None
+                                            steps=3).variance_stderr("f") is None
 
 
 def _study_quantities(run, t):
@@ -222,7 +222,7 @@ def _study_quantities(run, t):
 def test_width_study(request):
     """tanh, L = 2, gamma0 = 1, eta = 0.4, T = 3: N = 64 .. 512, 2000 independently initialised
     muP networks per width (simulate_training), against the sampled-site theory at three
-    independently solved saddles (40000 samples each, passed together: stderr includes the
+    independently solved saddles (40000 samples each, passed together: variance_stderr includes the
     saddles' own Monte-Carlo error).  N Var_meas / N Var_pred -> 1:
     |z| < 4.5 for every quantity at N >= 256; the lazy covariance (gamma0 = 0.01) is rejected at
     N = 512 (|z| > 6 for the predictions, G^1 and the NTK).  Prints the table of docs/dmft.md
@@ -238,8 +238,8 @@ def test_width_study(request):
     keys = [q[0] for q in _study_quantities(run0, t)]
     pred, pred_se, lz, lz_se, within = {}, {}, {}, {}, {}
     for key, name, layer, _, idx in _study_quantities(run0, t):
-        pred[key], pred_se[key] = fl.variance(name, layer)[idx], fl.stderr(name, layer)[idx]
-        lz[key], lz_se[key] = lazy.variance(name, layer)[idx], lazy.stderr(name, layer)[idx]
+        pred[key], pred_se[key] = fl.variance(name, layer)[idx], fl.variance_stderr(name, layer)[idx]
+        lz[key], lz_se[key] = lazy.variance(name, layer)[idx], lazy.variance_stderr(name, layer)[idx]
         reps = np.array([DMFTFluctuations(dmft=fl.dmft, center=True, propagator=p,
                                           gradient_norm=np.nan, asymmetry=0.0,
                                           _layout=fl._layout).variance(name, layer)[idx]
