@@ -132,6 +132,26 @@ def _cmp(name="G", layer=2, **kw):
     return et.compare(fl, ens, name, layer=layer, **kw)
 
 
+_SADDLES: dict[tuple, Any] = {}
+
+
+def _saddle(**kw):
+    """A small solve_monte_carlo saddle (tanh, L = 2, T = 2) for deep_nonlinear_fluctuations."""
+    key = tuple(sorted(kw.items()))
+    if key not in _SADDLES:
+        args = dict(hidden_layers=2, gamma0=0.5, eta=0.1, steps=2, samples=2000, seed=0,
+                    activation="tanh", responses="jacobian", progress=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _SADDLES[key] = et.dmft.solve_monte_carlo(X, Y, **{**args, **kw})
+    return _SADDLES[key]
+
+
+def _dnf(res=None, **kw):
+    args = dict(samples=200, replicas=2, third_samples=20)
+    return et.dmft.deep_nonlinear_fluctuations(_saddle() if res is None else res, **{**args, **kw})
+
+
 # ----------------------------------------------------------------------------- the table
 @dataclass(frozen=True)
 class Case:
@@ -351,6 +371,27 @@ CASES: list[Case] = [
       lambda: et.dmft.two_layer_fluctuations(X, Y, **{**TL, "gamma0": 0.0}), "gamma0"),
     C("two_layer_fluctuations", "eta negative",
       lambda: et.dmft.two_layer_fluctuations(X, Y, **{**TL, "eta": -0.1}), "eta"),
+    C("deep_nonlinear_fluctuations", "not a DMFTResult", lambda: _dnf({"phi": 1.0}), "DMFTResult"),
+    C("deep_nonlinear_fluctuations", "deep linear result",
+      lambda: _dnf(et.dmft.solve_deep_linear(X, Y, **DL)), "method"),
+    C("deep_nonlinear_fluctuations", "NTK closure", lambda: _dnf(_saddle(closure="ntk")), "closure"),
+    C("deep_nonlinear_fluctuations", "biases", lambda: _dnf(_saddle(bias=True)), "bias"),
+    C("deep_nonlinear_fluctuations", "several outputs",
+      lambda: et.dmft.deep_nonlinear_fluctuations(et.dmft.solve_monte_carlo(
+          X, np.stack([Y, Y], axis=1), hidden_layers=2, gamma0=0.5, eta=0.1, steps=2, samples=200,
+          iterations=2, progress=False), samples=200), "output"),
+    C("deep_nonlinear_fluctuations", "kinked activation",
+      lambda: _dnf(_saddle(activation="relu", responses="stein")), "kink"),
+    C("deep_nonlinear_fluctuations", "samples too few", lambda: _dnf(samples=10), "samples"),
+    C("deep_nonlinear_fluctuations", "third_samples above samples",
+      lambda: _dnf(third_samples=300), "third_samples"),
+    C("deep_nonlinear_fluctuations", "eps 0", lambda: _dnf(eps=0.0), "eps"),
+    C("deep_nonlinear_fluctuations", "eps NaN", lambda: _dnf(eps=float("nan")), "eps"),
+    C("deep_nonlinear_fluctuations", "samples huge (memory)", lambda: _dnf(samples=10**10), "memory|samples"),
+    C("deep_nonlinear_fluctuations", "replicas huge (time)", lambda: _dnf(replicas=10**7), "work|replicas"),
+    C("deep_nonlinear_fluctuations", "weight decay saddle (not a GD fixed point)",
+      lambda: _dnf(_saddle(weight_decay=3.0), samples=1000, third_samples=20), "fixed point"),
+    C("deep_nonlinear_fluctuations", "center not bool", lambda: _dnf(center="yes"), "center"),
     # --- solve_two_layer
     C("solve_two_layer", "X NaN", lambda: et.dmft.solve_two_layer(_with(X, np.nan), Y, **TL), r"\bX\b|inputs"),
     C("solve_two_layer", "weight_variances string",

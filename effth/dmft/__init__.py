@@ -14,7 +14,8 @@ Three theories of Bordelon & Pehlevan, on one time grid and one result type:
 * :mod:`effth.dmft.rules` -- learning rules (GD, ρ-FA, DFA, Hebb, GLN; 2023): :func:`learning_rule`,
   :func:`lazy_entk` and the rule solvers;
 * :mod:`effth.dmft.fluctuations` -- the O(1/N) fluctuations of the DMFT from the Hessian of its
-  action (2022, App. P.7): :func:`deep_linear_fluctuations`, :func:`two_layer_fluctuations`;
+  action (2022, App. P.7): :func:`deep_linear_fluctuations`, :func:`two_layer_fluctuations`,
+  :func:`deep_nonlinear_fluctuations` (a sampled Monte-Carlo saddle);
 * shared: :mod:`effth.dmft.grid` (:class:`TimeGrid`, :class:`TrainingData`), :mod:`effth.dmft.result`
   (:class:`DMFTResult`), :mod:`effth.dmft.metrics` (the kernel-alignment metric of Fig. 1).
 """
@@ -22,7 +23,8 @@ Three theories of Bordelon & Pehlevan, on one time grid and one result type:
 from __future__ import annotations
 
 from effth.dmft import random_data, rules, series, solvers
-from effth.dmft.fluctuations import DMFTFluctuations, deep_linear_fluctuations, two_layer_fluctuations
+from effth.dmft.fluctuations import (DMFTFluctuations, deep_linear_fluctuations,
+                                     deep_nonlinear_fluctuations, two_layer_fluctuations)
 from effth.dmft.grid import TimeGrid, TrainingData, prepare_data
 from effth.dmft.metrics import kernel_alignment, layer_alignment, target_alignment
 from effth.dmft.random_data import (DepthExtrapolation, LearningRateSweep, PowerLawResult,
@@ -50,6 +52,7 @@ __all__ = ["random_data", "rules", "series", "solvers", "solve_cnn_monte_carlo",
            "LangevinEquilibrium",
            "DMFTFluctuations",
            "deep_linear_fluctuations",
+           "deep_nonlinear_fluctuations",
            "two_layer_fluctuations",
            "Diagnostics",
            "Gamma0Series",

@@ -11,7 +11,11 @@ and the Hessian blocks are the four-point single-site correlators of App. P.7.1.
 evaluates that Hessian in closed form for **deep linear networks** on the discrete GD grid of
 :func:`effth.dmft.solve_deep_linear` and inverts it (:func:`deep_linear_fluctuations`), and
 for **two-layer networks** with a smooth activation by the quadrature of
-:func:`effth.dmft.solve_two_layer` (:func:`two_layer_fluctuations`).
+:func:`effth.dmft.solve_two_layer` (:func:`two_layer_fluctuations`), and for **deep nonlinear
+networks** from the sampled single site at a :func:`effth.dmft.solve_monte_carlo` saddle
+(:func:`deep_nonlinear_fluctuations`: :math:`N\,\mathrm{Cov}=(1-J)^{-1}\Sigma(1-J)^{-\top}`
+with the Jacobian of the single-site map and the generalised covariances of App. P.7.1 by
+pathwise derivatives; a Monte-Carlo estimate with its error, :meth:`DMFTFluctuations.variance_stderr`).
 
 The action (deep linear, plain GD)
 ----------------------------------
@@ -81,7 +85,8 @@ from effth.dmft.result import DMFTResult, check_layer
 from effth.dmft.solvers.deep_linear import solve_deep_linear
 from effth.errors import DomainError
 
-__all__ = ["DMFTFluctuations", "deep_linear_fluctuations", "two_layer_fluctuations"]
+__all__ = ["DMFTFluctuations", "deep_linear_fluctuations", "deep_nonlinear_fluctuations",
+           "two_layer_fluctuations"]
 
 #: largest number of variables of the Hessian (memory ~ 8 MAX^2 bytes)
 MAX_VARIABLES = 6000
@@ -231,12 +236,15 @@ def _saddle(res: DMFTResult, lay: _Layout):
 @public
 @dataclass
 class DMFTFluctuations:
-    """The O(1/N) Gaussian fluctuations of the deep linear DMFT (Bordelon & Pehlevan (2022), App. P.7).
+    """The O(1/N) Gaussian fluctuations of the DMFT (Bordelon & Pehlevan (2022), App. P.7, eqs. (174)-(175)).
 
     Attributes
     ----------
     dmft : DMFTResult
-        The saddle point (:func:`effth.dmft.solve_deep_linear`, exact closure).
+        The saddle point (:func:`effth.dmft.solve_deep_linear` or
+        :func:`effth.dmft.solve_two_layer`, exact closure; for
+        :func:`deep_nonlinear_fluctuations` the given :func:`effth.dmft.solve_monte_carlo`
+        result).
     center : bool
         Whether the predictions are the centred ``f - f(theta_0)`` (as
         :func:`effth.simulation.simulate_training` reports by default).
@@ -245,10 +253,23 @@ class DMFTFluctuations:
         ``G^ell``, then ``f``): the kernel-and-prediction block of ``-[grad^2 S]^-1``.
     gradient_norm : float
         Max-abs of ``grad S`` at the saddle (``~1e-14``: the solver's DMFT is the stationary
-        point of the action).
+        point of the action); ``nan`` for the sampled single site of
+        :func:`deep_nonlinear_fluctuations` (see ``saddle_z`` there).
     asymmetry : float
         Max-abs asymmetry of the numerically assembled Hessian, relative to its largest entry
         (a consistency check of the blocks; ``~1e-12``).
+    replica_propagators : ndarray, shape (R, n_k, n_k), or None
+        :func:`deep_nonlinear_fluctuations` only: the propagators of the ``R`` independent
+        samplings of the single site whose mean is ``propagator``; their spread is
+        :meth:`variance_stderr`.  ``None`` for the closed-form theories.
+    saddle_z : float
+        :func:`deep_nonlinear_fluctuations` only: the largest ``|z|`` of the single-site map
+        ``F(k*)`` (the kernels and predictions re-sampled at the saddle) against the saddle
+        ``k*`` itself, in units of the combined Monte-Carlo error (1.5-5.5 at converged
+        plain-GD saddles, the largest over the saddles; ``nan`` for the closed forms).
+    saddles : int
+        :func:`deep_nonlinear_fluctuations` only: the number of independent saddles averaged
+        (``replica_propagators`` holds ``saddles x replicas`` propagators, saddle-major).
 
     Notes
     -----
@@ -256,6 +277,7 @@ class DMFTFluctuations:
     :meth:`DMFTResult.value` (``'f'``, ``'delta'``, ``'loss'``, ``'phi'``, ``'g'``, ``'ntk'``);
     ``widths=N`` divides by ``N`` (default: the width-independent ``N Cov``).  Quantities that
     are nonlinear in the order parameters (``'loss'``, ``'ntk'``) are linearised at the saddle.
+    :meth:`variance_stderr` is the Monte-Carlo error of :meth:`variance` where the theory is sampled.
     """
 
     dmft: DMFTResult
@@ -264,6 +286,9 @@ class DMFTFluctuations:
     gradient_norm: float
     asymmetry: float
     _layout: _Layout = None
+    replica_propagators: np.ndarray | None = None
+    saddle_z: float = float("nan")
+    saddles: int = 1
 
     _NAMES = ("f", "delta", "loss", "phi", "g", "ntk")
 
@@ -361,6 +386,35 @@ class DMFTFluctuations:
         else:
             var = np.einsum("ij,jk,ik->i", M, S, M)
         return var.reshape(shape) / _width(widths)
+
+    def variance_stderr(self, name: str, layer: int | None = None, *, widths: float | None = None) -> np.ndarray | None:
+        """Monte-Carlo standard error of :meth:`variance` (same shape; ``N Var`` units unless
+        ``widths``): the spread of the independent single-site samplings
+        (``replica_propagators``) ``/ sqrt(R)``, ``R - 1`` degrees of freedom: the error of
+        the sampled Jacobian and covariances at the given saddle, without the saddle's own
+        Monte-Carlo error.  With ``saddles = K >= 2`` independent solves it is the error of
+        their mean from the spread of the ``K`` per-saddle means (saddle and sampling errors,
+        ``K - 1`` degrees of freedom), at least the replicas' sampling error.  ``None`` for the closed-form
+        theories (:func:`deep_linear_fluctuations`, :func:`two_layer_fluctuations`) and with one
+        replica."""
+        shape, M = self._linear_map(name, layer)
+        reps = self.replica_propagators
+        if reps is None or len(reps) < 2:
+            return None
+        if M.ndim == 1:
+            var = reps[:, M, M]
+        else:
+            var = np.einsum("ij,rjk,ik->ri", M, reps, M)
+        K = int(self.saddles)
+        if K < 2:
+            se = var.std(axis=0, ddof=1) / np.sqrt(len(reps))
+        else:                          # one-way layout: saddles x replicas
+            var = var.reshape(K, -1, var.shape[-1])
+            R = var.shape[1]
+            between = R * var.mean(axis=1).var(axis=0, ddof=1)
+            within = var.var(axis=1, ddof=1).mean(axis=0) if R > 1 else 0.0 * between
+            se = np.sqrt(np.maximum(between, within) / (K * R))
+        return se.reshape(shape) / _width(widths)
 
     def std(self, name: str, layer: int | None = None, *, widths: float) -> np.ndarray:
         """Standard deviation of ``name`` across networks of width ``widths`` (the half-width of
@@ -675,6 +729,28 @@ class _Site:
         J = self.jac(self._shift(s)).reshape(2, self.m, S, -1, self.m)
         return ((J[0] - J[1]) / (2 * self.eps)).transpose(1, 2, 3, 0)
 
+    def third_entries(self, count, a, b, c, chunk=64):
+        """Means over the first ``count`` samples of the third derivatives
+        ``d^3 V / ds_a ds_b ds_c`` ``(3Tn, len(a))`` at the index triples ``(a, b, c)``: the product of
+        the three central differences, the same stencil as :meth:`third_mean` restricted to
+        the entries needed (8 evaluations per triple and sample)."""
+        s = self.s[:count]
+        out = np.zeros((3 * self.Tn, len(a)))
+        signs = np.array([[x, y, w] for x in (1, -1) for y in (1, -1) for w in (1, -1)], float)
+        for start in range(0, len(a), chunk):
+            sl = slice(start, min(len(a), start + chunk))
+            k = sl.stop - sl.start
+            E = np.zeros((k, 3, self.m))
+            E[np.arange(k), 0, np.asarray(a[sl])] = self.eps
+            E[np.arange(k), 1, np.asarray(b[sl])] = self.eps
+            E[np.arange(k), 2, np.asarray(c[sl])] = self.eps
+            shifts = np.einsum("qd,kdm->qkm", signs, E)                  # (8, k, m)
+            Vs = self.V((s[None, None] + shifts[:, :, None]).reshape(-1, self.m))
+            Vs = Vs.reshape(8, k, count, -1).mean(axis=2)                  # (8, k, 3Tn)
+            w = signs.prod(axis=1)
+            out[:, sl] = np.einsum("q,qkf->fk", w, Vs) / (8 * self.eps ** 3)
+        return out
+
     def third_mean(self, count):
         """Mean of the third derivatives ``(3Tn, m, m, m)`` over the first ``count`` samples."""
         out = np.zeros((3 * self.Tn, self.m, self.m, self.m))
@@ -686,8 +762,11 @@ class _Site:
         return out
 
 
-def _nonlinear_site_hessian(res, samples, seed, eps, center, third, response_noise=True):
-    """``(J, Sigma, nq)`` of :func:`_deep_nonlinear_fluctuations` (see there)."""
+def _nonlinear_site_hessian(res, samples, seed, eps, center, third, response_noise=True,
+                            check=None):
+    """``(J, Sigma, nq)`` of :func:`_deep_nonlinear_fluctuations` (see there).  ``check``, a
+    dict, receives the single-site map at the saddle: ``'est'``, ``'se'`` (its sampling error)
+    and ``'saddle'`` (the saddle's own values) of every order parameter ``k``."""
     from effth.dmft.solvers.lazy import is_linear, resolve_activation
     from effth.dmft.solvers.monte_carlo import _root
 
@@ -719,6 +798,7 @@ def _nonlinear_site_hessian(res, samples, seed, eps, center, third, response_noi
     iH, jH = lay.iuH
     J = np.zeros((nk, nk))
     Sig = np.zeros((nk, nk))
+    est, est_se = np.zeros(nk), np.zeros(nk)
     for ell in range(1, L + 1):
         Pprev = K0 if ell == 1 else Phi[ell - 2]
         Gnext = np.ones((Tn, Tn)) if ell == L else G[ell]
@@ -733,8 +813,21 @@ def _nonlinear_site_hessian(res, samples, seed, eps, center, third, response_noi
         site = _Site(s, Cm, Dm, fns, T, n, eps)
         V, Jv, Hv = site.V(s), site.jac(s), site.hess(s)
         # third derivatives (Price's theorem on the responses); zero for a linear activation
-        T3 = None if L == 1 else (np.zeros((3 * Tn, 2 * Tn, 2 * Tn, 2 * Tn)) if is_linear(act)
-                                  else site.third_mean(third))
+        T3 = None
+        if L > 1 and (ell <= L - 1 or ell >= 2):
+            # entries [field, response source, i, j] the Price terms of the responses read:
+            # i <= j both u (the kernel below) or both r (the kernel above), every response source
+            src = np.unique(np.concatenate([Tn + ia[1]] * (ell <= L - 1) + [ib[1]] * (ell >= 2)))
+            pairs = ([(i, j) for i, j in zip(iH, jH)] if ell >= 2 else []) + \
+                    ([(Tn + i, Tn + j) for i, j in zip(iH, jH)] if ell <= L - 1 else [])
+            ta3 = np.repeat(src, len(pairs))
+            tb3 = np.tile([p[0] for p in pairs], len(src))
+            tc3 = np.tile([p[1] for p in pairs], len(src))
+            T3 = {}
+            vals = (np.zeros((3 * Tn, len(ta3))) if is_linear(act)
+                    else site.third_entries(third, ta3, tb3, tc3))
+            for k in range(len(ta3)):
+                T3[(int(ta3[k]), int(tb3[k]), int(tc3[k]))] = vals[:, k]
         # observables as sums of products V_a V_b: rows (output index, a, b, coefficient)
         terms = [(lay.offH[ell - 1] + k, iH[k], jH[k], 1.0) for k in range(lay.nH)]
         terms += [(lay.offG[ell - 1] + k, Tn + iH[k], Tn + jH[k], 1.0) for k in range(lay.nG)]
@@ -774,6 +867,9 @@ def _nonlinear_site_hessian(res, samples, seed, eps, center, third, response_noi
         rl = np.concatenate(resp_l) if resp_l else np.zeros(0, int)
         out_all = np.concatenate(out_idx)
         nR = len(rk)
+        Y = np.concatenate([O, Jv[:, rk, rl]], axis=1)            # the site's outputs per sample
+        est[out_all] = Y.mean(axis=0)
+        est_se[out_all] = Y.std(axis=0, ddof=1) / np.sqrt(samples)
 
         def dmean(i_src, wfield):
             """d<Y>/d(parameter moving source i_src by W_wfield per sample), for all outputs Y
@@ -789,7 +885,8 @@ def _nonlinear_site_hessian(res, samples, seed, eps, center, third, response_noi
             d2O = np.einsum("st,tk->sk", Hv[:, ta, i, j] * V[:, tb] + Jv[:, ta, i] * Jv[:, tb, j]
                             + Jv[:, ta, j] * Jv[:, tb, i] + V[:, ta] * Hv[:, tb, i, j], W)
             a = d2O.mean(axis=0)
-            b = T3[rk, rl, i, j] if nR else np.zeros(0)
+            b = (np.array([T3[(int(l_), min(i, j), max(i, j))][k_] for k_, l_ in zip(rk, rl)])
+                 if nR else np.zeros(0))
             return c * np.concatenate([a, b])
 
         # J: derivatives of this site's outputs with respect to every input order parameter
@@ -848,21 +945,282 @@ def _nonlinear_site_hessian(res, samples, seed, eps, center, third, response_noi
                   + (JJ * np.swapaxes(JJ, 1, 2)).mean(axis=0)
                   - np.outer(Jg.mean(axis=0), Jg.mean(axis=0)))
             Sig[np.ix_(gi, gi)] += XX
+    if check is not None:
+        saddle, saddle_se = np.zeros(nk), np.zeros(nk)
+        se_of = (res.mc_stderr or {}).get
+        for ell in range(L):
+            saddle[lay.offH[ell]: lay.offH[ell] + lay.nH] = Phi[ell][iH, jH]
+            saddle[lay.offG[ell]: lay.offG[ell] + lay.nG] = G[ell][iH, jH]
+            for key, off in (("phi", lay.offH[ell]), ("g", lay.offG[ell])):
+                if se_of(key) is not None:
+                    saddle_se[off: off + lay.nH] = np.asarray(se_of(key))[ell].reshape(Tn, Tn)[iH, jH]
+        saddle[lay.off_f: lay.off_f + Tn] = np.asarray(res.f).reshape(Tn)
+        if se_of("f") is not None:
+            saddle_se[lay.off_f: lay.off_f + Tn] = np.asarray(se_of("f")).reshape(Tn)
+        for k in range(L - 1):
+            saddle[offa[k]: offa[k] + na] = Ab[k][ia]
+            saddle[offb[k]: offb[k] + nb] = Bb[k][ib]
+        check.update(est=est, se=est_se, saddle=saddle, saddle_se=saddle_se, nq=lay.nq)
     return J, Sig, lay
+
+
+#: bytes per sample and (T n)^3 of the second pathwise derivatives of one layer's site (measured
+#: peak ~1200 at T n = 6, 8)
+_SITE_BYTES = 1300.0
+#: seconds per sample and (T n)^4 (first and second derivatives) or (T n)^5 (third derivatives)
+#: of one layer's site: optimistic bounds (measured 3.5e-7 and 1e-7 on one core)
+_SITE_SECONDS, _THIRD_SECONDS = 1e-7, 3e-8
+
+
+def _saddle_consistency(check) -> tuple[float, float]:
+    """``(max |z|, rms z)`` of the single-site map against the saddle over the kernels and
+    predictions (the entries with a Monte-Carlo error)."""
+    nq = check["nq"]
+    d = (check["est"] - check["saddle"])[:nq]
+    se = np.sqrt(check["se"][:nq] ** 2 + check["saddle_se"][:nq] ** 2)
+    ok = se > 1e-12 * max(1.0, float(np.max(np.abs(check["saddle"][:nq]))))
+    if not np.any(ok):
+        return 0.0, 0.0
+    z = d[ok] / se[ok]
+    return float(np.max(np.abs(z))), float(np.sqrt(np.mean(z ** 2)))
+
+
+def _check_nonlinear_saddle(res, center) -> None:
+    """The refusals of :func:`deep_nonlinear_fluctuations` that the result itself shows."""
+    from effth.dmft.solvers.lazy import resolve_activation
+
+    if not isinstance(res, DMFTResult) or type(res) is not DMFTResult:
+        raise DomainError(f"res must be a DMFTResult of solve_monte_carlo (or solve_two_layer), "
+                          f"got {type(res).__name__}")
+    method = str(res.method)
+    if not (method == "monte_carlo" or method.startswith("two_layer")):
+        raise DomainError(f"res comes from method={method!r}: deep_nonlinear_fluctuations "
+                          "samples the single site of solve_monte_carlo (or solve_two_layer); "
+                          "use deep_linear_fluctuations for solve_deep_linear's closed form")
+    if res.closure != "exact":
+        raise DomainError(f"res was solved with closure={res.closure!r}: the fluctuations of the "
+                          "predictions f = <z phi>/gamma0 need closure='exact'")
+    if res.bias:
+        raise DomainError("res has trainable biases: not covered by deep_nonlinear_fluctuations "
+                          "(solve without bias=True)")
+    if np.ndim(res.f) != 2 or np.ndim(res.data.y) != 1:
+        raise DomainError("res has several outputs: deep_nonlinear_fluctuations takes one output "
+                          "(a 1-D y)")
+    if res.A.shape[1:] != (res.grid.steps, res.data.n_all) * 2 and res.hidden_layers > 1:
+        raise DomainError(f"res holds responses of shape {res.A.shape[1:]}, not "
+                          f"(T, n, T, n): not a one-output Monte-Carlo saddle")
+    _common_arguments(center, res.gamma0, None, "deep_nonlinear_fluctuations")
+    act = resolve_activation(res.activation)
+    if tuple(getattr(act, "kinks", ())):
+        raise DomainError(f"activation {res.activation!r} has kinks at {tuple(act.kinks)}: the "
+                          "pathwise second and third derivatives of the fields need a smooth "
+                          "activation")
+
+
+@public
+def deep_nonlinear_fluctuations(res, *, center: bool = True, samples: int = 2000,
+                                replicas: int = 4, seed=0, eps: float = 1e-3,
+                                third_samples: int = 1000, check_saddle: bool = True) -> DMFTFluctuations:
+    r"""O(1/N) covariance of the kernels and predictions of deep nonlinear networks (Bordelon & Pehlevan (2022), App. P.7).
+
+    The Gaussian fluctuations :math:`k\sim\mathcal N(k^*,\tfrac1N(-\nabla^2S[k^*])^{-1})` of
+    eq. (174) at a saddle :math:`k^*` of :func:`effth.dmft.solve_monte_carlo` (any smooth
+    activation, any depth, plain full-batch GD, one output), with the Hessian blocks of App. P.7.1
+    estimated from the sampled single site.  The order parameters are
+    :math:`k=(\Phi^\ell,G^\ell,f)` *and the causal entries of the responses*
+    :math:`\bar A^\ell=\langle\partial\phi(h^\ell)/\partial r^\ell\rangle`,
+    :math:`\bar B^\ell=\langle\partial g^{\ell+1}/\partial u^{\ell+1}\rangle` (App. D.6, eq.
+    (53)); their conjugates are :math:`\hat k` and the *anticausal* entries of the partner
+    response (the pairing :math:`-\mathrm{tr}\,\bar A\bar B` of the action).  With
+    :math:`\partial^2S/\partial k\partial k=0` (the site is normalised for causal fields),
+
+    .. math:: N\,\mathrm{Cov}(k)=(1-J)^{-1}\Sigma(1-J)^{-\top},
+
+    :math:`J=\partial F/\partial k` the Jacobian of the single-site map :math:`k\mapsto F(k)`
+    (the blocks :math:`-1+\partial H/\partial H'` of App. P.7.1) and :math:`\Sigma` the
+    generalised covariances of the site's observables (the blocks
+    :math:`\langle hhhh\rangle-HH`, and for the responses the Martin-Siggia-Rose correlators with
+    the response fields :math:`\hat u,\hat r`, written as derivatives with respect to the
+    sources).  Derivatives with respect to drifts and responses are pathwise, those with respect
+    to a source covariance by Price's theorem, all by central differences (step ``eps``) of the
+    solver's forward substitution on common random numbers; the third derivatives that the
+    responses' Price terms need use the first ``third_samples`` draws.  Checks
+    (``docs/dmft.md``): :func:`deep_linear_fluctuations` at :math:`\phi=\mathrm{id}`,
+    :func:`two_layer_fluctuations` at :math:`L=1`, and tanh μP networks at :math:`L=2`.
+
+    Parameters
+    ----------
+    res : DMFTResult or sequence of DMFTResult
+        A converged saddle of :func:`effth.dmft.solve_monte_carlo` (``method='monte_carlo'``,
+        ``closure='exact'``, one output, no biases, a smooth activation; either ``responses``
+        mode: a ``'stein'`` saddle, whose response entries differ but whose action on the
+        fields is the same, gave the covariance of a ``'jacobian'`` one within 1 standard error
+        at tanh, ``L = 2``) or of :func:`effth.dmft.solve_two_layer` (``L = 1``).  Weight decay,
+        Langevin noise, momentum, unequal widths and weight variances are not covered; a
+        result is not told apart by its fields, so the saddle is checked instead
+        (``check_saddle``).  A sequence: ``K >= 2`` independent solves of the same problem
+        (e.g. ``seed=0, 1, 2``); each gets ``replicas`` samplings, the result is the mean over
+        all, its saddle (``dmft``) the mean of the solves, and :meth:`DMFTFluctuations.variance_stderr`
+        then includes the saddles' own Monte-Carlo error (from their spread).
+    center : bool
+        ``True``: the centred predictions ``f - f(theta_0)`` of
+        :func:`effth.simulation.simulate_training`; ``False``: the raw output.
+    samples : int
+        Single-site draws per layer and replica.  Memory about ``1300 samples (T n)^3`` bytes
+        (refused above the memory bound, ``$EFFTH_MAX_BYTES``); time about ``L samples (T n)^4``
+        times ``3.5e-7`` s per replica on one core, plus the third derivatives.
+    replicas : int
+        Independent samplings of the site (seeds spawned from ``seed``); ``propagator`` is their
+        mean and :meth:`DMFTFluctuations.variance_stderr` their spread ``/ sqrt(replicas)`` (at least 2
+        for an error estimate).  The relative error of an entry of ``N Var`` falls like
+        ``1 / sqrt(replicas * samples)``: 1-10% at ``replicas * samples = 4000``, 0.5-3% at
+        16000 (tanh, ``L = 2``, ``T n = 6``; ``docs/dmft.md``).
+    seed : int
+    eps : float
+        Central-difference step of the pathwise derivatives, ``0 < eps <= 0.1`` (the fields are
+        smooth: truncation error ``O(eps^2)``, rounding ``O(1e-16 / eps^3)`` in the third
+        derivatives).
+    third_samples : int
+        Draws (at most ``samples``) for the mean third derivatives (``L >= 2``; they cost
+        about ``1e-7 L (T n)^5`` s per draw and replica).
+    check_saddle : bool
+        Re-sample the single-site map at the saddle and refuse it if it is no plain-GD fixed
+        point: max ``|z| > 8`` over the kernels and predictions, ``z`` the difference over the
+        combined sampling error of the site and the saddle's ``res.stderr`` (an unconverged
+        solve, or one with weight decay, noise, momentum, unequal widths or weight variances;
+        only gross departures: the entries' errors are strongly correlated, so a tighter
+        bound would refuse good saddles).  The statistic is ``saddle_z`` of the result.
+
+    Returns
+    -------
+    DMFTFluctuations
+        ``variance``/``covariance``/``std`` as for the closed forms; ``variance_stderr`` the Monte-Carlo
+        error of ``variance`` from the replicas.  With one saddle the saddle's own error
+        (``res.stderr``) is not in it; pass several independent solves to include it.
+
+    Raises
+    ------
+    DomainError
+        A result of another solver (deep linear, static NTK, rules, CNN), the NTK closure,
+        biases, several outputs, a kinked activation, ``gamma0 = 0``, bad ``samples``,
+        ``replicas``, ``eps``, ``third_samples``, a problem above the memory or work bound,
+        a saddle that fails ``check_saddle``, a singular ``1 - J``.
+    """
+    from effth._validate import check_memory, check_work
+
+    saddles = list(res) if isinstance(res, (list, tuple)) else [res]
+    if not saddles:
+        raise DomainError("res is an empty sequence: give a DMFTResult of solve_monte_carlo")
+    for r in saddles:
+        _check_nonlinear_saddle(r, center)
+    res = saddles[0]
+    for r in saddles[1:]:
+        if not (r.hidden_layers == res.hidden_layers and r.grid.steps == res.grid.steps
+                and r.grid.eta == res.grid.eta and r.gamma0 == res.gamma0
+                and r.activation == res.activation and r.data.kx.shape == res.data.kx.shape
+                and np.allclose(r.data.kx, res.data.kx) and np.allclose(r.data.y, res.data.y)):
+            raise DomainError("the saddles in res solve different problems (data, grid, depth, "
+                              "gamma0 or activation differ): give independent solves of one "
+                              "problem (other seeds)")
+    for name, v in (("samples", samples), ("replicas", replicas), ("third_samples", third_samples)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise DomainError(f"{name}={v!r} must be a positive integer")
+    if samples < 100:
+        raise DomainError(f"samples={samples} is too few for the single-site covariances "
+                          "(at least 100; use more replicas rather than fewer samples)")
+    if third_samples > samples:
+        raise DomainError(f"third_samples={third_samples} must not exceed samples={samples}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) \
+            or not (np.isfinite(eps) and 0.0 < eps <= 0.1):
+        raise DomainError(f"eps={eps!r} must be a finite step with 0 < eps <= 0.1")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise DomainError(f"seed={seed!r} must be an integer")
+    L, Tn = res.hidden_layers, res.grid.steps * res.data.n_all
+    lay = _Layout(L, res.grid.steps, res.data.n_all, g_samples=True)
+    rows = lay.nq + (L - 1) * Tn * (Tn + 1)
+    check_memory(_SITE_BYTES * max(samples, third_samples) * Tn ** 3 + 24.0 * rows ** 2,
+                 f"the single site's second derivatives (samples={samples}, T n={Tn}: "
+                 f"about {_SITE_BYTES:g} samples (T n)^3 bytes)",
+                 "use fewer samples (and more replicas), fewer steps or inputs")
+    seconds = len(saddles) * replicas * L * (_SITE_SECONDS * samples * Tn ** 4
+                              + (_THIRD_SECONDS * third_samples * Tn ** 5 if L > 1 else 0.0))
+    check_work(seconds, f"deep_nonlinear_fluctuations ({len(saddles)} saddle(s), replicas={replicas}, samples={samples}, "
+               f"third_samples={third_samples}, T n={Tn}, L={L}; cost ~ samples (T n)^4 + "
+               "third_samples (T n)^5 per layer)",
+               "use fewer samples or third_samples, fewer steps (a larger eta) or inputs")
+    fits, reps_all, zs = [], [], []
+    for k, r in enumerate(saddles):
+        check = {}
+        sk = int(seed) if len(saddles) == 1 else int(np.random.SeedSequence([int(seed), k]).generate_state(1)[0])
+        try:
+            fl, reps = _deep_nonlinear_fluctuations(r, center=bool(center), samples=int(samples),
+                                                    replicas=int(replicas), seed=sk,
+                                                    eps=float(eps), third_samples=int(third_samples),
+                                                    check=check)
+        except np.linalg.LinAlgError:
+            raise DomainError("1 - J is singular at this saddle (the single-site map has a unit "
+                              "eigenvalue)") from None
+        zmax, zrms = _saddle_consistency(check)
+        if check_saddle and zmax > 8.0:
+            raise DomainError(
+                f"res{'' if len(saddles) == 1 else f'[{k}]'} is not a fixed point of the plain-GD "
+                f"single site: re-sampled at the saddle, the kernels and predictions differ by up "
+                f"to {zmax:.3g} (rms {zrms:.3g}) standard errors. An unconverged solve (more "
+                "iterations or samples), or one with weight decay, temperature, momentum, "
+                "width_ratios or weight_variances, which deep_nonlinear_fluctuations does not "
+                "cover; check_saddle=False skips the test")
+        if not np.all(np.isfinite(fl.propagator)):
+            raise DomainError("the sampled propagator is not finite (1 - J singular at this saddle)")
+        fits.append(fl)
+        reps_all += [rp.propagator for rp in reps]
+        zs.append(zmax)
+    fl = fits[0]
+    if len(saddles) > 1:
+        fl.dmft = _mean_saddle(saddles)
+        fl.propagator = np.mean([f.propagator for f in fits], axis=0)
+    fl.replica_propagators = np.stack(reps_all)
+    fl.saddles = len(saddles)
+    fl.saddle_z = float(max(zs))
+    return fl
+
+
+def _mean_saddle(saddles):
+    """The mean of independent Monte-Carlo solves of one problem (``mc_stderr / sqrt(K)``)."""
+    import dataclasses
+
+    K = len(saddles)
+    mean = {k: np.mean([getattr(r, k) for r in saddles], axis=0)
+            for k in ("phi", "g", "A", "B", "f", "delta")}
+    se = None
+    if all(r.mc_stderr for r in saddles):
+        keys = set.intersection(*(set(r.mc_stderr) for r in saddles))
+        se = {k: np.sqrt(np.mean([np.asarray(r.mc_stderr[k]) ** 2 for r in saddles], axis=0) / K)
+              for k in keys}
+    return dataclasses.replace(saddles[0], mc_stderr=se, fields=None, **mean)
 
 
 def _deep_nonlinear_fluctuations(res: DMFTResult, *, center: bool = True, samples: int = 4000,
                                  replicas: int = 4, seed=0, eps: float = 1e-3,
-                                 third_samples: int = 1000, response_noise: bool = True):
+                                 third_samples: int = 1000, response_noise: bool = True,
+                                 check=None):
     """``(DMFTFluctuations, replicas)`` at the saddle ``res`` (a
-    :func:`effth.dmft.solve_monte_carlo` or deep linear result, one output, plain GD)."""
-    props = []
+    :func:`effth.dmft.solve_monte_carlo` or deep linear result, one output, plain GD); no
+    input checks (:func:`deep_nonlinear_fluctuations` is the public form).  ``check``: a dict
+    that receives the single-site map at the saddle (mean of the replicas)."""
+    props, checks = [], []
     for rep in range(int(replicas)):
+        checks.append({})
         J, Sig, lay = _nonlinear_site_hessian(res, int(samples), [int(seed), rep], eps, bool(center),
-                                               int(third_samples), bool(response_noise))
+                                               int(third_samples), bool(response_noise),
+                                               check=checks[-1])
         M = np.eye(J.shape[0]) - J
         prop = np.linalg.solve(M, np.linalg.solve(M, Sig).T)
         props.append(0.5 * (prop + prop.T)[:lay.nq, :lay.nq])
+    if check is not None:
+        R = len(checks)
+        check.update(checks[0])
+        check["est"] = np.mean([c["est"] for c in checks], axis=0)
+        check["se"] = np.sqrt(np.sum([c["se"] ** 2 for c in checks], axis=0)) / R
     make = lambda prop: DMFTFluctuations(dmft=res, center=bool(center), propagator=prop,
                                          gradient_norm=float("nan"), asymmetry=0.0, _layout=lay)
     return make(np.mean(props, axis=0)), [make(p) for p in props]
