@@ -130,7 +130,9 @@ class _Coefficients:
 # --------------------------------------------------------------------------- two inputs
 _MAX_ORDER2 = 800    # total Hermite degree kept at most for two inputs
 _H2 = 1.0            # widest quadrature panel for two inputs
-_SINGULAR = 1e-8     # L_22 / sqrt(K_22) below which a pair's kernel is treated as rank one
+_W2 = 12.0           # panel width x sqrt(degree + 1): 2.7 periods of the top Hermite function per panel
+_TAIL2 = 1e-14       # |R|^M at the truncation degree M, two inputs (measured: 1e-16 from 1e-17)
+_SINGULAR = 1e-7     # L_22 / sqrt(K_22) below which a pair's kernel is treated as rank one
 
 
 def _hermite_table(x: np.ndarray, order: int) -> np.ndarray:
@@ -155,7 +157,7 @@ def _pair_coefficients(sig, kinks: tuple, L: np.ndarray, order: int):
     :math:`u_2` has its panel that holds a kink of :math:`\sigma(L_{21}u_1+L_{22}u_2)` replaced
     by panels split there.  The shared part is two matrix products."""
     L11, L21, L22 = float(L[0, 0]), float(L[1, 0]), float(L[1, 1])
-    h = min(_H2, 6.0 / math.sqrt(order + 1.0))
+    h = min(_H2, _W2 / math.sqrt(order + 1.0))
     br1 = {float(c) / L11 for c in kinks}
     if L22 == 0.0 and L21 != 0.0:
         br1 |= {float(c) / L21 for c in kinks}
@@ -283,7 +285,7 @@ _SQ2 = math.sqrt(2.0)
 
 def _cholesky2(K: np.ndarray, layer: int) -> tuple[np.ndarray, np.ndarray]:
     """Lower Cholesky factor L of a 2x2 kernel and its (generalized) inverse; a rank-one K
-    (L22 / sqrt(K22) < 1e-8: z_2 = (L21 / L11) z_1) gets L22 = 0 and the inverse that reads z_1."""
+    (L22 / sqrt(K22) < 1e-7: z_2 = (L21 / L11) z_1) gets L22 = 0 and the inverse that reads z_1."""
     k11, k12, k22 = float(K[0, 0]), float(K[0, 1]), float(K[1, 1])
     if not (0 < k11 < math.inf and 0 < k22 < math.inf):
         raise DomainError(f"the kernel is not positive and finite at layer {layer}: {K.tolist()}")
@@ -293,8 +295,8 @@ def _cholesky2(K: np.ndarray, layer: int) -> tuple[np.ndarray, np.ndarray]:
     if l22sq < -1e-10 * k22:
         raise DomainError(f"the kernel at layer {layer} is not positive semi-definite: {K.tolist()}")
     L22 = math.sqrt(max(l22sq, 0.0))
-    if L22 < _SINGULAR * math.sqrt(k22):
-        L22 = 0.0
+    if L22 < _SINGULAR * math.sqrt(k22):         # z_2 = (L21 / L11) z_1: L21 = +-sqrt(K22) exactly
+        L21 = math.copysign(math.sqrt(k22), k12)
         return np.array([[L11, 0.0], [L21, 0.0]]), np.array([[1.0 / L11, 0.0], [0.0, 0.0]])
     return (np.array([[L11, 0.0], [L21, L22]]),
             np.array([[1.0 / L11, 0.0], [-L21 / (L11 * L22), 1.0 / L22]]))
@@ -327,7 +329,7 @@ def _pair_flow(K1: np.ndarray, L: int, act, cw, cb, gm, xs, rt, order) -> dict:
     rho = [np.linalg.norm(gm[j] * chol[j + 1][1] @ chol[j][0], 2) for j in range(L - 1)]
     if order is None:
         rmax = max(rho, default=0.0)
-        need = 8 if rmax == 0 else int(math.ceil(math.log(_TAIL) / math.log(rmax))) + 8
+        need = 8 if rmax == 0 else int(math.ceil(math.log(_TAIL2) / math.log(rmax))) + 8
         M = max(8, min(need, _MAX_ORDER2))
         if need > _MAX_ORDER2:
             warnings.warn(f"the history correlation |R| = {rmax:.6g} needs {need} Hermite degrees "
