@@ -48,6 +48,30 @@ truncation order of the Hermite expansion of :math:`\sigma^2` (chosen so that :m
 falls below 1e-17).  The pipeline's :math:`V` is this recursion with the history sums cut at
 :math:`m\le2`; :math:`T` and :math:`K` agree exactly.  At :math:`\gamma=0` it is the plain MLP's
 (PDLT (4.90), (4.115)).
+
+**Two inputs.**  The law is :math:`z^{(\ell+1)}_i\,|\,\ell\sim\mathcal N(\gamma z^{(\ell)}_i,\xi^2\widehat G)`
+with :math:`\widehat G` the :math:`2\times2` metric, and :math:`s` becomes the three pair
+functions :math:`s_{\alpha\beta}=\sigma(z_\alpha)\sigma(z_\beta)`; :math:`A'` is the gradient
+in :math:`G` (the recursions above hold with sums over pairs).  Each layer works in the whitened
+coordinates :math:`u=L_\ell^{-1}z` (:math:`K^{(\ell)}=L_\ell L_\ell^\top`, Cholesky) with the
+tensor-product Hermite basis :math:`h_{n_1}(u_1)h_{n_2}(u_2)`.  The skip's conditional mean keeps
+the total degree :math:`m` and acts on the :math:`m+1` functions of degree :math:`m` by
+:math:`\mathrm{Sym}^m(R)`, :math:`R=\gamma L_{\ell+1}^{-1}L_\ell` (lower triangular:
+:math:`T[n,k]=\sqrt{n!/k!}\,[t^n](R^\top t)^k`); :math:`\partial_GA` multiplies the generating
+polynomial by :math:`\tfrac12\xi^2\,t^\top L_{\ell+1}^{-1}E_pL_{\ell+1}^{-\top}t` (degree +2).
+:math:`\langle A'\rangle` again reads degree 2 only, so :math:`\mathcal C_\ell` is held by three
+rows (one per degree-2 function) and :math:`\mathcal D_\ell` by one vector, kept to the degree
+:math:`M` with :math:`\|R\|^M<10^{-14}` (:math:`M\approx300` at :math:`\|R\|=0.9`, cost
+:math:`\sum_m(m+1)^2\approx M^3/3` per layer, at most 800 degrees).  The coefficients of
+:math:`s_{\alpha\beta}` come from nested Gauss-Legendre panels split at the kinks of
+:math:`\sigma(z_1)` (outer, in :math:`u_1`) and of :math:`\sigma(L_{21}u_1+L_{22}u_2)` (inner, per
+outer node).  A rank-one kernel (:math:`L_{22}<10^{-7}\sqrt{K_{22}}`, e.g. :math:`x_1=x_2`) gets
+:math:`L_{22}=0` and the inverse that reads :math:`z_1`, which reduces the pair to one input.
+For :math:`P\ge3` inputs a network's law on any two of them does not depend on the others, so
+every :math:`G^{\{1\}}_{\alpha\beta}` and every :math:`V` component on at most two distinct
+inputs is a pair's; the components on three or four distinct inputs would need the
+:math:`\mathrm{Sym}^m` blocks of three or four variables (:math:`\sim m^{P-1}` functions per degree,
+:math:`\sim M^{2P-1}` per layer: :math:`10^{11}` at :math:`P=3`), which are not implemented.
 """
 
 from __future__ import annotations
@@ -429,17 +453,18 @@ def _per_layer(x: Any, L: int, name: str, default: float, positive: bool = False
 def residual_history_flow(K1: Any, depth: int, activation: Any, *, c_w: Any = 1.0,
                           c_b: Any = 0.0, ratios: Any = 1.0, gamma: Any = 0.0, xi: Any = 1.0,
                           order: int | None = None) -> dict:
-    r"""The exact :math:`O(1/n)` kernel sector :math:`K, V, G^{\{1\}}, T` of a residual MLP, one input.
+    r"""The exact :math:`O(1/n)` kernel sector :math:`K, V, G^{\{1\}}, T` of a residual MLP, one or two inputs.
 
     Iterates the history recursion of the module docstring (PDLT (B.4); the exact form of the
     book's (B.24), (B.26), which keep only the Mehler orders :math:`m\le2` of the covariance of
     one neuron's :math:`\sigma^2` at different layers).  ``mlp_flow(net, X)`` calls it for a
-    residual ``net`` with one input (``closure="history"``, the default there).
+    residual ``net`` on one or two inputs, and for every pair of three or more
+    (``closure="history"``, the default there).
 
     Parameters
     ----------
-    K1 : float or array_like (1, 1)
-        First-layer kernel :math:`K^{(1)}` (PDLT (4.8)).
+    K1 : float or array_like (1, 1) or (2, 2)
+        First-layer kernel :math:`K^{(1)}` (PDLT (4.8)) of one or two inputs.
     depth : int
         Last layer :math:`L` (>= 1); layers ``1..L`` are returned.
     activation : str or Activation
@@ -450,25 +475,28 @@ def residual_history_flow(K1: Any, depth: int, activation: Any, *, c_w: Any = 1.
         :math:`n_\ell/n_{\ell-1}`, :math:`\ell=1..L-1`.
     order : int, optional
         Hermite orders kept (default: where :math:`\rho^m<10^{-17}` for the largest history
-        correlation :math:`\rho=\gamma\sqrt{K^{(\ell)}/K^{(\ell+1)}}`, at most 4000).
+        correlation :math:`\rho=\gamma\sqrt{K^{(\ell)}/K^{(\ell+1)}}`, at most 4000; two
+        inputs: the total degree where :math:`\|R\|^m<10^{-14}`, at most 800).
 
     Returns
     -------
     dict
-        ``{"K", "V", "G1", "T"}``: lists of arrays of shapes ``(1, 1)``, ``(1, 1, 1, 1)``,
-        ``(1, 1)``, ``(1, 1, 1)``, indexed by ``layer - 1`` (as
+        ``{"K", "V", "G1", "T"}``: lists of arrays of shapes ``(P, P)``, ``(P, P, P, P)``,
+        ``(P, P)``, ``(P, P, P)`` (``P`` = 1 or 2 inputs), indexed by ``layer - 1`` (as
         :func:`~effth.pdlt.initialization_flow`).
 
     Raises
     ------
     DomainError
-        More than one input, a non-positive kernel, non-finite or negative hyperparameters, a
-        non-positive ``xi`` or width ratio, more than 10^6 layers.
+        More than two inputs, a non-symmetric, non-positive-semi-definite or non-positive-diagonal
+        kernel, non-finite or negative hyperparameters, a non-positive ``xi`` or width ratio,
+        more than 10^6 layers.
 
     Warns
     -----
     AccuracyWarning
-        When the largest :math:`\rho` needs more than 4000 Hermite orders (:math:`\gamma\to1`).
+        When the largest :math:`\rho` needs more than 4000 Hermite orders (one input) or the
+        largest :math:`\|R\|` more than 800 degrees (two inputs) (:math:`\gamma\to1`).
 
     Examples
     --------

@@ -202,3 +202,97 @@ def test_mlp_flow_uses_the_history_recursion_for_two_and_more_inputs():
     assert close(three["V"][2][0, 1, 0, 2], closure["V"][2][0, 1, 0, 2])
     assert close(three["T"][2], closure["T"][2])
     assert abs(three["V"][2][0, 0, 2, 2] / closure["V"][2][0, 0, 2, 2] - 1) > 1e-3
+
+
+# ------------------------------------------------------------------ residual networks, two inputs
+# GELU, C_W = 0.5 at every layer, skips gamma = 0.9 at layers 2..5, depth 6, K^(1)_aa = 1
+XNET = 2.0 * np.array([[1.0, 0.0], [0.6, 0.8]])
+OFF = {"V_(12)(12)": ("V", (0, 1, 0, 1)), "V_(11)(22)": ("V", (0, 0, 1, 1)), "G1_12": ("G1", (0, 1))}
+
+
+def _net(act, c_w, n):
+    return et.MLP(act, depth=6, widths=n, c_w=c_w, gamma=0.9)
+
+
+@functools.lru_cache(maxsize=None)
+def _pair_networks(act, c_w, plan, seed):
+    """{width: EnsembleStatistics at layer 6} (conditional sampling, effth.simulation)."""
+    from effth.simulation import simulate_ensemble
+
+    return {n: simulate_ensemble(_net(act, c_w, n), XNET, networks=N, seed=seed + 7919 * n,
+                                 method="conditional", layers=[6]) for n, N in plan}
+
+
+def _intercept(rows):
+    """c0 +- SE of a weighted c0 + c1/n fit."""
+    n, v, e = rows.T
+    A = np.stack([np.ones_like(n), 1 / n], 1) / e[:, None]
+    coef, *_ = np.linalg.lstsq(A, v / e, rcond=None)
+    return coef[0], float(np.sqrt(np.linalg.inv(A.T @ A)[0, 0]))
+
+
+def _measured_intercepts(act, c_w, K, plan_v, plan_g, seed):
+    """{name: (c0, SE)} for the off-diagonal V_(12)(12), V_(11)(22) (widths plan_v) and G1_12
+    (widths plan_g, where n (E G_hat - K) has a small 1/n term); K = K^(6)."""
+    out = {}
+    for name, (kind, idx) in OFF.items():
+        stats = _pair_networks(act, c_w, plan_v if kind == "V" else plan_g, seed)
+        if kind == "V":
+            rows = np.array([(n, st.value("V", 6)[idx], st.stderr("V", 6)[idx])
+                             for n, st in sorted(stats.items())])
+        else:
+            rows = np.array([(n, n * (st.value("G_rb", 6)[idx] - K[idx]),
+                              n * st.stderr("G_rb", 6)[idx]) for n, st in sorted(stats.items())])
+        out[name] = _intercept(rows)
+    return out
+
+
+def _theories(act, c_w):
+    ex = mlp_flow(_net(act, c_w, 64), XNET)
+    cl = mlp_flow(_net(act, c_w, 64), XNET, closure="cumulant")
+    pick = lambda f: {k: f[kind][5][idx] for k, (kind, idx) in OFF.items()}  # noqa: E731
+    return pick(ex), pick(cl), ex["K"][5]
+
+
+@pytest.mark.mc
+def test_pair_networks_follow_the_history_recursion():
+    """GELU, gamma = 0.9, depth 6, two inputs, n = 32, 64, 128 (100 000, 50 000, 25 000
+    networks): the c0 + c1/n intercepts of V_(12)(12), V_(11)(22) and n (G_rb - K)_12 meet the
+    exact recursion within 4.5 SE, and 0.9 x the exact V_(12)(12) is rejected by the same fit.
+    (The cumulant closure's V_(12)(12), 7 % low, needs the networks of the opt-in study below to
+    be rejected; its 15 s evaluation is kept out of this test.)"""
+    ex = mlp_flow(_net("gelu", 0.5, 64), XNET)
+    exact = {k: ex[kind][5][idx] for k, (kind, idx) in OFF.items()}
+    plan = ((32, 100_000), (64, 50_000), (128, 25_000))
+    got = _measured_intercepts("gelu", 0.5, ex["K"][5], plan, plan, seed=11)
+    for name, (c0, se) in got.items():
+        assert abs(c0 - exact[name]) < Z * se, (name, c0, se, exact[name])
+    c0, se = got["V_(12)(12)"]
+    assert abs(c0 - 0.9 * exact["V_(12)(12)"]) > Z * se
+
+
+PAIR_STUDY = [("gelu", 0.5), ("relu", 0.38)]
+
+
+@pytest.mark.slow
+@pytest.mark.mc
+@pytest.mark.parametrize("act,c_w", PAIR_STUDY, ids=lambda x: str(x))
+def test_pair_networks_study(opt_in_slow, act, c_w, capsys):
+    """The long version (docs/residual.md, two inputs): V from n = 32..256 (1.6 10^6 networks at
+    n = 32 down to 2 10^5 at n = 256), G1 from n = 16, 32, 64 (4, 2, 1 10^6 networks).  Every
+    off-diagonal intercept within 4.5 SE of the exact recursion; the closure is rejected
+    (> 4.5 SE) for V_(12)(12) and G1_12."""
+    exact, closure, K = _theories(act, c_w)
+    plan_v = ((32, 1_600_000), (64, 800_000), (128, 400_000), (256, 200_000))
+    plan_g = ((16, 4_000_000), (32, 2_000_000), (64, 1_000_000))
+    got = _measured_intercepts(act, c_w, K, plan_v, plan_g, seed=101)
+    with capsys.disabled():
+        for name, (c0, se) in got.items():
+            print(f"\n{act} {name}: exact {exact[name]:.5f} closure {closure[name]:.5f} "
+                  f"c0 {c0:.5f} +- {se:.5f}: {(c0 - exact[name]) / se:+.1f} SE exact, "
+                  f"{(c0 - closure[name]) / se:+.1f} SE closure")
+    for name, (c0, se) in got.items():
+        assert abs(c0 - exact[name]) < Z * se
+    for name in ("V_(12)(12)", "G1_12"):
+        c0, se = got[name]
+        assert abs(c0 - closure[name]) > Z * se
