@@ -65,7 +65,7 @@ rows (one per degree-2 function) and :math:`\mathcal D_\ell` by one vector, kept
 :math:`\sum_m(m+1)^2\approx M^3/3` per layer, at most 800 degrees).  The coefficients of
 :math:`s_{\alpha\beta}` come from nested Gauss-Legendre panels split at the kinks of
 :math:`\sigma(z_1)` (outer, in :math:`u_1`) and of :math:`\sigma(L_{21}u_1+L_{22}u_2)` (inner, per
-outer node).  A rank-one kernel (:math:`L_{22}<10^{-7}\sqrt{K_{22}}`, e.g. :math:`x_1=x_2`) gets
+outer node).  A rank-one kernel (:math:`L_{22}<10^{-5}\sqrt{K_{22}}`, e.g. :math:`x_1=x_2`) gets
 :math:`L_{22}=0` and the inverse that reads :math:`z_1`, which reduces the pair to one input.
 For :math:`P\ge3` inputs a network's law on any two of them does not depend on the others, so
 every :math:`G^{\{1\}}_{\alpha\beta}` and every :math:`V` component on at most two distinct
@@ -156,7 +156,7 @@ _MAX_ORDER2 = 800    # total Hermite degree kept at most for two inputs
 _H2 = 1.0            # widest quadrature panel for two inputs
 _W2 = 12.0           # panel width x sqrt(degree + 1): 2.7 periods of the top Hermite function per panel
 _TAIL2 = 1e-14       # |R|^M at the truncation degree M, two inputs (measured: 1e-16 from 1e-17)
-_SINGULAR = 1e-7     # L_22 / sqrt(K_22) below which a pair's kernel is treated as rank one
+_SINGULAR = 1e-5     # L_22 / sqrt(K_22) below which a pair's kernel is rank one (correlation > 1 - 5e-11)
 
 
 def _hermite_table(x: np.ndarray, order: int) -> np.ndarray:
@@ -309,7 +309,7 @@ _SQ2 = math.sqrt(2.0)
 
 def _cholesky2(K: np.ndarray, layer: int) -> tuple[np.ndarray, np.ndarray]:
     """Lower Cholesky factor L of a 2x2 kernel and its (generalized) inverse; a rank-one K
-    (L22 / sqrt(K22) < 1e-7: z_2 = (L21 / L11) z_1) gets L22 = 0 and the inverse that reads z_1."""
+    (L22 / sqrt(K22) < 1e-5: z_2 = (L21 / L11) z_1) gets L22 = 0 and the inverse that reads z_1."""
     k11, k12, k22 = float(K[0, 0]), float(K[0, 1]), float(K[1, 1])
     if not (0 < k11 < math.inf and 0 < k22 < math.inf):
         raise DomainError(f"the kernel is not positive and finite at layer {layer}: {K.tolist()}")
