@@ -193,7 +193,7 @@ def test_pair_gamma_zero_is_the_plain_mlp():
 def test_pair_equals_the_closure_for_affine_sigma():
     """Affine sigma (per-layer gamma, C_b, xi, widths): every Mehler term m >= 3 vanishes and the
     exact recursion is the pipeline's, K, V, G1, T, to 1e-12.  sigma = z^2 (sigma^2 quartic) is
-    not: its V differs."""
+    not: its V differs; nor is |z| off the diagonal (s_12 = |z_1 z_2|), exact on it."""
     import sympy as sp
 
     a = et.activations.get_activation(0.7 * sp.Symbol("z") + 0.3)
@@ -209,6 +209,13 @@ def test_pair_equals_the_closure_for_affine_sigma():
     kw = dict(c_w=0.3, gamma=[0.5, 0.5, 0.0])
     p, h = initialization_flow(K1, 4, q, **kw), residual_history_flow(K1, 4, q, **kw)
     assert np.max(np.abs(h["V"][-1] / p["V"][-1] - 1)) > 1e-3
+    # |z|: sigma^2 = z^2 keeps the diagonal exact, but s_12 = |z_1 z_2| is no polynomial
+    kw = dict(c_w=0.5, gamma=[0.9, 0.9, 0.0])
+    p, h = initialization_flow(K1, 4, "abs", **kw), residual_history_flow(K1, 4, "abs", **kw)
+    for a in range(2):
+        assert h["V"][-1][a, a, a, a] == pytest.approx(p["V"][-1][a, a, a, a], rel=1e-12)
+    assert abs(h["V"][-1][0, 1, 0, 1] / p["V"][-1][0, 1, 0, 1] - 1) > 1e-3
+    assert abs(h["G1"][-1][0, 1] / p["G1"][-1][0, 1] - 1) > 1e-2
 
 
 def test_degenerate_pairs_reduce_to_one_input():
