@@ -221,14 +221,16 @@ CASES: list[Case] = [
       lambda: et.ntk_flow(K1=np.ones((2, 2)), Theta1=np.ones((2, 2)) + np.eye(2), depth=3, activation="relu",
                           c_w=2.0, statistics=("A",)), "collinear"),
     # --- residual kernel sector over one neuron's history (PDLT app. B)
-    C("residual_history_flow", "several inputs", lambda: et.pdlt.residual_history_flow(
-        K2, 4, "tanh", gamma=0.5), "one input"),
+    C("residual_history_flow", "three inputs", lambda: et.pdlt.residual_history_flow(
+        np.eye(3), 4, "tanh", gamma=0.5), "one or two inputs"),
+    C("residual_history_flow", "two inputs, K1 not symmetric", lambda: et.pdlt.residual_history_flow(
+        [[1.0, 0.3], [0.2, 1.0]], 4, "tanh", gamma=0.5), "symmetric"),
+    C("residual_history_flow", "two inputs, K1 not PSD", lambda: et.pdlt.residual_history_flow(
+        [[1.0, 2.0], [2.0, 1.0]], 4, "tanh", gamma=0.5), "semi-definite"),
     C("residual_history_flow", "K1 not positive", lambda: et.pdlt.residual_history_flow(
         0.0, 4, "tanh", gamma=0.5), "K1"),
     C("residual_history_flow", "xi 0", lambda: et.pdlt.residual_history_flow(
         1.0, 4, "tanh", gamma=0.5, xi=0.0), "xi"),
-    C("mlp_flow", "closure='history', two inputs", lambda: et.pdlt.mlp_flow(
-        et.MLP("tanh", depth=4, widths=8, gamma=0.5), np.eye(2), closure="history"), "one input"),
     C("mlp_flow", "closure unknown", lambda: et.pdlt.mlp_flow(
         et.MLP("tanh", depth=4, widths=8, gamma=0.5), np.eye(1), closure="exact"), "closure"),
     # --- depth asymptotics

@@ -3,8 +3,8 @@ r"""Residual MLPs (PDLT app. B) and the optimal aspect ratio (PDLT app. A, §A.4
 The recursions themselves are derived by the one pipeline
 (``derive_initialization(statistic, residual=True)``, iterated by :func:`initialization_flow`
 with ``gamma=``, ``xi=``); their single-layer cumulant closure misses one neuron's history at
-:math:`O(1/n)`, which :mod:`effth.pdlt.residual_history` restores for one input (``mlp_flow``'s
-default there).  This module adds what a practitioner asks of them:
+:math:`O(1/n)`, which :mod:`effth.pdlt.residual_history` restores on one and two inputs, and
+pair by pair on more (``mlp_flow``'s default).  This module adds what a practitioner asks of them:
 
 * :func:`residual_criticality` -- the critical :math:`C_W(\gamma)` of PDLT (B.20)–(B.21): the
   derived kernel recursion :math:`K'=\xi^2(C_b+C_W\langle\sigma\sigma\rangle_K)+\gamma^2K` (B.11)

@@ -1,9 +1,10 @@
 """Measured corner, two inputs: residual networks (PDLT (B.4), gamma = 0.5 at the critical C_W(gamma)
-of (B.20)-(B.21)) against the derived K + G1/n, V and T at layer 4, widths 32, 64, 128.
+of (B.20)-(B.21)) against mlp_flow's K + G1/n, V and T at layer 4, widths 32, 64, 128 (the exact
+two-input history recursion; the single-layer closure passed these bands too).
 
 Opt-in (``-m slow``): 1.8 million networks, a few minutes.  Its 4.5-SE bands do not resolve the
 percent-level history terms that the single-layer closure drops (docs/residual.md, Erratum 2;
-tests/pdlt/test_residual_history.py decides that at layer 3).
+tests/pdlt/test_residual_history.py and test_residual_history_pair.py decide that).
 
 ``simulate_ensemble`` never imports the theory.  ReLU exercises the third cumulant that (B.24) omits
 (it enters V and G1 from layer 3 on); tanh is odd, so T = 0 and (B.24) holds.

@@ -408,28 +408,47 @@ def _residual_skips(net: Any) -> list:
 
 
 def _warn_residual_history(net: Any) -> None:
-    """:class:`AccuracyWarning` when a residual net's V, G1 rest on the single-layer cumulant
+    """:class:`AccuracyWarning` when a residual net's V rests partly on the single-layer cumulant
     closure that drops one neuron's history (a skip before the last layer, sigma^2 not quadratic):
-    several inputs, where the exact history recursion is not implemented."""
+    three or more inputs, where the components V_(ab)(cd) with three or four distinct inputs are
+    the closure's (the exact recursion is implemented for pairs of inputs)."""
     import warnings
 
     from effth.errors import AccuracyWarning
 
     act = net.act
-    quadratic = act.is_polynomial and (act.polynomial_degree or 0) <= 1
+    affine = act.is_polynomial and (act.polynomial_degree or 0) <= 1
     skips = _residual_skips(net)
-    if skips and not quadratic:
+    if skips and not affine:
         where = (", ".join(map(str, skips)) if len(skips) <= 4
                  else f"{skips[0]}, {skips[1]}, ..., {skips[-1]}")
         warnings.warn(
-            f"V and G1 of a residual net with {act!r} (skips at layers {where}) on several inputs "
-            "come from the single-layer cumulant closure, which, like PDLT (B.24), keeps only the "
-            "Mehler terms m <= 2 of the covariance between one neuron's sigma^2 at different "
-            "layers; the dropped terms are 1-6 % of V and 10-80 % of G1 at layers 3-9 for tanh, "
-            "ReLU, GELU at gamma = 0.9 (one input, confirmed on networks).  The exact history "
-            "recursion (closure='history') is implemented for one input; K, T and the affine "
-            "case are exact (docs/residual.md, Erratum 2)",
+            f"V of a residual net with {act!r} (skips at layers {where}) on three or more inputs: "
+            "the components V_(ab)(cd) with three or four distinct inputs come from the "
+            "single-layer cumulant closure, which, like PDLT (B.24), keeps only the Mehler terms "
+            "m <= 2 of the covariance between one neuron's sigma^2 at different layers (1-6 % of V "
+            "at layers 3-9 for tanh, ReLU, GELU at gamma = 0.9 on one input).  K, T, G1 and every "
+            "component on one or two distinct inputs are the exact history recursion, pair by "
+            "pair (docs/residual.md, Erratum 2)",
             AccuracyWarning, stacklevel=3)
+
+
+def _pairwise_history(K1, L: int, act, closure_flow: dict, **kw) -> dict:
+    """P >= 3 inputs: the closure's flow with G1 and the V components on at most two distinct
+    inputs replaced by the exact two-input history recursion of every pair (the law of a
+    network restricted to two inputs does not depend on the others); K and T are the closure's,
+    which are exact (they read Mehler orders <= 2 only)."""
+    from effth.pdlt.residual_history import residual_history_flow
+
+    P = K1.shape[0]
+    out = {k: [np.array(x, dtype=float, copy=True) for x in v] for k, v in closure_flow.items()}
+    for a, b in itertools.combinations(range(P), 2):
+        idx = [a, b]
+        f = residual_history_flow(K1[np.ix_(idx, idx)], L, act, **kw)
+        for layer in range(L):
+            out["G1"][layer][np.ix_(idx, idx)] = f["G1"][layer]
+            out["V"][layer][np.ix_(idx, idx, idx, idx)] = f["V"][layer]
+    return out
 
 
 def mlp_flow(net: Any, X, method: str = "auto", rtol: float = 1e-10, *,
@@ -445,13 +464,15 @@ def mlp_flow(net: Any, X, method: str = "auto", rtol: float = 1e-10, *,
     net : effth.MLP
     X : array_like (N_D, n_0)
     closure : {None, "history", "cumulant"}
-        For a residual ``net`` with a skip before the last layer (PDLT (B.4)).  ``"history"``:
-        the exact :math:`O(1/n)` recursion over one neuron's history
-        (:func:`~effth.pdlt.residual_history.residual_history_flow`; one input only).
+        For a residual ``net`` with a skip before the last layer (PDLT (B.4)).  ``"history"``
+        (the same as ``None``, the default): the exact :math:`O(1/n)` recursion over one neuron's
+        history (:func:`~effth.pdlt.residual_history.residual_history_flow`) on one or two
+        inputs; on three or more, every pair's exact recursion gives :math:`G^{\{1\}}` and the
+        components of :math:`V` on at most two distinct inputs, and the components with three
+        or four distinct inputs are the cumulant closure's (with an ``AccuracyWarning``).
         ``"cumulant"``: the derived single-layer cumulant closure, which like the book's (B.24)
         keeps only the Mehler orders :math:`m\le2` of the covariance of a neuron's
-        :math:`\sigma^2` at different layers (exact for affine :math:`\sigma`).  ``None``
-        (default): ``"history"`` for one input, ``"cumulant"`` otherwise.  :math:`K` and
+        :math:`\sigma^2` at different layers (exact for affine :math:`\sigma`).  :math:`K` and
         :math:`T` are the same either way; plain nets ignore it.
 
     Returns
@@ -462,14 +483,15 @@ def mlp_flow(net: Any, X, method: str = "auto", rtol: float = 1e-10, *,
     Raises
     ------
     DomainError
-        ``closure="history"`` with several inputs, or an unknown ``closure``.
+        An unknown ``closure``.
 
     Warns
     -----
     AccuracyWarning
-        For a residual net on several inputs (``closure=None``) with a skip before the last
-        layer and an activation that is not affine: its :math:`V`, :math:`G^{\{1\}}` beyond the
-        first skip are the truncated cumulant closure (``docs/residual.md``, Erratum 2).
+        For a residual net on three or more inputs (not ``closure="cumulant"``) with a skip
+        before the last layer and a non-affine activation: its components
+        :math:`V_{(\alpha_1\alpha_2)(\alpha_3\alpha_4)}` with three or four distinct inputs are
+        the truncated cumulant closure (``docs/residual.md``, Erratum 2).
     """
     from effth._validate import input_matrix, network
     from effth.arch import MLP
@@ -495,16 +517,14 @@ def mlp_flow(net: Any, X, method: str = "auto", rtol: float = 1e-10, *,
     if getattr(net, "residual", False):
         res = dict(gamma=[net.gamma_at(k) for k in range(2, L + 1)] or [0.0],
                    xi=[net.xi_at(k) for k in range(2, L + 1)] or [1.0])
-        if _residual_skips(net):
-            if closure == "history" and X.shape[0] != 1:
-                raise DomainError(f"closure='history' (the exact one-neuron history recursion) is "
-                                  f"implemented for one input, got {X.shape[0]}; "
-                                  "closure='cumulant' gives the truncated PDLT (B.24)")
-            if closure == "history" or (closure is None and X.shape[0] == 1):
-                from effth.pdlt.residual_history import residual_history_flow
+        if _residual_skips(net) and closure != "cumulant":
+            from effth.pdlt.residual_history import residual_history_flow
 
+            if X.shape[0] <= 2:
                 return residual_history_flow(K1, L, net.act, c_w=c_w, c_b=c_b, ratios=ratios, **res)
-            if closure is None:
-                _warn_residual_history(net)
+            _warn_residual_history(net)
+            base = initialization_flow(K1, L, net.act, c_w=c_w, c_b=c_b, ratios=ratios,
+                                       method=method, rtol=rtol, **res)
+            return _pairwise_history(K1, L, net.act, base, c_w=c_w, c_b=c_b, ratios=ratios, **res)
     return initialization_flow(K1, L, net.act, c_w=c_w, c_b=c_b, ratios=ratios,
                                method=method, rtol=rtol, **res)
