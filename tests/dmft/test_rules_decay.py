@@ -70,7 +70,7 @@ def test_bad_input():
     with pytest.raises(DomainError, match="momentum"):
         solve_rule_deep_linear(X, Y, momentum=1.0, **kw)
     with pytest.raises(DomainError, match="closure"):
-        solve_rule_deep_linear(X, Y, momentum=0.5, closure="ntk", **kw)
+        solve_rule_deep_linear(X, Y, momentum=0.5, weight_decay=0.1, closure="ntk", **kw)
     skw = dict(rule="fa", rho=0.5, hidden_layers=2, widths=8, gamma0=1.0, eta=0.1, steps=3)
     with pytest.raises(DomainError, match="weight_decay"):
         simulate_rule_training(X, Y, weight_decay=-0.5, **skw)
