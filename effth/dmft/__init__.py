@@ -15,6 +15,8 @@ Three theories of Bordelon & Pehlevan, on one time grid and one result type:
   :func:`lazy_entk` and the rule solvers;
 * :mod:`effth.dmft.fluctuations` -- the O(1/N) fluctuations of the DMFT from the Hessian of its
   action (2022, App. P.7): :func:`deep_linear_fluctuations`, :func:`two_layer_fluctuations`;
+  :mod:`effth.dmft.mean_shift` -- the O(1/N) shift of their mean (the cubic term of eq. (174)):
+  :func:`deep_linear_mean_shift`;
 * shared: :mod:`effth.dmft.grid` (:class:`TimeGrid`, :class:`TrainingData`), :mod:`effth.dmft.result`
   (:class:`DMFTResult`), :mod:`effth.dmft.metrics` (the kernel-alignment metric of Fig. 1).
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from effth.dmft import random_data, rules, series, solvers
 from effth.dmft.fluctuations import DMFTFluctuations, deep_linear_fluctuations, two_layer_fluctuations
+from effth.dmft.mean_shift import DMFTMeanShift, deep_linear_mean_shift
 from effth.dmft.grid import TimeGrid, TrainingData, prepare_data
 from effth.dmft.metrics import kernel_alignment, layer_alignment, target_alignment
 from effth.dmft.random_data import (DepthExtrapolation, LearningRateSweep, PowerLawResult,
@@ -51,6 +54,8 @@ __all__ = ["random_data", "rules", "series", "solvers", "solve_cnn_monte_carlo",
            "DMFTFluctuations",
            "deep_linear_fluctuations",
            "two_layer_fluctuations",
+           "DMFTMeanShift",
+           "deep_linear_mean_shift",
            "Diagnostics",
            "Gamma0Series",
            "TimeGrid",
