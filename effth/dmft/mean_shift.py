@@ -67,7 +67,7 @@ from effth.dmft.fluctuations import (MAX_VARIABLES, DMFTFluctuations, _common_ar
 from effth.dmft.solvers.deep_linear import solve_deep_linear
 from effth.errors import DomainError
 
-__all__ = ["DMFTMeanShift", "deep_linear_mean_shift"]
+__all__ = ["DMFTMeanShift", "deep_linear_mean_shift", "two_layer_mean_shift"]
 
 _STEP = 1e-30                          # complex step of the Hessian (as effth.dmft.fluctuations)
 _OMEGA = np.exp(1j * np.pi / 4)        # direction of the second-derivative step
@@ -330,3 +330,111 @@ def deep_linear_mean_shift(X=None, y=None, *, depth: int | None = None,
     prop = 0.5 * (prop + prop.T)
     return DMFTMeanShift(dmft=res, center=bool(center), propagator=prop, gradient_norm=grad_norm,
                          asymmetry=asym, _layout=lay, shift_vector=dx[:nq], symmetry_error=asym)
+
+
+@public
+def two_layer_mean_shift(X=None, y=None, *, gamma0: float, eta: float, steps: int,
+                         activation="tanh", X_test=None, kernel=None, center: bool = True,
+                         nodes: int | None = None, max_nodes: int = 64_000,
+                         step: float = 1e-4) -> DMFTMeanShift:
+    r"""O(1/N) shift of the mean of kernels and predictions of two-layer networks (Bordelon & Pehlevan (2022), App. P.7, eq. (174)).
+
+    One hidden layer: :math:`S=-\hat k\cdot k+\ln\langle e^{\hat k\cdot O}\rangle`, the fields
+    depend on the order parameters only through the predictions :math:`f` (eqs. (23), (66)), so
+    (:func:`effth.dmft.two_layer_fluctuations`) :math:`H=\begin{pmatrix}0&-M^\top\\-M&\kappa
+    \end{pmatrix}`, :math:`M=1-D`, :math:`H^{-1}=\begin{pmatrix}-P&-M^{-1}\\-M^{-\top}&0
+    \end{pmatrix}` with :math:`P=M^{-1}\kappa M^{-\top}`.  The vanishing conjugate block of
+    :math:`H^{-1}` removes the third cumulant of :math:`O`; what is left of
+    :math:`\delta x=\tfrac12H^{-1}S^{(3)}\!:\!H^{-1}` needs
+    :math:`\partial^2\langle O\rangle/\partial f\partial f` (central differences of the exact
+    forward-mode tangent of the marched fields) and :math:`\partial\kappa/\partial f` (the
+    tangent itself):
+
+    .. math:: w_{f_b}=-2\,\partial_b\partial_c\langle O_d\rangle M^{-1}_{cd},\quad
+              w_{\hat k_b}=-\partial_c\partial_d\langle O_b\rangle P_{cd}
+              -2\,\partial_c\kappa_{bd}M^{-1}_{cd},\quad
+              \delta k=-\tfrac12\,(P\,w_k+M^{-1}w_{\hat k}).
+
+    Parameters
+    ----------
+    X, y, gamma0, eta, steps, activation, X_test, kernel, center, nodes, max_nodes
+        As :func:`effth.dmft.two_layer_fluctuations` (a smooth activation).
+    step : float
+        Step of the central differences of the tangent (error ``O(step^2)``); default ``1e-4``.
+
+    Returns
+    -------
+    DMFTMeanShift
+
+    Raises
+    ------
+    DomainError
+        What :func:`effth.dmft.two_layer_fluctuations` rejects, and a ``step`` outside (0, 0.1].
+    """
+    from effth.dmft.fluctuations import _two_layer_march, two_layer_fluctuations
+    from effth.dmft.solvers.lazy import resolve_activation
+    from effth.dmft.solvers.two_layer import _nodes
+
+    h = _check_step(step)
+    fl = two_layer_fluctuations(X, y, gamma0=gamma0, eta=eta, steps=steps, activation=activation,
+                                X_test=X_test, kernel=kernel, center=center, nodes=nodes,
+                                max_nodes=max_nodes)
+    res, lay, g0 = fl.dmft, fl._layout, float(gamma0)
+    act = resolve_activation(activation)
+    fns = (act.numpy(0), act.numpy(1), act.numpy(2))
+    T, n, P = res.grid.steps, res.data.n_all, res.n_train
+    u, r, wq, _, _ = _nodes(res.data.kx, "quadrature", nodes, max_nodes, 0, 0, 1, act, "auto")
+    r = r[:, 0]
+    kx, eta_ = res.data.kx, res.grid.eta
+    delta0 = res.data.y[None, :] - res.f[:, :P]
+    iH, jH, iG, jG = lay.iuH[0], lay.iuH[1], lay.iuG[0], lay.iuG[1]
+    fidx = lay.off_f + (np.arange(T)[:, None] * n + np.arange(P)[None, :]).reshape(-1)
+    TP = T * P
+
+    def unit(k):
+        e = np.zeros((T, P))
+        e.flat[k] = -1.0                                   # d Delta / d f
+        return e
+
+    def obs_and_tangent(delta, k):
+        (ph, g, of), (dph, dg, dof) = _two_layer_march(u, r, kx, delta, eta_, g0, T, fns,
+                                                       bool(center), unit(k))
+        O = np.concatenate([ph[:, iH] * ph[:, jH], g[:, iG] * g[:, jG], of], axis=1)
+        dO = np.concatenate([dph[:, iH] * ph[:, jH] + ph[:, iH] * dph[:, jH],
+                             dg[:, iG] * g[:, jG] + g[:, iG] * dg[:, jG], dof], axis=1)
+        return O, dO
+
+    # M = 1 - D, its inverse and the propagator (as two_layer_fluctuations)
+    O0 = None
+    dOs = []
+    for k in range(TP):
+        O0, dO = obs_and_tangent(delta0, k)
+        dOs.append(dO)
+    mean = wq @ O0
+    D = np.zeros((lay.nq, lay.nq))
+    for k in range(TP):
+        D[:, fidx[k]] = wq @ dOs[k]
+    Mi = np.linalg.inv(np.eye(lay.nq) - D)
+    Pr = fl.propagator
+    Mf = Mi[fidx]                                          # (TP, nq): rows c = f entries
+    Pff = Pr[np.ix_(fidx, fidx)]
+    # d kappa_{bd} / d f_c contracted with M^-1_{cd}
+    Oc = O0 - mean
+    wk_hat = np.zeros(lay.nq)
+    for c in range(TP):
+        dOc = dOs[c] - wq @ dOs[c]
+        wk_hat -= 2.0 * (wq[:, None] * dOc).T @ (Oc @ Mf[c]) + 2.0 * (wq[:, None] * Oc).T @ (dOc @ Mf[c])
+    # second derivatives d_b d_c <O>: central differences in f_c of the exact tangent along f_b
+    X2 = np.zeros((lay.nq, TP, TP))
+    for c in range(TP):
+        for b in range(TP):
+            _, dp = obs_and_tangent(delta0 + h * unit(c), b)
+            _, dm = obs_and_tangent(delta0 - h * unit(c), b)
+            X2[:, b, c] = wq @ (dp - dm) / (2 * h)
+    X2 = 0.5 * (X2 + np.swapaxes(X2, 1, 2))
+    wk = np.zeros(lay.nq)
+    wk[fidx] = -2.0 * np.einsum("dbc,cd->b", X2, Mf)
+    wk_hat -= np.einsum("bcd,cd->b", X2, Pff)
+    dq = -0.5 * (Pr @ wk + Mi @ wk_hat)
+    return DMFTMeanShift(dmft=res, center=fl.center, propagator=Pr, gradient_norm=fl.gradient_norm,
+                         asymmetry=0.0, _layout=lay, shift_vector=dq, symmetry_error=0.0)
