@@ -16,7 +16,7 @@ Three theories of Bordelon & Pehlevan, on one time grid and one result type:
 * :mod:`effth.dmft.fluctuations` -- the O(1/N) fluctuations of the DMFT from the Hessian of its
   action (2022, App. P.7): :func:`deep_linear_fluctuations`, :func:`two_layer_fluctuations`;
   :mod:`effth.dmft.mean_shift` -- the O(1/N) shift of their mean (the cubic term of eq. (174)):
-  :func:`deep_linear_mean_shift`;
+  :func:`deep_linear_mean_shift`, :func:`two_layer_mean_shift`;
 * shared: :mod:`effth.dmft.grid` (:class:`TimeGrid`, :class:`TrainingData`), :mod:`effth.dmft.result`
   (:class:`DMFTResult`), :mod:`effth.dmft.metrics` (the kernel-alignment metric of Fig. 1).
 """
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from effth.dmft import random_data, rules, series, solvers
 from effth.dmft.fluctuations import DMFTFluctuations, deep_linear_fluctuations, two_layer_fluctuations
-from effth.dmft.mean_shift import DMFTMeanShift, deep_linear_mean_shift
+from effth.dmft.mean_shift import DMFTMeanShift, deep_linear_mean_shift, two_layer_mean_shift
 from effth.dmft.grid import TimeGrid, TrainingData, prepare_data
 from effth.dmft.metrics import kernel_alignment, layer_alignment, target_alignment
 from effth.dmft.random_data import (DepthExtrapolation, LearningRateSweep, PowerLawResult,
@@ -56,6 +56,7 @@ __all__ = ["random_data", "rules", "series", "solvers", "solve_cnn_monte_carlo",
            "two_layer_fluctuations",
            "DMFTMeanShift",
            "deep_linear_mean_shift",
+           "two_layer_mean_shift",
            "Diagnostics",
            "Gamma0Series",
            "TimeGrid",

@@ -143,7 +143,7 @@ def test_lazy_raw_output_is_pdlt_mean1(request):
 
 def _measured_shift(N, networks, seed, kw, ms, points):
     run = simulate_training(X, Y, widths=N, seed=seed, networks=networks, activation="linear",
-                            parameterization="mup", **kw)
+                            parameterization="mup", record_kernels=False, **kw)
     out = []
     for t, mu in points:
         x = run.f[:, t, mu]
@@ -168,48 +168,69 @@ def test_networks_quick():
     assert np.sqrt(np.sum((est / se) ** 2)) > 5.0
 
 
+#: the width study: chunks of 2000 networks per width, seeds N * 1000 + offset + c
+_STUDY = {32: ((77, 16), (577, 8)), 64: ((77, 16), (577, 8)), 128: ((77, 16), (577, 8)),
+          256: ((77, 8), (577, 4)), 512: ((77, 3), (577, 2))}
+
+
+def _study_shift(N, kw, f_star):
+    """N (mean f - f*) at the last time and its SE over the chunks of _STUDY[N]."""
+    s1, s2, cnt = 0.0, 0.0, 0
+    for offset, chunks in _STUDY[N]:
+        for c in range(chunks):
+            run = simulate_training(X, Y, widths=N, seed=N * 1000 + c + offset, networks=2000,
+                                    activation="linear", parameterization="mup",
+                                    record_kernels=False, **kw)
+            x = run.f[:, -1, :] - f_star
+            s1, s2, cnt = s1 + x.sum(0), s2 + (x ** 2).sum(0), cnt + x.shape[0]
+    m = s1 / cnt
+    return N * m, N * np.sqrt((s2 / cnt - m ** 2) / (cnt - 1))
+
+
+def _fit_intercept(N, y, s, degree):
+    """Weighted fit y = sum_p c_p N^-p, p <= degree: (coefficients, their covariance, chi^2)."""
+    A = np.vstack([N ** -float(p) for p in range(degree + 1)]).T
+    cov = np.linalg.inv(A.T @ (A / s[:, None] ** 2))
+    coef = cov @ A.T @ (y / s ** 2)
+    return coef, cov, float(np.sum(((A @ coef - y) / s) ** 2))
+
+
 @pytest.mark.slow
 def test_width_study(request):
-    """N = 32 .. 512 (8000 networks up to N = 128, 4000 at 256, 2000 at 512), gamma0 = 1:
-    N (mean f - f*) = delta f + c / N fitted (weighted) at the last time; the intercept agrees
-    with delta f (z < 4.5), delta f = 0 is rejected (z > 5), and the joint z of a coefficient
-    x0.9 is reported; |mean - f*| falls as N^p with p = -1 within 4.5 SE (N = 64 .. 512, the
-    point whose next order is small)."""
+    """gamma0 = 1, L = 2: N = 32 .. 512 (48000 networks up to N = 128, 24000 at 256, 10000 at
+    512), the centred f at the last time.  N (mean f - f*) = delta f + c / N + c' / N^2 fitted
+    (weighted) agrees with the mean shift at both inputs (z < 4.5); delta f = 0 and a
+    coefficient x0.9 are rejected (joint z > 5 over the two inputs); |mean f - f*| falls as
+    N^p with p = -1 within 4.5 SE (N >= 128, input 0, whose next order c is the smaller)."""
     request.getfixturevalue("opt_in_slow")
     T = 8
     kw = dict(hidden_layers=2, gamma0=1.0, eta=0.2, steps=T)
     ms = deep_linear_mean_shift(X, Y, **kw)
-    points = [(T - 1, 0), (T - 1, 1)]
-    widths = [32, 64, 128, 256, 512]
-    sizes = {32: 8000, 64: 8000, 128: 8000, 256: 4000, 512: 2000}
-    D = np.array([_measured_shift(N, sizes[N], 1000 + N, kw, ms, points) for N in widths])
-    want = np.array([ms.shift("f")[t, mu] for t, mu in points])
-    N = np.array(widths, float)
+    want, f_star = ms.shift("f")[-1], ms.value("f")[-1]
+    widths = np.array(sorted(_STUDY), float)
+    D = [_study_shift(int(N), kw, f_star) for N in widths]
+    y, s = np.array([d[0] for d in D]), np.array([d[1] for d in D])        # (widths, inputs)
     z0, z9 = [], []
-    for k in range(len(points)):
-        y, s = D[:, k, 0], D[:, k, 1]
-        A = np.vstack([np.ones_like(N), 1 / N]).T
-        cov = np.linalg.inv(A.T @ (A / s[:, None] ** 2))
-        coef = cov @ A.T @ (y / s ** 2)
+    for mu in range(2):
+        coef, cov, chi2 = _fit_intercept(widths, y[:, mu], s[:, mu], 2)
         se = np.sqrt(cov[0, 0])
-        print(f"point {points[k]}: intercept {coef[0]:.4f} +- {se:.4f}, theory {want[k]:.4f}, "
-              f"c = {coef[1]:.2f}; per width {np.round(y, 4)} +- {np.round(s, 4)}")
-        assert abs(coef[0] - want[k]) < 4.5 * se
+        print(f"input {mu}: N (mean - f*) = {np.round(y[:, mu], 4)} +- {np.round(s[:, mu], 4)}; "
+              f"intercept {coef[0]:.4f} +- {se:.4f} (chi2 {chi2:.2f} / 2), theory {want[mu]:.4f}")
+        assert abs(coef[0] - want[mu]) < 4.5 * se
         z0.append(coef[0] / se)
-        z9.append((coef[0] - 0.9 * want[k]) / se)
-    print("z(no shift) =", np.round(z0, 2), " z(x0.9) =", np.round(z9, 2))
-    assert np.sqrt(np.sum(np.square(z0))) > 5.0
-    # slope of |mean - f*| against N at the point with the smaller next order
-    k = int(np.argmin([abs(np.polyfit(1 / N, D[:, j, 0], 1)[0] / want[j]) for j in range(2)]))
-    sel = N >= 64
-    y, s = np.abs(D[sel, k, 0]) / N[sel], D[sel, k, 1] / N[sel]
-    w = (y / s) ** 2
-    lx, ly = np.log(N[sel]), np.log(y)
+        z9.append((coef[0] - 0.9 * want[mu]) / se)
+    print("z(no shift) =", np.round(z0, 2), " z(x0.9) =", np.round(z9, 2),
+          " joint", np.round(np.hypot(*z0), 2), np.round(np.hypot(*z9), 2))
+    assert np.hypot(*z0) > 5.0 and np.hypot(*z9) > 5.0
+    mu = 0                                                # input 0: the smaller next order c
+    sel = widths >= 128
+    yy, ss = np.abs(y[sel, mu]) / widths[sel], s[sel, mu] / widths[sel]
+    lx, rel = np.log(widths[sel]), ss / yy                # log-space weights 1 / Var(log y)
     A = np.vstack([np.ones_like(lx), lx]).T
-    cov = np.linalg.inv(A.T @ (w[:, None] * A))
-    slope = (cov @ A.T @ (w * ly))[1]
-    print(f"slope of |mean - f*| at {points[k]}: {slope:.3f} +- {np.sqrt(cov[1, 1]):.3f}")
-    assert abs(slope + 1.0) < 4.5 * np.sqrt(cov[1, 1])
+    cw = np.linalg.inv(A.T @ (A / rel[:, None] ** 2))
+    slope = (cw @ A.T @ (np.log(yy) / rel ** 2))[1]
+    print(f"input {mu}: |mean - f*| ~ N^p, p = {slope:.3f} +- {np.sqrt(cw[1, 1]):.3f} (N >= 128)")
+    assert abs(slope + 1.0) < 4.5 * np.sqrt(cw[1, 1])
 
 
 def test_bad_input():
@@ -223,3 +244,19 @@ def test_bad_input():
     with pytest.raises(DomainError, match="layer"):
         deep_linear_mean_shift(X, Y, **kw).shift("phi")
     assert KX.shape == (2, 2)
+
+
+def test_two_layer_linear_equals_the_deep_linear_action():
+    """Two constructions: with phi = id the two-layer quadrature (d^2<O>/df^2 from the exact
+    tangent, d kappa/df) gives the mean shift of the deep linear action's third derivatives at
+    L = 1, centred and raw output."""
+    from effth.dmft.mean_shift import two_layer_mean_shift
+
+    for center in (True, False):
+        kw = dict(gamma0=1.0, eta=0.2, steps=6, center=center)
+        a = two_layer_mean_shift(X, Y, activation="linear", nodes=8, **kw)
+        b = deep_linear_mean_shift(X, Y, hidden_layers=1, **kw)
+        scale = np.abs(b.shift_vector).max()
+        assert scale > 0.1
+        for name, layer in (("f", None), ("phi", 1), ("g", 1), ("ntk", None), ("loss", None)):
+            assert np.abs(a.shift(name, layer) - b.shift(name, layer)).max() < 1e-8 * scale
