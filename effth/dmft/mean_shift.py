@@ -9,8 +9,8 @@ averaging the cubic term against the Gaussian (Wick, three pairings) gives the *
 .. math:: \langle x_a\rangle=x_a^*+\frac1N\,\delta x_a+O(N^{-2}),\qquad
           \delta x_a=\tfrac12\,(H^{-1})_{ab}\,S_{bcd}\,(H^{-1})_{cd},
 
-the cubic term of eq. (174), :math:`\nabla O\cdot\langle\delta\,U\rangle_0` with
-:math:`O=x_a` and :math:`U=-\tfrac{N}{6}S_{abc}\delta x_a\delta x_b\delta x_c` (equivalently:
+the cubic term of eq. (174), :math:`-\langle x_aU\rangle_c` with
+:math:`U=-\tfrac{N}{6}S_{abc}\delta x_a\delta x_b\delta x_c` (equivalently:
 :math:`\langle x\rangle` is the stationary point of the one-loop action
 :math:`S-\tfrac1{2N}\ln\det(-\nabla^2S)`).  There is no further O(1) term: for deep linear
 networks the finite-:math:`N` integral is exactly :math:`\int dx\,e^{NS[x]}` (the average over
@@ -23,11 +23,11 @@ the NTK) also gets the quadratic term of eq. (174),
           +\tfrac12\,\mathrm{Tr}\,\big(N\mathrm{Cov}(k)\,\nabla^2O\big)\Big],\qquad
           N\mathrm{Cov}(k)=-(H^{-1})_{kk}.
 
-(Printed eq. (174) writes :math:`\tfrac1{2N}\mathrm{Tr}[\nabla^2S]^{-1}\nabla^2O`: with the
-weight :math:`e^{NS}` of the text before eq. (172) the covariance is :math:`-[\nabla^2S]^{-1}/N`,
-the sign of that term is flipped; and the sign of the :math:`U` term depends on whether
-:math:`U` is the remainder of :math:`NS` or of :math:`-NS` -- the form above is fixed by the
-measured networks.)
+(App. P.7 writes the weight as :math:`e^{-NS}`; there the Gaussian term
+:math:`+\tfrac1{2N}\mathrm{Tr}[\nabla^2S]^{-1}\nabla^2O` of eq. (174) is right, but the cubic
+term needs a minus sign, :math:`-\tfrac1{\sqrt N}\nabla O\cdot\langle\delta\,U\rangle_0`, as
+eq. (172) at :math:`n=1` is :math:`-\langle OU\rangle_c`.  With the weight :math:`e^{NS}` used
+here they read as above; the measured networks fix the sign.)
 
 Evaluation
 ----------

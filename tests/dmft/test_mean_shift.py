@@ -260,3 +260,42 @@ def test_two_layer_linear_equals_the_deep_linear_action():
         assert scale > 0.1
         for name, layer in (("f", None), ("phi", 1), ("g", 1), ("ntk", None), ("loss", None)):
             assert np.abs(a.shift(name, layer) - b.shift(name, layer)).max() < 1e-8 * scale
+
+
+@pytest.mark.slow
+def test_two_layer_tanh_width_study(request):
+    """tanh, one hidden layer, gamma0 = 1, eta = 0.2, T = 8: N = 32 .. 256, 40000 muP networks
+    each, the centred f at the last time: N (mean f - f*) = delta f + c / N fitted agrees with
+    two_layer_mean_shift at both inputs (z < 4.5) and delta f = 0 is rejected (joint z > 5).
+    (The shift is small against the spread here, |delta f| / sqrt(N Var f) ~ 0.36, so a x0.9
+    coefficient would need ~10^6 networks.)"""
+    request.getfixturevalue("opt_in_slow")
+    from effth.dmft.mean_shift import two_layer_mean_shift
+
+    kw = dict(gamma0=1.0, eta=0.2, steps=8)
+    ms = two_layer_mean_shift(X, Y, activation="tanh", nodes=20, **kw)
+    want, f_star = ms.shift("f")[-1], ms.value("f")[-1]
+    widths = np.array([32, 64, 128, 256], float)
+    y, s = [], []
+    for N in widths.astype(int):
+        s1, s2, cnt = 0.0, 0.0, 0
+        for c in range(10):
+            run = simulate_training(X, Y, widths=N, seed=N * 1000 + c + 99, networks=4000,
+                                    hidden_layers=1, activation="tanh", parameterization="mup",
+                                    record_kernels=False, **kw)
+            x = run.f[:, -1, :] - f_star
+            s1, s2, cnt = s1 + x.sum(0), s2 + (x ** 2).sum(0), cnt + x.shape[0]
+        m = s1 / cnt
+        y.append(N * m)
+        s.append(N * np.sqrt((s2 / cnt - m ** 2) / (cnt - 1)))
+    y, s = np.array(y), np.array(s)
+    z0 = []
+    for mu in range(2):
+        coef, cov, chi2 = _fit_intercept(widths, y[:, mu], s[:, mu], 1)
+        se = np.sqrt(cov[0, 0])
+        print(f"tanh input {mu}: N (mean - f*) = {np.round(y[:, mu], 4)} +- {np.round(s[:, mu], 4)}; "
+              f"intercept {coef[0]:.4f} +- {se:.4f} (chi2 {chi2:.2f} / 2), theory {want[mu]:.4f}")
+        assert abs(coef[0] - want[mu]) < 4.5 * se
+        z0.append(coef[0] / se)
+    print("z(no shift) =", np.round(z0, 2))
+    assert np.hypot(*z0) > 5.0
