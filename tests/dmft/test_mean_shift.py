@@ -299,3 +299,34 @@ def test_two_layer_tanh_width_study(request):
         z0.append(coef[0] / se)
     print("z(no shift) =", np.round(z0, 2))
     assert np.hypot(*z0) > 5.0
+
+
+@pytest.mark.slow
+def test_raw_output_networks(request):
+    """The raw output (center=False, its initial value O(1/(gamma0 sqrt N)) fluctuates and
+    feeds back), gamma0 = 1, L = 2: 16000 muP networks at N = 64 and 128, 8000 at 256; the
+    measured N (mean f - f*) at t = 4 and the last time, extrapolated as 2 D_128 - D_64 and
+    2 D_256 - D_128, agrees with the mean shift (z < 4.5); zero is rejected (joint z > 5)."""
+    request.getfixturevalue("opt_in_slow")
+    kw = dict(hidden_layers=2, gamma0=1.0, eta=0.2, steps=8)
+    ms = deep_linear_mean_shift(X, Y, **kw, center=False)
+    f = ms.value("f")[[4, 7]]
+    want = ms.shift("f")[[4, 7]]
+    D = {}
+    for N, M in ((64, 16000), (128, 16000), (256, 8000)):
+        s1, s2, cnt = 0.0, 0.0, 0
+        for c in range(M // 2000):
+            run = simulate_training(X, Y, widths=N, seed=N * 1000 + c + 311, networks=2000,
+                                    activation="linear", parameterization="mup",
+                                    record_kernels=False, center=False, **kw)
+            x = run.f[:, [4, 7], :] - f
+            s1, s2, cnt = s1 + x.sum(0), s2 + (x ** 2).sum(0), cnt + x.shape[0]
+        m = s1 / cnt
+        D[N] = (N * m, N * np.sqrt((s2 / cnt - m ** 2) / (cnt - 1)))
+    for lo, hi in ((64, 128), (128, 256)):
+        est = 2 * D[hi][0] - D[lo][0]
+        se = np.sqrt(4 * D[hi][1] ** 2 + D[lo][1] ** 2)
+        print(f"raw, 2 D_{hi} - D_{lo}: {np.round(est, 4).tolist()} +- {np.round(se, 4).tolist()}, "
+              f"theory {np.round(want, 4).tolist()}")
+        assert np.all(np.abs(est - want) < 4.5 * se)
+        assert np.sqrt(np.sum((est / se) ** 2)) > 5.0
