@@ -16,6 +16,9 @@ Three theories of Bordelon & Pehlevan, on one time grid and one result type:
 * :mod:`effth.dmft.fluctuations` -- the O(1/N) fluctuations of the DMFT from the Hessian of its
   action (2022, App. P.7): :func:`deep_linear_fluctuations`, :func:`two_layer_fluctuations`,
   :func:`deep_nonlinear_fluctuations` (a sampled Monte-Carlo saddle);
+  :mod:`effth.dmft.mean_shift` -- the O(1/N) shift of the mean of deep linear and two-layer
+  networks (the cubic term of eq. (174)): :func:`deep_linear_mean_shift`,
+  :func:`two_layer_mean_shift`;
 * shared: :mod:`effth.dmft.grid` (:class:`TimeGrid`, :class:`TrainingData`), :mod:`effth.dmft.result`
   (:class:`DMFTResult`), :mod:`effth.dmft.metrics` (the kernel-alignment metric of Fig. 1).
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 from effth.dmft import random_data, rules, series, solvers
 from effth.dmft.fluctuations import (DMFTFluctuations, deep_linear_fluctuations,
                                      deep_nonlinear_fluctuations, two_layer_fluctuations)
+from effth.dmft.mean_shift import DMFTMeanShift, deep_linear_mean_shift, two_layer_mean_shift
 from effth.dmft.grid import TimeGrid, TrainingData, prepare_data
 from effth.dmft.metrics import kernel_alignment, layer_alignment, target_alignment
 from effth.dmft.random_data import (DepthExtrapolation, LearningRateSweep, PowerLawResult,
@@ -54,6 +58,9 @@ __all__ = ["random_data", "rules", "series", "solvers", "solve_cnn_monte_carlo",
            "deep_linear_fluctuations",
            "deep_nonlinear_fluctuations",
            "two_layer_fluctuations",
+           "DMFTMeanShift",
+           "deep_linear_mean_shift",
+           "two_layer_mean_shift",
            "Diagnostics",
            "Gamma0Series",
            "TimeGrid",
