@@ -67,20 +67,21 @@ def training_cholesky(M: np.ndarray, name: str, *, jitter: float, bound_hint: st
     return Lc
 
 
-def given_kernel(Ka: np.ndarray, name: str) -> tuple[np.ndarray, float]:
+def given_kernel(Ka: np.ndarray, name: str, *, scale: bool = True) -> tuple[np.ndarray, float | None]:
     """A given (N, N) kernel, already a finite float copy (:func:`effth._validate.finite_array`),
     checked symmetric, and its scale max |K|: an exact symmetry test
     (``scipy.linalg.issymmetric``, no copy) and one max/min pass; a kernel symmetric only to
     rounding goes through :func:`effth._validate.symmetric_matrix` (its tolerance, 1e-10 of the
     scale, and its message), which returns it symmetrized.  The checks and the returned matrix
-    are those of :func:`effth._validate.psd_kernel` before its positivity test."""
+    are those of :func:`effth._validate.psd_kernel` before its positivity test.  ``scale=False``:
+    no max/min pass, ``None`` for the scale."""
     from scipy.linalg import issymmetric
 
     from effth._validate import symmetric_matrix
     if Ka.ndim != 2 or Ka.shape[0] != Ka.shape[1] or Ka.shape[0] < 1:
         raise DomainError(f"{name} must be a square (N, N) matrix with N >= 1, got shape {Ka.shape}")
     if issymmetric(Ka):
-        return Ka, (max(float(Ka.max()), -float(Ka.min())) or 1.0)
+        return Ka, ((max(float(Ka.max()), -float(Ka.min())) or 1.0) if scale else None)
     Ka = symmetric_matrix(Ka, name)
     return Ka, (float(np.max(np.abs(Ka))) or 1.0)
 

@@ -679,7 +679,7 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
     elif reuse:
         # GD and Newton read K only in the covariance: finite and symmetric now, its
         # positivity checked when the covariance is first read (factors["K_pending"])
-        Kf, _ = given_kernel(Kf, "K")
+        Kf, _ = given_kernel(Kf, "K", scale=False)
         factors["K_pending"] = True
     else:
         Kf = psd_kernel(Kf, "K", n_train=int(n_train))
