@@ -808,6 +808,9 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         training block (without ``jitter``), :math:`\eta\ge2/\lambda_{\max}(\widetilde\Theta)`
         (the bound is in the message), ``updates`` without ``eta``, an unknown method;
         ``widths=`` without a network, with a kinked activation, with ``updates`` for Newton, noise or jitter.
+        With given kernels (no ``jitter``), converged GD and Newton read ``K`` only in the
+        covariance (10.41): a finite, symmetric ``K`` that is not PSD is refused when the
+        covariance (``"std"``, ``"variance"``) is first read.
 
     Examples
     --------
