@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -86,18 +87,19 @@ def given_kernel(Ka: np.ndarray, name: str, *, scale: bool = True) -> tuple[np.n
     return Ka, (float(np.max(np.abs(Ka))) or 1.0)
 
 
-def given_kernel_factor(Ka: np.ndarray, name: str, n_train: int) -> tuple[np.ndarray, np.ndarray | None]:
+def given_kernel_factor(Ka: np.ndarray, name: str, n_train: int) -> tuple[np.ndarray, Any, Any]:
     """:func:`effth._validate.psd_kernel` with ``train_factor=True`` for a given kernel that is
-    already a finite float copy: ``(K, L)``, ``L`` the lower Cholesky factor of the training
-    block when the blockwise positivity test passes (else ``None``, and the full test of
-    ``psd_kernel`` decides, with its messages); the symmetry and finiteness checks by
-    :func:`given_kernel` instead of ``psd_kernel``'s copies and whole-array passes."""
+    already a finite float copy: ``(K, L, W)``, ``L`` the lower Cholesky factor of the training
+    block and :math:`W=L^{-1}K_{AB}` when the blockwise positivity test passes (else ``None``,
+    and the full test of ``psd_kernel`` decides, with its messages); the symmetry and
+    finiteness checks by :func:`given_kernel` instead of ``psd_kernel``'s copies and
+    whole-array passes.  ``W`` is the first solve of a covariance (6.57), (10.41)."""
     from effth._validate import _blockwise_psd, psd_kernel
     Ka, scale = given_kernel(Ka, name)
-    L = _blockwise_psd(Ka, int(n_train), 1e-10 * scale)
+    L, W = _blockwise_psd(Ka, int(n_train), 1e-10 * scale, coupling=True)
     if L is not None:
-        return Ka, L
-    return psd_kernel(Ka, name, n_train=n_train), None
+        return Ka, L, W
+    return psd_kernel(Ka, name, n_train=n_train), None, None
 
 
 def _norm1(M: np.ndarray) -> float:

@@ -675,7 +675,7 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
                           f"inputs first, then at least one test input), got {n_train!r}")
     reuse = factors is not None and not regularized
     if reuse and method == "bayes":                          # the test blocks too
-        Kf, factors["K"] = given_kernel_factor(Kf, "K", int(n_train))
+        Kf, factors["K"], factors["K_W"] = given_kernel_factor(Kf, "K", int(n_train))
     elif reuse:
         # GD and Newton read K only in the covariance: finite and symmetric now, its
         # positivity checked when the covariance is first read (factors["K_pending"])
@@ -689,7 +689,7 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
         if Ta.shape != Kf.shape:
             raise DomainError(f"Theta has shape {Ta.shape} but K has {Kf.shape}")
         if reuse and method != "bayes":
-            Tf, factors["Theta"] = given_kernel_factor(Ta, "Theta", int(n_train))
+            Tf, factors["Theta"], factors["Theta_W"] = given_kernel_factor(Ta, "Theta", int(n_train))
         else:
             Tf = psd_kernel(Ta, "Theta", n_train=int(n_train))
     elif method != "bayes":
@@ -892,7 +892,8 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         KAB, KBB = Kf[:P, P:], Kf[P:, P:]
 
         def cov():                                      # (6.57), when first read
-            W = _solve_tri(Lc, KAB)                     # L^{-1} K_AB
+            W = factors.get("K_W")                      # L^{-1} K_AB, from K's check
+            W = _solve_tri(Lc, KAB) if W is None else W
             c = KBB - W.T @ W
             return _finite_or_raise("covariance", 0.5 * (c + c.T))
 
@@ -961,7 +962,12 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
             if factors.get("K_pending"):                # K's positivity: first read here
                 psd_kernel(Kf, "K", n_train=P)
                 factors["K_pending"] = False
-            pm = Pm if Pm is not None else _solve_tri(Lt, Tf[P:, :P].T, transpose=True).T
+            if Pm is None:                              # Theta~^{-1} Theta_AB = L^{-T} (L^{-1} Theta_AB)
+                W = factors.get("Theta_W")              # L^{-1} Theta_AB, from Theta's check
+                W = _solve_tri(Lt, Tf[P:, :P].T) if W is None else W
+                pm = _solve_tri(Lt.T, W, upper=True).T
+            else:
+                pm = Pm
             return _finite_or_raise("covariance", _covariance(pm, Kf, P))
     _finite_or_raise("mean", mean)
     finite = None
