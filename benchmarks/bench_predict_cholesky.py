@@ -3,10 +3,12 @@
 Times ``effth.predict`` (converged gradient descent (10.39)-(10.41) and the Bayesian posterior
 (6.57), (6.64)) on precomputed output kernels at P training and Q test inputs, reading the mean
 only and then the covariance, against a plain ``scipy.linalg.cho_factor``/``cho_solve`` GP on
-the same matrices (mean K_BA K~^{-1} y; covariance K_BB - K_BA K~^{-1} K_AB), interleaved, best of
-``--repeat`` rounds; prints the ratios and the largest relative disagreement (bar: 1e-10).
-With neural-tangents importable (see ``bench_vs_neural_tangents.py`` for its venv), also its
-``predict.gp_inference`` on the same kernels.
+the same matrices (mean K_BA K~^{-1} y; covariance K_BB - K_BA K~^{-1} K_AB), interleaved (one
+call of each side per round), best of ``--repeat`` rounds; prints the ratios and the largest
+relative disagreement (bar: 1e-10).  With neural-tangents importable (see
+``bench_vs_neural_tangents.py`` for its venv), also its ``predict.gradient_descent_mse``
+(converged, t = None) and ``predict.gp_inference`` on the same kernels, mean only: printed as
+effth / NT and GP / NT (the floor of a validation-free Cholesky solve against NT).
 
 ``--base REV`` (default ``main``) also times ``predict`` as it was at that git revision
 (``effth/pdlt/learning/prediction.py`` read from git and loaded beside this checkout's) on the
@@ -31,15 +33,6 @@ import numpy as np
 import scipy.linalg as sl
 
 import effth as et
-
-
-def _best(fn, repeat):
-    best, out = np.inf, None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
 
 
 def _base_predict(rev):
@@ -85,8 +78,9 @@ def main() -> int:
     base = _base_predict(args.base) if args.base else None
     net = et.MLP("erf", depth=10, c_w=1.0, c_b=0.1)
     rng = np.random.default_rng(0)
-    print("P, method: effth mean / GP mean, effth mean+cov / GP mean+cov, max rel. difference"
-          + (", neural-tangents" if nt else ""))
+    print(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}, best of {args.repeat} "
+          "interleaved rounds; P, method: effth mean / GP mean, effth mean+cov / GP mean+cov, max "
+          "rel. difference" + (", neural-tangents" if nt else ""))
     for P in map(int, args.sizes.split(",")):
         X = rng.normal(size=(P + args.test, 16))
         y = np.sin(X[:P, :1])
@@ -104,31 +98,46 @@ def main() -> int:
                     KAB = K[:P, P:]
                     c = K[P:, P:] - Pm @ KAB - KAB.T @ Pm.T + Pm @ K[:P, :P] @ Pm.T
                 return mean, c
-            load = os.getloadavg()[0]
-            t_e, (m_e, _) = _best(lambda: eff(False), args.repeat)
-            t_g, (m_g, _) = _best(lambda: gp(False), args.repeat)
-            t_ec, (_, c_e) = _best(lambda: eff(True), args.repeat)
-            t_gc, (_, c_g) = _best(lambda: gp(True), args.repeat)
-            rel = max(abs(m_e - m_g).max() / abs(m_g).max(), abs(c_e - c_g).max() / abs(c_g).max())
-            before = ""
-            if base is not None:                      # before, then now again (best of both)
-                t_b, (m_b, _) = _best(lambda: eff(False, fn=base), args.repeat)
-                t_e = min(t_e, _best(lambda: eff(False), args.repeat)[0])
-                before = (f"; before {t_b:.4f} s (now/before {t_e / t_b:.2f}, "
-                          f"{abs(m_b - m_e).max() / abs(m_b).max():.1e} apart)")
-            line = (f"{P:5d} {method:5s}: {t_e:.4f} / {t_g:.4f} s ({t_e / t_g:.2f}x), "
-                    f"{t_ec:.4f} / {t_gc:.4f} s ({t_ec / t_gc:.2f}x), {rel:.1e}" + before)
+            sides = {"effth": lambda: eff(False), "GP": lambda: gp(False)}
             if nt is not None:
                 kt = {"nngp": K[:P, :P], "ntk": Th[:P, :P]}
-                def ntp():
-                    fn = nt.predict.gradient_descent_mse(kt["ntk"], y) if method == "gd" else None
+
+                def ntp(method=method, kt=kt):
                     if method == "gd":
-                        return fn(None, 0.0, 0.0, Th[P:, :P])[1]
-                    pf = nt.predict.gp_inference(K[:P, :P], y, diag_reg=0.0)
-                    return pf("nngp", K[P:, :P])
-                t_n, m_n = _best(ntp, args.repeat)
-                line += f"; neural-tangents {t_n:.4f} s ({t_e / t_n:.2f}x), {abs(np.asarray(m_n) - m_e).max() / abs(m_e).max():.1e}"
-            print(line + f"; load {load:.1f}-{os.getloadavg()[0]:.1f}", flush=True)
+                        fn = nt.predict.gradient_descent_mse(kt["ntk"], y)
+                        return np.asarray(fn(None, 0.0, 0.0, Th[P:, :P])[1])
+                    pf = nt.predict.gp_inference(kt["nngp"], y, diag_reg=0.0)
+                    return np.asarray(pf("nngp", K[P:, :P]))
+                sides["NT"] = ntp
+            if base is not None:
+                sides["before"] = lambda: eff(False, fn=base)[0]
+            sides["effth+cov"] = lambda: eff(True)
+            sides["GP+cov"] = lambda: gp(True)
+            for f in sides.values():                  # warm-up (jit, imports)
+                f()
+            times = {k: [] for k in sides}
+            outs, loads = {}, [os.getloadavg()[0]]
+            for _ in range(args.repeat):              # interleaved: one call of each per round
+                for k, f in sides.items():
+                    t = time.perf_counter()
+                    outs[k] = f()
+                    times[k].append(time.perf_counter() - t)
+                loads.append(os.getloadavg()[0])
+            t = {k: min(v) for k, v in times.items()}
+            m_e, m_g = outs["effth"][0], outs["GP"][0]
+            c_e, c_g = outs["effth+cov"][1], outs["GP+cov"][1]
+            rel = max(abs(m_e - m_g).max() / abs(m_g).max(), abs(c_e - c_g).max() / abs(c_g).max())
+            line = (f"{P:5d} {method:5s}: {t['effth']:.4f} / {t['GP']:.4f} s ({t['effth'] / t['GP']:.2f}x), "
+                    f"{t['effth+cov']:.4f} / {t['GP+cov']:.4f} s ({t['effth+cov'] / t['GP+cov']:.2f}x), "
+                    f"{rel:.1e}")
+            if "before" in t:
+                line += (f"; before {t['before']:.4f} s (now/before {t['effth'] / t['before']:.2f}, "
+                         f"{abs(outs['before'] - m_e).max() / abs(outs['before']).max():.1e} apart)")
+            if "NT" in t:
+                line += (f"; neural-tangents {t['NT']:.4f} s (effth/NT {t['effth'] / t['NT']:.2f}, "
+                         f"GP/NT {t['GP'] / t['NT']:.2f}), "
+                         f"{abs(outs['NT'] - m_e).max() / abs(m_e).max():.1e}")
+            print(line + f"; load {min(loads):.1f}-{max(loads):.1f}", flush=True)
             assert rel < 1e-10, rel
     return 0
 

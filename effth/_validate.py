@@ -774,9 +774,10 @@ def psd_kernel(K: Any, name: str = "K", *, n_train: int | None = None,
     return Ka
 
 
-def _blockwise_psd(K: np.ndarray, P: int, eps: float) -> np.ndarray | None:
+def _blockwise_psd(K: np.ndarray, P: int, eps: float, *, coupling: bool = False) -> Any:
     """The lower Cholesky factor of ``K[:P, :P]`` when it and the Schur complement of the test
-    block plus ``eps`` factor (then ``K + eps`` is definite: see :func:`psd_kernel`), else None."""
+    block plus ``eps`` factor (then ``K + eps`` is definite: see :func:`psd_kernel`), else None.
+    ``coupling``: ``(L, W)`` with :math:`W=L^{-1}K_{AB}`, or ``(None, None)``."""
     from scipy.linalg import LinAlgError, cholesky, solve_triangular
     try:
         L = cholesky(K[:P, :P], lower=True, check_finite=False)
@@ -785,8 +786,8 @@ def _blockwise_psd(K: np.ndarray, P: int, eps: float) -> np.ndarray | None:
         S[np.diag_indices_from(S)] += eps
         cholesky(S, lower=True, check_finite=False)
     except (np.linalg.LinAlgError, LinAlgError):
-        return None
-    return L
+        return (None, None) if coupling else None
+    return (L, W) if coupling else L
 
 
 def duplicate_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

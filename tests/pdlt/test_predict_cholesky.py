@@ -86,8 +86,9 @@ def test_converged_gd_mean_solves_with_the_targets_only(monkeypatch):
 def test_given_kernels_factor_the_training_block_once(monkeypatch):
     """With given kernels the PSD check of the matrix the solve uses is blockwise (the training
     block's Cholesky factor, then the test block's Schur complement) and its factor is the one
-    the solve uses: one factorization of a P x P block (GD: Theta's, Bayes: K's) besides the
-    full-matrix check of the other kernel; the predictions are those of the eigenbasis."""
+    the solve uses: one factorization of a P x P block (GD: Theta's, Bayes: K's); GD reads K
+    only in the covariance, so K's full-matrix check waits for it; the predictions are those of
+    the eigenbasis."""
     import scipy.linalg as sl
     sizes = []
     real = sl.cholesky
@@ -101,7 +102,9 @@ def test_given_kernels_factor_the_training_block_once(monkeypatch):
     lam, U = np.linalg.eigh(TH[:P, :P])
     np.testing.assert_allclose(p.value("mean"), TH[P:, :P] @ U @ np.diag(1 / lam) @ U.T @ Y,
                                rtol=1e-12, atol=1e-13)
-    assert sorted(sizes) == sorted([N, P, N - P])         # K's full check, Theta's blocks
+    assert sorted(sizes) == sorted([P, N - P])            # Theta's blocks
+    p.value("covariance")
+    assert sorted(sizes) == sorted([P, N - P, N])         # K's full check, when first read
     sizes.clear()
     b = et.predict(K=K, y_train=Y, n_train=P, method="bayes")
     np.testing.assert_allclose(b.value("mean"), K[P:, :P] @ np.linalg.solve(K[:P, :P], Y),
@@ -129,3 +132,66 @@ def test_blockwise_psd_check_decides_as_the_full_one():
     dup = np.outer(v, v) + np.diag([0.0, 0.0, 1.0])      # rank-one training block, PSD kernel
     out, L = psd_kernel(dup, "K", n_train=2, train_factor=True)
     assert L is None and np.array_equal(out, dup)
+
+
+def test_gd_checks_k_when_the_covariance_reads_it():
+    """GD's mean (10.40) reads Theta only: a K that is not PSD is refused when the covariance
+    (10.41), the formula that reads it, is first read (std, variance too), naming K and the
+    block; a non-finite, non-symmetric or non-square K is refused at once, as is anything wrong
+    with Theta; Bayes still refuses a non-PSD K at once."""
+    bad = K.copy()
+    bad[P:, P:] -= 2.0 * np.eye(K.shape[0] - P)          # test block of K not PSD
+    lam, U = np.linalg.eigh(TH[:P, :P])
+    for method in ("gd", "newton"):
+        p = et.predict(K=bad, Theta=TH, y_train=Y, n_train=P, method=method)
+        np.testing.assert_allclose(p.value("mean"), TH[P:, :P] @ U @ np.diag(1 / lam) @ U.T @ Y,
+                                   rtol=1e-12, atol=1e-13)
+        for name in ("covariance", "std", "covariance"):     # every read, not only the first
+            with pytest.raises(DomainError, match="K is not positive semi-definite in its test block"):
+                p.value(name)
+    with pytest.raises(DomainError, match="K.*test block"):
+        et.predict(K=bad, y_train=Y, n_train=P, method="bayes")
+    asym = K.copy()
+    asym[0, 1] += 1e-6
+    nan = K.copy()
+    nan[P, P] = np.nan
+    for Kx, msg in ((asym, "K is not symmetric"), (nan, "K contains NaN"),
+                    (K[:, :-1], "square")):
+        with pytest.raises(DomainError, match=msg):
+            et.predict(K=Kx, Theta=TH, y_train=Y, n_train=P)
+    tbad = TH.copy()
+    tbad[P:, P:] -= 3.0 * np.eye(K.shape[0] - P)
+    with pytest.raises(DomainError, match="Theta.*test block"):
+        et.predict(K=K, Theta=tbad, y_train=Y, n_train=P)
+    # symmetric to rounding only: accepted and symmetrized, as before
+    near = K.copy()
+    near[0, 1] += 1e-15
+    q = et.predict(K=near, Theta=TH, y_train=Y, n_train=P)
+    assert np.array_equal(q.value("K"), q.value("K").T)
+
+
+def test_inverse_norm1_is_dpocons_estimate():
+    """The condition estimate of training_cholesky equals LAPACK dpocon's (the same Hager-Higham
+    iteration, BLAS solves) and is a lower bound of the exact ||A^{-1}||_1 within a factor 3
+    (to the inverse's rounding), on random matrices with condition numbers up to 1e14."""
+    import scipy.linalg as sl
+    from scipy.linalg import lapack
+    from effth.pdlt.learning._linalg import inverse_norm1
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        n = int(rng.integers(1, 40))
+        Uq, _ = np.linalg.qr(rng.standard_normal((n, n)))
+        lam = 10.0 ** rng.uniform(-rng.uniform(0, 14), 0, n)
+        M = (Uq * lam) @ Uq.T
+        M = 0.5 * (M + M.T)
+        try:
+            L = sl.cholesky(M, lower=True)
+        except sl.LinAlgError:
+            continue
+        anorm = np.abs(M).sum(axis=0).max()
+        rcond, info = lapack.dpocon(L, anorm, uplo="L")
+        est = inverse_norm1(L)
+        exact = np.abs(np.linalg.inv(M)).sum(axis=0).max()
+        assert info == 0 and est * rcond * anorm == pytest.approx(1.0, rel=1e-6)
+        # np.linalg.inv is itself off by ~cond * eps
+        assert exact / 3 <= est <= exact * (1 + 1e3 * lam.max() / lam.min() * 2.0 ** -52)

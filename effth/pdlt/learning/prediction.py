@@ -44,7 +44,8 @@ from effth._results import TrainTestSplit
 from effth.errors import AccuracyWarning, DomainError
 from effth._validate import (finite_array, psd_kernel, label_array, last_hidden_width, nonnegative,
                              symmetric_matrix)
-from effth.pdlt.learning._linalg import training_cholesky, training_spectrum
+from effth.pdlt.learning._linalg import (given_kernel, given_kernel_factor, training_cholesky,
+                                         training_spectrum)
 
 from effth.pdlt.learning.finite_width import (COVARIANCE_PARTS as _COV_PARTS,
                                     MEAN_PARTS as _MEAN_PARTS, finite_width_covariance,
@@ -674,7 +675,10 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
 
     With given kernels and a dict ``factors``, the Cholesky factor of the training block that
     the solve will use (Bayes: K's, GD and Newton: Theta's; not when ``regularized``) is put in
-    ``factors`` by the PSD check that computed it (:func:`~effth._validate.psd_kernel`)."""
+    ``factors`` by the PSD check that computed it (:func:`~effth.pdlt.learning._linalg.
+    given_kernel_factor`, the blockwise test of :func:`~effth._validate.psd_kernel`); GD and
+    Newton then check K finite and symmetric only and set ``factors["K_pending"]``: its
+    positivity is checked when the covariance, the one formula that reads K, is first read."""
     if net is not None:
         if K is not None or Theta is not None or n_train is not None:
             raise DomainError("give either (net, X_train, y_train, X_test) or precomputed kernels "
@@ -706,7 +710,12 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
                           f"inputs first, then at least one test input), got {n_train!r}")
     reuse = factors is not None and not regularized
     if reuse and method == "bayes":                          # the test blocks too
-        Kf, factors["K"] = psd_kernel(Kf, "K", n_train=int(n_train), train_factor=True)
+        Kf, factors["K"], factors["K_W"] = given_kernel_factor(Kf, "K", int(n_train))
+    elif reuse:
+        # GD and Newton read K only in the covariance: finite and symmetric now, its
+        # positivity checked when the covariance is first read (factors["K_pending"])
+        Kf, _ = given_kernel(Kf, "K", scale=False)
+        factors["K_pending"] = True
     else:
         Kf = psd_kernel(Kf, "K", n_train=int(n_train))
     Tf = None
@@ -715,7 +724,7 @@ def _resolve_data(net, X_train, y_train, X_test, K, Theta, n_train, method, lamb
         if Ta.shape != Kf.shape:
             raise DomainError(f"Theta has shape {Ta.shape} but K has {Kf.shape}")
         if reuse and method != "bayes":
-            Tf, factors["Theta"] = psd_kernel(Ta, "Theta", n_train=int(n_train), train_factor=True)
+            Tf, factors["Theta"], factors["Theta_W"] = given_kernel_factor(Ta, "Theta", int(n_train))
         else:
             Tf = psd_kernel(Ta, "Theta", n_train=int(n_train))
     elif method != "bayes":
@@ -837,6 +846,9 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         training block (without ``jitter``), :math:`\eta\ge2/\lambda_{\max}(\widetilde\Theta)`
         (the bound is in the message), ``updates`` without ``eta``, an unknown method;
         ``widths=`` without a network, with a kinked activation, with ``updates`` for Newton, noise or jitter.
+        With given kernels (no ``jitter``), converged GD and Newton read ``K`` only in the
+        covariance (10.41): a finite, symmetric ``K`` that is not PSD is refused when the
+        covariance (``"std"``, ``"variance"``) is first read.
 
     Examples
     --------
@@ -908,7 +920,7 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
     C = 1 if y.ndim == 1 else y.shape[1]
     log_ev = None
     if method == "bayes":
-        Kt = KAA + (noise + jitter) * np.eye(P)
+        Kt = KAA + (noise + jitter) * np.eye(P) if noise or jitter else KAA
         Lc = training_cholesky(Kt, "K (plus noise)" if noise else "K", jitter=0.0,
                                bound_hint=" (a noise variance noise=s2 > 0 regularizes it too)",
                                factor=factors.get("K"))
@@ -918,7 +930,8 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
         KAB, KBB = Kf[:P, P:], Kf[P:, P:]
 
         def cov():                                      # (6.57), when first read
-            W = _solve_tri(Lc, KAB)                     # L^{-1} K_AB
+            W = factors.get("K_W")                      # L^{-1} K_AB, from K's check
+            W = _solve_tri(Lc, KAB) if W is None else W
             c = KBB - W.T @ W
             return _finite_or_raise("covariance", 0.5 * (c + c.T))
 
@@ -984,7 +997,15 @@ def predict(net: Any = None, X_train: Any = None, y_train: Any = None, X_test: A
             mean = Pm @ y
 
         def cov():                                      # (10.41), when first read
-            pm = Pm if Pm is not None else _solve_tri(Lt, Tf[P:, :P].T, transpose=True).T
+            if factors.get("K_pending"):                # K's positivity: first read here
+                psd_kernel(Kf, "K", n_train=P)
+                factors["K_pending"] = False
+            if Pm is None:                              # Theta~^{-1} Theta_AB = L^{-T} (L^{-1} Theta_AB)
+                W = factors.get("Theta_W")              # L^{-1} Theta_AB, from Theta's check
+                W = _solve_tri(Lt, Tf[P:, :P].T) if W is None else W
+                pm = _solve_tri(Lt.T, W, upper=True).T
+            else:
+                pm = Pm
             return _finite_or_raise("covariance", _covariance(pm, Kf, P))
     _finite_or_raise("mean", mean)
     finite = None
