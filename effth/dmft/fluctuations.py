@@ -140,8 +140,12 @@ def _conjugate(vec: np.ndarray, size: int, iu) -> np.ndarray:
     return out
 
 
-def _gradient(lay: _Layout, kx, y, P, eta, gamma0, center, xq, xh, xr):
-    """``(dS/dqhat, dS/drho)`` at a batch of points ``(B, .)`` (complex allowed: complex step)."""
+def _layer_systems(lay: _Layout, kx, y, P, eta, gamma0, center, xq, xh, xr):
+    """The point ``(q, qhat, rho)`` unpacked, then per layer ``ell = 1..L`` the single-site
+    linear system at a batch of points ``(B, .)`` (complex allowed): ``J`` (its inverse ``Ji``)
+    coupling ``h`` and ``g`` through the drifts ``C``, ``D``, the source covariance ``Sig`` and the
+    conjugate coupling ``Q`` (the last layer's ``f_hat`` term included, indices ``ht``, ``gt``).
+    Shared by :func:`_gradient` and the mean shift's kernel gradient."""
     L, T, n = lay.L, lay.T, lay.n
     Tn, m = T * n, T * n + T
     nb = xq.shape[0]
@@ -159,9 +163,6 @@ def _gradient(lay: _Layout, kx, y, P, eta, gamma0, center, xq, xh, xr):
     H0 = np.broadcast_to(np.tile(kx, (T, T)), (nb, Tn, Tn))
     ones = np.broadcast_to(np.ones((T, T)), (nb, T, T))
     eye = np.eye(m)
-    out_H, out_G = [None] * L, [None] * L
-    out_f = None
-    dC, dD = [None] * L, [None] * L
     for ell in range(1, L + 1):
         Hp = H0 if ell == 1 else H[ell - 2]
         Gn = ones if ell == L else G[ell]
@@ -185,6 +186,7 @@ def _gradient(lay: _Layout, kx, y, P, eta, gamma0, center, xq, xh, xr):
         Q = np.zeros((nb, m, m), dtype=dt)
         Q[:, :Tn, :Tn] = Hh[ell - 1]
         Q[:, Tn:, Tn:] = Gh[ell - 1]
+        ht = gt = None
         if ell == L:                     # f_hat couples to gamma0^-1 [h(t) g(t) - c h(0) g(0)]
             ht = np.arange(T)[:, None] * n + np.arange(n)[None, :]          # (T, n) h index
             gt = Tn + np.repeat(np.arange(T)[:, None], n, axis=1)           # (T, n) g index
@@ -195,6 +197,20 @@ def _gradient(lay: _Layout, kx, y, P, eta, gamma0, center, xq, xh, xr):
                 c0 = cpl.sum(axis=1)                                       # (B, n)
                 Q[:, np.arange(n), Tn] -= c0
                 Q[:, Tn, np.arange(n)] -= c0
+        yield dict(ell=ell, nb=nb, dt=dt, Hp=Hp, Hp4=Hp4, Gn=Gn, delta=delta, mask=mask, eye=eye,
+                   Ji=Ji, Sig=Sig, Q=Q, ht=ht, gt=gt, A=A, B=B)
+
+
+def _gradient(lay: _Layout, kx, y, P, eta, gamma0, center, xq, xh, xr):
+    """``(dS/dqhat, dS/drho)`` at a batch of points ``(B, .)`` (complex allowed: complex step)."""
+    L, T, n = lay.L, lay.T, lay.n
+    Tn = T * n
+    out_H, out_G = [None] * L, [None] * L
+    out_f = None
+    dC, dD = [None] * L, [None] * L
+    for s_ in _layer_systems(lay, kx, y, P, eta, gamma0, center, xq, xh, xr):
+        ell, nb, dt, eye = s_["ell"], s_["nb"], s_["dt"], s_["eye"]
+        Ji, Sig, Q, ht, gt, A, B = (s_[k] for k in ("Ji", "Sig", "Q", "ht", "gt", "A", "B"))
         JiT = np.swapaxes(Ji, 1, 2)
         V = Ji @ np.linalg.solve(eye - Sig @ (JiT @ Q @ Ji), Sig) @ JiT   # <v v^T>_Q
         out_H[ell - 1] = V[:, :Tn, :Tn][:, lay.iuH[0], lay.iuH[1]]

@@ -63,7 +63,7 @@ import numpy as np
 
 from effth._signature import public
 from effth.dmft.fluctuations import (MAX_VARIABLES, DMFTFluctuations, _common_arguments,
-                                     _conjugate, _gradient, _Layout, _saddle, _sym, _width)
+                                     _gradient, _Layout, _layer_systems, _saddle, _width)
 from effth.dmft.solvers.deep_linear import solve_deep_linear
 from effth.errors import DomainError
 
@@ -88,57 +88,15 @@ def _kernel_gradient(lay: _Layout, kx, y, P, eta, gamma0, center, xq, xh, xr):
     source covariances and the drifts ``C^l``, ``D^l`` (module docstring).  The layer algebra is
     that of :func:`effth.dmft.fluctuations._gradient`."""
     L, T, n = lay.L, lay.T, lay.n
-    Tn, m = T * n, T * n + T
-    nb = xq.shape[0]
-    dt = np.result_type(xq, xh, xr)
-    H = [_sym(xq[:, o: o + lay.nH], Tn, lay.iuH) for o in lay.offH]
-    G = [_sym(xq[:, o: o + lay.nG], T, lay.iuG) for o in lay.offG]
-    f = xq[:, lay.off_f:].reshape(nb, T, n)
-    Hh = [_conjugate(xh[:, o: o + lay.nH], Tn, lay.iuH) for o in lay.offH]
-    Gh = [_conjugate(xh[:, o: o + lay.nG], T, lay.iuG) for o in lay.offG]
-    fh = xh[:, lay.off_f:].reshape(nb, T, n)
-    A = [xr[:, o: o + lay.nAB].reshape(nb, Tn, T) for o in lay.offA]
-    B = [xr[:, o: o + lay.nAB].reshape(nb, T, Tn) for o in lay.offB]
-    delta = y[None, None, :] - f[:, :, :P]
-    mask = eta * np.tril(np.ones((T, T)), k=-1)
-    H0 = np.broadcast_to(np.tile(kx, (T, T)), (nb, Tn, Tn))
-    ones = np.broadcast_to(np.ones((T, T)), (nb, T, T))
-    eye = np.eye(m)
-    out = -xh.astype(dt, copy=True)
-    gf = np.zeros((nb, T, n), dtype=dt)
-    for ell in range(1, L + 1):
-        Hp = H0 if ell == 1 else H[ell - 2]
-        Gn = ones if ell == L else G[ell]
-        Hp4 = Hp.reshape(nb, T, n, T, n)
-        C = (np.einsum("btmsa,bsa->btms", Hp4[..., :P], delta) * mask[None, :, None, :]
-             ).reshape(nb, Tn, T)
-        Dd = np.zeros((nb, T, T, n), dtype=dt)
-        Dd[..., :P] = Gn[:, :, :, None] * delta[:, None, :, :] * mask[None, :, :, None]
-        D = Dd.reshape(nb, T, Tn)
-        if ell >= 2:
-            C = C + A[ell - 2]
-        if ell <= L - 1:
-            D = D + B[ell - 1]
-        J = np.broadcast_to(eye, (nb, m, m)).astype(dt)
-        J[:, :Tn, Tn:] = -gamma0 * C
-        J[:, Tn:, :Tn] = -gamma0 * D
-        Ji = np.linalg.inv(J)
-        Sig = np.zeros((nb, m, m), dtype=dt)
-        Sig[:, :Tn, :Tn] = Hp
-        Sig[:, Tn:, Tn:] = Gn
-        Q = np.zeros((nb, m, m), dtype=dt)
-        Q[:, :Tn, :Tn] = Hh[ell - 1]
-        Q[:, Tn:, Tn:] = Gh[ell - 1]
-        if ell == L:
-            ht = np.arange(T)[:, None] * n + np.arange(n)[None, :]
-            gt = Tn + np.repeat(np.arange(T)[:, None], n, axis=1)
-            cpl = fh / gamma0
-            Q[:, ht, gt] += cpl
-            Q[:, gt, ht] += cpl
-            if center:
-                c0 = cpl.sum(axis=1)
-                Q[:, np.arange(n), Tn] -= c0
-                Q[:, Tn, np.arange(n)] -= c0
+    Tn = T * n
+    out = gf = None
+    for s_ in _layer_systems(lay, kx, y, P, eta, gamma0, center, xq, xh, xr):
+        ell, nb, dt, eye = s_["ell"], s_["nb"], s_["dt"], s_["eye"]
+        Ji, Sig, Q, Hp4, Gn, delta, mask = (s_[k] for k in ("Ji", "Sig", "Q", "Hp4", "Gn", "delta",
+                                                             "mask"))
+        if out is None:
+            out = -xh.astype(dt, copy=True)
+            gf = np.zeros((nb, T, n), dtype=dt)
         JiT = np.swapaxes(Ji, 1, 2)
         M = JiT @ Q @ Ji
         gSig = 0.5 * np.swapaxes(np.linalg.solve(np.swapaxes(eye - Sig @ M, 1, 2), M), 1, 2)
