@@ -233,6 +233,25 @@ def _gradient(lay: _Layout, kx, y, P, eta, gamma0, center, xq, xh, xr):
     return g_q, g_r
 
 
+def _deep_linear_saddle(who, X, y, depth, hidden_layers, gamma0, eta, steps, X_test, kernel,
+                        center, chunk):
+    """Checked arguments, the exact deep linear DMFT solution, its layout and its flat saddle:
+    ``(gamma0, result, layout, q, rho)`` for the deep linear fluctuations and mean shift."""
+    g0 = _common_arguments(center, gamma0, y, who)
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise DomainError(f"chunk={chunk!r} must be a positive integer")
+    res = solve_deep_linear(X, y, depth=depth, hidden_layers=hidden_layers, gamma0=g0, eta=eta,
+                            steps=steps, X_test=X_test, kernel=kernel, closure="exact")
+    L, T, n = res.hidden_layers, res.grid.steps, res.data.n_all
+    lay = _Layout(L, T, n)
+    if lay.size > MAX_VARIABLES:
+        raise DomainError(
+            f"the action's Hessian would have {lay.size} rows (> {MAX_VARIABLES}) for "
+            f"hidden_layers={L}, steps={T}, inputs={n}; use fewer steps (a larger eta) or inputs")
+    q0, r0 = _saddle(res, lay)
+    return g0, res, lay, q0, r0
+
+
 def _saddle(res: DMFTResult, lay: _Layout):
     """The DMFT solution as the flat vectors ``q``, ``rho``."""
     L, T, n = lay.L, lay.T, lay.n
@@ -522,18 +541,10 @@ def deep_linear_fluctuations(X=None, y=None, *, depth: int | None = None,
         (fewer ``steps`` or inputs), a singular Hessian, and everything
         :func:`effth.dmft.solve_deep_linear` rejects.
     """
-    g0 = _common_arguments(center, gamma0, y, "deep_linear_fluctuations")
-    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
-        raise DomainError(f"chunk={chunk!r} must be a positive integer")
-    res = solve_deep_linear(X, y, depth=depth, hidden_layers=hidden_layers, gamma0=g0, eta=eta,
-                            steps=steps, X_test=X_test, kernel=kernel, closure="exact")
-    L, T, n, P = res.hidden_layers, res.grid.steps, res.data.n_all, res.n_train
-    lay = _Layout(L, T, n)
-    if lay.size > MAX_VARIABLES:
-        raise DomainError(
-            f"the action's Hessian would have {lay.size} rows (> {MAX_VARIABLES}) for "
-            f"hidden_layers={L}, steps={T}, inputs={n}; use fewer steps (a larger eta) or inputs")
-    q0, r0 = _saddle(res, lay)
+    g0, res, lay, q0, r0 = _deep_linear_saddle("deep_linear_fluctuations", X, y, depth,
+                                               hidden_layers, gamma0, eta, steps, X_test, kernel,
+                                               center, chunk)
+    P = res.n_train
     kx, yv, eta_ = res.data.kx, res.data.y, res.grid.eta
     args = (lay, kx, yv, P, eta_, g0, bool(center))
     gq, gr = _gradient(*args, q0[None], np.zeros((1, lay.nq)), r0[None])

@@ -62,9 +62,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from effth._signature import public
-from effth.dmft.fluctuations import (MAX_VARIABLES, DMFTFluctuations, _common_arguments,
-                                     _gradient, _Layout, _layer_systems, _saddle, _width)
-from effth.dmft.solvers.deep_linear import solve_deep_linear
+from effth.dmft.fluctuations import (DMFTFluctuations, _deep_linear_saddle, _gradient, _Layout,
+                                     _layer_systems, _width)
 from effth.errors import DomainError
 
 __all__ = ["DMFTMeanShift", "deep_linear_mean_shift", "two_layer_mean_shift"]
@@ -235,19 +234,11 @@ def deep_linear_mean_shift(X=None, y=None, *, depth: int | None = None,
     DomainError
         What :func:`effth.dmft.deep_linear_fluctuations` rejects, and ``step`` outside (0, 0.1].
     """
-    g0 = _common_arguments(center, gamma0, y, "deep_linear_mean_shift")
-    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
-        raise DomainError(f"chunk={chunk!r} must be a positive integer")
     eps = _check_step(step)
-    res = solve_deep_linear(X, y, depth=depth, hidden_layers=hidden_layers, gamma0=g0, eta=eta,
-                            steps=steps, X_test=X_test, kernel=kernel, closure="exact")
-    L, T, n, P = res.hidden_layers, res.grid.steps, res.data.n_all, res.n_train
-    lay = _Layout(L, T, n)
-    if lay.size > MAX_VARIABLES:
-        raise DomainError(
-            f"the action's Hessian would have {lay.size} rows (> {MAX_VARIABLES}) for "
-            f"hidden_layers={L}, steps={T}, inputs={n}; use fewer steps (a larger eta) or inputs")
-    q0, r0 = _saddle(res, lay)
+    g0, res, lay, q0, r0 = _deep_linear_saddle("deep_linear_mean_shift", X, y, depth,
+                                               hidden_layers, gamma0, eta, steps, X_test, kernel,
+                                               center, chunk)
+    P = res.n_train
     args = (lay, res.data.kx, res.data.y, P, res.grid.eta, g0, bool(center))
     nq, nx = lay.nq, lay.size
     x0 = np.concatenate([q0, np.zeros(nq), r0])
