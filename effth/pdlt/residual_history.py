@@ -307,6 +307,22 @@ _E = [np.array([[1.0, 0.0], [0.0, 0.0]]), np.array([[0.0, 1.0], [1.0, 0.0]]),
 _SQ2 = math.sqrt(2.0)
 
 
+def _series_length(rmax: float, order, tail: float, cap: int, message: str, stacklevel: int) -> int:
+    """Hermite orders kept: enough for ``rmax**M < tail`` (at least 8, at most ``cap``, with an
+    :class:`AccuracyWarning` built from ``message`` beyond it), or the user's ``order`` (an int
+    >= 4, at most ``5 cap``)."""
+    if order is None:
+        need = 8 if rmax == 0 else int(math.ceil(math.log(tail) / math.log(rmax))) + 8
+        if need > cap:
+            warnings.warn(message.format(r=rmax, need=need, cap=cap, tail=rmax ** cap),
+                          AccuracyWarning, stacklevel=stacklevel)
+        return max(8, min(need, cap))
+    M = integer(order, "order", minimum=4)
+    if M > 5 * cap:
+        raise DomainError(f"order={M} exceeds {5 * cap} Hermite orders")
+    return M
+
+
 def _cholesky2(K: np.ndarray, layer: int) -> tuple[np.ndarray, np.ndarray]:
     """Lower Cholesky factor L of a 2x2 kernel and its (generalized) inverse; a rank-one K
     (L22 / sqrt(K22) < 1e-5: z_2 = (L21 / L11) z_1) gets L22 = 0 and the inverse that reads z_1."""
@@ -351,16 +367,9 @@ def _pair_flow(K1: np.ndarray, L: int, act, cw, cb, gm, xs, rt, order) -> dict:
         Ks.append(gm[j] ** 2 * Ks[-1] + xs[j] ** 2 * G)
         chol.append(_cholesky2(Ks[-1], j + 2))
     rho = [np.linalg.norm(gm[j] * chol[j + 1][1] @ chol[j][0], 2) for j in range(L - 1)]
-    if order is None:
-        rmax = max(rho, default=0.0)
-        need = 8 if rmax == 0 else int(math.ceil(math.log(_TAIL2) / math.log(rmax))) + 8
-        M = max(8, min(need, _MAX_ORDER2))
-        if need > _MAX_ORDER2:
-            warnings.warn(f"the history correlation |R| = {rmax:.6g} needs {need} Hermite degrees "
-                          f"for two inputs; keeping {_MAX_ORDER2} (tail {rmax ** _MAX_ORDER2:.2g})",
-                          AccuracyWarning, stacklevel=3)
-    else:
-        M = order
+    M = _series_length(max(rho, default=0.0), order, _TAIL2, _MAX_ORDER2,
+                       "the history correlation |R| = {r:.6g} needs {need} Hermite degrees for "
+                       "two inputs; keeping {cap} (tail {tail:.2g})", stacklevel=4)
     lg = np.array([math.lgamma(k + 1.0) for k in range(M + 2)])
     N = (M + 1) * (M + 2) // 2
     c, d = np.zeros((3, N)), np.zeros(N)
@@ -538,18 +547,9 @@ def residual_history_flow(K1: Any, depth: int, activation: Any, *, c_w: Any = 1.
         if not 0 < Ks[-1] < math.inf:
             raise DomainError(f"the kernel is not positive and finite at layer {j + 2}: {Ks[-1]!r}")
     rho = [gm[j] * math.sqrt(Ks[j] / Ks[j + 1]) for j in range(L - 1)]   # signed
-    if order is None:
-        rmax = max(map(abs, rho), default=0.0)
-        need = 8 if rmax == 0 else int(math.ceil(math.log(_TAIL) / math.log(rmax))) + 8
-        M = max(8, min(need, _MAX_ORDER))
-        if need > _MAX_ORDER:
-            warnings.warn(f"the history correlation rho = {rmax:.6g} needs {need} Hermite orders; "
-                          f"keeping {_MAX_ORDER} (tail rho^M = {rmax ** _MAX_ORDER:.2g})",
-                          AccuracyWarning, stacklevel=2)
-    else:
-        M = integer(order, "order", minimum=4)
-        if M > 5 * _MAX_ORDER:
-            raise DomainError(f"order={M} exceeds {5 * _MAX_ORDER} Hermite orders")
+    M = _series_length(max(map(abs, rho), default=0.0), order, _TAIL, _MAX_ORDER,
+                       "the history correlation rho = {r:.6g} needs {need} Hermite orders; "
+                       "keeping {cap} (tail rho^M = {tail:.2g})", stacklevel=3)
     coeffs = _Coefficients(act, M)
     m = np.arange(M + 1, dtype=float)
     c, d = np.zeros(M + 1), np.zeros(M + 1)
