@@ -44,7 +44,8 @@ from .._validate import integer, real_array, real_scalar
 from effth.arch import resolve_depth
 from ..errors import DomainError
 from . import _mlp
-from .training import _Optimizer, _optimizer_settings, _resolve_callables, _resolve_seeds
+from .training import (_Optimizer, _optimizer_settings, _resolve_callables, _resolve_seeds,
+                       _resolve_widths)
 
 __all__ = ["RuleTrainingRun", "simulate_rule_training"]
 
@@ -100,6 +101,9 @@ class RuleTrainingRun(HiddenLayers):
     corr : ndarray, shape (S, T)
         ``corr(g, g~)`` over hidden layers and training points (Fig. 3c).
     hidden_layers, width, gamma0, eta, seeds
+        ``width`` is the int ``N``, or the tuple ``(N_1, .., N_L)`` of unequal widths.
+    temperature : float
+        The Langevin temperature trained at (0: no noise).
     """
 
     rule: str
@@ -112,10 +116,11 @@ class RuleTrainingRun(HiddenLayers):
     ntk: np.ndarray
     corr: np.ndarray
     hidden_layers: int
-    width: int
+    width: int | tuple
     gamma0: float
     eta: float
     seeds: tuple
+    temperature: float = 0.0
 
     _NAMES = ("f", "loss", "phi", "g", "gtilde", "ntk", "corr")
 
@@ -168,7 +173,7 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
                            X_test=None,
                            center: bool = True, record_kernels: bool = True,
                            progress: bool | None = None, weight_decay: float = 0.0,
-                           momentum: float = 0.0) -> RuleTrainingRun:
+                           momentum: float = 0.0, temperature: float = 0.0) -> RuleTrainingRun:
     """Train width-``N`` networks by a learning rule and record outputs, kernels and eNTKs.
 
     Parameters
@@ -186,8 +191,15 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
         Feedback alignment of ``'fa'`` in ``[-1, 1]`` (default 0).
     depth, hidden_layers : int
         Give exactly one.
-    widths : int
-        Hidden width ``N``.
+    widths : int or sequence of int
+        Hidden width ``N``, or one width ``N_l`` per hidden layer (Bordelon & Pehlevan (2022),
+        App. D.8), as in :func:`~effth.simulation.simulate_training`: the reference width is
+        ``N = N_L`` (readout ``f = w^L . a^L / (gamma0 N_L)``), each layer's multiplier is
+        ``1 / sqrt(fan-in)``, ``g^l = gamma0 sqrt(N N_l) df/dh^l`` (so layer ``l`` feels
+        ``gamma0 / sqrt(N_l / N)``), the update of ``W^l`` carries ``sqrt(N / N_{l+1})`` and the
+        kernels are normalized by their own layer's width.  The rule's pseudo-gradients follow
+        the same widths: ρ-FA's ``B^l`` has the shape of ``W^l`` and backpropagates with
+        ``1 / sqrt(N_{l+1})``, DFA's ``z~^l`` has ``N_l`` entries.
     gamma0 : float
         Richness (nonzero).
     eta : float
@@ -219,6 +231,16 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
         ``v <- mu v + (1 - mu) (u - eta lambda theta)``, ``theta <- theta + v`` around the
         rule's increment ``u``.  Both use the per-parameter update of
         :func:`~effth.simulation.simulate_training` (one optimizer for every trainer).
+    temperature : float
+        Langevin temperature ``1 / beta >= 0`` (Bordelon & Pehlevan (2022), App. K, eq. (100)),
+        with the meaning it has in :func:`~effth.simulation.simulate_training`: every trained
+        weight gets independent Gaussian noise of variance
+        :func:`effth._langevin.langevin_noise` per step (``temperature (1 - rho^2) /
+        weight_decay``, ``rho = 1 - eta weight_decay``; ``2 eta temperature`` without decay;
+        inside the heavy-ball increment with momentum), drawn from the network's generator after
+        its initial weights and frozen feedback (these are unchanged).  The frozen feedback of
+        ``'fa'``/``'dfa'`` and the gates of ``'gln'`` get none.  ``rule='gd'`` reproduces
+        :func:`~effth.simulation.simulate_training`'s noisy networks, seed for seed.
     """
     name, r = _rule(rule, rho)
     L = resolve_depth(depth, hidden_layers, minimum=2) - 1
@@ -236,7 +258,8 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
         Xall = np.vstack([X, Xt])
     else:
         Xall = X
-    N = integer(widths, "widths", minimum=1)
+    Ns = _resolve_widths(widths, L)
+    width = Ns[0] if len(set(Ns)) == 1 else Ns
     g0 = real_scalar(gamma0, "gamma0")
     eta = real_scalar(eta, "eta")
     if not np.isfinite(g0) or g0 == 0:
@@ -248,13 +271,14 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
     if not (np.isfinite(lam) and 0 <= eta * lam < 1 and lam >= 0):
         raise DomainError(f"weight_decay={weight_decay!r} must satisfy lambda >= 0 and "
                           "0 <= eta * weight_decay < 1")
-    _, mu = _optimizer_settings(0.0, momentum)
+    temp, mu = _optimizer_settings(temperature, momentum)
     from effth._validate import check_memory
     n_all, d_in = float(Xall.shape[0]), float(Xall.shape[1])
     cc = 1.0 if Y.ndim == 1 else float(Y.shape[1]) ** 2          # C x C gradient kernels
-    check_memory(8.0 * (3 * L * float(N) * N + N * d_in + (2 * L * T * T * n_all * n_all * cc
-                                                          if record_kernels is True else 0)),
-                 f"one network of width {N} with {L} hidden layers over {T} steps",
+    N_ = float(max(Ns))
+    check_memory(8.0 * (3 * L * N_ * N_ + N_ * d_in + (2 * L * T * T * n_all * n_all * cc
+                                                       if record_kernels is True else 0)),
+                 f"one network of width {width} with {L} hidden layers over {T} steps",
                  "lower widths or steps (record_kernels=False drops the two-time kernels)")
     _, (act, dact) = _resolve_callables(activation)
     seeds = _resolve_seeds(seed, networks)
@@ -263,8 +287,8 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
                       unit="net") as bar:
         for s in seeds:
             try:
-                out.append(_train_one(Xall, Y, L, N, g0, eta, T, act, dact, name, r, s, center,
-                                      record_kernels, lam, mu))
+                out.append(_train_one(Xall, Y, L, Ns, g0, eta, T, act, dact, name, r, s, center,
+                                      record_kernels, lam, mu, temp))
             except FloatingPointError:
                 raise DomainError(
                     f"training diverged (overflow) for seed {s!r}: rule={name!r}, eta={eta:g}, "
@@ -272,37 +296,44 @@ def simulate_rule_training(X, y, *, rule="gd", rho=None, depth: int | None = Non
             bar.update(1)
     f, loss, phi, g, gt, ntk, corr = (np.stack(a) for a in zip(*out))
     return RuleTrainingRun(rule=name, rho=r, f=f, loss=loss, phi=phi, g=g, gtilde=gt, ntk=ntk,
-                           corr=corr, hidden_layers=L, width=N, gamma0=g0, eta=eta,
-                           seeds=tuple(seeds))
+                           corr=corr, hidden_layers=L, width=width, gamma0=g0, eta=eta,
+                           seeds=tuple(seeds), temperature=temp)
 
 
-def _train_one(X, Y, L, N, g0, eta, T, act, dact, rule, rho, seed, center, record,
-               weight_decay=0.0, momentum=0.0):
+def _train_one(X, Y, L, Ns, g0, eta, T, act, dact, rule, rho, seed, center, record,
+               weight_decay=0.0, momentum=0.0, temperature=0.0):
     """One network; ``Y`` is ``(P,)`` or ``(P, C)`` (``C`` outputs: readout ``w^L`` of shape
-    ``(N, C)``, one true gradient ``g^l_c`` and pseudo-gradient ``g~^l_c`` per output)."""
+    ``(N, C)``, one true gradient ``g^l_c`` and pseudo-gradient ``g~^l_c`` per output).  ``Ns``
+    holds the hidden widths ``(N_1, .., N_L)``; the reference width is ``N = N_L`` (App. D.8)."""
     n, D = X.shape
     multi = Y.ndim == 2
     Ym = Y if multi else Y[:, None]
     P, C = Ym.shape
+    Ns = (Ns,) * L if np.ndim(Ns) == 0 else tuple(Ns)
+    N = Ns[-1]
     rng = np.random.default_rng(seed)
-    opt = _Optimizer(eta, weight_decay, 0.0, momentum, rng)     # no noise: rng never drawn
+    # the optimizer of simulate_training: decay, momentum and Langevin noise on trained weights
+    opt = _Optimizer(eta, weight_decay, temperature, momentum, rng)
     out_shape = (N, C) if multi else (N,)
-    W0 = rng.standard_normal((N, D))
-    Ws = [rng.standard_normal((N, N)) for _ in range(L - 1)]
+    W0 = rng.standard_normal((Ns[0], D))
+    Ws = [rng.standard_normal((Ns[k + 1], Ns[k])) for k in range(L - 1)]
     w = rng.standard_normal(out_shape).reshape(N, C)
     if rule == "fa":                                  # frozen feedback, correlated by rho
         c = np.sqrt(max(0.0, 1.0 - rho * rho))
-        Bs = [rho * W + c * rng.standard_normal((N, N)) for W in Ws]
+        Bs = [rho * W + c * rng.standard_normal(W.shape) for W in Ws]
         b_top = rho * w + c * rng.standard_normal(out_shape).reshape(N, C)
     elif rule == "dfa":
-        zt = [rng.standard_normal(out_shape).reshape(N, C) for _ in range(L)]
+        zt = [rng.standard_normal((Nk, C) if multi else (Nk,)).reshape(Nk, C) for Nk in Ns]
     elif rule == "gln":
-        gates = [dact(rng.standard_normal((N, D)) @ X.T / np.sqrt(D)).T for _ in range(L)]
-    sD, sN = 1.0 / np.sqrt(D), 1.0 / np.sqrt(N)
+        gates = [dact(rng.standard_normal((Nk, D)) @ X.T / np.sqrt(D)).T for Nk in Ns]
+    sD = 1.0 / np.sqrt(D)
+    sNs = [1.0 / np.sqrt(Nk) for Nk in Ns]            # multiplier 1 / sqrt(fan-in) of W^l
+    # the learning-rate factor sqrt(N / N_{l+1}) of the weights into layer l + 1 (1 at equal widths)
+    lr = [eta * g0 if Nk == N else eta * g0 * np.sqrt(N / Nk) for Nk in Ns]
     kx = X @ X.T / D
-    feats = np.zeros((L, T, n, N))
-    grads = np.zeros((C, L, T, n, N))
-    pgrads = np.zeros((C, L, T, n, N))
+    feats = [np.zeros((T, n, Nk)) for Nk in Ns]
+    grads = [[np.zeros((T, n, Nk)) for Nk in Ns] for _ in range(C)]
+    pgrads = [[np.zeros((T, n, Nk)) for Nk in Ns] for _ in range(C)]
     f_rec = np.zeros((T, n, C))
     ntk = np.zeros((T, n, n, C, C))
     corr = np.zeros(T)
@@ -313,13 +344,13 @@ def _train_one(X, Y, L, N, g0, eta, T, act, dact, rule, rho, seed, center, recor
                 h = [X @ W0.T * sD]
                 a = [gates[0] * h[0]]
                 for ell in range(L - 1):
-                    h.append(a[-1] @ Ws[ell].T * sN)
+                    h.append(a[-1] @ Ws[ell].T * sNs[ell])
                     a.append(gates[ell + 1] * h[-1])
                 q = gates
             else:                                     # the shared batched pass
                 layers = [W0[None]] + [W[None] for W in Ws] + [w[None, None, :, 0]]
                 fp = _mlp.forward(layers, [None] * (L + 1), X, act, dact,
-                                  scales=(sD,) + (sN,) * (L - 1) + (1.0 / (g0 * N),))
+                                  scales=(sD,) + tuple(sNs[:-1]) + (1.0 / (g0 * N),))
                 h = [z[0] for z in fp.z[:-1]]
                 a = [s[0] for s in fp.s[1:]]
                 q = [d[0] for d in fp.ds]
@@ -330,20 +361,21 @@ def _train_one(X, Y, L, N, g0, eta, T, act, dact, rule, rho, seed, center, recor
             f_rec[t] = f
             delta = np.zeros((n, C))
             delta[:P] = Ym - f[:P]
-            # per output: true gradients g^l_c = gamma0 N df_c/dh^l and the rule's pseudo-gradients
+            # per output: true gradients g^l_c = gamma0 sqrt(N N_l) df_c/dh^l and the rule's
+            # pseudo-gradients
             gs, gts = [], []
             for k in range(C):
                 g = [None] * L
                 g[L - 1] = q[L - 1] * w[:, k]
                 for ell in range(L - 2, -1, -1):
-                    g[ell] = q[ell] * (g[ell + 1] @ Ws[ell]) * sN
+                    g[ell] = q[ell] * (g[ell + 1] @ Ws[ell]) * sNs[ell + 1]
                 if rule in ("gd", "gln"):
                     gt = g
                 elif rule == "fa":
                     gt = [None] * L
                     gt[L - 1] = q[L - 1] * b_top[:, k]
                     for ell in range(L - 2, -1, -1):
-                        gt[ell] = q[ell] * (gt[ell + 1] @ Bs[ell]) * sN
+                        gt[ell] = q[ell] * (gt[ell + 1] @ Bs[ell]) * sNs[ell + 1]
                 elif rule == "dfa":
                     gt = [q[ell] * zt[ell][:, k] for ell in range(L)]
                 else:                                 # Hebb: g~_mu c = Delta_mu c a_mu
@@ -354,42 +386,44 @@ def _train_one(X, Y, L, N, g0, eta, T, act, dact, rule, rho, seed, center, recor
             for k in range(C):
                 for k2 in range(C):
                     K = AA.copy() if k == k2 else np.zeros((n, n))
-                    K += (gs[k][0] @ gts[k2][0].T / N) * kx
+                    K += (gs[k][0] @ gts[k2][0].T / Ns[0]) * kx
                     for ell in range(1, L):
-                        K += (gs[k][ell] @ gts[k2][ell].T / N) * (a[ell - 1] @ a[ell - 1].T / N)
+                        K += ((gs[k][ell] @ gts[k2][ell].T / Ns[ell])
+                              * (a[ell - 1] @ a[ell - 1].T / Ns[ell - 1]))
                     ntk[t, :, :, k, k2] = K
-            G_all = np.stack([np.stack(g) for g in gs])[:, :, :P]
-            Gt_all = np.stack([np.stack(gt) for gt in gts])[:, :, :P]
-            num = np.sum(G_all * Gt_all, axis=-1)
-            den = np.linalg.norm(G_all, axis=-1) * np.linalg.norm(Gt_all, axis=-1)
+            num = np.stack([np.stack([np.sum(gs[k][ell][:P] * gts[k][ell][:P], axis=-1)
+                                      for ell in range(L)]) for k in range(C)])
+            den = np.stack([np.stack([np.linalg.norm(gs[k][ell][:P], axis=-1)
+                                      * np.linalg.norm(gts[k][ell][:P], axis=-1)
+                                      for ell in range(L)]) for k in range(C)])
             corr[t] = float(np.mean(np.divide(num, den, out=np.zeros_like(num), where=den > 0)))
             for ell in range(L):
-                feats[ell, t] = a[ell]
+                feats[ell][t] = a[ell]
                 for k in range(C):
-                    grads[k, ell, t], pgrads[k, ell, t] = gs[k][ell], gts[k][ell]
+                    grads[k][ell][t], pgrads[k][ell][t] = gs[k][ell], gts[k][ell]
             if t == T - 1:
                 break
-            c = eta * g0
-            w = opt.step("w", w, np.stack([c * (a[-1].T @ delta[:, k]) for k in range(C)], axis=1))
+            w = opt.step("w", w, np.stack([lr[-1] * (a[-1].T @ delta[:, k]) for k in range(C)],
+                                          axis=1))
             back = [sum(gts[k][ell] * delta[:, k, None] for k in range(C)) for ell in range(L)]
             for ell in range(L - 1):
-                Ws[ell] = opt.step(("W", ell), Ws[ell], c * sN * back[ell + 1].T @ a[ell])
-            W0 = opt.step("W0", W0, c * sD * back[0].T @ X)
+                Ws[ell] = opt.step(("W", ell), Ws[ell],
+                                   lr[ell + 1] * sNs[ell] * back[ell + 1].T @ a[ell])
+            W0 = opt.step("W0", W0, lr[0] * sD * back[0].T @ X)
     loss = 0.5 * np.sum((Ym[None] - f_rec[:, :P]) ** 2, axis=(1, 2))
     idx = np.arange(T)
-    if record:
-        phi = np.einsum("ltan,lsbn->ltasb", feats, feats, optimize=True) / N
-    else:
-        phi = np.zeros((L, T, n, T, n))
-        phi[:, idx, :, idx, :] = np.einsum("ltan,ltbn->tlab", feats, feats) / N
 
     def cross(A, B):
+        """Two-time (or equal-time) kernels of per-layer fields, each over its own width."""
         if record:
-            return np.einsum("ltan,lsbn->ltasb", A, B, optimize=True) / N
+            return np.stack([np.einsum("tan,sbn->tasb", x, z, optimize=True) / Nk
+                             for x, z, Nk in zip(A, B, Ns)])
         out = np.zeros((L, T, n, T, n))
-        out[:, idx, :, idx, :] = np.einsum("ltan,ltbn->tlab", A, B) / N
+        for ell, (x, z, Nk) in enumerate(zip(A, B, Ns)):
+            out[ell, idx, :, idx, :] = np.einsum("tan,tbn->tab", x, z) / Nk
         return out
 
+    phi = cross(feats, feats)
     if not multi:
         return (f_rec[..., 0], loss, phi, cross(grads[0], grads[0]), cross(grads[0], pgrads[0]),
                 ntk[..., 0, 0], corr)

@@ -107,3 +107,80 @@ def test_bad_input():
     assert run.layers == (1,) and run.stderr("f") is None
     with pytest.raises(DomainError):
         run.value("phi", layer=2)
+
+
+@pytest.mark.parametrize("extra", [{"temperature": 0.05},
+                                   {"temperature": 0.05, "weight_decay": 0.5},
+                                   {"temperature": 0.05, "weight_decay": 0.2, "momentum": 0.6},
+                                   {"widths": (30, 50, 40)},
+                                   {"widths": (30, 50, 40), "temperature": 0.1,
+                                    "weight_decay": 0.3}])
+def test_gd_rule_is_the_gd_trainer_with_langevin_noise_and_unequal_widths(extra):
+    """Langevin noise (B&P 2022 app. K) and unequal widths (B&P 2022 app. D.8): both trainers
+    draw the noise from the network's generator after the initial weights, so rule='gd' is the
+    GD trainer network for network (to rounding).  The same comparison rejects a temperature
+    x 0.8 and, for unequal widths, equal widths."""
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((3, 4)), np.array([1.0, -0.5, 0.7])
+    kw = {"hidden_layers": 3, "widths": 40, "gamma0": 1.2, "eta": 0.1, "steps": 8,
+          "activation": "tanh", "seed": [1, 2], **extra}
+    a = simulate_rule_training(X, y, rule="gd", **kw)
+    b = simulate_training(X, y, **kw)
+    for name in ("f", "phi", "g", "ntk"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), atol=1e-12, err_msg=name)
+    np.testing.assert_allclose(a.gtilde, a.g, atol=1e-12)
+    assert a.width == b.widths and a.temperature == kw.get("temperature", 0.0)
+    wrong = []
+    if "temperature" in extra:
+        wrong.append({**kw, "temperature": 0.8 * extra["temperature"]})
+    if "widths" in extra:
+        wrong.append({**kw, "widths": 40})
+    for bad in wrong:
+        c = simulate_rule_training(X, y, rule="gd", **bad)
+        assert np.max(np.abs(c.f - b.f)) > 1e-6
+
+
+def test_langevin_noise_in_the_null_space_of_the_data_has_the_closed_form_variance():
+    """Input-weight directions orthogonal to every training input get no update under any rule
+    (the W^0 increment is a combination of the training inputs), so there each weight follows
+    the Ornstein-Uhlenbeck chain theta <- rho theta + sigma xi, rho = 1 - eta lambda, whose
+    variance from N(0, 1) is rho^(2t) + (temperature / lambda) (1 - rho^(2t)): the Langevin
+    prior N(0, temperature / lambda) of B&P 2022 app. K.2 at long times.  For a linear network
+    Phi^1 at a unit test input x* (|x*|^2 = D) in that null space has this mean.  Checked for
+    rho-FA and DFA at finite t and near equilibrium, with the seed-to-seed standard error
+    (4.5 sigma); a temperature x 0.8 is rejected by the same test."""
+    rng = np.random.default_rng(5)
+    D, P = 4, 3
+    X = rng.standard_normal((P, D))
+    u = np.linalg.svd(X)[2][-1]                       # the null direction of the training inputs
+    xs = np.sqrt(D) * u[None]
+    temp, lam, eta, T = 0.3, 1.0, 0.1, 41
+    t = np.arange(T)
+    r2 = (1.0 - eta * lam) ** (2 * t)
+    exact = r2 + temp / lam * (1.0 - r2)
+    for rule in ("fa", "dfa"):
+        run = simulate_rule_training(X, np.array([1.0, -1.0, 0.5]), rule=rule, hidden_layers=1,
+                                     widths=40, gamma0=1.0, eta=eta, steps=T, activation="linear",
+                                     seed=11, networks=150, X_test=xs, weight_decay=lam,
+                                     temperature=temp, record_kernels=False)
+        phi = run.phi[:, 0, t, P, t, P]                # (S, T): Phi^1_{x* x*}(t, t)
+        m, se = phi.mean(axis=0), phi.std(axis=0, ddof=1) / np.sqrt(phi.shape[0])
+        for k in (5, 15, T - 1):
+            assert abs(m[k] - exact[k]) < 4.5 * se[k], (rule, k, m[k], se[k], exact[k])
+        wrong = r2[-1] + 0.8 * temp / lam * (1.0 - r2[-1])
+        assert abs(m[-1] - wrong) > 6 * se[-1]
+
+
+@pytest.mark.parametrize("rule", ["fa", "dfa"])
+def test_frozen_feedback_gets_no_langevin_noise(rule):
+    """In a linear network the pseudo-gradients of rho-FA and DFA are products of the frozen
+    feedback alone, so with the Langevin noise on the trained weights G~(t, s) must not depend
+    on s (it would if the feedback were noised); the trained weights do move (G(t, s) does)."""
+    rng = np.random.default_rng(1)
+    X, y = rng.standard_normal((3, 4)), np.array([1.0, -0.5, 0.7])
+    run = simulate_rule_training(X, y, rule=rule, rho=0.5 if rule == "fa" else None,
+                                 hidden_layers=2, widths=(20, 30), gamma0=1.0, eta=0.1, steps=6,
+                                 activation="linear", seed=[3, 4], temperature=0.2)
+    gt = run.gtilde                                    # (S, L, T, n, T, n)
+    assert np.max(np.abs(gt - gt[:, :, :, :, :1, :])) < 1e-12
+    assert np.max(np.abs(run.g - run.g[:, :, :, :, :1, :])) > 1e-3
