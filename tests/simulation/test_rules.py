@@ -184,3 +184,41 @@ def test_frozen_feedback_gets_no_langevin_noise(rule):
     gt = run.gtilde                                    # (S, L, T, n, T, n)
     assert np.max(np.abs(gt - gt[:, :, :, :, :1, :])) < 1e-12
     assert np.max(np.abs(run.g - run.g[:, :, :, :, :1, :])) > 1e-3
+
+
+@pytest.mark.parametrize("rule,rho", [("fa", 0.5), ("dfa", None), ("hebb", None), ("gln", None)])
+def test_lazy_entk_with_unequal_widths_is_the_equal_width_limit(rule, rho):
+    """Unequal widths (B&P 2022 app. D.8): every kernel is normalized by its own layer's width,
+    so at initialization the eNTK of widths (1000, 3000) has the infinite-width Table 2 value
+    (4.5 SE).  Normalizing Phi^1 by the reference width N_L instead (the eNTK's l = 1 term x 1/3)
+    is rejected for the rules whose eNTK has that term (FA, GLN)."""
+    th, L = np.pi / 3, 2
+    X = np.sqrt(2.0) * np.array([[1.0, 0.0], [np.cos(th), np.sin(th)]])
+    run = simulate_rule_training(X, np.array([1.0, -1.0]), rule=rule, rho=rho, hidden_layers=L,
+                                 widths=(1000, 3000), gamma0=1.0, eta=0.0, steps=1,
+                                 activation="relu", seed=range(16))
+    off = 0.5 * (run.ntk[:, 0, 0, 1] + run.ntk[:, 0, 1, 0])
+    m, se = off.mean(), off.std(ddof=1) / np.sqrt(off.size)
+    exact = _lazy_relu(th, L, rule)
+    assert abs(m - exact) < 4.5 * se, (m, se, exact)
+    if rule in ("fa", "gln"):
+        term = 0.5 * (run.gtilde[:, 1, 0, 0, 0, 1] + run.gtilde[:, 1, 0, 1, 0, 0]) \
+            * run.phi[:, 0, 0, 0, 0, 1]                  # G~^2 Phi^1 at the off-diagonal
+        wrong = off - term * (1.0 - 1000 / 3000)
+        assert abs(wrong.mean() - exact) > 6 * wrong.std(ddof=1) / np.sqrt(off.size)
+
+
+def test_gated_linear_network_with_linear_gates_and_unequal_widths_is_gd():
+    """GLN with the linear activation has gates phi' = 1, so it is the GD linear network; with
+    unequal widths (its own gated forward pass) it equals simulate_training network for
+    network (no temperature: the gates take draws from the generator before the noise)."""
+    rng = np.random.default_rng(2)
+    X, y = rng.standard_normal((3, 4)), np.array([1.0, -0.5, 0.7])
+    kw = {"hidden_layers": 3, "widths": (20, 35, 25), "gamma0": 1.5, "eta": 0.2, "steps": 7,
+          "activation": "linear", "seed": [5, 6], "weight_decay": 0.3, "momentum": 0.4}
+    a = simulate_rule_training(X, y, rule="gln", **kw)
+    b = simulate_training(X, y, **kw)
+    for name in ("f", "phi", "g", "ntk"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), atol=1e-12, err_msg=name)
+    np.testing.assert_array_equal(simulate_rule_training(X, y, rule="gln", temperature=0.0, **kw).f,
+                                  a.f)
