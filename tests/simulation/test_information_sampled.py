@@ -114,8 +114,11 @@ def test_refusals():
     relu = et.MLP("relu", depth=3, widths=4, c_w=2)
     with pytest.raises(DomainError, match="atom at z = 0"):
         sampled_entropy(relu, X, layer=2, networks=2000, seed=0)     # 2^-4 of the nets are dead
-    with pytest.raises(DomainError, match="residual"):
-        sampled_entropy(et.MLP("tanh", depth=3, widths=8, gamma=0.5), X, networks=100)
+    with pytest.raises(DomainError, match="residual"):                  # skip layer 3
+        sampled_entropy(et.MLP("tanh", depth=4, widths=8, gamma=0.5), X, layer=3, networks=100)
+    with pytest.raises(DomainError, match="epsilon_V is not measured"):
+        sampled_entropy(et.MLP("tanh", depth=3, widths=8, gamma=0.5), X, layer=2,
+                        networks=100).residual(lambda e: 0.0)
     with pytest.raises(DomainError, match="width"):
         sampled_mutual_information(et.MLP("tanh", depth=3, widths=8), X, m1=5, m2=4, layer=2,
                                    networks=100)
@@ -125,3 +128,56 @@ def test_refusals():
         mixture_entropy([1.0, np.nan, 2.0, 3.0])
     with pytest.raises(DomainError, match="1..3"):
         entropy_expansion(order=4)
+
+
+def _n2_fit(ns, vals, errs):
+    """Weighted fit of n^2 (S - S_gauss) = c0 + c1 / n: c0, its error and the chi^2."""
+    ns, y, e = np.array(ns, float), np.array(vals) * np.array(ns, float) ** 2, np.array(errs) * np.array(ns, float) ** 2
+    A = np.vstack([np.ones_like(ns), 1 / ns]).T / e[:, None]
+    coef, *_ = np.linalg.lstsq(A, y / e, rcond=None)
+    cov = np.linalg.inv(A.T @ A)
+    chi2 = float(np.sum(((A @ coef) - y / e) ** 2))
+    return coef[0], np.sqrt(cov[0, 0]), chi2
+
+
+def test_residual_entropy_at_the_skip_layer_needs_every_cumulant_of_the_own_history():
+    """ReLU, gamma = 0.9 (C_W = 2(1 - gamma^2) = 0.38), layer 2, n = 64, 128, 256, 12000 networks:
+    n^2 (S - S_gauss) -> c0 = skip_layer_entropy's total (-0.19699: (A.52) at the residual V,
+    -0.1188, plus the third cumulant, -0.0558, plus the fifth and higher, -0.0223) within 4.5
+    errors of the c0 + c1/n fit; (A.52) alone, (A.52) + T (no history) and 0.9 x total are rejected."""
+    from effth.pdlt.information import skip_layer_entropy
+
+    ns, vals, errs = [64, 128, 256], [], []
+    for n in ns:
+        S = sampled_entropy(et.MLP("relu", depth=3, widths=n, c_w=0.38, gamma=0.9), X, layer=2,
+                            networks=12000, seed=11)
+        vals.append(S.value)
+        errs.append(S.stderr)
+    c0, e0, chi2 = _n2_fit(ns, vals, errs)
+    th = skip_layer_entropy(et.MLP("relu", depth=3, widths=64, c_w=0.38, gamma=0.9), X)
+    assert chi2 < 12, chi2                            # one degree of freedom
+    assert abs(c0 - th.total) < 4.5 * e0, (c0, e0, th.total)
+    for wrong in (th.V, th.V + th.T, 0.9 * th.total):
+        assert abs(c0 - wrong) > 4.5 * e0, (c0, e0, wrong)
+
+
+def test_residual_gelu_entropy_width_study(opt_in_slow):
+    """GELU, gamma = 0.5, C_W = 0.75, layer 2, n = 64 ... 1024, 100000 networks each: the
+    c0 + c1/n + c2/n^2 fit of n^2 (S - S_gauss) gives c0 within 4.5 errors of skip_layer_entropy's
+    total (-1.8538), and rejects (A.52) at the residual V (-1.5364) and (A.52) + T (-1.7706)."""
+    from effth.pdlt.information import skip_layer_entropy
+
+    ns, y, e = np.array([64, 128, 256, 512, 1024], float), [], []
+    net = lambda n: et.MLP("gelu", depth=3, widths=n, c_w=0.75, gamma=0.5)  # noqa: E731
+    for n in ns:
+        S = sampled_entropy(net(int(n)), X, layer=2, networks=100000, seed=31)
+        y.append(S.value * n * n)
+        e.append(S.stderr * n * n)
+    y, e = np.array(y), np.array(e)
+    A = np.vstack([ns ** -k for k in range(3)]).T / e[:, None]
+    coef, *_ = np.linalg.lstsq(A, y / e, rcond=None)
+    c0, e0 = coef[0], np.sqrt(np.linalg.inv(A.T @ A)[0, 0])
+    th = skip_layer_entropy(net(64), X)
+    assert abs(c0 - th.total) < 4.5 * e0, (c0, e0, th.total)
+    for wrong in (th.V, th.V + th.T):
+        assert abs(c0 - wrong) > 4.5 * e0, (c0, e0, wrong)
