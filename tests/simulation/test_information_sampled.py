@@ -181,3 +181,35 @@ def test_residual_gelu_entropy_width_study(opt_in_slow):
     assert abs(c0 - th.total) < 4.5 * e0, (c0, e0, th.total)
     for wrong in (th.V, th.V + th.T):
         assert abs(c0 - wrong) > 4.5 * e0, (c0, e0, wrong)
+
+
+def test_residual_mixture_entropy_against_nested_adaptive_quadrature():
+    """Eight hand-made layer-1 samples of a GELU residual net (n_1 = 3, gamma = 0.7): the
+    estimator's Gauss-Legendre (own history) x trapezoid (z) entropy equals scipy's nested
+    adaptive quadrature of -p log p, p(z) = mean_j int da N(a; 0, G1) N(z; gamma a, v_j(a)), to 1e-9,
+    and its variance the exact gamma^2 G1 + E[v] to 1e-12."""
+    from scipy import special as sps
+
+    from effth.simulation.information import _residual_estimate
+
+    net = et.MLP("gelu", depth=3, widths=3, c_w=0.8, c_b=0.1, gamma=0.7, xi=0.9)
+    z1 = np.random.default_rng(2).standard_normal((8, 3))
+    G1 = 0.1 + 0.8 * float(X[0] @ X[0]) / 3
+    gelu = lambda z: 0.5 * z * (1 + sps.erf(z / np.sqrt(2)))  # noqa: E731
+    R = np.sum(gelu(z1[:, 1:]) ** 2, axis=1)
+
+    def p(z):
+        def f(a, Rj):
+            v = 0.81 * (0.1 + 0.8 * (Rj + gelu(a) ** 2) / 3)
+            return (np.exp(-0.5 * a * a / G1 - 0.5 * (z - 0.7 * a) ** 2 / v)
+                    / (2 * np.pi * np.sqrt(G1 * v)))
+        return np.mean([integrate.quad(f, -14 * np.sqrt(G1), 14 * np.sqrt(G1), args=(Rj,),
+                                       epsabs=1e-14, epsrel=1e-12, limit=200)[0] for Rj in R])
+
+    S = integrate.quad(lambda z: -p(z) * np.log(p(z)), -14, 14, epsabs=1e-12, epsrel=1e-11, limit=200)[0]
+    Es = integrate.quad(lambda a: gelu(a) ** 2 * np.exp(-0.5 * a * a / G1) / np.sqrt(2 * np.pi * G1),
+                        -np.inf, np.inf, epsabs=1e-15, epsrel=1e-13)[0]
+    var = 0.49 * G1 + np.mean(0.81 * (0.1 + 0.8 * (R + Es) / 3))       # gamma^2 G1 + E[v]
+    got = _residual_estimate(net, X, z1, 2)
+    assert got.G == pytest.approx(var, rel=1e-12)
+    assert got.value == pytest.approx(S - 0.5 * np.log(2 * np.pi * np.e * var), abs=1e-9)
