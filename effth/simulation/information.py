@@ -328,7 +328,11 @@ def sampled_entropy(net: Any, x: Any, *, m: int = 1, layer: int | None = None,
     Parameters
     ----------
     net : MLP
-        A plain (non-residual) MLP with numeric widths.
+        An MLP with numeric widths.  A residual MLP (PDLT (B.4)) is accepted at its first skip
+        layer (``layer=2``, ``m=1``; the neuron's own history integrated out exactly, ``epsilon``
+        NaN: compare with :func:`effth.pdlt.information.skip_layer_entropy`, module docstring)
+        and at layers without a skip (a scale mixture in :math:`\xi^2\widehat G` as for a plain
+        MLP); deeper skip layers are refused.
     x : array_like (1, n_0) or (n_0,)
         One input.
     m : int

@@ -116,6 +116,8 @@ def test_refusals():
         sampled_entropy(relu, X, layer=2, networks=2000, seed=0)     # 2^-4 of the nets are dead
     with pytest.raises(DomainError, match="residual"):                  # skip layer 3
         sampled_entropy(et.MLP("tanh", depth=4, widths=8, gamma=0.5), X, layer=3, networks=100)
+    out = sampled_entropy(et.MLP("tanh", depth=3, widths=8, gamma=0.5), X, layer=3, networks=100)
+    assert np.isfinite(out.epsilon) and out.value <= 0      # no skip at the output: scale mixture
     with pytest.raises(DomainError, match="epsilon_V is not measured"):
         sampled_entropy(et.MLP("tanh", depth=3, widths=8, gamma=0.5), X, layer=2,
                         networks=100).residual(lambda e: 0.0)
