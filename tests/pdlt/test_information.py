@@ -121,5 +121,9 @@ def test_skip_layer_entropy_is_the_1_over_n2_coefficient_of_the_exact_entropy(ac
     c0 = (10 * y[10000] - y[1000]) / 9
     th = skip_layer_entropy(et.MLP(act, depth=3, widths=8, c_w=cw, gamma=g), np.array([[1.0, -0.5, 0.3]]))
     assert c0 == pytest.approx(th.total, rel=2e-4), (c0, th.total)
+    flow = et.pdlt.mlp_flow(et.MLP(act, depth=3, widths=8, c_w=cw, gamma=g), np.array([[1.0, -0.5, 0.3]]))
+    assert th.V2 == pytest.approx(float(flow["V"][1].ravel()[0]), rel=1e-10)   # kappa_4 = 3V/n
+    assert th.T2 == pytest.approx(float(flow["T"][1].ravel()[0]), rel=1e-10)   # kappa_3 = 3T/n
+    assert th.G == pytest.approx(float(flow["K"][1].ravel()[0]), rel=1e-12)
     for wrong in (th.V, th.V + th.T, 0.9 * th.total):
         assert abs(c0 - wrong) > 0.01 * abs(c0)
