@@ -233,6 +233,20 @@ CASES: list[Case] = [
         1.0, 4, "tanh", gamma=0.5, xi=0.0), "xi"),
     C("mlp_flow", "closure unknown", lambda: et.pdlt.mlp_flow(
         et.MLP("tanh", depth=4, widths=8, gamma=0.5), np.eye(1), closure="exact"), "closure"),
+    C("sampled_entropy", "residual MLP, skip layer 3", lambda: et.simulation.sampled_entropy(
+        et.MLP("tanh", depth=4, widths=8, gamma=0.5), np.ones((1, 3)), layer=3, networks=64),
+      "layer 2 and one neuron"),
+    C("sampled_entropy", "residual MLP, two neurons at the skip layer", lambda:
+      et.simulation.sampled_entropy(et.MLP("tanh", depth=3, widths=8, gamma=0.5), np.ones((1, 3)),
+                                    m=2, layer=2, networks=64), "layer 2 and one neuron"),
+    C("sampled_mutual_information", "residual MLP, skip layer", lambda:
+      et.simulation.sampled_mutual_information(et.MLP("tanh", depth=3, widths=8, gamma=0.5),
+                                               np.ones((1, 3)), layer=2, networks=64),
+      "layer 2 and one neuron"),
+    C("skip_layer_entropy", "no skip at layer 2", lambda: et.pdlt.information.skip_layer_entropy(
+        et.MLP("tanh", depth=3, widths=8), np.ones((1, 3))), "skip at layer 2"),
+    C("skip_layer_entropy", "two inputs", lambda: et.pdlt.information.skip_layer_entropy(
+        et.MLP("tanh", depth=3, widths=8, gamma=0.5), np.ones((2, 3))), "one input"),
     # --- depth asymptotics
     C("ntk_asymptotics", "half-stable class", lambda: et.pdlt.ntk_asymptotics("gelu"), "half-stable"),
     C("ntk_asymptotics", "no criticality", lambda: et.pdlt.ntk_asymptotics("sigmoid"), "none"),

@@ -49,7 +49,8 @@ from effth.pdlt.learning import (AlgorithmProjectors, BayesPosterior, DeltaFlow,
 from effth.pdlt.ntk import NTK_STATISTICS, NTKFlow, NTKRecursion, derive_ntk, learning_rates, ntk_flow
 from effth.pdlt import information, residual, residual_history
 from effth.pdlt.derivation.six_point import derive_six_point_vertex, six_point_flow
-from effth.pdlt.information import (entropy_expansion, mutual_information_expansion,
+from effth.pdlt.information import (SkipLayerEntropy, entropy_expansion,
+                                    mutual_information_expansion, skip_layer_entropy,
                                     tripartite_information_expansion)
 from effth.pdlt.residual import (ResidualCriticality, mutual_information, optimal_aspect_ratio,
                                  optimal_gamma, residual_branch_gain, residual_criticality,
@@ -74,4 +75,4 @@ __all__ = ["derive_six_point_vertex", "six_point_flow", "cnn_kernels", "CNNKerne
            "residual_history", "residual_history_flow",
            "optimal_aspect_ratio", "mutual_information", "optimal_gamma", "residual_branch_gain",
            "information", "entropy_expansion", "mutual_information_expansion",
-           "tripartite_information_expansion"]
+           "tripartite_information_expansion", "skip_layer_entropy", "SkipLayerEntropy"]

@@ -23,8 +23,13 @@ sextic coupling drops out (footnote 25): the result checks it.
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass
 from functools import lru_cache
+from math import factorial
+from typing import Any
 
+import numpy as np
 import sympy as sp
 
 from effth._cache import disk_cached
@@ -32,7 +37,8 @@ from effth._signature import public
 from effth._validate import integer
 from effth.errors import DomainError
 
-__all__ = ["EPSILON_V", "entropy_expansion", "mutual_information_expansion",
+__all__ = ["EPSILON_V", "SkipLayerEntropy", "entropy_expansion", "mutual_information_expansion",
+           "skip_layer_entropy",
            "tripartite_information_expansion"]
 
 #: :math:`\epsilon_V=V^{(\ell)}/(n_{\ell-1}G^{(\ell)2})`, the expansion parameter of app. A.
@@ -158,3 +164,111 @@ def tripartite_information_expansion(m1=None, m2=None, m3=None, order: int = 3) 
     S = lambda x: entropy_expansion(x, k)
     a, b, c = ms
     return sp.expand(S(a) + S(b) + S(c) - S(a + b) - S(b + c) - S(c + a) + S(a + b + c))
+
+
+@dataclass(frozen=True)
+class SkipLayerEntropy:
+    r"""The :math:`O(1/n^2)` entropy of one neuron at the first skip layer (:func:`skip_layer_entropy`).
+
+    ``total``, ``V``, ``T`` and ``history`` are coefficients of :math:`1/n_1^2` in
+    :math:`\mathcal S_1-\frac12\log(2\pi eG)`: ``V`` is (A.52) at the residual
+    :math:`\epsilon_V=V^{(2)}/(n_1G^2)`, ``T`` the third cumulant's :math:`-\frac34T^2/G^3`, ``history``
+    the fifth and higher cumulants of the neuron's own history, ``total`` their sum.  ``G``, ``V2``,
+    ``T2``: :math:`K^{(2)}`, :math:`V^{(2)}`, :math:`T^{(2)}` (single input); ``cumulants[r-3]`` is
+    :math:`n_1\kappa_r` for :math:`r=3,4,\dots`.
+    """
+
+    total: float
+    V: float
+    T: float
+    history: float
+    G: float
+    V2: float
+    T2: float
+    cumulants: tuple
+
+
+def _gauss_1d(f, K: float) -> float:
+    from scipy import integrate
+
+    s = np.sqrt(K)
+    g = lambda e: f(s * e) * np.exp(-0.5 * e * e) / np.sqrt(2 * np.pi)  # noqa: E731
+    with warnings.catch_warnings():       # roundoff warnings at the 1e-15 floor, harmless here
+        warnings.simplefilter("ignore", integrate.IntegrationWarning)
+        return sum(integrate.quad(g, lo, hi, epsabs=1e-15, epsrel=1e-13, limit=400)[0]
+                   for lo, hi in ((-14.0, 0.0), (0.0, 14.0)))
+
+
+@public
+def skip_layer_entropy(net: Any, x: Any, *, rmax: int = 40) -> SkipLayerEntropy:
+    r"""Entropy of one preactivation of the first skip layer (layer 2) of a residual MLP, to
+    :math:`O(1/n_1^2)`, for one input.
+
+    PDLT (A.52) assumes the nearly-Gaussian hierarchy of a plain MLP (the :math:`2k`-point
+    connected function of order :math:`n^{1-k}`, odd ones zero).  With a skip (PDLT (B.4)) a neuron
+    keeps its own history: :math:`z^{(2)}=\gamma a+\sqrt{v}\,\varepsilon`, :math:`a=z^{(1)}`,
+    :math:`v=\xi^2[C_b+\tfrac{C_W}{n_1}(R+s(a))]`, :math:`s=\sigma^2`.  Its cumulant
+    generating function to :math:`O(1/n_1)` is
+    :math:`\frac{t^2G}2+\frac{\xi^2C_Wt^2}{2n_1}\big[\langle s(a+t\gamma K^{(1)})\rangle-\langle s\rangle\big]
+    +\frac{t^4}8\,\frac{\xi^4C_W^2}{n_1}\mathrm{Var}\,s`, so *every* cumulant is :math:`O(1/n_1)`,
+
+    .. math::
+        n_1\kappa_r=\binom r2\xi^2C_W(\gamma K^{(1)})^{r-2}\langle s^{(r-2)}\rangle_{K^{(1)}}
+        +3\delta_{r4}\,\xi^4C_W^2\,\mathrm{Var}_{K^{(1)}}[s]
+
+    (:math:`r=3`: :math:`3T^{(2)}`; :math:`r=4`: :math:`3V^{(2)}`), and the Edgeworth expansion of
+    :math:`D_{\rm KL}(p\|\mathcal N)` gives, exactly at this order,
+
+    .. math::
+        \mathcal S_1-\tfrac12\log(2\pi eG)=-\frac12\sum_{r\ge3}\frac{\kappa_r^2}{r!\,G^r}+O(n_1^{-3}).
+
+    The :math:`r=4` term is (A.52) at the residual :math:`\epsilon_V`, :math:`r=3` the third-cumulant
+    term :math:`-\frac34T^2/(n_1^2G^3)`; the :math:`r\ge5` terms vanish only when :math:`s` is a
+    quadratic (linear :math:`\sigma`, :math:`|z|`), the same condition as for the exactness of the
+    cumulant closure of V (the Mehler series of one neuron's history).  Gaussian expectations by
+    adaptive quadrature split at 0, :math:`\langle s^{(k)}\rangle_K=\langle s\,He_k(a/\sqrt K)\rangle/K^{k/2}`.
+
+    Parameters
+    ----------
+    net : MLP
+        Residual MLP with a skip at layer 2 (``gamma`` nonzero there); widths symbolic or numeric
+        (the coefficients are of :math:`1/n_1^2`).
+    x : array_like (1, n_0)
+        One input.
+    rmax : int
+        Highest cumulant order summed (the series converges geometrically, like
+        :math:`(\gamma^2K^{(1)}/G)^{r}`).
+    """
+    from scipy import special
+
+    from effth._validate import input_matrix
+
+    X = input_matrix(x, "x")
+    if X.shape[0] != 1:
+        raise DomainError(f"x must be one input, got {X.shape[0]}")
+    if int(getattr(net, "depth", 0)) < 2 or net.gamma_at(2) == 0.0:
+        raise DomainError("skip_layer_entropy needs a residual MLP with a skip at layer 2 "
+                          "(gamma != 0 there, depth >= 3)")
+    rmax = integer(rmax, "rmax", minimum=5)
+    g, xi, cw, cb = (float(net.gamma_at(2)), float(net.xi_at(2)), float(net.c_w_at(2)),
+                     float(net.c_b_at(2)))
+    K1 = float(net.c_b_at(1) + net.c_w_at(1) * float(X[0] @ X[0]) / X.shape[1])
+    sig = net.act.numpy(0)
+    s = lambda z: float(np.asarray(sig(np.asarray(z, dtype=float)))) ** 2  # noqa: E731
+    mean_s = _gauss_1d(s, K1)
+    var_s = _gauss_1d(lambda z: s(z) ** 2, K1) - mean_s ** 2
+    G = g * g * K1 + xi * xi * (cb + cw * mean_s)
+    c = xi * xi * cw
+    terms, kap = [], []
+    for r in range(3, rmax + 1):
+        k = r - 2
+        d = _gauss_1d(lambda z: s(z) * special.eval_hermitenorm(k, z / np.sqrt(K1)), K1) / K1 ** (k / 2)
+        kr = r * (r - 1) / 2 * c * (g * K1) ** k * d + (3 * xi ** 4 * cw ** 2 * var_s if r == 4 else 0.0)
+        kap.append(kr)
+        terms.append(-0.5 * kr * kr / (factorial(r) * G ** r))
+        if r > 6 and max(abs(terms[-1]), abs(terms[-2])) < 1e-14 * abs(sum(terms)):
+            break
+    V2 = kap[1] / 3
+    return SkipLayerEntropy(float(sum(terms)), -3 / 16 * (V2 / G ** 2) ** 2,
+                            -0.5 * kap[0] ** 2 / (6 * G ** 3), float(sum(terms[2:])), G, V2,
+                            kap[0] / 3, tuple(kap))

@@ -20,8 +20,35 @@ measured side of PDLT app. A, to be compared with
 :func:`effth.pdlt.information.mutual_information_expansion` at
 :math:`\epsilon_V=V^{(\ell)}/(n_{\ell-1}G^{(\ell)2})` (eqs. (A.52)–(A.53), (A.66)–(A.67)).
 
-Residual networks are refused: their neurons have the neuron-specific conditional means
-:math:`\gamma z^{(\ell-1)}_i`, so the marginal is not a scale mixture.
+Residual MLPs (PDLT (B.4)).  At a skip layer the neurons are, given the layer below, independent
+:math:`\mathcal N(\gamma z^{(\ell-1)}_i,\ \xi^2\widehat G^{(\ell)})`: each carries its own history
+through the skip term, so the marginal is *not* a scale mixture in :math:`\widehat G` alone.  It is
+the exact mixture of shifted Gaussians :math:`p(z)=\mathbb E\big[\prod_{i\le m}\mathcal
+N(z_i;\gamma z^{(\ell-1)}_i,\xi^2\widehat G^{(\ell)})\big]`, but used with the sampled
+:math:`z^{(\ell-1)}_i` as its empirical version it carries an :math:`O(1)` scatter of the means
+whose sample skewness and kurtosis add an :math:`O(1/N)` bias and noise to the entropy — as large
+as the :math:`O(1/n^2)` signal at any useful :math:`N`.  At the first skip layer, :math:`\ell=2`,
+the chosen neuron's own history is integrated out exactly instead: :math:`z^{(1)}_1=a` is
+:math:`\mathcal N(0,G^{(1)})` independently of the other neurons, and with
+:math:`R=\sum_{j>1}\sigma(z^{(1)}_j)^2` read from each network,
+
+.. math::
+    p(z)=\mathbb E_R\int da\,\mathcal N(a;0,G^{(1)})\,
+    \mathcal N\big(z;\gamma a,\ \xi^2[C_b+\tfrac{C_W}{n_1}(R+\sigma(a)^2)]\big),
+
+the :math:`a` integral by Gauss–Legendre on :math:`[-10,0]` and :math:`[0,10]` standard deviations
+(spectrally accurate also for kinked :math:`\sigma`) and the entropy by the trapezoid rule in
+:math:`z`.  Only the :math:`O(1/\sqrt{n})` fluctuation of :math:`R` is sampled.  The reference is
+the Gaussian of the mixture's own variance (so the value is :math:`-D_{\rm KL}(p\|\mathcal N)`),
+one neuron only, and ``epsilon`` is not measured (NaN): compare ``value`` with the theory at the
+derived :math:`V^{(2)}`, :math:`T^{(2)}` — at this order the third cumulant adds
+:math:`-\tfrac{m(m+2)}4\,T^2/(n^2G^3)` to (A.52) (the Edgeworth negentropy
+:math:`\tfrac1{12}\sum\tilde\kappa_{ijk}^2+\tfrac1{48}\sum\tilde\kappa_{ijkl}^2` with
+:math:`\kappa_{ijk}=\frac Tn(\delta_{ij}+\delta_{ik}+\delta_{jk})`, a term of the same order
+:math:`1/n^2` as :math:`\epsilon_V^2`).  Deeper skip layers, and more than one neuron there, are
+refused (the own history is then not Gaussian, and the plain conditional mixture is too noisy).
+At a layer without a skip (the output layer) a residual MLP is again a scale mixture in
+:math:`\xi^2\widehat G`, handled as for a plain MLP.
 """
 
 from __future__ import annotations
@@ -90,6 +117,9 @@ class InformationEstimate:
         """
         if not callable(theory):
             raise DomainError("theory must be a function of epsilon_V")
+        if not np.isfinite(self.epsilon):
+            raise DomainError("epsilon_V is not measured for this estimate (a skip layer of a "
+                              "residual MLP): compare value with the theory at the derived V, T")
         return self.statistic(lambda value, eps: value - float(theory(eps)))
 
     def statistic(self, fn) -> tuple[float, float]:
@@ -250,10 +280,6 @@ def _metric_samples(net: Any, x: Any, layer: Any, networks: Any, seed: Any, batc
                     progress: Any, need: int) -> tuple[np.ndarray, int]:
     from .ensemble import simulate_ensemble
 
-    if getattr(net, "residual", False):
-        raise DomainError("sampled entropies need a plain MLP: the preactivations of a residual "
-                          "MLP have neuron-specific conditional means gamma z^(l-1)_i, so their "
-                          "marginal is not a scale mixture (PDLT app. B)")
     X = input_matrix(x, "x")
     if X.shape[0] != 1:
         raise DomainError(f"x must be one input (app. A treats a single input), got {X.shape[0]}")
@@ -268,6 +294,18 @@ def _metric_samples(net: Any, x: Any, layer: Any, networks: Any, seed: Any, batc
     if need > width:
         raise DomainError(f"{need} neurons asked for but layer {layer} has width {width}")
     networks = integer(networks, "networks", minimum=64)
+    if net.gamma_at(layer) != 0.0:
+        if layer != 2 or need != 1:
+            raise DomainError(
+                f"sampled entropies of a residual MLP at a skip layer need layer 2 and one neuron "
+                f"(got layer {layer}, {need} neurons): there the neuron's own history z^(1)_i is "
+                "Gaussian and is integrated out exactly; deeper, or for several neurons, the "
+                "mixture over the sampled conditional means gamma z^(l-1)_i is dominated by their "
+                "O(1/networks) sample skewness (PDLT (B.4); module docstring)")
+        ens = simulate_ensemble(net, X, networks=networks, seed=seed, batch=batch,
+                                method="conditional", layers=[1], keep_samples=True,
+                                progress=progress)
+        return ens.samples[1][:, 0, :], layer
     ens = simulate_ensemble(net, X, networks=networks, seed=seed, batch=batch,
                             method="conditional", layers=[layer], keep_samples=True,
                             progress=progress)
@@ -290,7 +328,11 @@ def sampled_entropy(net: Any, x: Any, *, m: int = 1, layer: int | None = None,
     Parameters
     ----------
     net : MLP
-        A plain (non-residual) MLP with numeric widths.
+        An MLP with numeric widths.  A residual MLP (PDLT (B.4)) is accepted at its first skip
+        layer (``layer=2``, ``m=1``; the neuron's own history integrated out exactly, ``epsilon``
+        NaN: compare with :func:`effth.pdlt.information.skip_layer_entropy`, module docstring)
+        and at layers without a skip (a scale mixture in :math:`\xi^2\widehat G` as for a plain
+        MLP); deeper skip layers are refused.
     x : array_like (1, n_0) or (n_0,)
         One input.
     m : int
@@ -305,7 +347,81 @@ def sampled_entropy(net: Any, x: Any, *, m: int = 1, layer: int | None = None,
     """
     m = _neurons(m, "m")
     G, layer = _metric_samples(net, x, layer, networks, seed, batch, progress, m)
+    if G.ndim == 2:                                  # residual MLP, skip layer 2: z^(1) samples
+        return _residual_estimate(net, x, G, layer)
     return _estimate(G, (m,), layer, G.size)
+
+
+_GL = 48               # Gauss-Legendre nodes on each half line of the own-history integral
+_A_RANGE = 10.0        # ... which spans +- this many standard deviations of z^(1)
+
+
+def _residual_estimate(net: Any, x: Any, z1: np.ndarray, layer: int) -> InformationEstimate:
+    r"""One neuron of skip layer 2 (module docstring): the exact mixture over the sampled
+    :math:`R=\sum_{j>1}\sigma(z^{(1)}_j)^2`, the neuron's own :math:`z^{(1)}_1` integrated out."""
+    X = input_matrix(x, "x")
+    n1 = z1.shape[1]
+    G1 = net.c_b_at(1) + net.c_w_at(1) * float(X[0] @ X[0]) / X.shape[1]
+    g, xi, cw, cb = net.gamma_at(layer), net.xi_at(layer), net.c_w_at(layer), net.c_b_at(layer)
+    sigma = net.act.numpy(0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        R = np.sum(np.asarray(sigma(z1[:, 1:]), dtype=float) ** 2, axis=1)
+    if not np.all(np.isfinite(R)):
+        raise DomainError("the activations of layer 1 overflow: sampled entropy undefined")
+    u, w = np.polynomial.legendre.leggauss(_GL)
+    half = 0.5 * _A_RANGE * (u + 1.0)
+    a = np.sqrt(G1) * np.concatenate([-half[::-1], half])
+    wa = np.concatenate([w[::-1], w]) * 0.5 * _A_RANGE * np.exp(-0.5 * (a * a) / G1) / np.sqrt(2 * np.pi)
+    wa = wa / wa.sum()                       # the exact normalisation, to 1e-22 before this
+    with np.errstate(over="ignore", invalid="ignore"):
+        own = np.asarray(sigma(a), dtype=float) ** 2
+    v = xi * xi * (cb + cw * (R[:, None] + own[None, :]) / n1)          # (networks, nodes)
+    if not np.all(np.isfinite(v)) or np.any(v <= 0):
+        raise DomainError("the conditional variance xi^2 G_hat^(2) is <= 0 or not finite for some "
+                          "network (for ReLU with C_b = 0, a dead layer 1): the entropy is -inf; "
+                          "use wider layers or C_b > 0")
+    mu = g * a
+    s_min, s_max = np.sqrt(v.min()), np.sqrt(v.max())
+    edge = abs(g) * _A_RANGE * np.sqrt(G1) + 9.0 * s_max
+    size = z1.shape[0]
+    K, groups, bounds = _groups(size)
+    counts = np.diff(bounds).astype(float)
+    for h_ratio in (2.0, 3.0, 4.0):
+        nodes = int(np.ceil(2 * edge / (s_min / h_ratio))) + 1
+        zg = np.linspace(-edge, edge, nodes)
+        h = zg[1] - zg[0]
+        sums = np.zeros((K, nodes))
+        step = max(1, int(2 ** 22 // (nodes * a.size)))
+        for k in range(K):
+            for s0 in range(int(bounds[k]), int(bounds[k + 1]), step):
+                e = min(s0 + step, int(bounds[k + 1]))
+                vv = v[s0:e, :, None]
+                dens = np.exp(-0.5 * (zg[None, None, :] - mu[None, :, None]) ** 2 / vv) / np.sqrt(
+                    2 * np.pi * vv)
+                sums[k] += np.einsum("q,jqz->z", wa, dens)
+        mass = h * sums.sum() / size
+        if abs(mass - 1.0) < 1e-11:
+            break
+    else:
+        raise ConvergenceError(f"the z quadrature of the residual mixture entropy did not reach "
+                               f"unit mass (off by {abs(mass - 1):.2g} at {nodes} nodes)")
+    # the mixture's own second moment, per group: sum_q w_q (mu_q^2 + v_jq)
+    m2 = (wa * mu * mu).sum() + v @ wa
+    m2_k = np.bincount(groups, weights=m2, minlength=K)
+
+    def dev(p_sum, c, second):
+        p = p_sum / c
+        with np.errstate(divide="ignore"):
+            lp = np.where(p > 0, np.log(np.where(p > 0, p, 1.0)), 0.0)
+        S = -h * float(np.sum(p * lp))
+        return S - 0.5 * np.log(2 * np.pi * np.e * second / c)
+
+    total = sums.sum(axis=0)
+    full = dev(total, size, m2.sum())
+    loo = np.array([dev(total - sums[k], size - counts[k], m2.sum() - m2_k[k]) for k in range(K)])
+    nan = np.full(K, np.nan)
+    return InformationEstimate(float(full), float(jackknife_error(loo[:, None])[0]), float("nan"),
+                               float("nan"), float(m2.mean()), (1,), int(layer), int(size), loo, nan)
 
 
 @public
