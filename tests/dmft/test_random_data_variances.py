@@ -180,7 +180,7 @@ def test_variances_gap_falls_like_one_over_D():
 
 SLOW = {   # theory, D grid, networks per D (x 1/D), quantity
     "finite_data": (dict(hidden_layers=3, alpha=2.0, nu=1.0, gamma0=1.0, eta=0.05, sigma=0.3,
-                         weight_variances=(1.5, 0.6, 1.3, 0.8)), (32, 64, 128, 256), 512000,
+                         weight_variances=(1.5, 0.6, 1.3, 0.8)), (32, 64, 128, 256), 1024000,
                     "train_loss"),
     "sgd": (dict(hidden_layers=2, batch_ratio=2.0, nu=1.0, gamma0=1.0, eta=0.1, sigma=0.5,
                  weight_variances=VAR), (32, 64, 128, 256), 512000, "test_loss"),
@@ -199,7 +199,7 @@ def test_slow_variances_gap_falls_like_one_over_D(name, opt_in_slow):
                       for c, D in zip(comps, Ds)], round((th - m_inf) / se, 2), wrong)
     assert fit.consistent_with(-1.0, sigmas=4.0), fit
     assert abs(th - m_inf) < 4 * se
-    assert abs(wrong["unit variances"]) > 8
+    assert abs(wrong["unit variances"]) > 5
 
 
 # --------------------------------------------------------------------------- bad input
