@@ -764,12 +764,16 @@ def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = N
         try:
             arrays = _march(p)
         except _Diverged as exc:
-            c = (p.L + 1) * p.eta
+            if p.variances is None:
+                c, what, short_ = (p.L + 1) * p.eta, "(L+1) eta", "(L+1) eta"
+            else:
+                c, what, short_ = (_lazy_ntk(p.variances) * p.eta, "eta kappa (kappa = sum_l "
+                                   "prod_{k!=l} sigma_k^2, the lazy NTK)", "eta kappa")
             raise ConvergenceError(
                 f"the DMFT solution diverged at step {exc.step} of {p.T} (test loss "
                 f"{exc.loss:.3g}): eta={p.eta:g} is above the maximal stable learning rate "
                 f"(for comparison, the lazy infinite-width limit of this depth is stable for "
-                f"(L+1) eta < 2, here (L+1) eta = {c:g}; finite data, SGD noise and feature "
+                f"{what} < 2, here {short_} = {c:g}; finite data, SGD noise and feature "
                 f"learning lower the bound); lower eta") from None
     _warn_edge(p)
     return RandomDataResult(hidden_layers=p.L, grid=TimeGrid(p.eta, p.T), alpha=p.alpha,

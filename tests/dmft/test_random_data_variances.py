@@ -240,3 +240,11 @@ def test_sweeps_take_variances():
                                 weight_variances=VAR)
     one = solve(hidden_layers=2, nu=1.0, gamma0=1.0, eta=0.1, steps=6, weight_variances=VAR)
     assert sw.final_loss[0, 1] == one.test_loss[-1]
+
+
+def test_divergence_names_the_lazy_ntk_with_variances():
+    # eta kappa = 0.7 * 3.5 = 2.45 > 2: the lazy network diverges (unit variances: 2.1)
+    from effth.errors import ConvergenceError
+    with pytest.raises(ConvergenceError, match=r"eta kappa = 2\.45"):
+        solve(hidden_layers=2, gamma0=1e-6, eta=0.7, steps=100, centering=True,
+              weight_variances=VAR)
