@@ -158,6 +158,14 @@ def _wrong(kw, name="test_loss", t=10):
         out[f"sigma_{i}^2 x 0.9"] = solve(**{**kw, "weight_variances": v}).value(name)[t]
     with mock.patch.object(rd, "_PlainHidden", _SourcesOnly):
         out["responses without sigma"] = solve(**kw).value(name)[t]
+    orig = rd._width_factors
+
+    def first_layer_response_without_sigma0(p):
+        rho, cK, iv_r, iv_h = orig(p)
+        return rho, cK, iv_r, iv_h / p.variances[0]
+
+    with mock.patch.object(rd, "_width_factors", first_layer_response_without_sigma0):
+        out["R^0_hr without sigma_0^2"] = solve(**kw).value(name)[t]
     return out
 
 
@@ -165,7 +173,8 @@ def test_variances_gap_falls_like_one_over_D():
     """L = 2, sigma^2 = (0.5, 2, 1), nu = gamma0 = 1, eta = 0.1, population, test loss at
     t = 10 (theory 0.0125, unit variances 0.0751): gap x D ~ -0.26 with standard errors x D
     0.006, 0.009, 0.017 at D = 32, 64, 128; the 1/D extrapolation of the networks is within
-    0.3 SE of the theory, the wrong theories are >= 10 SE off (unit variances ~ 360 SE)."""
+    0.3 SE of the theory, the wrong theories are >= 10 SE off (unit variances ~ 360 SE; the
+    first-layer response sigma_0^2 R^0_hr / (nu gamma0) without sigma_0^2: 0.109)."""
     kw = dict(hidden_layers=2, nu=1.0, gamma0=1.0, eta=0.1, steps=11, weight_variances=VAR)
     Ds = [32, 64, 128]
     th, fit, comps, (m_inf, se) = _study(kw, Ds, [16000, 8000, 4000])
@@ -174,7 +183,9 @@ def test_variances_gap_falls_like_one_over_D():
     assert fit.consistent_with(-1.0, sigmas=4.0), fit
     assert fit.slope_stderr < 0.3, fit
     assert abs(th - m_inf) < 4 * se
-    for label, w in _wrong(kw).items():
+    wrong = _wrong(kw)
+    print({k: round((w - m_inf) / se, 1) for k, w in wrong.items()})
+    for label, w in wrong.items():
         assert abs(w - m_inf) > 8 * se, (label, (w - m_inf) / se)
 
 
