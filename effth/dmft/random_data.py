@@ -184,10 +184,6 @@ def _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, 
                           "I + beta W / sqrt(N) need equal hidden widths (App. C); drop "
                           "width_ratios or the branch scale")
     variances = weight_variance_values(weight_variances, L + 1)
-    if variances is not None and beta is not None:
-        raise DomainError("weight_variances= with a residual network is not implemented (the "
-                          "skip connections carry the fields past the weights, App. C); drop "
-                          "weight_variances or the branch scale")
     return _Params(L=L, T=T, eta=eta, g2=g2, iv=iv, alpha=alpha, alpha_b=ab, sigma=sigma, S=S,
                    centering=bool(centering), beta=beta, widths=widths, C=C,
                    signal_matrix=signal_matrix, variances=variances)
@@ -365,7 +361,7 @@ def _march(p: _Params, check: bool = True):
     if p.beta is None:
         hid = _PlainHidden(L, T, C, rho, var)
     else:
-        hid = _ResidualHidden(L, T, p.beta, C)
+        hid = _ResidualHidden(L, T, p.beta, C, var)
     Su = Z()
     L0 = None
     for t in range(T):
@@ -561,8 +557,8 @@ class _ResidualHidden:
     and ``g^L_c`` collects ``h^L_c`` of its own channel only.
     """
 
-    def __init__(self, L, T, beta, C=1):
-        self.L, self.T, self.beta, self.C = L, T, beta, C
+    def __init__(self, L, T, beta, C=1, var=None):
+        self.L, self.T, self.beta, self.C, self.var = L, T, beta, C, var
         self.eye = np.eye(C)
         n = T * C
         self.Hu = np.zeros((L + 1, L + 1, n, n))   # [l][k]  d h^l / d u^k
@@ -571,8 +567,20 @@ class _ResidualHidden:
         self.Gr = np.zeros((L + 2, L + 1, n, n))
 
     def _cov_sources(self, Ch, Cg, up):
+        # views: rows written during this step's layer loop are seen by the later layers
         return ([Ch[k - 1][up, up] for k in range(1, self.L + 1)],
                 [Cg[k + 1][up, up] for k in range(1, self.L + 1)])
+
+    def _row(self, k, Xu, Xr, Su, Sr, r, up, g2, u_scaled):
+        """Covariance row of a field with coefficients ``Xu`` on ``u^k`` and ``Xr`` on ``r^k``;
+        ``sigma_{k-1}^2`` on ``u^k`` (from ``W^{k-1}(0)``), ``sigma_k^2`` on ``r^k`` (B&P 2022
+        app. D.8).  ``u_scaled``: the ``g2`` factor sits on the ``u`` part (``g``) or the ``r``
+        part (``h``)."""
+        a = (Xu[r, up] @ Su[k - 1]) @ Xu[up, up].T
+        c = (Xr[r, up] @ Sr[k - 1]) @ Xr[up, up].T
+        if self.var is not None:
+            a, c = self.var[k - 1] * a, self.var[k] * c
+        return g2 * a + c if u_scaled else a + g2 * c
 
     def backward(self, t, Ch, Cg, eta, g2):
         L, b, C = self.L, self.beta, self.C
@@ -583,7 +591,10 @@ class _ResidualHidden:
                 Bv = eta * np.ones(t) if C == 1 else eta * np.tile(self.eye, (1, t))
                 scale = 1.0
             else:
-                Bv = self.Gu[l + 1][l + 1][r, pre] + eta * b * Cg[l + 1][r, pre]
+                R = self.Gu[l + 1][l + 1][r, pre]
+                if self.var is not None:
+                    R = self.var[l] * R
+                Bv = R + eta * b * Cg[l + 1][r, pre]
                 scale = b
             for k in range(1, L + 1):
                 gu = scale * (Bv @ self.Hu[l][k][pre, up])
@@ -596,9 +607,12 @@ class _ResidualHidden:
             self.Gr[l][l][r, r] += (1.0 if l == L else b) * self.eye
             row = np.zeros((C, (t + 1) * C))
             for k in range(1, L + 1):
-                Gu, Gr = self.Gu[l][k], self.Gr[l][k]
-                row += g2 * ((Gu[r, up] @ Su[k - 1]) @ Gu[up, up].T)
-                row += (Gr[r, up] @ Sr[k - 1]) @ Gr[up, up].T
+                if self.var is None:
+                    Gu, Gr = self.Gu[l][k], self.Gr[l][k]
+                    row += g2 * ((Gu[r, up] @ Su[k - 1]) @ Gu[up, up].T)
+                    row += (Gr[r, up] @ Sr[k - 1]) @ Gr[up, up].T
+                else:
+                    row += self._row(k, self.Gu[l][k], self.Gr[l][k], Su, Sr, r, up, g2, True)
             _bsym(Cg[l], r, up, row)
 
     def R1gu_scaled(self, t):
@@ -616,6 +630,8 @@ class _ResidualHidden:
                 A[:, pre] += eta * Ch[0][r, pre]
             else:
                 A = self.Hr[l - 1][l - 1][r, up].copy()
+                if self.var is not None:
+                    A *= self.var[l - 1]
                 A[:, pre] += eta * b * Ch[l - 1][r, pre]
                 scale = b
             if printed:
@@ -631,9 +647,12 @@ class _ResidualHidden:
             self.Hu[l][l][r, r] += (1.0 if l == 1 else b) * self.eye
             row = np.zeros((C, (t + 1) * C))
             for k in range(1, L + 1):
-                Hu, Hr = self.Hu[l][k], self.Hr[l][k]
-                row += (Hu[r, up] @ Su[k - 1]) @ Hu[up, up].T
-                row += g2 * ((Hr[r, up] @ Sr[k - 1]) @ Hr[up, up].T)
+                if self.var is None:
+                    Hu, Hr = self.Hu[l][k], self.Hr[l][k]
+                    row += (Hu[r, up] @ Su[k - 1]) @ Hu[up, up].T
+                    row += g2 * ((Hr[r, up] @ Sr[k - 1]) @ Hr[up, up].T)
+                else:
+                    row += self._row(k, self.Hu[l][k], self.Hr[l][k], Su, Sr, r, up, g2, False)
             _bsym(Ch[l], r, up, row)
             # the u^k sources for k > l are not yet defined at layer l: covariances use
             # C_h^{k-1} rows up to t, all computed (k-1 <= l - 1 < l) before they are needed.
@@ -726,8 +745,12 @@ def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = N
         ``L(0) = S + sigma_0^2 .. sigma_L^2 / (nu gamma0^2) + sigma^2``; in the lazy limit
         ``K = eta kappa`` with the NTK ``kappa = sum_l prod_{k != l} sigma_k^2`` and
         ``L(t) = S (1 - eta kappa)^(2t)`` (population, centered).  With ``width_ratios`` the
-        width factors multiply on top.  ``None`` or all ones: the unit-variance equations, bit
-        for bit.  Not with residual branches.
+        width factors multiply on top.  Residual branches (App. C): the same factors on each
+        ``W^l(0)`` (``u^{l+1}``, ``r^l`` and their responses), so
+        ``C^1_g(0, 0) = sigma_L^2 prod_{l=1}^{L-1} (1 + beta^2 sigma_l^2)`` and the lazy NTK is
+        ``(sigma_0^2 + sigma_L^2) P + beta^2 sigma_0^2 sigma_L^2 sum_l P / (1 + beta^2 sigma_l^2)``,
+        ``P = prod_{l=1}^{L-1} (1 + beta^2 sigma_l^2)``.  ``None`` or all ones: the
+        unit-variance equations, bit for bit.
 
     Returns
     -------
@@ -767,8 +790,9 @@ def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = N
             if p.variances is None:
                 c, what, short_ = (p.L + 1) * p.eta, "(L+1) eta", "(L+1) eta"
             else:
-                c, what, short_ = (_lazy_ntk(p.variances) * p.eta, "eta kappa (kappa = sum_l "
-                                   "prod_{k!=l} sigma_k^2, the lazy NTK)", "eta kappa")
+                c, what, short_ = (_lazy_ntk(p.variances, p.beta) * p.eta, "eta kappa (kappa = sum_l "
+                                   "prod_{k!=l} sigma_k^2 without branches, the lazy NTK)",
+                                   "eta kappa")
             raise ConvergenceError(
                 f"the DMFT solution diverged at step {exc.step} of {p.T} (test loss "
                 f"{exc.loss:.3g}): eta={p.eta:g} is above the maximal stable learning rate "
@@ -795,14 +819,22 @@ def lazy_edge_ratio(p: _Params) -> float | None:
     kappa = (p.L + 1.0) if p.beta is None else resnet_kernel(hidden_layers=p.L,
                                                                branch_scale=p.beta)
     if p.variances is not None:
-        kappa = _lazy_ntk(p.variances)
+        kappa = _lazy_ntk(p.variances, p.beta)
     return p.eta * kappa * (1.0 + p.alpha ** -0.5) ** 2
 
 
-def _lazy_ntk(variances) -> float:
-    """Lazy NTK eigenvalue ``sum_l prod_{k != l} sigma_k^2`` (``L + 1`` at unit variances)."""
+def _lazy_ntk(variances, beta=None) -> float:
+    """Lazy NTK eigenvalue with initial variances: ``sum_l prod_{k != l} sigma_k^2`` (``L + 1``
+    at unit variances); residual (branch scale ``beta``): with ``P = prod_{l=1}^{L-1}
+    (1 + beta^2 sigma_l^2)``, ``(sigma_0^2 + sigma_L^2) P + beta^2 sigma_0^2 sigma_L^2
+    sum_{l=1}^{L-1} P / (1 + beta^2 sigma_l^2)`` (input, readout and branch layers; at unit
+    variances :func:`resnet_kernel`)."""
     v = list(variances)
-    return float(sum(math.prod(v[:l] + v[l + 1:]) for l in range(len(v))))
+    if beta is None:
+        return float(sum(math.prod(v[:l] + v[l + 1:]) for l in range(len(v))))
+    b2, mid = beta * beta, v[1:-1]
+    P = math.prod(1.0 + b2 * s for s in mid)
+    return float((v[0] + v[-1]) * P + b2 * v[0] * v[-1] * sum(P / (1.0 + b2 * s) for s in mid))
 
 
 def _warn_edge(p: _Params) -> None:

@@ -179,7 +179,7 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
         ``W^1 .. W^{L-1}``, the readout ``w^L``): the initial weights are drawn as before and
         scaled by ``sigma_l``, ``W^l_ij(0) ~ N(0, sigma_l^2)`` (Bordelon & Pehlevan (2022),
         App. D.8); the fields, updates and learning rate are unchanged.  ``None`` or all ones:
-        the unit-variance networks, bit for bit (same draws).  Not with residual branches.
+        the unit-variance networks, bit for bit (same draws).  Residual branches too.
     networks : int
         Number of independent networks (batched).
     seed : int, SeedSequence, Generator or None
@@ -219,9 +219,6 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
         raise DomainError("width_ratios= with a residual network: the skip connections "
                           "I + beta W / sqrt(N) need equal hidden widths (App. C)")
     variances = weight_variance_values(weight_variances, L + 1)
-    if variances is not None and beta is not None:
-        raise DomainError("weight_variances= with a residual network is not implemented (as in "
-                          "the theory, solve_random_data); drop weight_variances or the branch scale")
     Ns = [N] * L if ratios is None else [max(1, int(round(a * nu * D))) for a in ratios]
     sgd = batch_ratio is not None
     if sgd:
