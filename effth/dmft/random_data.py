@@ -42,7 +42,9 @@ Extensions
 Layer-dependent widths ``N_l = a_l N`` (App. F, ``width_ratios=``): the backward fields gain
 ``a_{l+1} / a_l`` and the input site the readout-width factors (see :func:`solve_random_data`).
 Several output channels (App. G, ``outputs=``): the same equations on the time-major grid of
-``(t, c)`` points.  Structured data at finite width and batch: the approximate theory of App. E
+``(t, c)`` points.  Initial weight variances ``W^l(0) ~ N(0, sigma_l^2)`` (B&P 2022 app. D.8,
+``weight_variances=``): ``sigma_l^2`` on the sources and response terms of ``W^l`` (see
+:func:`solve_random_data`).  Structured data at finite width and batch: the approximate theory of App. E
 (:func:`solve_power_law` with ``width=``, ``batch=``).
 
 Scaled responses
@@ -67,7 +69,7 @@ from effth._progress import progress_bar
 from effth._results import HiddenLayers
 from effth._threads import blas_threads
 from effth._validate import (check_memory, integer, positive, real_array, real_number, real_scalar,
-                             teacher_signal, width_ratio_values)
+                             teacher_signal, weight_variance_values, width_ratio_values)
 from effth.arch import resolve_depth
 from effth.arch._common import resolve_branch_scale
 from effth.errors import ConvergenceError, DomainError
@@ -116,11 +118,12 @@ class _Params:
     widths: tuple | None = None  # a_l = N_l / N per hidden layer (App. F); None: equal widths
     C: int = 1                   # output channels (App. G)
     signal_matrix: np.ndarray | None = None   # (C, C) S_cc' = w*_c . w*_c' / D when C > 1
+    variances: tuple | None = None   # sigma_l^2 of W^0 .. W^{L-1}, w^L (B&P 2022 app. D.8); None: 1
 
 
 def _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, centering,
             batch_ratio, parameterization, reference_nu, branch_scale, branch_scale0,
-            width_ratios=None, outputs=1):
+            width_ratios=None, outputs=1, weight_variances=None):
     L = resolve_depth(depth, hidden_layers) - 1
     C = integer(outputs, "outputs", minimum=1)
     signal, signal_matrix = teacher_signal(signal, C)
@@ -180,9 +183,10 @@ def _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, 
         raise DomainError("width_ratios= with a residual network: the skip connections "
                           "I + beta W / sqrt(N) need equal hidden widths (App. C); drop "
                           "width_ratios or the branch scale")
+    variances = weight_variance_values(weight_variances, L + 1)
     return _Params(L=L, T=T, eta=eta, g2=g2, iv=iv, alpha=alpha, alpha_b=ab, sigma=sigma, S=S,
                    centering=bool(centering), beta=beta, widths=widths, C=C,
-                   signal_matrix=signal_matrix)
+                   signal_matrix=signal_matrix, variances=variances)
 
 
 # --------------------------------------------------------------------------- result
@@ -203,7 +207,8 @@ class RandomDataResult(HiddenLayers):
     the channels (the un-halved loss ``sum_c <Delta_c^2>``), ``'channel_loss'`` ``(T, C)`` is the
     test loss of each channel, and the two-time matrices have shape ``(T, C, T, C)``
     (``C_v[t, c, s, c'] = <v_c(t) v_c'(s)>``).  ``width_ratios`` holds ``a_l = N_l / N``
-    (``None``: equal widths, App. F).
+    (``None``: equal widths, App. F); ``weight_variances`` the initial variances
+    ``sigma_0^2 .. sigma_L^2`` (``None``: all 1).
     """
 
     hidden_layers: int
@@ -221,6 +226,7 @@ class RandomDataResult(HiddenLayers):
     seconds: float = 0.0
     width_ratios: tuple | None = None
     outputs: int = 1
+    weight_variances: tuple | None = None
 
     @property
     def steps(self) -> int:
@@ -281,6 +287,8 @@ class RandomDataResult(HiddenLayers):
             res += f", width_ratios={short(list(self.width_ratios))}"
         if self.outputs > 1:
             res += f", outputs={self.outputs}"
+        if self.weight_variances is not None:
+            res += f", weight_variances={short(list(self.weight_variances))}"
         return (f"{depth_text(self.depth)}, {kind}, nu={self.nu:g}, "
                 f"gamma0={math.sqrt(self.gamma0_sq):g}, eta={self.grid.eta:g}, steps={self.steps}{res}")
 
@@ -293,7 +301,7 @@ class RandomDataResult(HiddenLayers):
                 ("gamma0", f"{math.sqrt(self.gamma0_sq):g}"), ("eta", self.grid.eta),
                 ("steps", self.steps), ("sigma", self.sigma), ("centering", self.centering),
                 ("branch scale", self.branch_scale), ("width ratios", self.width_ratios),
-                ("outputs", self.outputs),
+                ("outputs", self.outputs), ("weight variances", self.weight_variances),
                 ("test loss", short(np.round(self.test_loss, 4))),
                 ("seconds", f"{self.seconds:.3g}")]
         return html_table("RandomDataResult", rows)
@@ -339,6 +347,9 @@ def _march(p: _Params, check: bool = True):
     eye = np.eye(C)
     Smat = np.array([[p.S]]) if p.signal_matrix is None else p.signal_matrix
     rho, cK, iv_r, iv_h = _width_factors(p)
+    var = p.variances
+    if var is not None:           # W^0(0) ~ N(0, sigma_0^2): the noise r^0 and its response
+        iv_r, iv_h = var[0] * iv_r, var[0] * iv_h
     Ch = [Z() for _ in range(L + 1)]                  # C_h^0 .. C_h^L
     Cg = [Z() for _ in range(L + 2)]                  # index 1..L; L+1 = output "gradient"
     Cg[L + 1] = np.ones((n, n)) if C == 1 else np.kron(np.ones((T, T)), eye)
@@ -348,16 +359,17 @@ def _march(p: _Params, check: bool = True):
     Cv, CD = Z(), Z()
     Kmat = Z()
     if p.beta is None:
-        hid = _PlainHidden(L, T, C, rho)
+        hid = _PlainHidden(L, T, C, rho, var)
     else:
-        hid = _ResidualHidden(L, T, p.beta, C)
+        hid = _ResidualHidden(L, T, p.beta, C, var)
     Su = Z()
     L0 = None
     for t in range(T):
         r, pre, up = _blocks(t, C)
         hid.backward(t, Ch, Cg, eta, g2)
         # ------------------------------------------------------------ input sites
-        K = hid.R1gu_scaled(t) + (eta * math.sqrt(g2) if p.variant == "printed_v" else eta) * Cg[1][r, pre]
+        R1 = hid.R1gu_scaled(t) if var is None else var[0] * hid.R1gu_scaled(t)
+        K = R1 + (eta * math.sqrt(g2) if p.variant == "printed_v" else eta) * Cg[1][r, pre]
         if cK != 1.0:
             K = cK * K
         Kmat[r, pre] = K
@@ -460,22 +472,37 @@ def _width_factors(p: _Params):
 class _PlainHidden:
     """Hidden sites of the non-residual network: ``h = H_u u + H_r r``, ``g = G_u u + G_r r``
     (responses stored divided by ``gamma0``), on the time-major grid of ``T C`` points
-    (``C`` output channels); ``rho[l]`` are the width factors of :func:`_width_factors`."""
+    (``C`` output channels); ``rho[l]`` are the width factors of :func:`_width_factors` and
+    ``var[l]`` the initial weight variances ``sigma_l^2`` (B&P 2022 app. D.8): averaging over
+    ``W^l(0)`` gives the sources ``u^{l+1} ~ sigma_l^2 C^l_h``, ``r^l ~ sigma_l^2 C^{l+1}_g``
+    (``r^L ~ sigma_L^2``) and the response terms ``sigma_l^2 R^l_hr`` (in ``h^{l+1}``),
+    ``sigma_l^2 R^{l+1}_gu`` (in ``g^l``); the drifts ``eta C`` carry no ``sigma``."""
 
-    def __init__(self, L, T, C=1, rho=None):
+    def __init__(self, L, T, C=1, rho=None, var=None):
         n = T * C
         Z = lambda: np.zeros((n, n))              # noqa: E731
-        self.L, self.C, self.rho = L, C, rho
+        self.L, self.C, self.rho, self.var = L, C, rho, var
         self.eye = np.eye(C)
         self.Hu = [None] + [Z() for _ in range(L)]
         self.Hr = [None] + [Z() for _ in range(L)]     # H_r / gamma0
         self.Gu = [None] + [Z() for _ in range(L + 1)]  # G_u / gamma0 ; Gu[L+1] = 0
         self.Gr = [None] + [Z() for _ in range(L)]
 
+    def _sources(self, l, Ch, Cg, rho, up):
+        """Covariances of ``u^l`` (from ``W^{l-1}(0)``) and ``r^l`` (from ``W^l(0)``)."""
+        Su = Ch[l - 1][up, up]
+        Sg = Cg[l + 1][up, up] if rho == 1.0 else rho * Cg[l + 1][up, up]
+        if self.var is not None:
+            Su, Sg = self.var[l - 1] * Su, self.var[l] * Sg
+        return Su, Sg
+
     def backward(self, t, Ch, Cg, eta, g2):
         r, pre, up = _blocks(t, self.C)
         for l in range(self.L, 0, -1):
-            B = self.Gu[l + 1][r, pre] + eta * Cg[l + 1][r, pre]
+            R = self.Gu[l + 1][r, pre]
+            if self.var is not None:
+                R = self.var[l] * R
+            B = R + eta * Cg[l + 1][r, pre]
             rho = 1.0 if (self.rho is None or l == self.L) else self.rho[l]
             if rho != 1.0:
                 B = rho * B
@@ -483,8 +510,8 @@ class _PlainHidden:
             self.Gr[l][r, up] = g2 * (B @ self.Hr[l][pre, up])
             self.Gr[l][r, r] += self.eye
             Gu, Gr = self.Gu[l], self.Gr[l]
-            Sg = Cg[l + 1][up, up] if rho == 1.0 else rho * Cg[l + 1][up, up]
-            _bsym(Cg[l], r, up, g2 * ((Gu[r, up] @ Ch[l - 1][up, up]) @ Gu[up, up].T)
+            Su, Sg = self._sources(l, Ch, Cg, rho, up)
+            _bsym(Cg[l], r, up, g2 * ((Gu[r, up] @ Su) @ Gu[up, up].T)
                   + (Gr[r, up] @ Sg) @ Gr[up, up].T)
 
     def R1gu_scaled(self, t):
@@ -494,7 +521,12 @@ class _PlainHidden:
     def forward(self, t, Ch, Cg, H0r, eta, g2, iv, printed=False):
         r, pre, up = _blocks(t, self.C)
         for l in range(1, self.L + 1):
-            A = (iv * H0r[r, up]) if l == 1 else self.Hr[l - 1][r, up].copy()   # s <= t
+            if l == 1:
+                A = iv * H0r[r, up]                     # sigma_0^2 is in iv
+            elif self.var is None:
+                A = self.Hr[l - 1][r, up].copy()        # s <= t
+            else:
+                A = self.var[l - 1] * self.Hr[l - 1][r, up]
             if printed:
                 A[:, r] = 0.0                                                   # printed s < t
             A[:, pre] += eta * Ch[l - 1][r, pre]                                # s <  t
@@ -503,8 +535,8 @@ class _PlainHidden:
             self.Hr[l][r, up] = A @ self.Gr[l][up, up]
             Hu, Hr = self.Hu[l], self.Hr[l]
             rho = 1.0 if (self.rho is None or l == self.L) else self.rho[l]
-            Sg = Cg[l + 1][up, up] if rho == 1.0 else rho * Cg[l + 1][up, up]
-            _bsym(Ch[l], r, up, (Hu[r, up] @ Ch[l - 1][up, up]) @ Hu[up, up].T
+            Su, Sg = self._sources(l, Ch, Cg, rho, up)
+            _bsym(Ch[l], r, up, (Hu[r, up] @ Su) @ Hu[up, up].T
                   + g2 * ((Hr[r, up] @ Sg) @ Hr[up, up].T))
 
 
@@ -525,8 +557,8 @@ class _ResidualHidden:
     and ``g^L_c`` collects ``h^L_c`` of its own channel only.
     """
 
-    def __init__(self, L, T, beta, C=1):
-        self.L, self.T, self.beta, self.C = L, T, beta, C
+    def __init__(self, L, T, beta, C=1, var=None):
+        self.L, self.T, self.beta, self.C, self.var = L, T, beta, C, var
         self.eye = np.eye(C)
         n = T * C
         self.Hu = np.zeros((L + 1, L + 1, n, n))   # [l][k]  d h^l / d u^k
@@ -535,8 +567,20 @@ class _ResidualHidden:
         self.Gr = np.zeros((L + 2, L + 1, n, n))
 
     def _cov_sources(self, Ch, Cg, up):
+        # views: rows written during this step's layer loop are seen by the later layers
         return ([Ch[k - 1][up, up] for k in range(1, self.L + 1)],
                 [Cg[k + 1][up, up] for k in range(1, self.L + 1)])
+
+    def _row(self, k, Xu, Xr, Su, Sr, r, up, g2, u_scaled):
+        """Covariance row of a field with coefficients ``Xu`` on ``u^k`` and ``Xr`` on ``r^k``;
+        ``sigma_{k-1}^2`` on ``u^k`` (from ``W^{k-1}(0)``), ``sigma_k^2`` on ``r^k`` (B&P 2022
+        app. D.8).  ``u_scaled``: the ``g2`` factor sits on the ``u`` part (``g``) or the ``r``
+        part (``h``)."""
+        a = (Xu[r, up] @ Su[k - 1]) @ Xu[up, up].T
+        c = (Xr[r, up] @ Sr[k - 1]) @ Xr[up, up].T
+        if self.var is not None:
+            a, c = self.var[k - 1] * a, self.var[k] * c
+        return g2 * a + c if u_scaled else a + g2 * c
 
     def backward(self, t, Ch, Cg, eta, g2):
         L, b, C = self.L, self.beta, self.C
@@ -547,7 +591,10 @@ class _ResidualHidden:
                 Bv = eta * np.ones(t) if C == 1 else eta * np.tile(self.eye, (1, t))
                 scale = 1.0
             else:
-                Bv = self.Gu[l + 1][l + 1][r, pre] + eta * b * Cg[l + 1][r, pre]
+                R = self.Gu[l + 1][l + 1][r, pre]
+                if self.var is not None:
+                    R = self.var[l] * R
+                Bv = R + eta * b * Cg[l + 1][r, pre]
                 scale = b
             for k in range(1, L + 1):
                 gu = scale * (Bv @ self.Hu[l][k][pre, up])
@@ -560,9 +607,12 @@ class _ResidualHidden:
             self.Gr[l][l][r, r] += (1.0 if l == L else b) * self.eye
             row = np.zeros((C, (t + 1) * C))
             for k in range(1, L + 1):
-                Gu, Gr = self.Gu[l][k], self.Gr[l][k]
-                row += g2 * ((Gu[r, up] @ Su[k - 1]) @ Gu[up, up].T)
-                row += (Gr[r, up] @ Sr[k - 1]) @ Gr[up, up].T
+                if self.var is None:
+                    Gu, Gr = self.Gu[l][k], self.Gr[l][k]
+                    row += g2 * ((Gu[r, up] @ Su[k - 1]) @ Gu[up, up].T)
+                    row += (Gr[r, up] @ Sr[k - 1]) @ Gr[up, up].T
+                else:
+                    row += self._row(k, self.Gu[l][k], self.Gr[l][k], Su, Sr, r, up, g2, True)
             _bsym(Cg[l], r, up, row)
 
     def R1gu_scaled(self, t):
@@ -580,6 +630,8 @@ class _ResidualHidden:
                 A[:, pre] += eta * Ch[0][r, pre]
             else:
                 A = self.Hr[l - 1][l - 1][r, up].copy()
+                if self.var is not None:
+                    A *= self.var[l - 1]
                 A[:, pre] += eta * b * Ch[l - 1][r, pre]
                 scale = b
             if printed:
@@ -595,9 +647,12 @@ class _ResidualHidden:
             self.Hu[l][l][r, r] += (1.0 if l == 1 else b) * self.eye
             row = np.zeros((C, (t + 1) * C))
             for k in range(1, L + 1):
-                Hu, Hr = self.Hu[l][k], self.Hr[l][k]
-                row += (Hu[r, up] @ Su[k - 1]) @ Hu[up, up].T
-                row += g2 * ((Hr[r, up] @ Sr[k - 1]) @ Hr[up, up].T)
+                if self.var is None:
+                    Hu, Hr = self.Hu[l][k], self.Hr[l][k]
+                    row += (Hu[r, up] @ Su[k - 1]) @ Hu[up, up].T
+                    row += g2 * ((Hr[r, up] @ Sr[k - 1]) @ Hr[up, up].T)
+                else:
+                    row += self._row(k, self.Hu[l][k], self.Hr[l][k], Su, Sr, r, up, g2, False)
             _bsym(Ch[l], r, up, row)
             # the u^k sources for k > l are not yet defined at layer l: covariances use
             # C_h^{k-1} rows up to t, all computed (k-1 <= l - 1 < l) before they are needed.
@@ -611,7 +666,7 @@ def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = N
                       parameterization: str = "mup", reference_nu: float = 1.0,
                       branch_scale: float | None = None,
                       branch_scale0: float | None = None, width_ratios=None, outputs: int = 1,
-                      _variant: str | None = None) -> RandomDataResult:
+                      weight_variances=None, _variant: str | None = None) -> RandomDataResult:
     r"""Solve the finite-``(alpha, nu)`` DMFT of a deep linear network trained on random data.
 
     Bordelon & Pehlevan, "Deep Linear Network Training Dynamics from Random Initialization"
@@ -672,6 +727,30 @@ def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = N
         and the readout source ``r^L_c`` independent per channel.  Then ``signal`` is a number
         (``S`` times the identity) or the ``(C, C)`` matrix ``S_cc' = w*_c . w*_c' / D``.
         Cost ``O(L (T C)^3)``.
+    weight_variances : sequence of float, optional
+        ``sigma_0^2 .. sigma_L^2 > 0``, one per weight layer (``W^0`` on the inputs, the hidden
+        ``W^1 .. W^{L-1}``, the readout ``w^L``): ``W^l_ij(0) ~ N(0, sigma_l^2)`` (Bordelon &
+        Pehlevan (2022), App. D.8, carried into the field form of eqs. (24)-(26)).  Writing
+        ``W^l(t) = W^l(0) + (updates)``, the updates give the drifts ``eta C`` unchanged, and the
+        Gaussian average over ``W^l(0)`` (the MSR step behind eq. (65)) gives every source
+        covariance and every response term it produces a factor ``sigma_l^2``:
+        ``u^{l+1} ~ GP(0, sigma_l^2 C^l_h)`` and ``h^{l+1} = u^{l+1} + gamma0 sum_{s<=t}
+        [sigma_l^2 R^l_hr + eta C^l_h] g^{l+1}`` (the drift term only over ``s < t``);
+        ``r^l ~ GP(0, sigma_l^2 C^{l+1}_g)`` and
+        ``g^l = r^l + gamma0 sum_{s<t} [sigma_l^2 R^{l+1}_gu + eta C^{l+1}_g] h^l``, the readout
+        ``r^L ~ sigma_L^2`` with the drift ``eta 1`` unchanged.  At the input site ``W^0(0)``
+        gives the kernel ``K = sigma_0^2 gamma0^-1 R^1_gu + eta C^1_g``, the initial-function
+        noise ``r^0 ~ sigma_0^2 C^1_g / (nu gamma0^2)`` and the first-layer response
+        ``sigma_0^2 R^0_hr / (nu gamma0)``.  Hence ``C^1_g(0, 0) = sigma_1^2 .. sigma_L^2`` and
+        ``L(0) = S + sigma_0^2 .. sigma_L^2 / (nu gamma0^2) + sigma^2``; in the lazy limit
+        ``K = eta kappa`` with the NTK ``kappa = sum_l prod_{k != l} sigma_k^2`` and
+        ``L(t) = S (1 - eta kappa)^(2t)`` (population, centered).  With ``width_ratios`` the
+        width factors multiply on top.  Residual branches (App. C): the same factors on each
+        ``W^l(0)`` (``u^{l+1}``, ``r^l`` and their responses), so
+        ``C^1_g(0, 0) = sigma_L^2 prod_{l=1}^{L-1} (1 + beta^2 sigma_l^2)`` and the lazy NTK is
+        ``(sigma_0^2 + sigma_L^2) P + beta^2 sigma_0^2 sigma_L^2 sum_l P / (1 + beta^2 sigma_l^2)``,
+        ``P = prod_{l=1}^{L-1} (1 + beta^2 sigma_l^2)``.  ``None`` or all ones: the
+        unit-variance equations, bit for bit.
 
     Returns
     -------
@@ -699,7 +778,7 @@ def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = N
     """
     p = _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, centering,
                 batch_ratio, parameterization, reference_nu, branch_scale, branch_scale0,
-                width_ratios, outputs)
+                width_ratios, outputs, weight_variances)
     if _variant is not None:      # the printed (erroneous) equations, for tests that reject them
         import dataclasses
         p = dataclasses.replace(p, variant=_variant)
@@ -708,12 +787,17 @@ def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = N
         try:
             arrays = _march(p)
         except _Diverged as exc:
-            c = (p.L + 1) * p.eta
+            if p.variances is None:
+                c, what, short_ = (p.L + 1) * p.eta, "(L+1) eta", "(L+1) eta"
+            else:
+                c, what, short_ = (_lazy_ntk(p.variances, p.beta) * p.eta, "eta kappa (kappa = sum_l "
+                                   "prod_{k!=l} sigma_k^2 without branches, the lazy NTK)",
+                                   "eta kappa")
             raise ConvergenceError(
                 f"the DMFT solution diverged at step {exc.step} of {p.T} (test loss "
                 f"{exc.loss:.3g}): eta={p.eta:g} is above the maximal stable learning rate "
                 f"(for comparison, the lazy infinite-width limit of this depth is stable for "
-                f"(L+1) eta < 2, here (L+1) eta = {c:g}; finite data, SGD noise and feature "
+                f"{what} < 2, here {short_} = {c:g}; finite data, SGD noise and feature "
                 f"learning lower the bound); lower eta") from None
     _warn_edge(p)
     return RandomDataResult(hidden_layers=p.L, grid=TimeGrid(p.eta, p.T), alpha=p.alpha,
@@ -721,7 +805,7 @@ def solve_random_data(*, depth: int | None = None, hidden_layers: int | None = N
                             sigma=p.sigma, signal=p.S, centering=p.centering,
                             batch_ratio=p.alpha_b, branch_scale=p.beta, arrays=arrays,
                             seconds=time.perf_counter() - t0, width_ratios=p.widths,
-                            outputs=p.C)
+                            outputs=p.C, weight_variances=p.variances)
 
 
 EDGE_WARNING = 1.5     # q = eta kappa lambda_+ from which finite-D networks approach slowly
@@ -734,7 +818,23 @@ def lazy_edge_ratio(p: _Params) -> float | None:
         return None
     kappa = (p.L + 1.0) if p.beta is None else resnet_kernel(hidden_layers=p.L,
                                                                branch_scale=p.beta)
+    if p.variances is not None:
+        kappa = _lazy_ntk(p.variances, p.beta)
     return p.eta * kappa * (1.0 + p.alpha ** -0.5) ** 2
+
+
+def _lazy_ntk(variances, beta=None) -> float:
+    """Lazy NTK eigenvalue with initial variances: ``sum_l prod_{k != l} sigma_k^2`` (``L + 1``
+    at unit variances); residual (branch scale ``beta``): with ``P = prod_{l=1}^{L-1}
+    (1 + beta^2 sigma_l^2)``, ``(sigma_0^2 + sigma_L^2) P + beta^2 sigma_0^2 sigma_L^2
+    sum_{l=1}^{L-1} P / (1 + beta^2 sigma_l^2)`` (input, readout and branch layers; at unit
+    variances :func:`resnet_kernel`)."""
+    v = list(variances)
+    if beta is None:
+        return float(sum(math.prod(v[:l] + v[l + 1:]) for l in range(len(v))))
+    b2, mid = beta * beta, v[1:-1]
+    P = math.prod(1.0 + b2 * s for s in mid)
+    return float((v[0] + v[-1]) * P + b2 * v[0] * v[-1] * sum(P / (1.0 + b2 * s) for s in mid))
 
 
 def _warn_edge(p: _Params) -> None:
@@ -863,7 +963,8 @@ def learning_rate_sweep(etas, nus, *, depth: int | None = None, hidden_layers: i
                         batch_ratio: float | None = None, parameterization: str = "mup",
                         reference_nu: float = 1.0, branch_scale: float | None = None,
                         branch_scale0: float | None = None, width_ratios=None,
-                        outputs: int = 1, progress: bool | None = None) -> LearningRateSweep:
+                        outputs: int = 1, weight_variances=None,
+                        progress: bool | None = None) -> LearningRateSweep:
     r"""Final test loss over a grid of learning rates and width ratios (the paper's Fig. 2).
 
     In muP (``gamma0`` fixed) the optimal ``eta`` is nearly width independent and wider networks
@@ -890,7 +991,7 @@ def learning_rate_sweep(etas, nus, *, depth: int | None = None, hidden_layers: i
             for j, eta in enumerate(E):
                 p = _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal,
                             centering, batch_ratio, parameterization, reference_nu, branch_scale,
-                            branch_scale0, width_ratios, outputs)
+                            branch_scale0, width_ratios, outputs, weight_variances)
                 base = p
                 out[i, j] = _stable(p)[1]
                 bar.update(1)
@@ -905,7 +1006,7 @@ def max_stable_learning_rate(*, depth: int | None = None, hidden_layers: int | N
                              batch_ratio: float | None = None, parameterization: str = "mup",
                              reference_nu: float = 1.0, branch_scale: float | None = None,
                              branch_scale0: float | None = None, width_ratios=None,
-                             outputs: int = 1, tol: float = 1e-3,
+                             outputs: int = 1, weight_variances=None, tol: float = 1e-3,
                              eta_start: float | None = None) -> float:
     r"""Largest ``eta`` whose run stays bounded for ``steps`` steps, by bisection in ``log eta``.
 
@@ -919,7 +1020,9 @@ def max_stable_learning_rate(*, depth: int | None = None, hidden_layers: int | N
     ----------
     tol : float
         Relative width of the final bracket (other arguments as in :func:`solve_random_data`,
-        ``width_ratios`` and ``outputs`` included).
+        ``width_ratios``, ``outputs`` and ``weight_variances`` included; with
+        ``weight_variances`` the lazy boundary is ``eta kappa = 2``,
+        ``kappa = sum_l prod_{k != l} sigma_k^2``).
     eta_start : float, optional
         Initial guess (default ``2 / (L + 1)``).
     """
@@ -931,7 +1034,7 @@ def max_stable_learning_rate(*, depth: int | None = None, hidden_layers: int | N
     def stable(eta):
         p = _params(depth, hidden_layers, alpha, nu, gamma0, eta, steps, sigma, signal, centering,
                     batch_ratio, parameterization, reference_nu, branch_scale, branch_scale0,
-                    width_ratios, outputs)
+                    width_ratios, outputs, weight_variances)
         return _stable(p)[0]
 
     L = resolve_depth(depth, hidden_layers) - 1

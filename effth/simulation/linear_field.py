@@ -22,7 +22,8 @@ Variants: population data (``alpha = inf``: ``h^0 = v``), online SGD (fresh ``B 
 samples and noise each step, App. D), centering (``f(x, t) - f(x, 0)``, App. A.3), residual
 branches ``I + beta W^l / sqrt(N)`` (App. C, updates carry ``beta``), layer-dependent widths
 ``N_l = a_l N`` (App. F, eq. (100): readout ``1/(N_L gamma0)``, each ``W^l`` divided by the square
-root of its fan-in) and several output channels (App. G, eqs. (102)-(105), the updates summed over
+root of its fan-in), initial weight variances ``W^l(0) ~ N(0, sigma_l^2)`` (B&P 2022
+app. D.8) and several output channels (App. G, eqs. (102)-(105), the updates summed over
 channels).  Networks are batched over a leading axis.
 """
 
@@ -40,7 +41,7 @@ from .._display import depth_text, html_table, short
 from .._progress import progress_bar
 from .._threads import blas_threads
 from .._validate import (integer, positive, real_scalar, teacher_signal,
-                         width_ratio_values)
+                         weight_variance_values, width_ratio_values)
 from effth.arch import resolve_depth
 from effth.arch._common import resolve_branch_scale
 from ..errors import ConvergenceError, DomainError
@@ -143,7 +144,7 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
                           centering: bool = False, batch_ratio: float | None = None,
                           parameterization: str = "mup", reference_nu: float = 1.0,
                           branch_scale: float | None = None, branch_scale0: float | None = None,
-                          width_ratios=None, outputs: int = 1,
+                          width_ratios=None, outputs: int = 1, weight_variances=None,
                           networks: int = 8, seed=0, progress: bool | None = None) -> LinearFieldRun:
     r"""Train ``networks`` independent field-form deep linear networks on random data.
 
@@ -173,6 +174,12 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
         label noise per channel, and the updates sum over channels:
         ``W^0 += eta gamma0 / sqrt(D) sum_c g^1_c h^0_c^T`` and likewise for ``W^l``.  The losses
         are summed over the channels; ``channel_test_loss`` holds them per channel.
+    weight_variances : sequence of float, optional
+        ``sigma_0^2 .. sigma_L^2 > 0``, one per weight layer (``W^0``, the hidden
+        ``W^1 .. W^{L-1}``, the readout ``w^L``): the initial weights are drawn as before and
+        scaled by ``sigma_l``, ``W^l_ij(0) ~ N(0, sigma_l^2)`` (Bordelon & Pehlevan (2022),
+        App. D.8); the fields, updates and learning rate are unchanged.  ``None`` or all ones:
+        the unit-variance networks, bit for bit (same draws).  Residual branches too.
     networks : int
         Number of independent networks (batched).
     seed : int, SeedSequence, Generator or None
@@ -211,6 +218,7 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
     if ratios is not None and beta is not None:
         raise DomainError("width_ratios= with a residual network: the skip connections "
                           "I + beta W / sqrt(N) need equal hidden widths (App. C)")
+    variances = weight_variance_values(weight_variances, L + 1)
     Ns = [N] * L if ratios is None else [max(1, int(round(a * nu * D))) for a in ratios]
     sgd = batch_ratio is not None
     if sgd:
@@ -263,6 +271,12 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
             W0 = rng.standard_normal((n, Ns[0], D))
             Ws = [rng.standard_normal((n, Ns[l], Ns[l - 1])) for l in range(1, L)]   # W^1 .. W^{L-1}
             wL = rng.standard_normal((n, NL) + ch)
+            if variances is not None:          # W^l(0) ~ N(0, sigma_l^2), same draws
+                sd = [math.sqrt(v) for v in variances]
+                W0 *= sd[0]
+                for l in range(1, L):
+                    Ws[l - 1] *= sd[l]
+                wL = wL * sd[L]
             if P is not None:
                 X = rng.standard_normal((n, P, D))
                 eps = rng.standard_normal((n, P) + ch)
@@ -320,6 +334,8 @@ def simulate_linear_field(*, dim: int, depth: int | None = None, hidden_layers: 
                     parameterization=parameterization)
     if ratios is not None:
         settings["widths"] = tuple(Ns)
+    if variances is not None:
+        settings["weight_variances"] = variances
     if C > 1:
         settings["outputs"] = C
     return LinearFieldRun(hidden_layers=L, dim=D, width=N, samples=P, eta=eta, gamma0=g, steps=T,
