@@ -98,7 +98,7 @@ from effth.errors import ConvergenceError, DomainError
 from effth._validate import weight_variance_values, width_ratio_values
 from effth.dmft.grid import (TimeGrid, causal_mask, langevin_settings, parameter_filter,
                              prepare_targets, real_scalar)
-from effth.dmft.solvers.lazy import check_langevin_step, check_stability_along, check_stability, hidden_layer_count, lazy_kernels, static_ntk_dynamics
+from effth.dmft.solvers.lazy import check_langevin_step, check_stability_along, check_stability, hidden_layer_count, lazy_kernels, static_ntk_dynamics, heavy_ball_ntk_dynamics
 from effth.dmft.result import Diagnostics, DMFTResult
 
 __all__ = ["solve_deep_linear"]
@@ -1022,6 +1022,13 @@ def _ntk_euler(data, H, G, model):
     pair ``c c'``)."""
     n, P, C, L = data.n_all, data.n_train, model.C, len(H)
     T = G[0].shape[0] // C
+    if model.momentum > 0:          # two-time K(t_i, t_j) against the heavy-ball step
+        Hf = [data.kx[None, :, None].repeat(T, 0).repeat(T, 2)] \
+            + [h.reshape(T, n, T, n) + model.b for h in H[:-1]] + [H[-1].reshape(T, n, T, n)]
+        Gf = [gg.reshape(T, C, T, C) for gg in G] + [np.eye(C)[None, :, None].repeat(T, 0)
+                                                     .repeat(T, 2)]
+        K2 = sum(h[:, :, None, :, :, None] * gd[:, None, :, :, None, :] for h, gd in zip(Hf, Gf))
+        return heavy_ball_ntk_dynamics(K2, model.Y, model.eta, model.momentum)
     idx = np.arange(T)
     Hd = [data.kx[None].repeat(T, 0)] + [h.reshape(T, n, T, n)[idx, :, idx, :] + model.b
                                          for h in H[:-1]]
@@ -1030,20 +1037,6 @@ def _ntk_euler(data, H, G, model):
     Gd.append(np.broadcast_to(np.eye(C), (T, C, C)))                # G^{L+1} = I_C
     shrink = 1.0 - model.eta * model.lam * (L + 1)
     f = np.zeros((T, n, C))
-    if model.momentum > 0:          # two-time K(t_i, t_j) against the heavy-ball step
-        mu = model.momentum
-        Hf = [data.kx[None, :, None].repeat(T, 0).repeat(T, 2)] \
-            + [h.reshape(T, n, T, n) + model.b for h in H[:-1]] + [H[-1].reshape(T, n, T, n)]
-        Gf = [gg.reshape(T, C, T, C) for gg in G] + [np.eye(C)[None, :, None].repeat(T, 0)
-                                                     .repeat(T, 2)]
-        deltas = np.zeros((T, P, C))
-        for i in range(T - 1):
-            deltas[i] = model.Y - f[i, :P]
-            drive = sum((1.0 - mu) * mu ** (i - j)
-                        * sum((h[i, :, j, :P] @ deltas[j]) @ gd[i, :, j] for h, gd in zip(Hf, Gf))
-                        for j in range(i + 1))
-            f[i + 1] = f[i] + model.eta * drive
-        return f
     for i in range(T - 1):
         delta = model.Y - f[i, :P]
         drive = sum((h[i][:, :P] @ delta) @ gd[i] for h, gd in zip(Hd, Gd))

@@ -234,6 +234,23 @@ def static_ntk_dynamics(ntk: np.ndarray, y: np.ndarray, eta: float, steps: int) 
     return f
 
 
+def heavy_ball_ntk_dynamics(K2: np.ndarray, Y: np.ndarray, eta: float, mu: float) -> np.ndarray:
+    """The NTK-Euler step with heavy-ball momentum ``mu`` on a two-time NTK (Bordelon & Pehlevan
+    (2022), App. L, eq. (122)): ``f(t+1) = f(t) + eta sum_{s<=t} (1 - mu) mu^(t-s) K(t, s)
+    Delta(s)``, ``Delta = Y - f[:P]``, ``f(0) = 0``.  ``K2`` is ``(T, n, C, T, n, C)`` (columns
+    past the ``P`` training points unused), ``Y`` ``(P, C)``; returns ``(T, n, C)``."""
+    T, n, C = K2.shape[:3]
+    P = Y.shape[0]
+    f = np.zeros((T, n, C))
+    deltas = np.zeros((T, P, C))
+    for i in range(T - 1):
+        deltas[i] = Y - f[i, :P]
+        w = (1.0 - mu) * mu ** (i - np.arange(i + 1))
+        f[i + 1] = f[i] + eta * np.einsum("j,mcjad,jad->mc", w, K2[i, :, :, :i + 1, :P],
+                                          deltas[:i + 1])
+    return f
+
+
 @public
 def static_ntk_solve(data: TrainingData, grid: TimeGrid, activation="linear", *, depth=None,
                      hidden_layers=None, check: bool = True, bias: bool = False,

@@ -100,7 +100,8 @@ from effth.dmft.grid import (TimeGrid, causal_mask, langevin_settings, parameter
 from effth.dmft.solvers.lazy import (_pair_cov, activation_label, check_langevin_step,
                    check_stability, check_stability_along, gaussian_expectation, is_linear,
                    hidden_layer_count, lazy_kernels,
-                   resolve_activation, static_ntk_dynamics, static_ntk_solve)
+                   resolve_activation, heavy_ball_ntk_dynamics, static_ntk_dynamics,
+                   static_ntk_solve)
 from effth._progress import progress_bar
 from effth.dmft.result import Diagnostics, DMFTResult
 
@@ -1296,13 +1297,7 @@ def _ntk_euler(kx, Phi, G, Y, eta, one=0.0, lang=None, momentum=0.0):
         for ell in range(1, len(Phi)):
             K2 = K2 + G[ell].reshape(T, n, C, T, n, C) * (full(Phi[ell - 1]) + one)
         K2 = K2 + full(Phi[-1]) * np.eye(C)[None, None, :, None, None, :]
-        deltas = np.zeros((T, P, C))
-        for i in range(T - 1):
-            deltas[i] = Y - f[i, :P]
-            w = (1.0 - mu) * mu ** (i - np.arange(i + 1))
-            f[i + 1] = f[i] + eta * np.einsum("j,mcjad,jad->mc", w, K2[i, :, :, :i + 1, :P],
-                                              deltas[:i + 1])
-        return f
+        return heavy_ball_ntk_dynamics(K2, Y, eta, mu)
     if lang is None:
         for i in range(T - 1):
             f[i + 1] = f[i] + eta * np.einsum("mcad,ad->mc", K[i][:, :, :P], Y - f[i, :P])
