@@ -23,13 +23,11 @@ sextic coupling drops out (footnote 25): the result checks it.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from math import factorial
 from typing import Any
 
-import numpy as np
 import sympy as sp
 
 from effth._cache import disk_cached
@@ -188,17 +186,6 @@ class SkipLayerEntropy:
     cumulants: tuple
 
 
-def _gauss_1d(f, K: float) -> float:
-    from scipy import integrate
-
-    s = np.sqrt(K)
-    g = lambda e: f(s * e) * np.exp(-0.5 * e * e) / np.sqrt(2 * np.pi)  # noqa: E731
-    with warnings.catch_warnings():       # roundoff warnings at the 1e-15 floor, harmless here
-        warnings.simplefilter("ignore", integrate.IntegrationWarning)
-        return sum(integrate.quad(g, lo, hi, epsabs=1e-15, epsrel=1e-13, limit=400)[0]
-                   for lo, hi in ((-14.0, 0.0), (0.0, 14.0)))
-
-
 @public
 def skip_layer_entropy(net: Any, x: Any, *, rmax: int = 40) -> SkipLayerEntropy:
     r"""Entropy of one preactivation of the first skip layer (layer 2) of a residual MLP, to
@@ -226,7 +213,9 @@ def skip_layer_entropy(net: Any, x: Any, *, rmax: int = 40) -> SkipLayerEntropy:
     term :math:`-\frac34T^2/(n_1^2G^3)`; the :math:`r\ge5` terms vanish only when :math:`s` is a
     quadratic (linear :math:`\sigma`, :math:`|z|`), the same condition as for the exactness of the
     cumulant closure of V (the Mehler series of one neuron's history).  Gaussian expectations by
-    adaptive quadrature split at 0, :math:`\langle s^{(k)}\rangle_K=\langle s\,He_k(a/\sqrt K)\rangle/K^{k/2}`.
+    the Hermite coefficients of :math:`s` that the residual history recursion uses
+    (composite Gauss-Legendre split at the kinks),
+    :math:`\langle s^{(k)}\rangle_K=\langle s\,He_k(a/\sqrt K)\rangle/K^{k/2}`.
 
     Parameters
     ----------
@@ -239,9 +228,8 @@ def skip_layer_entropy(net: Any, x: Any, *, rmax: int = 40) -> SkipLayerEntropy:
         Highest cumulant order summed (the series converges geometrically, like
         :math:`(\gamma^2K^{(1)}/G)^{r}`).
     """
-    from scipy import special
-
     from effth._validate import input_matrix
+    from effth.pdlt.residual_history import _Coefficients
 
     X = input_matrix(x, "x")
     if X.shape[0] != 1:
@@ -253,16 +241,16 @@ def skip_layer_entropy(net: Any, x: Any, *, rmax: int = 40) -> SkipLayerEntropy:
     g, xi, cw, cb = (float(net.gamma_at(2)), float(net.xi_at(2)), float(net.c_w_at(2)),
                      float(net.c_b_at(2)))
     K1 = float(net.c_b_at(1) + net.c_w_at(1) * float(X[0] @ X[0]) / X.shape[1])
-    sig = net.act.numpy(0)
-    s = lambda z: float(np.asarray(sig(np.asarray(z, dtype=float)))) ** 2  # noqa: E731
-    mean_s = _gauss_1d(s, K1)
-    var_s = _gauss_1d(lambda z: s(z) ** 2, K1) - mean_s ** 2
+    # <s h_m>_K1 in the orthonormal Hermite basis, m = 0..rmax - 2, and last <s^2>_K1
+    coef = _Coefficients(net.act, rmax - 2)(K1)
+    mean_s = float(coef[0])
+    var_s = float(coef[-1]) - mean_s ** 2
     G = g * g * K1 + xi * xi * (cb + cw * mean_s)
     c = xi * xi * cw
     terms, kap = [], []
     for r in range(3, rmax + 1):
         k = r - 2
-        d = _gauss_1d(lambda z: s(z) * special.eval_hermitenorm(k, z / np.sqrt(K1)), K1) / K1 ** (k / 2)
+        d = float(factorial(k)) ** 0.5 * float(coef[k]) / K1 ** (k / 2)   # <s He_k> / K^(k/2)
         kr = r * (r - 1) / 2 * c * (g * K1) ** k * d + (3 * xi ** 4 * cw ** 2 * var_s if r == 4 else 0.0)
         kap.append(kr)
         terms.append(-0.5 * kr * kr / (factorial(r) * G ** r))
