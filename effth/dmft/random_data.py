@@ -571,16 +571,17 @@ class _ResidualHidden:
         return ([Ch[k - 1][up, up] for k in range(1, self.L + 1)],
                 [Cg[k + 1][up, up] for k in range(1, self.L + 1)])
 
-    def _row(self, k, Xu, Xr, Su, Sr, r, up, g2, u_scaled):
-        """Covariance row of a field with coefficients ``Xu`` on ``u^k`` and ``Xr`` on ``r^k``;
-        ``sigma_{k-1}^2`` on ``u^k`` (from ``W^{k-1}(0)``), ``sigma_k^2`` on ``r^k`` (B&P 2022
-        app. D.8).  ``u_scaled``: the ``g2`` factor sits on the ``u`` part (``g``) or the ``r``
-        part (``h``)."""
+    def _add_row(self, row, k, Xu, Xr, Su, Sr, r, up, g2, u_scaled):
+        """Add to ``row`` the covariance row of a field with coefficients ``Xu`` on ``u^k`` and
+        ``Xr`` on ``r^k``; ``sigma_{k-1}^2`` on ``u^k`` (from ``W^{k-1}(0)``), ``sigma_k^2`` on
+        ``r^k`` (B&P 2022 app. D.8).  ``u_scaled``: the ``g2`` factor sits on the ``u`` part
+        (``g``) or the ``r`` part (``h``)."""
         a = (Xu[r, up] @ Su[k - 1]) @ Xu[up, up].T
         c = (Xr[r, up] @ Sr[k - 1]) @ Xr[up, up].T
         if self.var is not None:
             a, c = self.var[k - 1] * a, self.var[k] * c
-        return g2 * a + c if u_scaled else a + g2 * c
+        row += g2 * a if u_scaled else a
+        row += c if u_scaled else g2 * c
 
     def backward(self, t, Ch, Cg, eta, g2):
         L, b, C = self.L, self.beta, self.C
@@ -607,12 +608,7 @@ class _ResidualHidden:
             self.Gr[l][l][r, r] += (1.0 if l == L else b) * self.eye
             row = np.zeros((C, (t + 1) * C))
             for k in range(1, L + 1):
-                if self.var is None:
-                    Gu, Gr = self.Gu[l][k], self.Gr[l][k]
-                    row += g2 * ((Gu[r, up] @ Su[k - 1]) @ Gu[up, up].T)
-                    row += (Gr[r, up] @ Sr[k - 1]) @ Gr[up, up].T
-                else:
-                    row += self._row(k, self.Gu[l][k], self.Gr[l][k], Su, Sr, r, up, g2, True)
+                self._add_row(row, k, self.Gu[l][k], self.Gr[l][k], Su, Sr, r, up, g2, True)
             _bsym(Cg[l], r, up, row)
 
     def R1gu_scaled(self, t):
@@ -647,12 +643,7 @@ class _ResidualHidden:
             self.Hu[l][l][r, r] += (1.0 if l == 1 else b) * self.eye
             row = np.zeros((C, (t + 1) * C))
             for k in range(1, L + 1):
-                if self.var is None:
-                    Hu, Hr = self.Hu[l][k], self.Hr[l][k]
-                    row += (Hu[r, up] @ Su[k - 1]) @ Hu[up, up].T
-                    row += g2 * ((Hr[r, up] @ Sr[k - 1]) @ Hr[up, up].T)
-                else:
-                    row += self._row(k, self.Hu[l][k], self.Hr[l][k], Su, Sr, r, up, g2, False)
+                self._add_row(row, k, self.Hu[l][k], self.Hr[l][k], Su, Sr, r, up, g2, False)
             _bsym(Ch[l], r, up, row)
             # the u^k sources for k > l are not yet defined at layer l: covariances use
             # C_h^{k-1} rows up to t, all computed (k-1 <= l - 1 < l) before they are needed.
