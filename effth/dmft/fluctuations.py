@@ -84,6 +84,7 @@ from effth.dmft.grid import TimeGrid, TrainingData, _html_table
 from effth.dmft.result import DMFTResult, check_layer
 from effth.dmft.solvers.deep_linear import solve_deep_linear
 from effth.errors import DomainError
+from effth._validate import integer
 
 __all__ = ["DMFTFluctuations", "deep_linear_fluctuations", "deep_nonlinear_fluctuations",
            "two_layer_fluctuations"]
@@ -238,8 +239,7 @@ def _deep_linear_saddle(who, X, y, depth, hidden_layers, gamma0, eta, steps, X_t
     """Checked arguments, the exact deep linear DMFT solution, its layout and its flat saddle:
     ``(gamma0, result, layout, q, rho)`` for the deep linear fluctuations and mean shift."""
     g0 = _common_arguments(center, gamma0, y, who)
-    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
-        raise DomainError(f"chunk={chunk!r} must be a positive integer")
+    integer(chunk, "chunk", minimum=1)
     res = solve_deep_linear(X, y, depth=depth, hidden_layers=hidden_layers, gamma0=g0, eta=eta,
                             steps=steps, X_test=X_test, kernel=kernel, closure="exact")
     L, T, n = res.hidden_layers, res.grid.steps, res.data.n_all
@@ -1149,9 +1149,8 @@ def deep_nonlinear_fluctuations(res, *, center: bool = True, samples: int = 2000
             raise DomainError("the saddles in res solve different problems (data, grid, depth, "
                               "gamma0 or activation differ): give independent solves of one "
                               "problem (other seeds)")
-    for name, v in (("samples", samples), ("replicas", replicas), ("third_samples", third_samples)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise DomainError(f"{name}={v!r} must be a positive integer")
+    samples, replicas, third_samples = (integer(v, name, minimum=1) for v, name in (
+        (samples, "samples"), (replicas, "replicas"), (third_samples, "third_samples")))
     if samples < 100:
         raise DomainError(f"samples={samples} is too few for the single-site covariances "
                           "(at least 100; use more replicas rather than fewer samples)")
@@ -1160,8 +1159,7 @@ def deep_nonlinear_fluctuations(res, *, center: bool = True, samples: int = 2000
     if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) \
             or not (np.isfinite(eps) and 0.0 < eps <= 0.1):
         raise DomainError(f"eps={eps!r} must be a finite step with 0 < eps <= 0.1")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise DomainError(f"seed={seed!r} must be an integer")
+    seed = integer(seed, "seed")
     L, Tn = res.hidden_layers, res.grid.steps * res.data.n_all
     lay = _Layout(L, res.grid.steps, res.data.n_all, g_samples=True)
     rows = lay.nq + (L - 1) * Tn * (Tn + 1)
