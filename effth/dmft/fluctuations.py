@@ -461,12 +461,12 @@ class DMFTFluctuations:
         return self.dmft.value(name, layer)
 
     def __repr__(self) -> str:
-        return (f"DMFTFluctuations({self.dmft.method}, activation={self.dmft.activation}, hidden_layers={self.hidden_layers}, "
+        return (f"{type(self).__name__}({self.dmft.method}, activation={self.dmft.activation}, hidden_layers={self.hidden_layers}, "
                 f"gamma0={self.gamma0:g}, eta={self.grid.eta:g}, steps={self.grid.steps}, "
                 f"inputs={self.data.n_all}, center={self.center})")
 
     def _repr_html_(self) -> str:
-        return _html_table("DMFTFluctuations", [
+        return _html_table(type(self).__name__, [
             ("hidden_layers", self.hidden_layers), ("gamma0", f"{self.gamma0:g}"),
             ("eta", f"{self.grid.eta:g}"), ("steps T", self.grid.steps),
             ("inputs n", self.data.n_all), ("center", self.center),

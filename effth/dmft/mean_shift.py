@@ -130,7 +130,7 @@ def _full_gradient(args, X):
 
 
 @public
-@dataclass
+@dataclass(repr=False)       # the repr of DMFTFluctuations, under this class's name
 class DMFTMeanShift(DMFTFluctuations):
     """The O(1/N) mean and covariance of the deep linear DMFT (Bordelon & Pehlevan (2022), App. P.7, eq. (174)).
 
@@ -188,9 +188,6 @@ class DMFTMeanShift(DMFTFluctuations):
         """The mean of ``name`` across networks of width ``widths``: ``value + shift / N``."""
         N = _width(widths)
         return self.value(name, layer) + self.shift(name, layer) / N
-
-    def __repr__(self) -> str:
-        return "DMFTMeanShift" + super().__repr__()[len("DMFTFluctuations"):]
 
 
 def _check_step(step) -> float:
